@@ -1,0 +1,94 @@
+// comm.c: counters shared by every comm backend, and the single-process backend.
+#include "comm.h"
+
+#include <string.h>
+
+size_t comm_dtype_size(comm_dtype dt) {
+    switch (dt) {
+    case COMM_DTYPE_F32: return 4;
+    case COMM_DTYPE_F64: return 8;
+    case COMM_DTYPE_I64: return 8;
+    }
+    return 0;
+}
+
+void comm_count(comm *c, comm_group_id g, comm_op_id op, size_t bytes) {
+    c->groups[g].bytes[op] += bytes;
+    c->groups[g].calls[op] += 1;
+}
+
+uint64_t comm_group_bytes(const comm *c, comm_group_id g) {
+    uint64_t total = 0;
+    for (int op = 0; op < COMM_OP_COUNT; op++) total += c->groups[g].bytes[op];
+    return total;
+}
+
+void comm_counters_reset(comm *c) {
+    for (int g = 0; g < COMM_GROUP_COUNT; g++) {
+        memset(c->groups[g].bytes, 0, sizeof c->groups[g].bytes);
+        memset(c->groups[g].calls, 0, sizeof c->groups[g].calls);
+    }
+}
+
+const char *comm_group_name(comm_group_id g) {
+    static const char *names[COMM_GROUP_COUNT] = {"tp", "dp", "pp", "embed", "mp", "world"};
+    return (unsigned)g < COMM_GROUP_COUNT ? names[g] : "?";
+}
+
+// ---- the single-process backend ----
+// With one rank every collective leaves its data as it is (a gather or scatter over one
+// rank is a copy). Payload bytes are still counted, as they would be by any backend: a
+// group of one moves nothing over a wire, so the counters stay at zero by convention.
+
+static tri_status self_all_reduce(comm *c, comm_group_id g, void *buf, size_t count,
+                                  comm_dtype dt, comm_reduce_op op) {
+    (void)c; (void)g; (void)buf; (void)count; (void)dt; (void)op;
+    return TRI_OK;
+}
+
+static tri_status self_reduce_scatter(comm *c, comm_group_id g, const void *send, void *recv,
+                                      size_t count, comm_dtype dt) {
+    (void)c; (void)g;
+    if (send != recv) memmove(recv, send, count * comm_dtype_size(dt));
+    return TRI_OK;
+}
+
+static tri_status self_all_gather(comm *c, comm_group_id g, const void *send, void *recv,
+                                  size_t count, comm_dtype dt) {
+    (void)c; (void)g;
+    if (send != recv) memmove(recv, send, count * comm_dtype_size(dt));
+    return TRI_OK;
+}
+
+static tri_status self_broadcast(comm *c, comm_group_id g, void *buf, size_t count, comm_dtype dt,
+                                 int root) {
+    (void)c; (void)g; (void)buf; (void)count; (void)dt; (void)root;
+    return TRI_OK;
+}
+
+static tri_status self_barrier(comm *c, comm_group_id g) {
+    (void)c; (void)g;
+    return TRI_OK;
+}
+
+static void self_destroy(comm *c) { free(c); }
+
+tri_status comm_self_create(comm **out) {
+    comm *c = xcalloc(1, sizeof *c);
+    *c = (comm){
+        /* .name           = */ "self",
+        /* .ctx            = */ NULL,
+        /* .world_rank     = */ 0,
+        /* .world_size     = */ 1,
+        /* .groups         = */ {{0}},
+        /* .all_reduce     = */ self_all_reduce,
+        /* .reduce_scatter = */ self_reduce_scatter,
+        /* .all_gather     = */ self_all_gather,
+        /* .broadcast      = */ self_broadcast,
+        /* .barrier        = */ self_barrier,
+        /* .destroy        = */ self_destroy,
+    };
+    for (int g = 0; g < COMM_GROUP_COUNT; g++) c->groups[g] = (comm_group){.size = 1, .rank = 0};
+    *out = c;
+    return TRI_OK;
+}

@@ -1,0 +1,75 @@
+// comm.h: the comm backend interface (DESIGN.md "Module boundaries").
+//
+// Collectives on a group, implemented with MPI on host memory in src/ and with NCCL in
+// cuda/. Every call adds its payload bytes to the group's counters, per collective; the
+// counters feed metrics.jsonl and are checked against the planner. This file also holds the
+// single-process backend (a world of one), where every collective is the identity.
+#pragma once
+#include "common.h"
+
+typedef enum {
+    COMM_GROUP_TP = 0,
+    COMM_GROUP_DP,
+    COMM_GROUP_PP,
+    COMM_GROUP_EMBED, // first and last stage of a pipeline (tied embedding)
+    COMM_GROUP_MP,    // tp x pp, for norms
+    COMM_GROUP_WORLD,
+    COMM_GROUP_COUNT
+} comm_group_id;
+
+typedef enum {
+    COMM_OP_ALL_REDUCE = 0,
+    COMM_OP_REDUCE_SCATTER,
+    COMM_OP_ALL_GATHER,
+    COMM_OP_BROADCAST,
+    COMM_OP_SEND,
+    COMM_OP_RECV,
+    COMM_OP_COUNT
+} comm_op_id;
+
+typedef enum { COMM_REDUCE_SUM = 0, COMM_REDUCE_MAX = 1 } comm_reduce_op;
+typedef enum { COMM_DTYPE_F32 = 0, COMM_DTYPE_F64 = 1, COMM_DTYPE_I64 = 2 } comm_dtype;
+
+typedef struct {
+    int size;  // ranks in the group
+    int rank;  // this process's rank within it
+    uint64_t bytes[COMM_OP_COUNT]; // payload bytes this rank passed to each collective
+    uint64_t calls[COMM_OP_COUNT];
+    void *impl; // backend handle (MPI_Comm, ncclComm_t)
+} comm_group;
+
+typedef struct comm comm;
+struct comm {
+    const char *name; // "self", "mpi", "nccl"
+    void *ctx;
+    int world_rank, world_size;
+    comm_group groups[COMM_GROUP_COUNT];
+
+    // In-place all-reduce of `count` elements.
+    tri_status (*all_reduce)(comm *c, comm_group_id g, void *buf, size_t count, comm_dtype dt,
+                             comm_reduce_op op);
+    // send (count * size elements) -> recv (count elements): this rank's reduced block.
+    tri_status (*reduce_scatter)(comm *c, comm_group_id g, const void *send, void *recv,
+                                 size_t count, comm_dtype dt);
+    // send (count elements) -> recv (count * size elements), blocks in group-rank order.
+    tri_status (*all_gather)(comm *c, comm_group_id g, const void *send, void *recv, size_t count,
+                             comm_dtype dt);
+    tri_status (*broadcast)(comm *c, comm_group_id g, void *buf, size_t count, comm_dtype dt,
+                            int root);
+    tri_status (*barrier)(comm *c, comm_group_id g);
+    void (*destroy)(comm *c);
+};
+
+size_t comm_dtype_size(comm_dtype dt);
+
+// Adds a call's payload to the group's counters (called by every backend).
+void comm_count(comm *c, comm_group_id g, comm_op_id op, size_t bytes);
+
+// Sum of payload bytes over every collective of group g since the last comm_counters_reset.
+uint64_t comm_group_bytes(const comm *c, comm_group_id g);
+void comm_counters_reset(comm *c);
+
+const char *comm_group_name(comm_group_id g);
+
+// The single-process backend: world of one, every group of size one.
+tri_status comm_self_create(comm **out);

@@ -1,0 +1,70 @@
+// common.h: status codes, error propagation and logging shared by every module.
+//
+// Two tiers of errors (STYLE.md): what a user can cause returns a tri_status up the call
+// chain; a broken invariant is a TRI_ASSERT that prints file:line and aborts.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+// Exit codes of DESIGN.md; a function returns one of these, main() exits with it.
+typedef enum {
+    TRI_OK = 0,
+    TRI_ERR_INTERNAL = 1,
+    TRI_ERR_CONFIG = 2,    // usage or config error
+    TRI_ERR_DATA = 3,      // input data error
+    TRI_ERR_CKPT = 4,      // checkpoint or model file error
+    TRI_ERR_COMM = 5,      // communication failure or timeout
+    TRI_ERR_NONFINITE = 6, // non-finite loss or gradients
+} tri_status;
+
+typedef enum { LOG_LEVEL_DEBUG = 0, LOG_LEVEL_INFO = 1, LOG_LEVEL_WARN = 2, LOG_LEVEL_ERROR = 3 } log_level;
+
+// Logging. log_set_rank() sets the "[r5 tp1 dp0 pp1]" prefix used by ranks != 0.
+// TRIDENT_LOG=debug|info|warn picks the level (default info).
+void log_init(void);
+void log_set_rank(int rank, int tp, int dp, int pp);
+int log_enabled(log_level level);
+void log_msg(log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define LOG_DEBUG(...) log_msg(LOG_LEVEL_DEBUG, __VA_ARGS__)
+#define LOG_INFO(...) log_msg(LOG_LEVEL_INFO, __VA_ARGS__)
+#define LOG_WARN(...) log_msg(LOG_LEVEL_WARN, __VA_ARGS__)
+#define LOG_ERROR(...) log_msg(LOG_LEVEL_ERROR, __VA_ARGS__)
+
+// Propagate a failing status with a file:line trace (printed at debug level), so that
+// a failure deep in a call chain reads like a stack trace.
+#define TRI_CHECK(call)                                                                      \
+    do {                                                                                     \
+        tri_status tri_check_rc_ = (call);                                                   \
+        if (tri_check_rc_ != TRI_OK) {                                                       \
+            LOG_DEBUG("%s:%d -> %d (%s)", __FILE__, __LINE__, (int)tri_check_rc_, #call);    \
+            return tri_check_rc_;                                                            \
+        }                                                                                    \
+    } while (0)
+
+// Same, but jumps to a cleanup label with rc set.
+#define TRI_CHECK_GOTO(call, rc, label)                                                      \
+    do {                                                                                     \
+        (rc) = (call);                                                                       \
+        if ((rc) != TRI_OK) {                                                                \
+            LOG_DEBUG("%s:%d -> %d (%s)", __FILE__, __LINE__, (int)(rc), #call);             \
+            goto label;                                                                      \
+        }                                                                                    \
+    } while (0)
+
+#define TRI_ASSERT(cond)                                                                     \
+    do {                                                                                     \
+        if (!(cond)) {                                                                       \
+            fprintf(stderr, "trident: internal error at %s:%d: assertion '%s' failed\n",     \
+                    __FILE__, __LINE__, #cond);                                              \
+            abort();                                                                         \
+        }                                                                                    \
+    } while (0)
+
+// Allocation that cannot fail silently: out of host memory is an internal error.
+void *xmalloc(size_t bytes);
+void *xcalloc(size_t count, size_t size);
+char *xstrdup(const char *s);
+
+double time_now_s(void); // monotonic seconds

@@ -1,0 +1,84 @@
+// params.h: the parameter table. Every parameter is declared once here: global name,
+// global shape, how TP splits it, its layer and whether weight decay applies. Local
+// shapes, buffer offsets, ZeRO shard ranges, checkpoint regions and the planner's byte
+// counts are all derived from this table, never written out twice.
+#pragma once
+#include "common.h"
+#include "config.h"
+
+typedef enum {
+    SPLIT_REPLICATED = 0, // every tp rank holds the whole tensor (LayerNorm, row-parallel bias)
+    SPLIT_ROWS,           // column-parallel: output rows split; row_blocks blocks split alike
+    SPLIT_COLS,           // row-parallel: input columns split
+    SPLIT_VOCAB,          // vocabulary rows split (embedding, tied LM head)
+} param_split;
+
+typedef enum { INIT_NORMAL = 0, INIT_ZEROS, INIT_ONES } param_init;
+
+// Where a parameter lives in the model: the embeddings (first chunk of stage 0), a
+// transformer layer, or the final LayerNorm (last chunk of stage pp-1).
+#define PARAM_LAYER_EMBED (-1)
+#define PARAM_LAYER_FINAL (-2)
+
+typedef struct {
+    char name[32];          // "wte", "h3.qkvw", "lnfw"
+    int ndim;               // 1 or 2
+    int64_t global_rows;    // (rows, cols) of the whole tensor; 1-d: (n, 1)
+    int64_t global_cols;
+    param_split split;
+    int row_blocks;         // SPLIT_ROWS: the rows form this many equal blocks (qkv: 3)
+    int layer;              // 0..L-1, PARAM_LAYER_EMBED or PARAM_LAYER_FINAL
+    int decay;              // weight decay applies (matrices and embeddings)
+    param_init init;
+    double init_std;        // INIT_NORMAL
+    int64_t valid_rows;     // rows that are real (vocab_size for wte; padded rows are 0)
+    // Derived for this rank (tp rank, tp size):
+    int64_t local_rows, local_cols;
+    int64_t local_numel;
+    size_t offset;          // elements from the start of this rank's parameter buffer
+} param_entry;
+
+enum {
+    PARAM_LN1W = 0, PARAM_LN1B, PARAM_QKVW, PARAM_QKVB, PARAM_ATTPROJW, PARAM_ATTPROJB,
+    PARAM_LN2W, PARAM_LN2B, PARAM_FCW, PARAM_FCB, PARAM_FCPROJW, PARAM_FCPROJB,
+    PARAM_PER_LAYER
+};
+
+typedef struct {
+    param_entry *entries;   // wte, wpe, then PARAM_PER_LAYER per layer, then lnfw, lnfb
+    int n_entries;
+    int n_layer;
+    int tp, tp_rank;
+    size_t local_numel;     // elements in this rank's parameter buffer
+    int64_t global_numel;   // elements of the whole model, padding included
+} param_table;
+
+// Builds the table for the model of `cfg` as held by tp rank `tp_rank` of `tp`.
+void params_build(param_table *pt, const run_config *cfg, int tp, int tp_rank);
+void params_free(param_table *pt);
+
+// Entry indices of named parameters.
+int params_wte(const param_table *pt);
+int params_wpe(const param_table *pt);
+int params_layer(const param_table *pt, int layer, int which); // which: PARAM_LN1W..
+int params_lnfw(const param_table *pt);
+int params_lnfb(const param_table *pt);
+int params_find(const param_table *pt, const char *name);      // -1 when absent
+
+// Global row-major element index of local element (r, c) of entry e on this rank.
+int64_t params_global_index(const param_table *pt, const param_entry *e, int64_t r, int64_t c);
+
+// Initial value of global element `index` of parameter `name`: a pure function of
+// (seed, name, index), so that every layout starts from the same global model and each
+// rank initialises only its own shard.
+float params_init_value(uint64_t seed, const param_entry *e, int64_t global_index);
+
+// Fills host buffer `local` (pt->local_numel floats) with this rank's initial values.
+void params_init_host(const param_table *pt, uint64_t seed, float *local);
+
+// Copies this rank's shard of entry e out of a full global tensor (row-major, global
+// shape), or scatters the local shard into it (used by llm.c import and export).
+void params_slice_from_global(const param_table *pt, const param_entry *e, const float *global,
+                              float *local);
+void params_place_into_global(const param_table *pt, const param_entry *e, const float *local,
+                              float *global);

@@ -1,0 +1,320 @@
+// train.c: one process's training loop. Each step: for every action of this rank's
+// schedule table, forward or backward of one micro-batch; then the dp reduction, the
+// global gradient norm, clipping, AdamW, metrics and evaluation.
+#include "train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "backend.h"
+#include "comm.h"
+#include "data.h"
+#include "llmc.h"
+#include "mesh.h"
+#include "metrics.h"
+#include "model.h"
+#include "optim.h"
+#include "sched.h"
+
+typedef struct {
+    run_config *cfg;
+    backend *be;
+    comm *cm;
+    model model;
+    optim_state optim;
+    data_stream train, val;
+    sched_table sched;
+    metrics_log metrics;
+    int *inputs, *targets; // host (B*T) staging for one micro-batch
+    int dp, dp_rank, n_micro;
+    double flops_per_token, peak_flops;
+} trainer;
+
+// mkdir -p
+static tri_status make_dirs(const char *path) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) goto fail;
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) goto fail;
+    return TRI_OK;
+fail:
+    LOG_ERROR("cannot create directory %s: %s", buf, strerror(errno));
+    LOG_ERROR("HINT: check run.out_dir");
+    return TRI_ERR_CONFIG;
+}
+
+// Model FLOPs per token of one training step (forward + backward): 6 per parameter of the
+// matmuls (the tied LM head included, LayerNorm and biases negligible) plus the attention
+// scores and weighted sums, 12 * L * T * C (PaLM's accounting, causal mask not discounted).
+static double flops_per_token(const run_config *cfg) {
+    const double L = cfg->model.n_layer, C = cfg->model.d_model, T = cfg->model.seq_len;
+    const double Vp = config_padded_vocab(cfg);
+    double matmul_params = L * 12.0 * C * C + Vp * C;
+    return 6.0 * matmul_params + 12.0 * L * T * C;
+}
+
+// The backend's practical matmul rate, measured once (about 0.1 s) as the MFU denominator
+// on the CPU, where no datasheet peak applies.
+static double measure_matmul_rate(backend *be) {
+    const int N = 512, K = 768, M = 768;
+    float *a = be->alloc(be, (size_t)N * K * 4), *w = be->alloc(be, (size_t)M * K * 4);
+    float *o = be->alloc(be, (size_t)N * M * 4);
+    if (!a || !w || !o) return 0.0;
+    be->matmul_fwd(be, o, a, w, NULL, N, K, M); // warm-up
+    int reps = 0;
+    double t0 = time_now_s(), t;
+    do {
+        be->matmul_fwd(be, o, a, w, NULL, N, K, M);
+        be->synchronize(be);
+        reps++;
+        t = time_now_s() - t0;
+    } while (t < 0.1);
+    be->free(be, a), be->free(be, w), be->free(be, o);
+    return 2.0 * N * K * M * reps / t;
+}
+
+static tri_status trainer_open_data(trainer *tr) {
+    run_config *cfg = tr->cfg;
+    const int T = cfg->model.seq_len, V = cfg->model.vocab_size;
+    TRI_CHECK(data_open(&tr->train, cfg->data.train, T, V, cfg->train.global_batch, "data.train"));
+    if (cfg->data.eval_every > 0)
+        TRI_CHECK(data_open(&tr->val, cfg->data.val, T, V,
+                            (int64_t)cfg->train.micro_batch * tr->dp, "data.val"));
+    return TRI_OK;
+}
+
+// Keys this build accepts (they are part of the config contract) but cannot honour yet are
+// refused here with a message, never silently ignored.
+static tri_status check_supported(const run_config *cfg) {
+    int bad = 0;
+    if (cfg->train.precision != DTYPE_FP32 || cfg->train.grad_dtype != DTYPE_FP32 ||
+        cfg->train.reduce_dtype != DTYPE_FP32) {
+        LOG_ERROR("train.precision/grad_dtype/reduce_dtype: bf16 is not available in this build "
+                  "yet; set them to fp32");
+        bad = 1;
+    }
+    if (cfg->parallel.recompute != RECOMPUTE_NONE) {
+        LOG_ERROR("parallel.recompute: full is not available in this build yet; set it to none");
+        bad = 1;
+    }
+    if (cfg->checkpoint.resume && strcmp(cfg->checkpoint.resume, "auto") &&
+        strcmp(cfg->checkpoint.resume, "none")) {
+        LOG_ERROR("checkpoint.resume: resuming from %s is not available in this build yet; "
+                  "set it to auto or none", cfg->checkpoint.resume);
+        bad = 1;
+    }
+    if (bad) return TRI_ERR_CONFIG;
+    if (cfg->checkpoint.dir)
+        LOG_WARN("checkpoint.dir is set, but this build writes no checkpoints yet: only the "
+                 "final model, %s/model.bin", cfg->run.out_dir);
+    return TRI_OK;
+}
+
+static tri_status trainer_init(trainer *tr, run_config *cfg) {
+    tr->cfg = cfg;
+    TRI_CHECK(check_supported(cfg));
+    if (cfg->system.backend == BACKEND_CUDA) {
+        LOG_ERROR("system.backend: cuda was asked for, but this build of trident has no CUDA "
+                  "backend");
+        LOG_ERROR("HINT: set system.backend: cpu (or auto)");
+        return TRI_ERR_CONFIG;
+    }
+    TRI_CHECK(comm_self_create(&tr->cm));
+    TRI_CHECK(config_resolve_world(cfg, tr->cm->world_size));
+    tr->dp = cfg->parallel.dp;
+    tr->dp_rank = 0;
+    tr->n_micro = config_micro_batches(cfg);
+    TRI_CHECK(backend_cpu_create(&tr->be, cfg->system.threads));
+    TRI_CHECK(trainer_open_data(tr));
+    TRI_CHECK(sched_build(&tr->sched, cfg->parallel.schedule, cfg->parallel.pp,
+                          cfg->parallel.virtual_stages, tr->n_micro, 0));
+    TRI_CHECK(model_create(&tr->model, cfg, cfg->train.micro_batch, tr->sched.max_in_flight,
+                           tr->be, tr->cm));
+    TRI_CHECK(optim_create(&tr->optim, tr->be, &tr->model.table));
+    size_t N = (size_t)cfg->train.micro_batch * cfg->model.seq_len;
+    tr->inputs = xmalloc(N * sizeof(int));
+    tr->targets = xmalloc(N * sizeof(int));
+    TRI_CHECK(make_dirs(cfg->run.out_dir));
+    tr->flops_per_token = flops_per_token(cfg);
+    tr->peak_flops = measure_matmul_rate(tr->be);
+    char extra[512];
+    snprintf(extra, sizeof extra,
+             ",\"n_params\":%lld,\"threads\":%d,\"micro_batches\":%d,\"flops_per_token\":%.0f,"
+             "\"mfu_peak_flops\":%.4g,\"param_bytes\":%zu,\"activation_bytes\":%zu",
+             (long long)tr->model.table.global_numel, tr->be->threads, tr->n_micro,
+             tr->flops_per_token, tr->peak_flops, tr->model.table.local_numel * sizeof(float),
+             tr->model.activation_bytes);
+    TRI_CHECK(metrics_open(&tr->metrics, cfg, tr->cm->world_size, tr->be->name, tr->cm->name, extra));
+    return TRI_OK;
+}
+
+static void trainer_free(trainer *tr) {
+    metrics_close(&tr->metrics);
+    free(tr->inputs);
+    free(tr->targets);
+    if (tr->be) {
+        optim_free(&tr->optim, tr->be);
+        model_free(&tr->model);
+        tr->be->destroy(tr->be);
+    }
+    sched_free(&tr->sched);
+    data_close(&tr->train);
+    data_close(&tr->val);
+    if (tr->cm) tr->cm->destroy(tr->cm);
+}
+
+// Runs this rank's schedule table for optimizer step `step`; returns the sum of per-token
+// losses of the micro-batches it computed the loss of.
+static tri_status run_schedule(trainer *tr, int step, double *loss_sum) {
+    const run_config *cfg = tr->cfg;
+    const int B = cfg->train.micro_batch;
+    const double tokens = (double)cfg->train.global_batch * cfg->model.seq_len;
+    *loss_sum = 0.0;
+    for (int i = 0; i < tr->sched.n_actions; i++) {
+        const sched_action *a = &tr->sched.actions[i];
+        // Slot of a micro-batch: the schedule holds at most max_in_flight at once, and
+        // they finish in the order they started.
+        int slot = a->micro % tr->sched.max_in_flight;
+        switch (a->kind) {
+        case SCHED_ACTION_FWD: {
+            int64_t first = data_micro_batch_start(step, cfg->train.global_batch, tr->dp,
+                                                   tr->dp_rank, a->micro, B);
+            data_batch(&tr->train, first, B, tr->inputs, tr->targets);
+            double loss = 0.0;
+            TRI_CHECK(model_forward(&tr->model, slot, tr->inputs, tr->targets, &loss));
+            *loss_sum += loss;
+            break;
+        }
+        case SCHED_ACTION_BWD:
+            TRI_CHECK(model_backward(&tr->model, slot, (float)(1.0 / tokens)));
+            break;
+        default:
+            LOG_ERROR("pipeline action %s needs parallel.pp > 1, which this build runs only "
+                      "as one stage", sched_action_name(a->kind));
+            return TRI_ERR_INTERNAL;
+        }
+    }
+    return TRI_OK;
+}
+
+// Mean validation loss over eval_batches batches of micro_batch sequences per replica,
+// always the same leading part of the validation stream so evaluations compare.
+static tri_status evaluate(trainer *tr, double *val_loss) {
+    const run_config *cfg = tr->cfg;
+    const int B = cfg->train.micro_batch, T = cfg->model.seq_len;
+    double sum = 0.0;
+    for (int j = 0; j < cfg->data.eval_batches; j++) {
+        int64_t first = ((int64_t)j * tr->dp + tr->dp_rank) * B;
+        data_batch(&tr->val, first, B, tr->inputs, tr->targets);
+        double loss = 0.0;
+        TRI_CHECK(model_forward(&tr->model, 0, tr->inputs, tr->targets, &loss));
+        sum += loss;
+    }
+    if (tr->dp > 1) TRI_CHECK(tr->cm->all_reduce(tr->cm, COMM_GROUP_DP, &sum, 1, COMM_DTYPE_F64, COMM_REDUCE_SUM));
+    *val_loss = sum / ((double)cfg->data.eval_batches * B * T * tr->dp);
+    return TRI_OK;
+}
+
+static tri_status save_model(trainer *tr) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.bin", tr->cfg->run.out_dir);
+    model *m = &tr->model;
+    TRI_ASSERT(m->table.tp == 1); // one process holds the whole model
+    size_t bytes = m->table.local_numel * sizeof(float);
+    float *host = xmalloc(bytes);
+    tr->be->copy_to_host(tr->be, host, m->params, bytes);
+    tri_status rc = llmc_write(path, &m->table, host, m->d.T, m->d.V, m->d.NH);
+    free(host);
+    if (rc == TRI_OK) LOG_INFO("model written to %s", path);
+    return rc;
+}
+
+static tri_status train_loop(trainer *tr) {
+    run_config *cfg = tr->cfg;
+    model *m = &tr->model;
+    const int64_t tokens_per_step = (int64_t)cfg->train.global_batch * cfg->model.seq_len;
+    double first_loss = NAN, last_loss = NAN, last_val = NAN, total_s = 0.0;
+    LOG_INFO("training %s: %lld parameters, %d steps of %d sequences x %d tokens "
+             "(%d micro-batches of %d), backend %s with %d threads",
+             cfg->run.name, (long long)m->table.global_numel, cfg->train.steps,
+             cfg->train.global_batch, cfg->model.seq_len, tr->n_micro, cfg->train.micro_batch,
+             tr->be->name, tr->be->threads);
+    for (int step = 0; step < cfg->train.steps; step++) {
+        double t0 = time_now_s();
+        comm_counters_reset(tr->cm);
+        tr->be->memset_zero(tr->be, m->grads, m->table.local_numel * sizeof(float));
+        double loss_sum = 0.0;
+        TRI_CHECK(run_schedule(tr, step, &loss_sum));
+        if (tr->dp > 1) {
+            TRI_CHECK(tr->cm->all_reduce(tr->cm, COMM_GROUP_DP, m->grads, m->table.local_numel,
+                                         COMM_DTYPE_F32, COMM_REDUCE_SUM));
+            TRI_CHECK(tr->cm->all_reduce(tr->cm, COMM_GROUP_DP, &loss_sum, 1, COMM_DTYPE_F64,
+                                         COMM_REDUCE_SUM));
+        }
+        double loss = loss_sum / (double)tokens_per_step;
+        double norm = 0.0;
+        tri_status rc = optim_grad_norm(tr->be, tr->cm, &m->table, m->grads, &norm);
+        if (!isfinite(loss) || rc == TRI_ERR_NONFINITE) {
+            LOG_ERROR("step %d: non-finite %s (loss %g, grad norm %g)", step + 1,
+                      isfinite(loss) ? "gradients" : "loss", loss, norm);
+            LOG_ERROR("HINT: lower optim.lr, raise optim.warmup_steps or keep train.grad_clip on");
+            return TRI_ERR_NONFINITE;
+        }
+        TRI_CHECK(rc);
+        double lr = optim_lr(cfg, step);
+        optim_step(&tr->optim, tr->be, cfg, &m->table, m->params, m->grads, lr, norm);
+        tr->be->synchronize(tr->be);
+        double dt = time_now_s() - t0;
+        total_s += dt;
+        if (step == 0) first_loss = loss;
+        last_loss = loss;
+
+        const int n = step + 1;
+        if (n == 1 || n % cfg->log.every == 0 || n == cfg->train.steps) {
+            metrics_step s = {
+                .step = n, .loss = loss, .lr = lr, .grad_norm = norm,
+                .tokens = (int64_t)n * tokens_per_step, .step_ms = 1e3 * dt,
+                .tokens_per_s = tokens_per_step / dt,
+                .mfu = tr->peak_flops > 0 ? tr->flops_per_token * tokens_per_step / dt / tr->peak_flops : NAN,
+                .mem_peak_bytes = tr->be->mem_peak_bytes(tr->be),
+                .comm_tp = comm_group_bytes(tr->cm, COMM_GROUP_TP),
+                .comm_pp = comm_group_bytes(tr->cm, COMM_GROUP_PP),
+                .comm_dp = comm_group_bytes(tr->cm, COMM_GROUP_DP),
+            };
+            metrics_write_step(&tr->metrics, &s);
+            LOG_INFO("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s", n,
+                     cfg->train.steps, loss, lr, norm, s.step_ms, s.tokens_per_s);
+        }
+        if (cfg->data.eval_every > 0 && (n % cfg->data.eval_every == 0 || n == cfg->train.steps)) {
+            TRI_CHECK(evaluate(tr, &last_val));
+            metrics_write_eval(&tr->metrics, n, last_val);
+            LOG_INFO("step %5d/%d | val loss %.4f", n, cfg->train.steps, last_val);
+        }
+    }
+    TRI_CHECK(save_model(tr));
+    char val[64] = "";
+    if (!isnan(last_val)) snprintf(val, sizeof val, ", val loss %.4f", last_val);
+    LOG_INFO("done: %d steps in %.1f s, loss %.4f -> %.4f%s, %.0f tok/s, peak memory %.1f MiB",
+             cfg->train.steps, total_s, first_loss, last_loss, val,
+             cfg->train.steps * (double)tokens_per_step / total_s,
+             tr->be->mem_peak_bytes(tr->be) / 1048576.0);
+    return TRI_OK;
+}
+
+tri_status train_run(run_config *cfg) {
+    trainer tr;
+    memset(&tr, 0, sizeof tr);
+    tri_status rc;
+    TRI_CHECK_GOTO(trainer_init(&tr, cfg), rc, done);
+    TRI_CHECK_GOTO(train_loop(&tr), rc, done);
+done:
+    trainer_free(&tr);
+    return rc;
+}

@@ -1,0 +1,98 @@
+// ref_dump: writes what tests/ref_gpt2.py compares against an independent PyTorch GPT-2.
+//   ref_dump CONFIG OUTDIR [STEPS]
+// OUTDIR/init.bin    the initial model (llm.c file)
+// OUTDIR/grads.bin   the gradients of optimizer step 0 (all micro-batches), as an llm.c
+//                    file laid out like the parameters
+// OUTDIR/logits.bin  float32 (micro_batch * T, Vp) logits of micro-batch 0 of step 0
+// OUTDIR/loss.txt    the mean loss of step 0
+// OUTDIR/tokens.bin  int32 inputs then targets (global_batch, T) of each of STEPS steps
+#include <stdio.h>
+#include <string.h>
+
+#include "backend.h"
+#include "comm.h"
+#include "config.h"
+#include "data.h"
+#include "llmc.h"
+#include "model.h"
+
+static int write_file(const char *dir, const char *name, const void *data, size_t bytes) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(data, 1, bytes, f) != bytes) {
+        fprintf(stderr, "ref_dump: cannot write %s\n", path);
+        return 1;
+    }
+    fclose(f);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: ref_dump CONFIG OUTDIR [STEPS]\n");
+        return 2;
+    }
+    log_init();
+    const char *dir = argv[2];
+    const int steps = argc > 3 ? atoi(argv[3]) : 10;
+    run_config cfg;
+    config_defaults(&cfg);
+    if (config_load(&cfg, argv[1], 0, NULL) || config_resolve_world(&cfg, 1)) return 2;
+    const int B = cfg.train.micro_batch, T = cfg.model.seq_len, GB = cfg.train.global_batch;
+    const int n_micro = config_micro_batches(&cfg);
+    backend *be;
+    comm *cm;
+    model m;
+    data_stream ds;
+    if (backend_cpu_create(&be, cfg.system.threads) || comm_self_create(&cm) ||
+        model_create(&m, &cfg, B, 1, be, cm) ||
+        data_open(&ds, cfg.data.train, T, cfg.model.vocab_size, GB, "data.train"))
+        return 1;
+
+    size_t bytes = m.table.local_numel * sizeof(float);
+    float *host = xmalloc(bytes);
+    char path[4096];
+    be->copy_to_host(be, host, m.params, bytes);
+    snprintf(path, sizeof path, "%s/init.bin", dir);
+    if (llmc_write(path, &m.table, host, T, m.d.V, m.d.NH)) return 1;
+
+    int *inputs = xmalloc((size_t)B * T * sizeof(int)), *targets = xmalloc((size_t)B * T * sizeof(int));
+    double loss_sum = 0.0;
+    for (int micro = 0; micro < n_micro; micro++) {
+        data_batch(&ds, data_micro_batch_start(0, GB, 1, 0, micro, B), B, inputs, targets);
+        double loss;
+        if (model_forward(&m, 0, inputs, targets, &loss)) return 1;
+        loss_sum += loss;
+        if (micro == 0) {
+            size_t lbytes = (size_t)B * T * m.d.Vp_local * sizeof(float);
+            float *logits = xmalloc(lbytes);
+            be->copy_to_host(be, logits, m.slots[0].logits, lbytes);
+            if (write_file(dir, "logits.bin", logits, lbytes)) return 1;
+            free(logits);
+        }
+        if (model_backward(&m, 0, (float)(1.0 / ((double)GB * T)))) return 1;
+    }
+    be->copy_to_host(be, host, m.grads, bytes);
+    snprintf(path, sizeof path, "%s/grads.bin", dir);
+    if (llmc_write(path, &m.table, host, T, m.d.V, m.d.NH)) return 1;
+    char loss_text[64];
+    int n = snprintf(loss_text, sizeof loss_text, "%.9g\n", loss_sum / ((double)GB * T));
+    if (write_file(dir, "loss.txt", loss_text, (size_t)n)) return 1;
+
+    size_t per_step = (size_t)GB * T;
+    int *tokens = xmalloc(2 * per_step * (size_t)steps * sizeof(int));
+    for (int s = 0; s < steps; s++) {
+        int *in = tokens + 2 * per_step * s, *tg = in + per_step;
+        data_batch(&ds, (int64_t)s * GB, GB, in, tg);
+    }
+    if (write_file(dir, "tokens.bin", tokens, 2 * per_step * (size_t)steps * sizeof(int))) return 1;
+    printf("ref_dump: wrote %s (loss %.6f)\n", dir, loss_sum / ((double)GB * T));
+    free(tokens), free(inputs), free(targets), free(host);
+    data_close(&ds);
+    model_free(&m);
+    be->destroy(be);
+    cm->destroy(cm);
+    config_free(&cfg);
+    return 0;
+}
