@@ -14,8 +14,11 @@ CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -fopenmp $(ARCH_FLAGS) -MMD -MP
 ifeq ($(WERROR),1)
 CFLAGS += -Werror
 endif
-CPPFLAGS += -Isrc $(if $(OPENBLAS_INC),-I$(OPENBLAS_INC))
-LDLIBS += -lyaml -lopenblas -lm -fopenmp
+# MPI (the CPU comm backend) and PMIx (bootstrap), located by pkg-config.
+MPI_PMIX_CFLAGS := $(shell pkg-config --cflags ompi-c pmix 2>/dev/null)
+MPI_PMIX_LIBS := $(shell pkg-config --libs ompi-c pmix 2>/dev/null)
+CPPFLAGS += -iquote src $(if $(OPENBLAS_INC),-I$(OPENBLAS_INC)) $(MPI_PMIX_CFLAGS)
+LDLIBS += -lyaml -lopenblas $(MPI_PMIX_LIBS) -lm -fopenmp
 
 SRCS := $(sort $(wildcard src/*.c))
 OBJS := $(SRCS:src/%.c=$(BUILD)/obj/%.o)
@@ -51,11 +54,15 @@ data: data/kjv_train_000.bin
 data/kjv_train_000.bin: data/kjv.txt | $(BUILD)/tools/make_byte_shards
 	$(BUILD)/tools/make_byte_shards data/kjv.txt data/kjv 0.05
 
-run: deps all
+# `run` and `test` install the dependencies first, then build in a second make so that the
+# flags found by pkg-config see the freshly installed libraries.
+run: deps
+	@$(MAKE) --no-print-directory all
 	$(BUILD)/trident train configs/default.yaml
 	$(BUILD)/trident sample runs/kjv-tiny --prompt "And God said" --tokens 200
 
-test: deps all $(TEST_BINS) $(TEST_TOOLS)
+test: deps
+	@$(MAKE) --no-print-directory all $(TEST_BINS) $(TEST_TOOLS)
 	@tests/run_all.sh
 
 clean:

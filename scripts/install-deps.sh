@@ -7,6 +7,7 @@ set -euo pipefail
 declare -A need=(
     [gcc]=/usr/bin/gcc
     [make]=/usr/bin/make
+    [pkg-config]=/usr/bin/pkg-config
     [libyaml-dev]=/usr/include/yaml.h
     [libopenblas-dev]=/usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h
     [libpmix-dev]=/usr/lib/x86_64-linux-gnu/pmix2/include/pmix.h

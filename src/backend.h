@@ -115,5 +115,10 @@ struct backend {
     void (*destroy)(backend *b);
 };
 
+// Called first thing in main(): when OpenBLAS picked its generic kernels on a CPU with
+// AVX2/AVX-512 (it does not know CPUs newer than itself), sets OPENBLAS_CORETYPE and
+// restarts the process once with the same arguments. Returns when nothing is to be done.
+void backend_cpu_prepare_process(char **argv);
+
 // Creates the CPU backend with `threads` compute threads (0: all cores).
 tri_status backend_cpu_create(backend **out, int threads);

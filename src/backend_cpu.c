@@ -17,6 +17,7 @@
 #include <math.h>
 #include <omp.h>
 #include <string.h>
+#include <unistd.h>
 #if defined(__AVX__)
 #include <immintrin.h>
 #endif
@@ -52,7 +53,8 @@ typedef struct {
 
 static void *cpu_alloc(backend *b, size_t bytes) {
     void *raw = NULL;
-    size_t total = CPU_ALLOC_ALIGN + (bytes + CPU_ALLOC_ALIGN - 1) / CPU_ALLOC_ALIGN * CPU_ALLOC_ALIGN;
+    size_t total =
+        CPU_ALLOC_ALIGN + (bytes + CPU_ALLOC_ALIGN - 1) / CPU_ALLOC_ALIGN * CPU_ALLOC_ALIGN;
     if (posix_memalign(&raw, CPU_ALLOC_ALIGN, total) != 0) return NULL;
     memset(raw, 0, total);
     alloc_header *h = raw;
@@ -112,8 +114,8 @@ float *cpu_scratch(cpu_ctx *ctx, size_t floats) {
 #define CPU_GEMM_SPLIT_MIN ((double)(1 << 19))
 
 void cpu_gemm(cpu_ctx *ctx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
-              float alpha, const float *A, int lda, const float *B, int ldb, float beta,
-              float *C, int ldc) {
+              float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C,
+              int ldc) {
     if (M <= 0 || N <= 0) return;
     int nt = ctx->threads;
     if (nt <= 1 || omp_in_parallel() || (double)M * N * K < CPU_GEMM_SPLIT_MIN) {
@@ -142,8 +144,8 @@ void cpu_gemm(cpu_ctx *ctx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N
             if (m1 <= m0 || n1 <= n0) continue;
             const float *a = ta == CblasNoTrans ? A + m0 * (size_t)lda : A + m0;
             const float *bt = tb == CblasNoTrans ? B + n0 : B + (size_t)n0 * ldb;
-            cblas_sgemm(CblasRowMajor, ta, tb, (int)(m1 - m0), n1 - n0, K, alpha, a, lda, bt,
-                        ldb, beta, C + m0 * (size_t)ldc + n0, ldc);
+            cblas_sgemm(CblasRowMajor, ta, tb, (int)(m1 - m0), n1 - n0, K, alpha, a, lda, bt, ldb,
+                        beta, C + m0 * (size_t)ldc + n0, ldc);
         }
     }
 }
@@ -166,12 +168,12 @@ static void cpu_matmul_bwd(backend *b, float *dinp, float *dweight, float *dbias
                            const float *inp, const float *weight, int N, int IC, int OC) {
     cpu_ctx *ctx = ctx_of(b);
     if (dinp)
-        cpu_gemm(ctx, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, weight, IC, 0.0f,
-                 dinp, IC);
+        cpu_gemm(ctx, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, weight, IC, 0.0f, dinp,
+                 IC);
     cpu_gemm(ctx, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
+    // dbias: column sums, each thread owning a column slice and walking the rows in order,
+    // so the result is the same for every thread count.
     if (!dbias) return;
-    // Column sums, each thread owning a column slice and walking the rows in order: the
-    // result is the same for every thread count.
 #pragma omp parallel num_threads(ctx->threads)
     {
         int c0, c1;
@@ -213,9 +215,9 @@ static void cpu_layernorm_fwd(backend *b, float *out, float *mean, float *rstd, 
     }
 }
 
-static void cpu_layernorm_bwd(backend *b, float *dinp, float *dweight, float *dbias, const float *dout,
-                              const float *inp, const float *weight, const float *mean,
-                              const float *rstd, int N, int C) {
+static void cpu_layernorm_bwd(backend *b, float *dinp, float *dweight, float *dbias,
+                              const float *dout, const float *inp, const float *weight,
+                              const float *mean, const float *rstd, int N, int C) {
     cpu_ctx *ctx = ctx_of(b);
     // Per-thread partial dweight and dbias over a static block of rows, summed in thread
     // order afterwards: deterministic for a given thread count, and no atomics.
@@ -292,7 +294,7 @@ static void cpu_gelu_fwd(backend *b, float *out, const float *inp, size_t n) {
     for (size_t i = 0; i < n; i++) {
         float xi = x[i];
         float u = GELU_K0 * (xi + GELU_K1 * xi * xi * xi);
-        y[i] = xi / (1.0f + cpu_expf(-2.0f * u));
+        y[i] = xi * (1.0f / (1.0f + cpu_expf(-2.0f * u)));
     }
 }
 
@@ -336,7 +338,8 @@ static void cpu_embedding_fwd(backend *b, float *out, const int *tokens, const f
 }
 
 static void cpu_embedding_bwd(backend *b, float *dwte, float *dwpe, const float *dout,
-                              const int *tokens, int B, int T, int C, int vocab_start, int V_local) {
+                              const int *tokens, int B, int T, int C, int vocab_start,
+                              int V_local) {
     // Each thread owns a column slice of dwte and dwpe and walks the tokens in order, so
     // repeated tokens add up in one fixed order whatever the thread count.
 #pragma omp parallel num_threads(ctx_of(b)->threads)
@@ -437,6 +440,42 @@ static void cpu_xent_bwd(backend *b, float *logits, const float *rowmax, const f
 // ---------------------------------------------------------------------------------------
 // Optimizer and reductions
 
+// Sum of squares over [i0, i1) in double with four independent accumulators: with one,
+// the loop would wait out the add latency (4 cycles) per 4 elements instead of running at
+// memory speed. gcc's own vectorisation of this (omp simd reduction, vector types) kept
+// one chain or split the float->double conversions, so the AVX path is written out.
+static double sumsq_range(const float *restrict x, size_t i0, size_t i1) {
+    size_t i = i0;
+    double s = 0.0;
+#if defined(__AVX__)
+    __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+    for (; i + 16 <= i1; i += 16) {
+        __m256d d0 = _mm256_cvtps_pd(_mm_loadu_ps(x + i));
+        __m256d d1 = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4));
+        __m256d d2 = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 8));
+        __m256d d3 = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 12));
+        a0 = _mm256_add_pd(a0, _mm256_mul_pd(d0, d0));
+        a1 = _mm256_add_pd(a1, _mm256_mul_pd(d1, d1));
+        a2 = _mm256_add_pd(a2, _mm256_mul_pd(d2, d2));
+        a3 = _mm256_add_pd(a3, _mm256_mul_pd(d3, d3));
+    }
+    double lanes[4];
+    _mm256_storeu_pd(lanes, _mm256_add_pd(_mm256_add_pd(a0, a1), _mm256_add_pd(a2, a3)));
+    s = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+#else
+    double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
+    for (; i + 4 <= i1; i += 4) {
+        a0 += (double)x[i] * (double)x[i];
+        a1 += (double)x[i + 1] * (double)x[i + 1];
+        a2 += (double)x[i + 2] * (double)x[i + 2];
+        a3 += (double)x[i + 3] * (double)x[i + 3];
+    }
+    s = (a0 + a1) + (a2 + a3);
+#endif
+    for (; i < i1; i++) s += (double)x[i] * (double)x[i];
+    return s;
+}
+
 static double cpu_sumsq(backend *b, const float *x, size_t n) {
     cpu_ctx *ctx = ctx_of(b);
     // Doubles in the float scratch: the memory has no declared type, so this is allowed.
@@ -447,11 +486,7 @@ static double cpu_sumsq(backend *b, const float *x, size_t n) {
         int tid = omp_get_thread_num(), nth = omp_get_num_threads();
         size_t i0, i1;
         row_block(n, tid, nth, &i0, &i1);
-        const float *restrict xs = x;
-        double s = 0.0;
-#pragma omp simd reduction(+ : s)
-        for (size_t i = i0; i < i1; i++) s += (double)xs[i] * (double)xs[i];
-        partial[tid] = s;
+        partial[tid] = sumsq_range(x, i0, i1);
         if (tid == 0) used = nth;
     }
     double total = 0.0;
@@ -494,7 +529,8 @@ static void adamw_range(float *restrict p, const float *restrict g, float *restr
                  lr = _mm256_set1_ps(k->lr), wd = _mm256_set1_ps(k->wd);
     for (; i + 8 <= i1; i += 8) {
         __m256 gi = _mm256_mul_ps(_mm256_loadu_ps(g + i), gs);
-        __m256 mi = _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(ob1, gi));
+        __m256 mi =
+            _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(ob1, gi));
         __m256 vi = _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(v + i)),
                                   _mm256_mul_ps(_mm256_mul_ps(ob2, gi), gi));
         _mm256_storeu_ps(m + i, mi);
@@ -513,7 +549,11 @@ static void cpu_adamw(backend *b, float *param, const float *grad, float *m, flo
                       float lr, float beta1, float beta2, float eps, float weight_decay,
                       float grad_scale, int t) {
     adamw_coef k = {
-        .lr = lr, .beta1 = beta1, .beta2 = beta2, .eps = eps, .wd = weight_decay,
+        .lr = lr,
+        .beta1 = beta1,
+        .beta2 = beta2,
+        .eps = eps,
+        .wd = weight_decay,
         .grad_scale = grad_scale,
         // Bias corrections in double: 1 - beta2^t is ~1e-3 at t = 1, where float's pow
         // and subtraction would lose digits.
@@ -579,25 +619,55 @@ static const backend cpu_backend_table = {
 
 // OpenBLAS 0.3.21 does not know CPUs newer than it (Sapphire/Emerald Rapids under KVM
 // among them) and falls back to its generic SSE3 "Prescott" kernels, ~5x slower than its
-// AVX-512 ones. Its core is chosen when the library loads, from OPENBLAS_CORETYPE, so all
-// this process can do is say so.
-static void warn_generic_blas_core(void) {
+// AVX-512 ones. Its core is chosen when the library loads, from OPENBLAS_CORETYPE, so the
+// process picks the core the CPU supports and starts itself again, once, before anything
+// else happens (no thread, file or communicator exists yet).
+static int blas_core_is_generic(const char **core_out) {
 #if defined(__x86_64__)
     const char *core = openblas_get_corename();
-    static const char *const generic[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem",
-                                          "Atom", "Katmai", "Coppermine", "Northwood", "Banias"};
-    static int warned = 0; // once per process, not once per backend
-    int is_generic = 0;
+    static const char *const generic[] = {"Prescott",  "Core2", "Penryn", "Dunnington",
+                                          "Nehalem",   "Atom",  "Katmai", "Coppermine",
+                                          "Northwood", "Banias"};
+    *core_out = core;
     for (size_t i = 0; i < sizeof generic / sizeof generic[0]; i++)
-        if (core && !strcmp(core, generic[i])) is_generic = 1;
-    if (warned || !is_generic || !__builtin_cpu_supports("avx2")) return;
-    warned = 1;
-    const char *suggest = __builtin_cpu_supports("avx512f") ? "SkylakeX" : "Haswell";
-    LOG_WARN("OpenBLAS uses its generic '%s' kernels on this AVX2%s CPU; matmuls run several "
-             "times slower than they could.\nHINT: export OPENBLAS_CORETYPE=%s before starting "
-             "trident.",
-             core, __builtin_cpu_supports("avx512f") ? "/AVX-512" : "", suggest);
+        if (core && !strcmp(core, generic[i])) return __builtin_cpu_supports("avx2") &&
+                                                      __builtin_cpu_supports("fma");
+#else
+    *core_out = NULL;
 #endif
+    return 0;
+}
+
+static const char *blas_core_for_cpu(void) {
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+        return "SkylakeX";
+#endif
+    return "Haswell";
+}
+
+void backend_cpu_prepare_process(char **argv) {
+    const char *core;
+    if (getenv("OPENBLAS_CORETYPE") || getenv("TRIDENT_BLAS_REEXEC") || !blas_core_is_generic(&core))
+        return;
+    setenv("OPENBLAS_CORETYPE", blas_core_for_cpu(), 1);
+    setenv("TRIDENT_BLAS_REEXEC", "1", 1); // never loop
+    fflush(NULL);
+    execv("/proc/self/exe", argv);
+    unsetenv("OPENBLAS_CORETYPE"); // exec failed: carry on with the generic kernels
+}
+
+// Says so when the generic kernels are still in use (OPENBLAS_CORETYPE forced them, or the
+// restart failed).
+static void warn_generic_blas_core(void) {
+    const char *core;
+    static int warned = 0; // once per process, not once per backend
+    if (warned || !blas_core_is_generic(&core)) return;
+    warned = 1;
+    LOG_WARN("OpenBLAS uses its generic '%s' kernels on this AVX2 CPU; matmuls run several "
+             "times slower than they could.\nHINT: export OPENBLAS_CORETYPE=%s before starting "
+             "trident.", core, blas_core_for_cpu());
 }
 
 tri_status backend_cpu_create(backend **out, int threads) {

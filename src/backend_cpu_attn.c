@@ -35,15 +35,15 @@ static int attn_heads_parallel(const cpu_ctx *ctx, int heads) {
 // One head. q points at (b, t = 0, head h) of qkv; k and v follow at +C and +2C.
 // P (T, T) is this head's state; `inner` threads split the softmax rows (1 inside a
 // head-parallel region).
-static void attn_fwd_head(cpu_ctx *ctx, float *out, float *P, const float *q, int T, int C,
-                          int HS, int inner) {
+static void attn_fwd_head(cpu_ctx *ctx, float *out, float *P, const float *q, int T, int C, int HS,
+                          int inner) {
     const int ld = 3 * C;
     const float *k = q + C, *v = q + 2 * C;
     const float scale = 1.0f / sqrtf((float)HS);
     for (int i0 = 0; i0 < T; i0 += ATTN_BLOCK) {
         const int rows = min_int(ATTN_BLOCK, T - i0), cols = i0 + rows;
-        cpu_gemm(ctx, CblasNoTrans, CblasTrans, rows, cols, HS, scale, q + (size_t)i0 * ld, ld,
-                 k, ld, 0.0f, P + (size_t)i0 * T, T);
+        cpu_gemm(ctx, CblasNoTrans, CblasTrans, rows, cols, HS, scale, q + (size_t)i0 * ld, ld, k,
+                 ld, 0.0f, P + (size_t)i0 * T, T);
 #pragma omp parallel for schedule(static) num_threads(inner) if (inner > 1)
         for (int t = i0; t < i0 + rows; t++) {
             float *restrict p = P + (size_t)t * T;
@@ -90,8 +90,8 @@ static void attn_bwd_head(cpu_ctx *ctx, float *dq, const float *dout, const floa
             // The rest of the diagonal block is read by the GEMMs below.
             for (int j = t + 1; j < cols; j++) d[j] = 0.0f;
         }
-        cpu_gemm(ctx, CblasNoTrans, CblasNoTrans, rows, HS, cols, scale, dS + (size_t)i0 * T, T,
-                 k, ld, 0.0f, dq + (size_t)i0 * ld, ld);
+        cpu_gemm(ctx, CblasNoTrans, CblasNoTrans, rows, HS, cols, scale, dS + (size_t)i0 * T, T, k,
+                 ld, 0.0f, dq + (size_t)i0 * ld, ld);
     }
     // dV and dK by column block j: only rows >= j0 are nonzero in P[:, j] and dS[:, j].
     for (int j0 = 0; j0 < T; j0 += ATTN_BLOCK) {
@@ -103,8 +103,8 @@ static void attn_bwd_head(cpu_ctx *ctx, float *dq, const float *dout, const floa
     }
 }
 
-void cpu_attention_fwd(backend *b, float *out, void *state, const float *qkv, int B, int T,
-                       int NH, int HS) {
+void cpu_attention_fwd(backend *b, float *out, void *state, const float *qkv, int B, int T, int NH,
+                       int HS) {
     cpu_ctx *ctx = b->ctx;
     const int C = NH * HS, heads = B * NH;
     float *P = state;

@@ -71,6 +71,25 @@ static tri_status self_barrier(comm *c, comm_group_id g) {
     return TRI_OK;
 }
 
+// A group of one has no peer to talk to: a send or receive here is a schedule bug.
+static tri_status self_p2p(comm *c, comm_group_id g, const void *buf, size_t count, comm_dtype dt,
+                           int peer) {
+    (void)c; (void)buf; (void)count; (void)dt;
+    LOG_ERROR("point-to-point with rank %d of group %s in a single-process run", peer,
+              comm_group_name(g));
+    return TRI_ERR_INTERNAL;
+}
+
+static tri_status self_recv(comm *c, comm_group_id g, void *buf, size_t count, comm_dtype dt,
+                            int peer) {
+    return self_p2p(c, g, buf, count, dt, peer);
+}
+
+static tri_status self_group(comm *c) {
+    (void)c;
+    return TRI_OK;
+}
+
 static void self_destroy(comm *c) { free(c); }
 
 tri_status comm_self_create(comm **out) {
@@ -81,11 +100,17 @@ tri_status comm_self_create(comm **out) {
         /* .world_rank     = */ 0,
         /* .world_size     = */ 1,
         /* .groups         = */ {{0}},
+        /* .timeout_s      = */ 0,
+        /* .step           = */ 0,
         /* .all_reduce     = */ self_all_reduce,
         /* .reduce_scatter = */ self_reduce_scatter,
         /* .all_gather     = */ self_all_gather,
         /* .broadcast      = */ self_broadcast,
         /* .barrier        = */ self_barrier,
+        /* .send           = */ self_p2p,
+        /* .recv           = */ self_recv,
+        /* .group_start    = */ self_group,
+        /* .group_end      = */ self_group,
         /* .destroy        = */ self_destroy,
     };
     for (int g = 0; g < COMM_GROUP_COUNT; g++) c->groups[g] = (comm_group){.size = 1, .rank = 0};

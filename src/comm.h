@@ -44,6 +44,10 @@ struct comm {
     void *ctx;
     int world_rank, world_size;
     comm_group groups[COMM_GROUP_COUNT];
+    // A collective that does not complete within timeout_s ends the job with exit code 5
+    // and a message naming the group, the collective, `step` and the ranks waited for.
+    double timeout_s;
+    int step;          // set by the trainer each step, for those messages
 
     // In-place all-reduce of `count` elements.
     tri_status (*all_reduce)(comm *c, comm_group_id g, void *buf, size_t count, comm_dtype dt,
@@ -57,6 +61,16 @@ struct comm {
     tri_status (*broadcast)(comm *c, comm_group_id g, void *buf, size_t count, comm_dtype dt,
                             int root);
     tri_status (*barrier)(comm *c, comm_group_id g);
+    // Point-to-point with a peer given as a rank of group g. Sends and receives issued
+    // between group_start and group_end progress together (so both directions can be in
+    // flight) and group_end waits for all of them; outside a group each call completes
+    // before it returns.
+    tri_status (*send)(comm *c, comm_group_id g, const void *buf, size_t count, comm_dtype dt,
+                       int peer);
+    tri_status (*recv)(comm *c, comm_group_id g, void *buf, size_t count, comm_dtype dt,
+                       int peer);
+    tri_status (*group_start)(comm *c);
+    tri_status (*group_end)(comm *c);
     void (*destroy)(comm *c);
 };
 

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "backend.h"
 #include "config.h"
 #include "export.h"
 #include "mesh.h"
@@ -170,6 +171,7 @@ static int cmd_export(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    backend_cpu_prepare_process(argv);
     log_init();
     if (argc < 2) {
         usage(stderr);
