@@ -20,8 +20,50 @@ MPI_PMIX_LIBS := $(shell pkg-config --libs ompi-c pmix 2>/dev/null)
 CPPFLAGS += -iquote src $(if $(OPENBLAS_INC),-I$(OPENBLAS_INC)) $(MPI_PMIX_CFLAGS)
 LDLIBS += -lyaml -lopenblas $(MPI_PMIX_LIBS) -lm -fopenmp
 
-SRCS := $(sort $(wildcard src/*.c))
+# ---- CUDA (USE_CUDA=auto|0|1) ----
+# auto builds cuda/ when nvcc is on PATH or at /usr/local/cuda/bin/nvcc; 0 never; 1 always
+# (an error without nvcc). Without CUDA, src/nocuda.c stands in for cuda/: the same symbols,
+# each failing with "this build of trident has no CUDA support". Exactly one of the two is
+# linked.
+comma := ,
+NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/,%,$(dir $(NVCC))),/usr/local/cuda)
+CUDA_ARCH ?= sm_90
+ifeq ($(USE_CUDA),auto)
+BUILD_CUDA := $(if $(NVCC),1,0)
+else ifeq ($(USE_CUDA),1)
+BUILD_CUDA := 1
+else ifeq ($(USE_CUDA),0)
+BUILD_CUDA := 0
+else
+$(error USE_CUDA must be auto, 0 or 1, not '$(USE_CUDA)')
+endif
+# USE_CUDA=1 without nvcc stops every goal that builds (clean and deps still run).
+ifeq ($(BUILD_CUDA)$(NVCC),1)
+ifneq ($(or $(filter-out clean deps format,$(MAKECMDGOALS)),$(if $(MAKECMDGOALS),,all)),)
+$(error USE_CUDA=1, but nvcc is neither on PATH nor at /usr/local/cuda/bin/nvcc. Install \
+	the CUDA toolkit (with NCCL and cuBLASLt), put its bin/ on PATH or pass \
+	NVCC=/path/to/nvcc, or build without CUDA: make USE_CUDA=0)
+endif
+endif
+NVCCFLAGS ?= -O2
+NVCCFLAGS += -std=c++17 -gencode arch=$(patsubst sm_%,compute_%,$(CUDA_ARCH)),code=$(CUDA_ARCH) \
+	-Xcompiler -Wall,-Wextra$(if $(filter 1,$(WERROR)),$(comma)-Werror) \
+	-Xcompiler -iquote,src -MMD -MP
+CUDA_SRCS := $(sort $(wildcard cuda/*.cu))
+CUDA_OBJS := $(CUDA_SRCS:cuda/%.cu=$(BUILD)/obj/cuda/%.o)
+
+SRCS := $(filter-out src/nocuda.c,$(sort $(wildcard src/*.c)))
 OBJS := $(SRCS:src/%.c=$(BUILD)/obj/%.o)
+ifeq ($(BUILD_CUDA),1)
+OBJS += $(CUDA_OBJS)
+# nvcc's host objects need the C++ runtime when gcc links them.
+LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart -lnccl -lcublasLt -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
+BUILD_KIND = with CUDA ($(NVCC), $(CUDA_ARCH), USE_CUDA=$(USE_CUDA))
+else
+OBJS += $(BUILD)/obj/nocuda.o
+BUILD_KIND = without CUDA (USE_CUDA=$(USE_CUDA)$(if $(NVCC),,$(comma) no nvcc found))
+endif
 LIB_OBJS := $(filter-out $(BUILD)/obj/main.o,$(OBJS))
 TEST_SRCS := $(sort $(wildcard tests/test_*.c))
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
@@ -36,8 +78,12 @@ deps:
 $(BUILD)/obj/%.o: src/%.c | $(BUILD)/obj
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
+$(BUILD)/obj/cuda/%.o: cuda/%.cu | $(BUILD)/obj/cuda
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
 $(BUILD)/trident: $(OBJS)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+	@echo "trident: built $@ $(BUILD_KIND)"
 
 $(BUILD)/tests/%: tests/%.c $(LIB_OBJS) | $(BUILD)/tests
 	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(LIB_OBJS) -o $@ $(LDLIBS)
@@ -45,7 +91,7 @@ $(BUILD)/tests/%: tests/%.c $(LIB_OBJS) | $(BUILD)/tests
 $(BUILD)/tools/%: scripts/%.c $(LIB_OBJS) | $(BUILD)/tools
 	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(LIB_OBJS) -o $@ $(LDLIBS)
 
-$(BUILD)/obj $(BUILD)/tests $(BUILD)/tools:
+$(BUILD)/obj $(BUILD)/obj/cuda $(BUILD)/tests $(BUILD)/tools:
 	@mkdir -p $@
 
 # The embedded corpus: data/kjv.txt (King James Bible, public domain, from Debian's

@@ -9,7 +9,9 @@
 # the same OpenBLAS between the configs; the best of them), is the denominator of the
 # model FLOP/s (flops_per_token from the metrics run record times tokens/s).
 # No thresholds: it prints numbers.
-# OPENBLAS_CORETYPE is left as the environment has it (all three use the same OpenBLAS).
+# OPENBLAS_CORETYPE: trident sets it for the CPU's ISA when OpenBLAS 0.3.21 falls back to
+# its generic SSE3 kernels (it does not know recent CPUs). PyTorch and numpy use the same
+# OpenBLAS, so the script exports the same core for all of them, unless already set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 THREADS=${1:-2}
@@ -22,6 +24,12 @@ PY=/usr/bin/python3
 "$PY" -c 'import torch, numpy, yaml' 2>/dev/null ||
     { echo "bench: /usr/bin/python3 needs python3-torch, python3-numpy, python3-yaml (scripts/install-deps.sh)" >&2; exit 1; }
 
+if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+    flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
+    has() { [[ " $flags " == *" $1 "* ]]; }
+    if has avx512f && has avx512bw && has avx512vl && has avx512dq; then export OPENBLAS_CORETYPE=SkylakeX
+    elif has avx2 && has fma; then export OPENBLAS_CORETYPE=Haswell; fi
+fi
 LOG=$(mktemp -d /tmp/trident-bench.XXXXXX)
 echo "bench: $THREADS threads, logs in $LOG, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>}" >&2
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)

@@ -16,6 +16,11 @@ declare -A need=(
     [python3-torch]=/usr/lib/python3/dist-packages/torch/__init__.py
     [python3-numpy]=/usr/lib/python3/dist-packages/numpy/__init__.py
     [python3-yaml]=/usr/lib/python3/dist-packages/yaml/__init__.py
+    # a one-node Slurm for tests/test_slurm.sh (scripts/slurm/local-cluster.sh)
+    [munge]=/usr/sbin/munged
+    [slurmctld]=/usr/sbin/slurmctld
+    [slurmd]=/usr/sbin/slurmd
+    [slurm-client]=/usr/bin/srun
 )
 if [ "$(uname -m)" = aarch64 ]; then
     need[libopenblas-dev]=/usr/include/aarch64-linux-gnu/openblas-pthread/cblas.h

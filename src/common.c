@@ -4,6 +4,8 @@
 #include <stdarg.h>
 #include <string.h>
 #include <time.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 static log_level g_level = LOG_LEVEL_INFO;
 static int g_rank = 0;
@@ -39,6 +41,27 @@ void log_msg(log_level level, const char *fmt, ...) {
     const char *tag = level == LOG_LEVEL_ERROR ? "error: " : level == LOG_LEVEL_WARN ? "warning: " : "";
     fprintf(f, "%s%s%s\n", g_prefix, tag, line);
     fflush(f);
+}
+
+int log_mute_if_not_rank0(void) {
+    if (g_rank == 0) return -1;
+    fflush(stderr);
+    int saved = dup(2), null = open("/dev/null", O_WRONLY);
+    if (saved < 0 || null < 0) {
+        if (saved >= 0) close(saved);
+        if (null >= 0) close(null);
+        return -1;
+    }
+    dup2(null, 2);
+    close(null);
+    return saved;
+}
+
+void log_unmute(int token) {
+    if (token < 0) return;
+    fflush(stderr);
+    dup2(token, 2);
+    close(token);
 }
 
 void *xmalloc(size_t bytes) {

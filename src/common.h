@@ -27,6 +27,11 @@ void log_init(void);
 void log_set_rank(int rank, int tp, int dp, int pp);
 int log_enabled(log_level level);
 void log_msg(log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+// Config validation gives the same verdict on every rank, so ranks != 0 hold their stderr
+// while it runs and the job prints each problem once. Returns a token for log_unmute.
+int log_mute_if_not_rank0(void);
+void log_unmute(int token);
+
 #define LOG_DEBUG(...) log_msg(LOG_LEVEL_DEBUG, __VA_ARGS__)
 #define LOG_INFO(...) log_msg(LOG_LEVEL_INFO, __VA_ARGS__)
 #define LOG_WARN(...) log_msg(LOG_LEVEL_WARN, __VA_ARGS__)

@@ -4,8 +4,10 @@
 #include <string.h>
 
 #include "backend.h"
+#include "commtest.h"
 #include "config.h"
 #include "export.h"
+#include "launch.h"
 #include "mesh.h"
 #include "metrics.h"
 #include "sample.h"
@@ -20,6 +22,8 @@ static void usage(FILE *f) {
             "  trident check CONFIG [--world N] [--set ...]  validate, print the resolved config and mesh\n"
             "  trident sample RUN_OR_MODEL [--prompt TEXT] [--tokens N] [--temperature T] [--seed S]\n"
             "  trident export RUN_OR_MODEL --format llmc|safetensors --out FILE\n"
+            "  trident comm-test [--world-shape tp,pp,dp] [--bytes MIN:MAX] [--iters N] [--timeout S]\n"
+            "                                                every collective on every group, checked\n"
             "  trident --help | --version\n"
             "\n"
             "RUN_OR_MODEL is a run directory (run.out_dir, holding model.bin) or an llm.c model file.\n"
@@ -86,13 +90,20 @@ static int parse_config_args(int argc, char **argv, config_args *ca, int allow_w
 
 static int cmd_train(int argc, char **argv) {
     config_args ca = {0};
-    int rc = parse_config_args(argc, argv, &ca, 0);
+    launch_info li;
+    int rc = launch_init(&li);
+    if (rc) return rc;
+    log_set_rank(li.rank, 0, 0, 0); // the mesh coordinates follow once the config is resolved
+    int mute = log_mute_if_not_rank0();
+    rc = parse_config_args(argc, argv, &ca, 0);
     run_config cfg;
     config_defaults(&cfg);
     if (!rc) rc = config_load(&cfg, ca.config, ca.n_sets, ca.sets);
-    if (!rc) rc = train_run(&cfg);
+    log_unmute(mute);
+    if (!rc) rc = train_run(&cfg, &li);
     config_free(&cfg);
     free(ca.sets);
+    launch_finalize(&li);
     return rc;
 }
 
@@ -190,5 +201,6 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "check")) return cmd_check(argc - 2, argv + 2);
     if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);
     if (!strcmp(cmd, "export")) return cmd_export(argc - 2, argv + 2);
+    if (!strcmp(cmd, "comm-test")) return commtest_main(argc - 2, argv + 2);
     return usage_error("unknown command %s", cmd);
 }

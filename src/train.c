@@ -10,6 +10,7 @@
 
 #include "backend.h"
 #include "comm.h"
+#include "comm_mpi.h"
 #include "data.h"
 #include "llmc.h"
 #include "mesh.h"
@@ -20,6 +21,8 @@
 
 typedef struct {
     run_config *cfg;
+    launch_info *li;
+    mesh_coord coord; // this rank's (tp, dp, pp)
     backend *be;
     comm *cm;
     model model;
@@ -92,8 +95,7 @@ static tri_status trainer_open_data(trainer *tr) {
     const int T = cfg->model.seq_len, V = cfg->model.vocab_size;
     TRI_CHECK(data_open(&tr->train, cfg->data.train, T, V, cfg->train.global_batch, "data.train"));
     if (cfg->data.eval_every > 0)
-        TRI_CHECK(data_open(&tr->val, cfg->data.val, T, V,
-                            (int64_t)cfg->train.micro_batch * tr->dp, "data.val"));
+        TRI_CHECK(data_open(&tr->val, cfg->data.val, T, V, cfg->train.global_batch, "data.val"));
     return TRI_OK;
 }
 
@@ -117,6 +119,20 @@ static tri_status check_supported(const run_config *cfg) {
                   "set it to auto or none", cfg->checkpoint.resume);
         bad = 1;
     }
+    // The mesh machinery is complete; the model-parallel splits and ZeRO sharding arrive
+    // with their own issues. Until then a run is data-parallel with replicated state.
+    if (cfg->parallel.tp > 1 || cfg->parallel.pp > 1) {
+        LOG_ERROR("parallel.tp = %d, parallel.pp = %d: tensor and pipeline parallel training "
+                  "are not in this build yet; use tp: 1, pp: 1 (data parallelism over the "
+                  "whole world)", cfg->parallel.tp, cfg->parallel.pp);
+        bad = 1;
+    }
+    if (cfg->parallel.dp > 1 && cfg->parallel.zero != 0) {
+        LOG_ERROR("parallel.zero = %d with dp = %d: ZeRO sharding is not in this build yet; "
+                  "set parallel.zero: 0 (gradients all-reduced, state replicated)",
+                  cfg->parallel.zero, cfg->parallel.dp);
+        bad = 1;
+    }
     if (bad) return TRI_ERR_CONFIG;
     if (cfg->checkpoint.dir)
         LOG_WARN("checkpoint.dir is set, but this build writes no checkpoints yet: only the "
@@ -124,19 +140,40 @@ static tri_status check_supported(const run_config *cfg) {
     return TRI_OK;
 }
 
-static tri_status trainer_init(trainer *tr, run_config *cfg) {
+// The comm backend of the mesh: a world of one needs none; otherwise MPI on the CPU path.
+static tri_status create_comm(trainer *tr) {
+    const run_config *cfg = tr->cfg;
+    if (tr->li->world == 1) return comm_self_create(&tr->cm);
+    if (cfg->system.comm == COMM_NCCL) {
+        LOG_ERROR("system.comm: nccl needs the CUDA backend, which this build does not train "
+                  "with yet; use mpi (or auto)");
+        return TRI_ERR_CONFIG;
+    }
+    TRI_CHECK(comm_mpi_create(&tr->cm, cfg, tr->li, cfg->system.comm_timeout_s));
+    return TRI_OK;
+}
+
+static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     tr->cfg = cfg;
-    TRI_CHECK(check_supported(cfg));
+    tr->li = li;
     if (cfg->system.backend == BACKEND_CUDA) {
-        LOG_ERROR("system.backend: cuda was asked for, but this build of trident has no CUDA "
-                  "backend");
+        LOG_ERROR("system.backend: cuda was asked for, but this build of trident trains on the "
+                  "CPU backend only");
         LOG_ERROR("HINT: set system.backend: cpu (or auto)");
         return TRI_ERR_CONFIG;
     }
-    TRI_CHECK(comm_self_create(&tr->cm));
-    TRI_CHECK(config_resolve_world(cfg, tr->cm->world_size));
+    // Every rank validates the same config; only rank 0 prints what is wrong.
+    int mute = log_mute_if_not_rank0();
+    tri_status rc = config_resolve_world(cfg, li->world);
+    if (rc == TRI_OK) rc = check_supported(cfg);
+    log_unmute(mute);
+    TRI_CHECK(rc);
+    tr->coord = mesh_coord_of(cfg, li->rank);
+    log_set_rank(li->rank, tr->coord.tp, tr->coord.dp, tr->coord.pp);
+    if (li->rank == 0 && li->world > 1) mesh_print(cfg, stdout);
+    TRI_CHECK(create_comm(tr));
     tr->dp = cfg->parallel.dp;
-    tr->dp_rank = 0;
+    tr->dp_rank = tr->coord.dp;
     tr->n_micro = config_micro_batches(cfg);
     TRI_CHECK(backend_cpu_create(&tr->be, cfg->system.threads));
     TRI_CHECK(trainer_open_data(tr));
@@ -148,7 +185,7 @@ static tri_status trainer_init(trainer *tr, run_config *cfg) {
     size_t N = (size_t)cfg->train.micro_batch * cfg->model.seq_len;
     tr->inputs = xmalloc(N * sizeof(int));
     tr->targets = xmalloc(N * sizeof(int));
-    TRI_CHECK(make_dirs(cfg->run.out_dir));
+    if (li->rank == 0) TRI_CHECK(make_dirs(cfg->run.out_dir));
     tr->flops_per_token = flops_per_token(cfg);
     tr->peak_flops = measure_matmul_rate(tr->be);
     char extra[512];
@@ -158,7 +195,8 @@ static tri_status trainer_init(trainer *tr, run_config *cfg) {
              (long long)tr->model.table.global_numel, tr->be->threads, tr->n_micro,
              tr->flops_per_token, tr->peak_flops, tr->model.table.local_numel * sizeof(float),
              tr->model.activation_bytes);
-    TRI_CHECK(metrics_open(&tr->metrics, cfg, tr->cm->world_size, tr->be->name, tr->cm->name, extra));
+    if (li->rank == 0)
+        TRI_CHECK(metrics_open(&tr->metrics, cfg, tr->cm->world_size, tr->be->name, tr->cm->name, extra));
     return TRI_OK;
 }
 
@@ -211,25 +249,29 @@ static tri_status run_schedule(trainer *tr, int step, double *loss_sum) {
     return TRI_OK;
 }
 
-// Mean validation loss over eval_batches batches of micro_batch sequences per replica,
-// always the same leading part of the validation stream so evaluations compare.
+// Mean validation loss over eval_batches batches of global_batch sequences, split over the
+// dp replicas as a training step is: always the same leading part of the validation
+// stream, whatever the layout, so evaluations compare across steps and layouts.
 static tri_status evaluate(trainer *tr, double *val_loss) {
     const run_config *cfg = tr->cfg;
-    const int B = cfg->train.micro_batch, T = cfg->model.seq_len;
+    const int B = cfg->train.micro_batch, T = cfg->model.seq_len, GB = cfg->train.global_batch;
     double sum = 0.0;
     for (int j = 0; j < cfg->data.eval_batches; j++) {
-        int64_t first = ((int64_t)j * tr->dp + tr->dp_rank) * B;
-        data_batch(&tr->val, first, B, tr->inputs, tr->targets);
-        double loss = 0.0;
-        TRI_CHECK(model_forward(&tr->model, 0, tr->inputs, tr->targets, &loss));
-        sum += loss;
+        for (int micro = 0; micro < tr->n_micro; micro++) {
+            int64_t first = data_micro_batch_start(j, GB, tr->dp, tr->dp_rank, micro, B);
+            data_batch(&tr->val, first, B, tr->inputs, tr->targets);
+            double loss = 0.0;
+            TRI_CHECK(model_forward(&tr->model, 0, tr->inputs, tr->targets, &loss));
+            sum += loss;
+        }
     }
     if (tr->dp > 1) TRI_CHECK(tr->cm->all_reduce(tr->cm, COMM_GROUP_DP, &sum, 1, COMM_DTYPE_F64, COMM_REDUCE_SUM));
-    *val_loss = sum / ((double)cfg->data.eval_batches * B * T * tr->dp);
+    *val_loss = sum / ((double)cfg->data.eval_batches * GB * T);
     return TRI_OK;
 }
 
 static tri_status save_model(trainer *tr) {
+    if (tr->li->rank != 0) return TRI_OK; // dp replicas hold identical parameters
     char path[4096];
     snprintf(path, sizeof path, "%s/model.bin", tr->cfg->run.out_dir);
     model *m = &tr->model;
@@ -255,6 +297,7 @@ static tri_status train_loop(trainer *tr) {
              tr->be->name, tr->be->threads);
     for (int step = 0; step < cfg->train.steps; step++) {
         double t0 = time_now_s();
+        tr->cm->step = step + 1;
         comm_counters_reset(tr->cm);
         tr->be->memset_zero(tr->be, m->grads, m->table.local_numel * sizeof(float));
         double loss_sum = 0.0;
@@ -315,11 +358,11 @@ static tri_status train_loop(trainer *tr) {
     return TRI_OK;
 }
 
-tri_status train_run(run_config *cfg) {
+tri_status train_run(run_config *cfg, launch_info *li) {
     trainer tr;
     memset(&tr, 0, sizeof tr);
     tri_status rc;
-    TRI_CHECK_GOTO(trainer_init(&tr, cfg), rc, done);
+    TRI_CHECK_GOTO(trainer_init(&tr, cfg, li), rc, done);
     TRI_CHECK_GOTO(train_loop(&tr), rc, done);
 done:
     trainer_free(&tr);

@@ -3,6 +3,9 @@
 #include "common.h"
 #include "config.h"
 
-// Trains per cfg (resolved for a world of one in this build). Writes metrics.jsonl and the
-// final model as <out_dir>/model.bin (llm.c format).
-tri_status train_run(run_config *cfg);
+#include "launch.h"
+
+// Trains per cfg on the processes `li` describes (a world of one, or every rank of an
+// srun/mpirun job). Resolves the world, creates the comm backend of the mesh, trains;
+// rank 0 writes metrics.jsonl and the final model as <out_dir>/model.bin (llm.c format).
+tri_status train_run(run_config *cfg, launch_info *li);

@@ -1,0 +1,25 @@
+// nocuda.c: the stand-in for cuda/ in a build without CUDA (USE_CUDA=0, or auto without
+// nvcc). The Makefile links exactly one of the two, so callers never #ifdef on the backend
+// (STYLE.md: a missing optional feature compiles a stub chosen by the Makefile).
+#include "cuda_api.h"
+
+static tri_status no_cuda(const char *what) {
+    LOG_ERROR("%s: this build of trident has no CUDA support; rebuild with nvcc on PATH "
+              "(USE_CUDA=1)", what);
+    return TRI_ERR_CONFIG;
+}
+
+// No CUDA: no device, silently (backend "auto" asks this to choose the CPU).
+int cuda_device_count(void) { return 0; }
+
+tri_status cuda_device_select(int local_rank, int *device) {
+    (void)local_rank;
+    *device = -1;
+    return no_cuda("selecting a CUDA device");
+}
+
+tri_status comm_nccl_create(comm **out, const run_config *cfg, launch_info *li, double timeout_s) {
+    (void)cfg; (void)li; (void)timeout_s;
+    *out = NULL;
+    return no_cuda("the NCCL comm backend (system.comm: nccl)");
+}
