@@ -1,10 +1,14 @@
-// model.c: GPT-2 (DESIGN.md "Model") forward and backward over one micro-batch.
+// model.c: GPT-2 (DESIGN.md "Model") forward and backward over one micro-batch, with
+// Megatron tensor parallelism and optional sequence parallelism.
 //
-// Tensor-parallel structure (Megatron): qkv and fc are column-parallel, attproj and
-// fcproj row-parallel. The conjugate operators are tp_copy_to_parallel (identity forward,
-// all-reduce backward) before a column-parallel block and tp_reduce_from_parallel
-// (all-reduce forward, identity backward) after a row-parallel block. With tp = 1 both
-// are the identity.
+// Tensor-parallel structure: qkv and fc are column-parallel (split by heads / by output
+// columns), attproj and fcproj row-parallel (split by input columns), the embedding and
+// the tied LM head vocab-parallel. The conjugate operators:
+//   before a column-parallel block: identity forward / all-reduce backward
+//     (sequence parallel: all-gather of rows forward / reduce-scatter backward);
+//   after a row-parallel block: all-reduce forward / identity backward
+//     (sequence parallel: reduce-scatter forward / all-gather backward).
+// A row-parallel bias is added once, by tp rank 0, before the reduction.
 #include "model.h"
 
 #include <math.h>
@@ -20,18 +24,42 @@ static tri_status tp_all_reduce(model *m, float *x, size_t n) {
     return m->cm->all_reduce(m->cm, COMM_GROUP_TP, x, n, COMM_DTYPE_F32, COMM_REDUCE_SUM);
 }
 
-// Forward of "copy to the tp region" is the identity; its backward all-reduces.
-static tri_status tp_copy_to_parallel_bwd(model *m, float *dx, size_t n) {
-    return tp_all_reduce(m, dx, n);
+// Forward of "reduce from the tp region": `partial` (N, C) holds this rank's partial sums;
+// the reduced rows this rank keeps land in `rows` (Nl, C). Without SP both are the same
+// buffer (all-reduce); with SP a reduce-scatter leaves this rank's block of rows.
+static tri_status tp_reduce_rows(model *m, float *partial, float *rows) {
+    const model_dims *d = &m->d;
+    if (!d->sp) {
+        TRI_ASSERT(partial == rows);
+        return tp_all_reduce(m, partial, (size_t)d->N * d->C);
+    }
+    return m->cm->reduce_scatter(m->cm, COMM_GROUP_TP, partial, rows, (size_t)d->N_local * d->C,
+                                 COMM_DTYPE_F32);
 }
 
-// Forward of "reduce from the tp region" all-reduces partial sums; its backward is the
-// identity.
-static tri_status tp_reduce_from_parallel_fwd(model *m, float *x, size_t n) {
-    return tp_all_reduce(m, x, n);
+// Forward of "copy to the tp region" under SP: `full` (N, C) holds this rank's rows at
+// row0; the all-gather fills in every rank's rows. Identity without SP.
+static tri_status tp_gather_rows(model *m, float *full) {
+    const model_dims *d = &m->d;
+    if (!d->sp) return TRI_OK;
+    size_t block = (size_t)d->N_local * d->C;
+    return m->cm->all_gather(m->cm, COMM_GROUP_TP, full + (size_t)d->row0 * d->C, full, block,
+                             COMM_DTYPE_F32);
 }
 
-static void *alloc_or_null(model *m, size_t bytes, size_t *total) {
+// The residual gradient (Nl, C) as all rows (N, C), the input of a row-parallel backward.
+static tri_status dresidual_all_rows(model *m, float **out) {
+    const model_dims *d = &m->d;
+    if (!d->sp) {
+        *out = m->dresidual;
+        return TRI_OK;
+    }
+    *out = m->rows_full;
+    return m->cm->all_gather(m->cm, COMM_GROUP_TP, m->dresidual, m->rows_full,
+                             (size_t)d->N_local * d->C, COMM_DTYPE_F32);
+}
+
+static void *alloc_counted(model *m, size_t bytes, size_t *total) {
     *total += bytes;
     return m->be->alloc(m->be, bytes);
 }
@@ -47,54 +75,75 @@ static tri_status check_allocated(model *m, void **ptrs, size_t n) {
     return TRI_OK;
 }
 
+#define ACT_POINTERS(a)                                                                      \
+    (a)->residual, (a)->residual2, (a)->ln1, (a)->ln2, (a)->ln1_mean, (a)->ln1_rstd,          \
+        (a)->ln2_mean, (a)->ln2_rstd, (a)->qkv, (a)->att_state, (a)->atty, (a)->fch,          \
+        (a)->fch_gelu, (a)->lnf, (a)->lnf_mean, (a)->lnf_rstd, (a)->logits, (a)->rowmax,      \
+        (a)->sumexp, (a)->target_logit, (a)->losses, (a)->inputs, (a)->targets
+
 static tri_status alloc_acts(model *m, model_acts *a) {
     const model_dims *d = &m->d;
-    const size_t N = (size_t)d->B * d->T, L = d->L, C = d->C, f = sizeof(float);
+    const size_t N = d->N, Nl = d->N_local, L = d->L, C = d->C, f = sizeof(float);
     size_t total = 0;
-    m->att_state_bytes = m->be->attention_state_bytes(m->be, d->B, d->T, d->NH_local);
-    a->residual = alloc_or_null(m, (L + 1) * N * C * f, &total);
-    a->residual2 = alloc_or_null(m, L * N * C * f, &total);
-    a->ln1 = alloc_or_null(m, L * N * C * f, &total);
-    a->ln2 = alloc_or_null(m, L * N * C * f, &total);
-    a->ln1_mean = alloc_or_null(m, L * N * f, &total);
-    a->ln1_rstd = alloc_or_null(m, L * N * f, &total);
-    a->ln2_mean = alloc_or_null(m, L * N * f, &total);
-    a->ln2_rstd = alloc_or_null(m, L * N * f, &total);
-    a->qkv = alloc_or_null(m, L * N * d->C3_local * f, &total);
-    a->att_state = alloc_or_null(m, L * m->att_state_bytes, &total);
-    a->atty = alloc_or_null(m, L * N * (C / d->tp) * f, &total);
-    a->fch = alloc_or_null(m, L * N * d->C4_local * f, &total);
-    a->fch_gelu = alloc_or_null(m, L * N * d->C4_local * f, &total);
-    a->lnf = alloc_or_null(m, N * C * f, &total);
-    a->lnf_mean = alloc_or_null(m, N * f, &total);
-    a->lnf_rstd = alloc_or_null(m, N * f, &total);
-    a->logits = alloc_or_null(m, N * d->Vp_local * f, &total);
-    a->rowmax = alloc_or_null(m, N * f, &total);
-    a->sumexp = alloc_or_null(m, N * f, &total);
-    a->target_logit = alloc_or_null(m, N * f, &total);
-    a->losses = alloc_or_null(m, N * f, &total);
-    a->inputs = alloc_or_null(m, N * sizeof(int), &total);
-    a->targets = alloc_or_null(m, N * sizeof(int), &total);
+    a->residual = alloc_counted(m, (L + 1) * Nl * C * f, &total);
+    a->residual2 = alloc_counted(m, L * Nl * C * f, &total);
+    a->ln1 = alloc_counted(m, L * N * C * f, &total);
+    a->ln2 = alloc_counted(m, L * N * C * f, &total);
+    a->ln1_mean = alloc_counted(m, L * Nl * f, &total);
+    a->ln1_rstd = alloc_counted(m, L * Nl * f, &total);
+    a->ln2_mean = alloc_counted(m, L * Nl * f, &total);
+    a->ln2_rstd = alloc_counted(m, L * Nl * f, &total);
+    a->qkv = alloc_counted(m, L * N * d->C3_local * f, &total);
+    a->att_state = alloc_counted(m, L * m->att_state_bytes, &total);
+    a->atty = alloc_counted(m, L * N * d->C_local * f, &total);
+    a->fch = alloc_counted(m, L * N * d->C4_local * f, &total);
+    a->fch_gelu = alloc_counted(m, L * N * d->C4_local * f, &total);
+    a->lnf = alloc_counted(m, N * C * f, &total);
+    a->lnf_mean = alloc_counted(m, Nl * f, &total);
+    a->lnf_rstd = alloc_counted(m, Nl * f, &total);
+    a->logits = alloc_counted(m, N * d->Vp_local * f, &total);
+    a->rowmax = alloc_counted(m, N * f, &total);
+    a->sumexp = alloc_counted(m, N * f, &total);
+    a->target_logit = alloc_counted(m, N * f, &total);
+    a->losses = alloc_counted(m, N * f, &total);
+    a->inputs = alloc_counted(m, N * sizeof(int), &total);
+    a->targets = alloc_counted(m, N * sizeof(int), &total);
     m->activation_bytes += total;
-    void *all[] = {a->residual, a->residual2, a->ln1, a->ln2, a->ln1_mean, a->ln1_rstd,
-                   a->ln2_mean, a->ln2_rstd, a->qkv, a->att_state, a->atty, a->fch,
-                   a->fch_gelu, a->lnf, a->lnf_mean, a->lnf_rstd, a->logits, a->rowmax,
-                   a->sumexp, a->target_logit, a->losses, a->inputs, a->targets};
+    void *all[] = {ACT_POINTERS(a)};
     return check_allocated(m, all, sizeof all / sizeof all[0]);
 }
 
 static tri_status alloc_scratch(model *m) {
     const model_dims *d = &m->d;
-    const size_t N = (size_t)d->B * d->T, C = d->C, f = sizeof(float);
+    const size_t N = d->N, C = d->C, f = sizeof(float);
     size_t total = 0;
-    m->dresidual = alloc_or_null(m, N * C * f, &total);
-    m->dln = alloc_or_null(m, N * C * f, &total);
-    m->dqkv = alloc_or_null(m, N * d->C3_local * f, &total);
-    m->datty = alloc_or_null(m, N * (C / d->tp) * f, &total);
-    m->dfch = alloc_or_null(m, N * d->C4_local * f, &total);
+    m->dresidual = alloc_counted(m, (size_t)d->N_local * C * f, &total);
+    m->dln = alloc_counted(m, N * C * f, &total);
+    m->dqkv = alloc_counted(m, N * d->C3_local * f, &total);
+    m->datty = alloc_counted(m, N * d->C_local * f, &total);
+    m->dfch = alloc_counted(m, N * d->C4_local * f, &total);
+    if (d->sp) m->rows_full = alloc_counted(m, N * C * f, &total);
     m->scratch_bytes = total;
-    void *all[] = {m->dresidual, m->dln, m->dqkv, m->datty, m->dfch};
+    void *all[] = {m->dresidual, m->dln, m->dqkv, m->datty, m->dfch,
+                   d->sp ? m->rows_full : m->dln};
     return check_allocated(m, all, sizeof all / sizeof all[0]);
+}
+
+static void set_dims(model_dims *d, const run_config *cfg, int B, const comm *cm) {
+    d->L = cfg->model.n_layer, d->C = cfg->model.d_model, d->NH = cfg->model.n_head;
+    d->HS = d->C / d->NH, d->T = cfg->model.seq_len, d->B = B;
+    d->V = cfg->model.vocab_size, d->Vp = config_padded_vocab(cfg);
+    d->tp = cm->groups[COMM_GROUP_TP].size, d->tp_rank = cm->groups[COMM_GROUP_TP].rank;
+    d->sp = cfg->parallel.sequence_parallel && d->tp > 1;
+    d->N = B * d->T;
+    d->N_local = d->sp ? d->N / d->tp : d->N;
+    d->row0 = d->sp ? d->tp_rank * d->N_local : 0;
+    d->NH_local = d->NH / d->tp;
+    d->C_local = d->C / d->tp;
+    d->C3_local = 3 * d->C_local;
+    d->C4_local = 4 * d->C_local;
+    d->Vp_local = d->Vp / d->tp;
+    d->vocab_start = d->tp_rank * d->Vp_local;
 }
 
 tri_status model_create(model *m, const run_config *cfg, int B, int n_slots, backend *be,
@@ -103,15 +152,8 @@ tri_status model_create(model *m, const run_config *cfg, int B, int n_slots, bac
     m->be = be;
     m->cm = cm;
     model_dims *d = &m->d;
-    d->L = cfg->model.n_layer, d->C = cfg->model.d_model, d->NH = cfg->model.n_head;
-    d->HS = d->C / d->NH, d->T = cfg->model.seq_len, d->B = B;
-    d->V = cfg->model.vocab_size, d->Vp = config_padded_vocab(cfg);
-    d->tp = cm->groups[COMM_GROUP_TP].size, d->tp_rank = cm->groups[COMM_GROUP_TP].rank;
-    d->NH_local = d->NH / d->tp;
-    d->C3_local = 3 * d->C / d->tp;
-    d->C4_local = 4 * d->C / d->tp;
-    d->Vp_local = d->Vp / d->tp;
-    d->vocab_start = d->tp_rank * d->Vp_local;
+    set_dims(d, cfg, B, cm);
+    TRI_ASSERT(d->N % d->tp == 0); // seq_len % tp == 0 is a config rule under SP
 
     params_build(&m->table, cfg, d->tp, d->tp_rank);
     size_t bytes = m->table.local_numel * sizeof(float);
@@ -137,6 +179,7 @@ tri_status model_create(model *m, const run_config *cfg, int B, int n_slots, bac
     }
     be->copy_to_device(be, m->params, host, bytes);
     free(host);
+    m->att_state_bytes = be->attention_state_bytes(be, d->B, d->T, d->NH_local);
     m->n_slots = n_slots;
     m->slots = xcalloc((size_t)n_slots, sizeof(model_acts));
     for (int s = 0; s < n_slots; s++) TRI_CHECK(alloc_acts(m, &m->slots[s]));
@@ -147,16 +190,13 @@ void model_free(model *m) {
     backend *be = m->be;
     if (!be) return;
     for (int s = 0; s < m->n_slots; s++) {
-        model_acts *a = &m->slots[s];
-        void *acts[] = {a->residual, a->residual2, a->ln1, a->ln2, a->ln1_mean, a->ln1_rstd,
-                        a->ln2_mean, a->ln2_rstd, a->qkv, a->att_state, a->atty, a->fch,
-                        a->fch_gelu, a->lnf, a->lnf_mean, a->lnf_rstd, a->logits, a->rowmax,
-                        a->sumexp, a->target_logit, a->losses, a->inputs, a->targets};
+        void *acts[] = {ACT_POINTERS(&m->slots[s])};
         for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
             if (acts[i]) be->free(be, acts[i]);
     }
     free(m->slots);
-    void *all[] = {m->params, m->grads, m->dresidual, m->dln, m->dqkv, m->datty, m->dfch};
+    void *all[] = {m->params, m->grads, m->dresidual, m->dln, m->dqkv, m->datty, m->dfch,
+                   m->rows_full};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i]) be->free(be, all[i]);
     params_free(&m->table);
@@ -165,57 +205,84 @@ void model_free(model *m) {
 
 // Per-layer activation pointers of layer l.
 typedef struct {
-    float *in, *res2, *out, *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *ln2, *ln2_mean, *ln2_rstd;
-    float *fch, *fch_gelu;
+    float *in, *res2, *out;                  // (Nl, C)
+    float *ln1, *ln2;                        // (N, C)
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+    float *qkv, *atty, *fch, *fch_gelu;
     void *att_state;
 } layer_acts;
 
 static layer_acts layer_acts_of(model *m, model_acts *a, int l) {
     const model_dims *d = &m->d;
-    const size_t N = (size_t)d->B * d->T, C = d->C;
+    const size_t N = d->N, Nl = d->N_local, C = d->C;
     return (layer_acts){
-        .in = a->residual + l * N * C,
-        .res2 = a->residual2 + l * N * C,
-        .out = a->residual + (l + 1) * N * C,
+        .in = a->residual + l * Nl * C,
+        .res2 = a->residual2 + l * Nl * C,
+        .out = a->residual + (l + 1) * Nl * C,
         .ln1 = a->ln1 + l * N * C,
-        .ln1_mean = a->ln1_mean + l * N,
-        .ln1_rstd = a->ln1_rstd + l * N,
-        .qkv = a->qkv + l * N * d->C3_local,
-        .atty = a->atty + l * N * (C / d->tp),
         .ln2 = a->ln2 + l * N * C,
-        .ln2_mean = a->ln2_mean + l * N,
-        .ln2_rstd = a->ln2_rstd + l * N,
+        .ln1_mean = a->ln1_mean + l * Nl,
+        .ln1_rstd = a->ln1_rstd + l * Nl,
+        .ln2_mean = a->ln2_mean + l * Nl,
+        .ln2_rstd = a->ln2_rstd + l * Nl,
+        .qkv = a->qkv + l * N * d->C3_local,
+        .atty = a->atty + l * N * d->C_local,
         .fch = a->fch + l * N * d->C4_local,
         .fch_gelu = a->fch_gelu + l * N * d->C4_local,
         .att_state = (char *)a->att_state + l * m->att_state_bytes,
     };
 }
 
+// LayerNorm of this rank's rows into their place in `full` (N, C), then the rows of every
+// rank (SP all-gather; without SP the rows are already all rows).
+static tri_status layernorm_to_all_rows(model *m, float *full, float *mean, float *rstd,
+                                        const float *in, const float *w, const float *b) {
+    const model_dims *d = &m->d;
+    m->be->layernorm_fwd(m->be, full + (size_t)d->row0 * d->C, mean, rstd, in, w, b, d->N_local, d->C);
+    return tp_gather_rows(m, full);
+}
+
+// A row-parallel linear whose reduced output is added to the residual stream:
+// out (Nl, C) = residual (Nl, C) + reduce_over_tp(inp (N, IC_local) @ w^T) + bias.
+static tri_status rowpar_residual(model *m, float *out, const float *residual, const float *inp,
+                                  const float *w, const float *bias, int IC_local) {
+    const model_dims *d = &m->d;
+    float *partial = d->sp ? m->rows_full : out;
+    m->be->matmul_fwd(m->be, partial, inp, w, d->tp_rank == 0 ? bias : NULL, d->N, IC_local, d->C);
+    TRI_CHECK(tp_reduce_rows(m, partial, out));
+    m->be->residual_fwd(m->be, out, out, residual, (size_t)d->N_local * d->C);
+    return TRI_OK;
+}
+
 static tri_status layer_forward(model *m, model_acts *acts, int l) {
     backend *be = m->be;
     const model_dims *d = &m->d;
-    const int N = d->B * d->T, C = d->C, Cl = C / d->tp;
+    const int N = d->N, C = d->C;
     layer_acts a = layer_acts_of(m, acts, l);
     const param_table *pt = &m->table;
-    // A row-parallel layer's bias must be added once, not once per tp rank: rank 0 adds it
-    // to its partial sum before the all-reduce.
-    const int add_rowpar_bias = d->tp_rank == 0;
 #define LP(which) P(m, params_layer(pt, l, which))
-    be->layernorm_fwd(be, a.ln1, a.ln1_mean, a.ln1_rstd, a.in, LP(PARAM_LN1W), LP(PARAM_LN1B), N, C);
+    TRI_CHECK(layernorm_to_all_rows(m, a.ln1, a.ln1_mean, a.ln1_rstd, a.in, LP(PARAM_LN1W), LP(PARAM_LN1B)));
     be->matmul_fwd(be, a.qkv, a.ln1, LP(PARAM_QKVW), LP(PARAM_QKVB), N, C, d->C3_local);
     be->attention_fwd(be, a.atty, a.att_state, a.qkv, d->B, d->T, d->NH_local, d->HS);
-    be->matmul_fwd(be, a.res2, a.atty, LP(PARAM_ATTPROJW), add_rowpar_bias ? LP(PARAM_ATTPROJB) : NULL,
-                   N, Cl, C);
-    TRI_CHECK(tp_reduce_from_parallel_fwd(m, a.res2, (size_t)N * C));
-    be->residual_fwd(be, a.res2, a.res2, a.in, (size_t)N * C);
-    be->layernorm_fwd(be, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, LP(PARAM_LN2W), LP(PARAM_LN2B), N, C);
+    TRI_CHECK(rowpar_residual(m, a.res2, a.in, a.atty, LP(PARAM_ATTPROJW), LP(PARAM_ATTPROJB), d->C_local));
+    TRI_CHECK(layernorm_to_all_rows(m, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, LP(PARAM_LN2W), LP(PARAM_LN2B)));
     be->matmul_fwd(be, a.fch, a.ln2, LP(PARAM_FCW), LP(PARAM_FCB), N, C, d->C4_local);
     be->gelu_fwd(be, a.fch_gelu, a.fch, (size_t)N * d->C4_local);
-    be->matmul_fwd(be, a.out, a.fch_gelu, LP(PARAM_FCPROJW), add_rowpar_bias ? LP(PARAM_FCPROJB) : NULL,
-                   N, d->C4_local, C);
-    TRI_CHECK(tp_reduce_from_parallel_fwd(m, a.out, (size_t)N * C));
-    be->residual_fwd(be, a.out, a.out, a.res2, (size_t)N * C);
+    TRI_CHECK(rowpar_residual(m, a.out, a.res2, a.fch_gelu, LP(PARAM_FCPROJW), LP(PARAM_FCPROJB), d->C4_local));
 #undef LP
+    return TRI_OK;
+}
+
+// Backward of "copy to the tp region" for a LayerNorm output: m->dln (N, C) holds this
+// rank's partial gradient of all rows; after the reduction its first Nl rows are the
+// gradient of this rank's rows (all-reduce without SP, reduce-scatter with it), which the
+// LayerNorm backward accumulates into m->dresidual.
+static tri_status layernorm_bwd_from_all_rows(model *m, const float *in, const float *w,
+                                              float *dw, float *db, const float *mean,
+                                              const float *rstd) {
+    const model_dims *d = &m->d;
+    TRI_CHECK(tp_reduce_rows(m, m->dln, m->dln));
+    m->be->layernorm_bwd(m->be, m->dresidual, dw, db, m->dln, in, w, mean, rstd, d->N_local, d->C);
     return TRI_OK;
 }
 
@@ -223,29 +290,30 @@ static tri_status layer_forward(model *m, model_acts *acts, int l) {
 static tri_status layer_backward(model *m, model_acts *acts, int l) {
     backend *be = m->be;
     const model_dims *d = &m->d;
-    const int N = d->B * d->T, C = d->C, Cl = C / d->tp;
+    const int N = d->N, C = d->C;
     layer_acts a = layer_acts_of(m, acts, l);
     const param_table *pt = &m->table;
+    float *dout;
 #define LP(which) P(m, params_layer(pt, l, which))
 #define LG(which) G(m, params_layer(pt, l, which))
     // MLP: out = res2 + fcproj(gelu(fc(ln2(res2)))).
-    be->matmul_bwd(be, m->dfch, LG(PARAM_FCPROJW), LG(PARAM_FCPROJB), m->dresidual, a.fch_gelu,
+    TRI_CHECK(dresidual_all_rows(m, &dout));
+    be->matmul_bwd(be, m->dfch, LG(PARAM_FCPROJW), LG(PARAM_FCPROJB), dout, a.fch_gelu,
                    LP(PARAM_FCPROJW), N, d->C4_local, C);
     be->gelu_bwd(be, m->dfch, a.fch, m->dfch, (size_t)N * d->C4_local);
     be->matmul_bwd(be, m->dln, LG(PARAM_FCW), LG(PARAM_FCB), m->dfch, a.ln2, LP(PARAM_FCW), N, C,
                    d->C4_local);
-    TRI_CHECK(tp_copy_to_parallel_bwd(m, m->dln, (size_t)N * C));
-    be->layernorm_bwd(be, m->dresidual, LG(PARAM_LN2W), LG(PARAM_LN2B), m->dln, a.res2,
-                      LP(PARAM_LN2W), a.ln2_mean, a.ln2_rstd, N, C);
+    TRI_CHECK(layernorm_bwd_from_all_rows(m, a.res2, LP(PARAM_LN2W), LG(PARAM_LN2W), LG(PARAM_LN2B),
+                                          a.ln2_mean, a.ln2_rstd));
     // Attention: res2 = in + attproj(attention(qkv(ln1(in)))).
-    be->matmul_bwd(be, m->datty, LG(PARAM_ATTPROJW), LG(PARAM_ATTPROJB), m->dresidual, a.atty,
-                   LP(PARAM_ATTPROJW), N, Cl, C);
+    TRI_CHECK(dresidual_all_rows(m, &dout));
+    be->matmul_bwd(be, m->datty, LG(PARAM_ATTPROJW), LG(PARAM_ATTPROJB), dout, a.atty,
+                   LP(PARAM_ATTPROJW), N, d->C_local, C);
     be->attention_bwd(be, m->dqkv, m->datty, a.qkv, a.att_state, d->B, d->T, d->NH_local, d->HS);
     be->matmul_bwd(be, m->dln, LG(PARAM_QKVW), LG(PARAM_QKVB), m->dqkv, a.ln1, LP(PARAM_QKVW), N,
                    C, d->C3_local);
-    TRI_CHECK(tp_copy_to_parallel_bwd(m, m->dln, (size_t)N * C));
-    be->layernorm_bwd(be, m->dresidual, LG(PARAM_LN1W), LG(PARAM_LN1B), m->dln, a.in,
-                      LP(PARAM_LN1W), a.ln1_mean, a.ln1_rstd, N, C);
+    TRI_CHECK(layernorm_bwd_from_all_rows(m, a.in, LP(PARAM_LN1W), LG(PARAM_LN1W), LG(PARAM_LN1B),
+                                          a.ln1_mean, a.ln1_rstd));
 #undef LP
 #undef LG
     return TRI_OK;
@@ -255,21 +323,22 @@ tri_status model_forward(model *m, int slot, const int *inputs, const int *targe
                          double *loss_sum) {
     backend *be = m->be;
     const model_dims *d = &m->d;
-    const int N = d->B * d->T, C = d->C;
+    const int N = d->N, C = d->C;
     model_acts *a = &m->slots[slot];
     const param_table *pt = &m->table;
 
     be->copy_to_device(be, a->inputs, inputs, (size_t)N * sizeof(int));
-    // Vocab-parallel embedding: a masked lookup of this rank's rows, then a sum over tp.
-    // Only tp rank 0 adds the position embedding so that it counts once.
-    be->embedding_fwd(be, a->residual, a->inputs, P(m, params_wte(pt)), P(m, params_wpe(pt)),
-                      d->B, d->T, C, d->vocab_start, d->Vp_local, d->tp_rank == 0);
-    TRI_CHECK(tp_reduce_from_parallel_fwd(m, a->residual, (size_t)N * C));
+    // Vocab-parallel embedding: a masked lookup of this rank's rows, then the sum over tp
+    // (a reduce-scatter of rows under SP). Only tp rank 0 adds the position embedding.
+    float *partial = d->sp ? m->rows_full : a->residual;
+    be->embedding_fwd(be, partial, a->inputs, P(m, params_wte(pt)), P(m, params_wpe(pt)), d->B,
+                      d->T, C, d->vocab_start, d->Vp_local, d->tp_rank == 0);
+    TRI_CHECK(tp_reduce_rows(m, partial, a->residual));
     for (int l = 0; l < d->L; l++) TRI_CHECK(layer_forward(m, a, l));
 
-    float *res = a->residual + (size_t)d->L * N * C;
-    be->layernorm_fwd(be, a->lnf, a->lnf_mean, a->lnf_rstd, res, P(m, params_lnfw(pt)),
-                      P(m, params_lnfb(pt)), N, C);
+    float *res = a->residual + (size_t)d->L * d->N_local * C;
+    TRI_CHECK(layernorm_to_all_rows(m, a->lnf, a->lnf_mean, a->lnf_rstd, res,
+                                    P(m, params_lnfw(pt)), P(m, params_lnfb(pt))));
     // Tied LM head over this rank's vocabulary rows: logits (N, Vp/tp).
     be->matmul_fwd(be, a->logits, a->lnf, P(m, params_wte(pt)), NULL, N, C, d->Vp_local);
     if (!targets) return TRI_OK;
@@ -297,7 +366,7 @@ tri_status model_forward(model *m, int slot, const int *inputs, const int *targe
 tri_status model_backward(model *m, int slot, float dloss) {
     backend *be = m->be;
     const model_dims *d = &m->d;
-    const int N = d->B * d->T, C = d->C;
+    const int N = d->N, C = d->C;
     model_acts *a = &m->slots[slot];
     const param_table *pt = &m->table;
 
@@ -306,16 +375,28 @@ tri_status model_backward(model *m, int slot, float dloss) {
     // LM head: d(lnf) = dlogits @ wte (partial over the vocabulary shards), dwte += dlogits^T lnf.
     be->matmul_bwd(be, m->dln, G(m, params_wte(pt)), NULL, a->logits, a->lnf, P(m, params_wte(pt)),
                    N, C, d->Vp_local);
-    TRI_CHECK(tp_copy_to_parallel_bwd(m, m->dln, (size_t)N * C));
-    float *res = a->residual + (size_t)d->L * N * C;
-    be->memset_zero(be, m->dresidual, (size_t)N * C * sizeof(float));
-    be->layernorm_bwd(be, m->dresidual, G(m, params_lnfw(pt)), G(m, params_lnfb(pt)), m->dln, res,
-                      P(m, params_lnfw(pt)), a->lnf_mean, a->lnf_rstd, N, C);
+    float *res = a->residual + (size_t)d->L * d->N_local * C;
+    be->memset_zero(be, m->dresidual, (size_t)d->N_local * C * sizeof(float));
+    TRI_CHECK(layernorm_bwd_from_all_rows(m, res, P(m, params_lnfw(pt)), G(m, params_lnfw(pt)),
+                                          G(m, params_lnfb(pt)), a->lnf_mean, a->lnf_rstd));
     for (int l = d->L - 1; l >= 0; l--) TRI_CHECK(layer_backward(m, a, l));
-    // The embedding's input gradient is the residual stream's at layer 0; the position
-    // embedding is replicated over tp and every rank computes the same gradient for it.
-    be->embedding_bwd(be, G(m, params_wte(pt)), G(m, params_wpe(pt)), m->dresidual, a->inputs,
-                      d->B, d->T, C, d->vocab_start, d->Vp_local);
+    // The embedding's gradient is the residual stream's at layer 0, all rows: every rank
+    // adds to its own vocabulary rows, and computes the same (replicated) wpe gradient.
+    float *dout;
+    TRI_CHECK(dresidual_all_rows(m, &dout));
+    be->embedding_bwd(be, G(m, params_wte(pt)), G(m, params_wpe(pt)), dout, a->inputs, d->B,
+                      d->T, C, d->vocab_start, d->Vp_local);
+    return TRI_OK;
+}
+
+tri_status model_finish_grads(model *m) {
+    if (!m->d.sp) return TRI_OK;
+    const param_table *pt = &m->table;
+    for (int i = 0; i < pt->n_entries; i++) {
+        const param_entry *e = &pt->entries[i];
+        if (e->layernorm)
+            TRI_CHECK(tp_all_reduce(m, m->grads + e->offset, (size_t)e->local_numel));
+    }
     return TRI_OK;
 }
 
@@ -323,4 +404,29 @@ void model_logits_row(model *m, int slot, int t, float *out) {
     const model_dims *d = &m->d;
     m->be->copy_to_host(m->be, out, m->slots[slot].logits + (size_t)t * d->Vp_local,
                         (size_t)d->Vp_local * sizeof(float));
+}
+
+tri_status model_gather_params(model *m, const param_table *full_table, float *full) {
+    const model_dims *d = &m->d;
+    size_t bytes = m->table.local_numel * sizeof(float);
+    float *local = xmalloc(bytes);
+    m->be->copy_to_host(m->be, local, m->params, bytes);
+    float *all = local;
+    tri_status rc = TRI_OK;
+    if (d->tp > 1) { // every tp rank's buffer has the same size: the splits are even
+        all = xmalloc(bytes * (size_t)d->tp);
+        rc = m->cm->all_gather(m->cm, COMM_GROUP_TP, local, all, m->table.local_numel, COMM_DTYPE_F32);
+    }
+    for (int r = 0; r < d->tp && rc == TRI_OK; r++) {
+        param_table rank_table = m->table;
+        rank_table.tp_rank = r; // entries' local shapes and offsets are the same on every rank
+        for (int i = 0; i < full_table->n_entries; i++) {
+            const param_entry *e = &m->table.entries[i];
+            float *global = full + full_table->entries[i].offset;
+            params_place_into_global(&rank_table, e, all + (size_t)r * m->table.local_numel + e->offset, global);
+        }
+    }
+    if (all != local) free(all);
+    free(local);
+    return rc;
 }

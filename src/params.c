@@ -17,6 +17,8 @@ static void add_entry(param_table *pt, int *n, const char *name, int ndim, int64
     e->row_blocks = row_blocks;
     e->layer = layer;
     e->decay = ndim == 2;
+    const char *base = strchr(name, '.') ? strchr(name, '.') + 1 : name; // "h3.ln1w" -> "ln1w"
+    e->layernorm = !strncmp(base, "ln", 2);
     e->init = init;
     e->init_std = std;
     e->valid_rows = rows;

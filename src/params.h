@@ -29,6 +29,8 @@ typedef struct {
     int row_blocks;         // SPLIT_ROWS: the rows form this many equal blocks (qkv: 3)
     int layer;              // 0..L-1, PARAM_LAYER_EMBED or PARAM_LAYER_FINAL
     int decay;              // weight decay applies (matrices and embeddings)
+    int layernorm;          // a LayerNorm weight or bias (sequence parallelism sums its
+                            // gradient over tp)
     param_init init;
     double init_std;        // INIT_NORMAL
     int64_t valid_rows;     // rows that are real (vocab_size for wte; padded rows are 0)

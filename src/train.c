@@ -119,12 +119,11 @@ static tri_status check_supported(const run_config *cfg) {
                   "set it to auto or none", cfg->checkpoint.resume);
         bad = 1;
     }
-    // The mesh machinery is complete; the model-parallel splits and ZeRO sharding arrive
-    // with their own issues. Until then a run is data-parallel with replicated state.
-    if (cfg->parallel.tp > 1 || cfg->parallel.pp > 1) {
-        LOG_ERROR("parallel.tp = %d, parallel.pp = %d: tensor and pipeline parallel training "
-                  "are not in this build yet; use tp: 1, pp: 1 (data parallelism over the "
-                  "whole world)", cfg->parallel.tp, cfg->parallel.pp);
+    // Pipeline stages and ZeRO sharding arrive with their own issues; until then a run is
+    // tensor- and data-parallel with replicated optimizer state.
+    if (cfg->parallel.pp > 1) {
+        LOG_ERROR("parallel.pp = %d: pipeline parallel training is not in this build yet; "
+                  "use pp: 1", cfg->parallel.pp);
         bad = 1;
     }
     if (cfg->parallel.dp > 1 && cfg->parallel.zero != 0) {
@@ -270,18 +269,23 @@ static tri_status evaluate(trainer *tr, double *val_loss) {
     return TRI_OK;
 }
 
+// Rank 0 writes the whole model; the tp ranks of dp replica 0 gather it first (dp replicas
+// hold identical parameters).
 static tri_status save_model(trainer *tr) {
-    if (tr->li->rank != 0) return TRI_OK; // dp replicas hold identical parameters
-    char path[4096];
-    snprintf(path, sizeof path, "%s/model.bin", tr->cfg->run.out_dir);
+    if (tr->coord.dp != 0 || tr->coord.pp != 0) return TRI_OK;
     model *m = &tr->model;
-    TRI_ASSERT(m->table.tp == 1); // one process holds the whole model
-    size_t bytes = m->table.local_numel * sizeof(float);
-    float *host = xmalloc(bytes);
-    tr->be->copy_to_host(tr->be, host, m->params, bytes);
-    tri_status rc = llmc_write(path, &m->table, host, m->d.T, m->d.V, m->d.NH);
-    free(host);
-    if (rc == TRI_OK) LOG_INFO("model written to %s", path);
+    param_table full_table;
+    params_build(&full_table, tr->cfg, 1, 0);
+    float *full = xmalloc(full_table.local_numel * sizeof(float));
+    tri_status rc = model_gather_params(m, &full_table, full);
+    if (rc == TRI_OK && tr->li->rank == 0) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/model.bin", tr->cfg->run.out_dir);
+        rc = llmc_write(path, &full_table, full, m->d.T, m->d.V, m->d.NH);
+        if (rc == TRI_OK) LOG_INFO("model written to %s", path);
+    }
+    free(full);
+    params_free(&full_table);
     return rc;
 }
 
@@ -302,6 +306,7 @@ static tri_status train_loop(trainer *tr) {
         tr->be->memset_zero(tr->be, m->grads, m->table.local_numel * sizeof(float));
         double loss_sum = 0.0;
         TRI_CHECK(run_schedule(tr, step, &loss_sum));
+        TRI_CHECK(model_finish_grads(m));
         if (tr->dp > 1) {
             TRI_CHECK(tr->cm->all_reduce(tr->cm, COMM_GROUP_DP, m->grads, m->table.local_numel,
                                          COMM_DTYPE_F32, COMM_REDUCE_SUM));
