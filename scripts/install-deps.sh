@@ -42,6 +42,16 @@ if [ "$(id -u)" != 0 ] && ! command -v sudo >/dev/null; then
 fi
 SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo
 export DEBIAN_FRONTEND=noninteractive
+# Without systemd (containers), the postinst of munge, slurmd and slurmctld would start
+# their daemons through the init scripts; the tests start their own (scripts/slurm/). A
+# policy-rc.d that answers 101 forbids that, for the length of this install only, when the
+# machine has none of its own (Docker images do).
+POLICY=/usr/sbin/policy-rc.d
+if [ ! -d /run/systemd/system ] && [ ! -e $POLICY ]; then
+    printf '#!/bin/sh\n# scripts/install-deps.sh: no service starts during the install\nexit 101\n' |
+        $SUDO tee $POLICY >/dev/null && $SUDO chmod 755 $POLICY
+    trap '$SUDO rm -f $POLICY' EXIT
+fi
 if ! { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >/tmp/trident-install-deps.log 2>&1; then
     tail -n 20 /tmp/trident-install-deps.log >&2
     echo "install-deps: error: apt-get could not install: ${missing[*]} (log: /tmp/trident-install-deps.log)" >&2

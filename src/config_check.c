@@ -318,6 +318,11 @@ static void check_pipeline(config_ctx *c, const run_config *cfg) {
         config_report_key(c, K_PAR_SCHEDULE, K_PAR_VIRTUAL_STAGES,
                           "schedule interleaved needs parallel.virtual_stages >= 2 (got %d); "
                           "set virtual_stages: 2 or more, or use schedule: 1f1b", v);
+    if (s == SCHEDULE_INTERLEAVED && KEYS_OK(c, K_PAR_PP) && pp < 2)
+        config_report_key(c, K_PAR_SCHEDULE, K_PAR_PP,
+                          "schedule interleaved needs parallel.pp >= 2 (got %d): its virtual "
+                          "stages pass activations between pipeline ranks; use schedule: 1f1b "
+                          "with pp: 1", pp);
     if (s != SCHEDULE_INTERLEAVED && v > 1)
         config_report_key(c, K_PAR_VIRTUAL_STAGES, K_PAR_SCHEDULE,
                           "%d virtual stages need parallel.schedule: interleaved (got %s); set "

@@ -56,10 +56,13 @@ void metrics_write_step(metrics_log *ml, const metrics_step *s) {
     fprintf(ml->f,
             "{\"type\":\"step\",\"step\":%d,\"loss\":%s,\"lr\":%s,\"grad_norm\":%s,\"tokens\":%lld,"
             "\"step_ms\":%.3f,\"tokens_per_s\":%.1f,\"mfu\":%s,\"mem_peak_bytes\":%llu,"
-            "\"comm_bytes\":{\"tp\":%llu,\"pp\":%llu,\"dp\":%llu}}\n",
+            "\"comm_bytes\":{\"tp\":%llu,\"pp\":%llu,\"dp\":%llu}",
             s->step, loss, lr, norm, (long long)s->tokens, s->step_ms, s->tokens_per_s, mfu,
             (unsigned long long)s->mem_peak_bytes, (unsigned long long)s->comm_tp,
             (unsigned long long)s->comm_pp, (unsigned long long)s->comm_dp);
+    if (s->pipelined)
+        fprintf(ml->f, ",\"bubble\":%.4f,\"bubble_formula\":%.4f", s->bubble, s->bubble_formula);
+    fprintf(ml->f, "}\n");
     fflush(ml->f);
 }
 

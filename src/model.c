@@ -47,15 +47,16 @@ static tri_status tp_gather_rows(model *m, float *full) {
                              COMM_DTYPE_F32);
 }
 
-// The residual gradient (Nl, C) as all rows (N, C), the input of a row-parallel backward.
-static tri_status dresidual_all_rows(model *m, float **out) {
+// The residual gradient dres (Nl, C) as all rows (N, C), the input of a row-parallel
+// backward.
+static tri_status dresidual_all_rows(model *m, float *dres, float **out) {
     const model_dims *d = &m->d;
     if (!d->sp) {
-        *out = m->dresidual;
+        *out = dres;
         return TRI_OK;
     }
     *out = m->rows_full;
-    return m->cm->all_gather(m->cm, COMM_GROUP_TP, m->dresidual, m->rows_full,
+    return m->cm->all_gather(m->cm, COMM_GROUP_TP, dres, m->rows_full,
                              (size_t)d->N_local * d->C, COMM_DTYPE_F32);
 }
 
@@ -78,12 +79,14 @@ static tri_status check_allocated(model *m, void **ptrs, size_t n) {
 #define ACT_POINTERS(a)                                                                      \
     (a)->residual, (a)->residual2, (a)->ln1, (a)->ln2, (a)->ln1_mean, (a)->ln1_rstd,          \
         (a)->ln2_mean, (a)->ln2_rstd, (a)->qkv, (a)->att_state, (a)->atty, (a)->fch,          \
-        (a)->fch_gelu, (a)->lnf, (a)->lnf_mean, (a)->lnf_rstd, (a)->logits, (a)->rowmax,      \
-        (a)->sumexp, (a)->target_logit, (a)->losses, (a)->inputs, (a)->targets
+        (a)->fch_gelu, (a)->dres, (a)->inputs, (a)->targets
+#define HEAD_POINTERS(a)                                                                     \
+    (a)->lnf, (a)->lnf_mean, (a)->lnf_rstd, (a)->logits, (a)->rowmax, (a)->sumexp,            \
+        (a)->target_logit, (a)->losses
 
 static tri_status alloc_acts(model *m, model_acts *a) {
     const model_dims *d = &m->d;
-    const size_t N = d->N, Nl = d->N_local, L = d->L, C = d->C, f = sizeof(float);
+    const size_t N = d->N, Nl = d->N_local, L = d->Lc, C = d->C, f = sizeof(float);
     size_t total = 0;
     a->residual = alloc_counted(m, (L + 1) * Nl * C * f, &total);
     a->residual2 = alloc_counted(m, L * Nl * C * f, &total);
@@ -98,34 +101,38 @@ static tri_status alloc_acts(model *m, model_acts *a) {
     a->atty = alloc_counted(m, L * N * d->C_local * f, &total);
     a->fch = alloc_counted(m, L * N * d->C4_local * f, &total);
     a->fch_gelu = alloc_counted(m, L * N * d->C4_local * f, &total);
-    a->lnf = alloc_counted(m, N * C * f, &total);
-    a->lnf_mean = alloc_counted(m, Nl * f, &total);
-    a->lnf_rstd = alloc_counted(m, Nl * f, &total);
-    a->logits = alloc_counted(m, N * d->Vp_local * f, &total);
-    a->rowmax = alloc_counted(m, N * f, &total);
-    a->sumexp = alloc_counted(m, N * f, &total);
-    a->target_logit = alloc_counted(m, N * f, &total);
-    a->losses = alloc_counted(m, N * f, &total);
+    a->dres = alloc_counted(m, Nl * C * f, &total);
     a->inputs = alloc_counted(m, N * sizeof(int), &total);
     a->targets = alloc_counted(m, N * sizeof(int), &total);
-    m->activation_bytes += total;
     void *all[] = {ACT_POINTERS(a)};
-    return check_allocated(m, all, sizeof all / sizeof all[0]);
+    TRI_CHECK(check_allocated(m, all, sizeof all / sizeof all[0]));
+    if (d->has_head) {
+        a->lnf = alloc_counted(m, N * C * f, &total);
+        a->lnf_mean = alloc_counted(m, Nl * f, &total);
+        a->lnf_rstd = alloc_counted(m, Nl * f, &total);
+        a->logits = alloc_counted(m, N * d->Vp_local * f, &total);
+        a->rowmax = alloc_counted(m, N * f, &total);
+        a->sumexp = alloc_counted(m, N * f, &total);
+        a->target_logit = alloc_counted(m, N * f, &total);
+        a->losses = alloc_counted(m, N * f, &total);
+        void *head[] = {HEAD_POINTERS(a)};
+        TRI_CHECK(check_allocated(m, head, sizeof head / sizeof head[0]));
+    }
+    m->activation_bytes += total;
+    return TRI_OK;
 }
 
 static tri_status alloc_scratch(model *m) {
     const model_dims *d = &m->d;
     const size_t N = d->N, C = d->C, f = sizeof(float);
     size_t total = 0;
-    m->dresidual = alloc_counted(m, (size_t)d->N_local * C * f, &total);
     m->dln = alloc_counted(m, N * C * f, &total);
     m->dqkv = alloc_counted(m, N * d->C3_local * f, &total);
     m->datty = alloc_counted(m, N * d->C_local * f, &total);
     m->dfch = alloc_counted(m, N * d->C4_local * f, &total);
     if (d->sp) m->rows_full = alloc_counted(m, N * C * f, &total);
     m->scratch_bytes = total;
-    void *all[] = {m->dresidual, m->dln, m->dqkv, m->datty, m->dfch,
-                   d->sp ? m->rows_full : m->dln};
+    void *all[] = {m->dln, m->dqkv, m->datty, m->dfch, d->sp ? m->rows_full : m->dln};
     return check_allocated(m, all, sizeof all / sizeof all[0]);
 }
 
@@ -135,6 +142,11 @@ static void set_dims(model_dims *d, const run_config *cfg, int B, const comm *cm
     d->V = cfg->model.vocab_size, d->Vp = config_padded_vocab(cfg);
     d->tp = cm->groups[COMM_GROUP_TP].size, d->tp_rank = cm->groups[COMM_GROUP_TP].rank;
     d->sp = cfg->parallel.sequence_parallel && d->tp > 1;
+    d->pp = cm->groups[COMM_GROUP_PP].size, d->pp_rank = cm->groups[COMM_GROUP_PP].rank;
+    d->chunks = d->pp == 1 ? 1 : cfg->parallel.virtual_stages;
+    d->Lc = d->L / (d->pp * d->chunks);
+    d->has_embed = d->pp_rank == 0;
+    d->has_head = d->pp_rank == d->pp - 1;
     d->N = B * d->T;
     d->N_local = d->sp ? d->N / d->tp : d->N;
     d->row0 = d->sp ? d->tp_rank * d->N_local : 0;
@@ -155,7 +167,7 @@ tri_status model_create(model *m, const run_config *cfg, int B, int n_slots, bac
     set_dims(d, cfg, B, cm);
     TRI_ASSERT(d->N % d->tp == 0); // seq_len % tp == 0 is a config rule under SP
 
-    params_build(&m->table, cfg, d->tp, d->tp_rank);
+    params_build(&m->table, cfg, d->tp, d->tp_rank, d->pp_rank);
     size_t bytes = m->table.local_numel * sizeof(float);
     m->params = be->alloc(be, bytes);
     m->grads = be->alloc(be, bytes);
@@ -190,13 +202,12 @@ void model_free(model *m) {
     backend *be = m->be;
     if (!be) return;
     for (int s = 0; s < m->n_slots; s++) {
-        void *acts[] = {ACT_POINTERS(&m->slots[s])};
+        void *acts[] = {ACT_POINTERS(&m->slots[s]), HEAD_POINTERS(&m->slots[s])};
         for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
             if (acts[i]) be->free(be, acts[i]);
     }
     free(m->slots);
-    void *all[] = {m->params, m->grads, m->dresidual, m->dln, m->dqkv, m->datty, m->dfch,
-                   m->rows_full};
+    void *all[] = {m->params, m->grads, m->dln, m->dqkv, m->datty, m->dfch, m->rows_full};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i]) be->free(be, all[i]);
     params_free(&m->table);
@@ -254,11 +265,12 @@ static tri_status rowpar_residual(model *m, float *out, const float *residual, c
     return TRI_OK;
 }
 
-static tri_status layer_forward(model *m, model_acts *acts, int l) {
+// Layer l of the model is local layer i of the slot's chunk.
+static tri_status layer_forward(model *m, model_acts *acts, int l, int i) {
     backend *be = m->be;
     const model_dims *d = &m->d;
     const int N = d->N, C = d->C;
-    layer_acts a = layer_acts_of(m, acts, l);
+    layer_acts a = layer_acts_of(m, acts, i);
     const param_table *pt = &m->table;
 #define LP(which) P(m, params_layer(pt, l, which))
     TRI_CHECK(layernorm_to_all_rows(m, a.ln1, a.ln1_mean, a.ln1_rstd, a.in, LP(PARAM_LN1W), LP(PARAM_LN1B)));
@@ -276,67 +288,72 @@ static tri_status layer_forward(model *m, model_acts *acts, int l) {
 // Backward of "copy to the tp region" for a LayerNorm output: m->dln (N, C) holds this
 // rank's partial gradient of all rows; after the reduction its first Nl rows are the
 // gradient of this rank's rows (all-reduce without SP, reduce-scatter with it), which the
-// LayerNorm backward accumulates into m->dresidual.
-static tri_status layernorm_bwd_from_all_rows(model *m, const float *in, const float *w,
-                                              float *dw, float *db, const float *mean,
-                                              const float *rstd) {
+// LayerNorm backward accumulates into dres.
+static tri_status layernorm_bwd_from_all_rows(model *m, float *dres, const float *in,
+                                              const float *w, float *dw, float *db,
+                                              const float *mean, const float *rstd) {
     const model_dims *d = &m->d;
     TRI_CHECK(tp_reduce_rows(m, m->dln, m->dln));
-    m->be->layernorm_bwd(m->be, m->dresidual, dw, db, m->dln, in, w, mean, rstd, d->N_local, d->C);
+    m->be->layernorm_bwd(m->be, dres, dw, db, m->dln, in, w, mean, rstd, d->N_local, d->C);
     return TRI_OK;
 }
 
-// m->dresidual holds d(loss)/d(layer output) on entry and d(loss)/d(layer input) on exit.
-static tri_status layer_backward(model *m, model_acts *acts, int l) {
+// acts->dres holds d(loss)/d(layer output) on entry and d(loss)/d(layer input) on exit.
+static tri_status layer_backward(model *m, model_acts *acts, int l, int i) {
     backend *be = m->be;
     const model_dims *d = &m->d;
     const int N = d->N, C = d->C;
-    layer_acts a = layer_acts_of(m, acts, l);
+    layer_acts a = layer_acts_of(m, acts, i);
     const param_table *pt = &m->table;
     float *dout;
 #define LP(which) P(m, params_layer(pt, l, which))
 #define LG(which) G(m, params_layer(pt, l, which))
     // MLP: out = res2 + fcproj(gelu(fc(ln2(res2)))).
-    TRI_CHECK(dresidual_all_rows(m, &dout));
+    TRI_CHECK(dresidual_all_rows(m, acts->dres, &dout));
     be->matmul_bwd(be, m->dfch, LG(PARAM_FCPROJW), LG(PARAM_FCPROJB), dout, a.fch_gelu,
                    LP(PARAM_FCPROJW), N, d->C4_local, C);
     be->gelu_bwd(be, m->dfch, a.fch, m->dfch, (size_t)N * d->C4_local);
     be->matmul_bwd(be, m->dln, LG(PARAM_FCW), LG(PARAM_FCB), m->dfch, a.ln2, LP(PARAM_FCW), N, C,
                    d->C4_local);
-    TRI_CHECK(layernorm_bwd_from_all_rows(m, a.res2, LP(PARAM_LN2W), LG(PARAM_LN2W), LG(PARAM_LN2B),
+    TRI_CHECK(layernorm_bwd_from_all_rows(m, acts->dres, a.res2, LP(PARAM_LN2W), LG(PARAM_LN2W), LG(PARAM_LN2B),
                                           a.ln2_mean, a.ln2_rstd));
     // Attention: res2 = in + attproj(attention(qkv(ln1(in)))).
-    TRI_CHECK(dresidual_all_rows(m, &dout));
+    TRI_CHECK(dresidual_all_rows(m, acts->dres, &dout));
     be->matmul_bwd(be, m->datty, LG(PARAM_ATTPROJW), LG(PARAM_ATTPROJB), dout, a.atty,
                    LP(PARAM_ATTPROJW), N, d->C_local, C);
     be->attention_bwd(be, m->dqkv, m->datty, a.qkv, a.att_state, d->B, d->T, d->NH_local, d->HS);
     be->matmul_bwd(be, m->dln, LG(PARAM_QKVW), LG(PARAM_QKVB), m->dqkv, a.ln1, LP(PARAM_QKVW), N,
                    C, d->C3_local);
-    TRI_CHECK(layernorm_bwd_from_all_rows(m, a.in, LP(PARAM_LN1W), LG(PARAM_LN1W), LG(PARAM_LN1B),
+    TRI_CHECK(layernorm_bwd_from_all_rows(m, acts->dres, a.in, LP(PARAM_LN1W), LG(PARAM_LN1W), LG(PARAM_LN1B),
                                           a.ln1_mean, a.ln1_rstd));
 #undef LP
 #undef LG
     return TRI_OK;
 }
 
-tri_status model_forward(model *m, int slot, const int *inputs, const int *targets,
+tri_status model_forward(model *m, int slot, int chunk, const int *inputs, const int *targets,
                          double *loss_sum) {
     backend *be = m->be;
     const model_dims *d = &m->d;
     const int N = d->N, C = d->C;
     model_acts *a = &m->slots[slot];
     const param_table *pt = &m->table;
+    const int first_layer = params_chunk_first_layer(pt, chunk);
+    *loss_sum = 0.0;
 
     be->copy_to_device(be, a->inputs, inputs, (size_t)N * sizeof(int));
-    // Vocab-parallel embedding: a masked lookup of this rank's rows, then the sum over tp
-    // (a reduce-scatter of rows under SP). Only tp rank 0 adds the position embedding.
-    float *partial = d->sp ? m->rows_full : a->residual;
-    be->embedding_fwd(be, partial, a->inputs, P(m, params_wte(pt)), P(m, params_wpe(pt)), d->B,
-                      d->T, C, d->vocab_start, d->Vp_local, d->tp_rank == 0);
-    TRI_CHECK(tp_reduce_rows(m, partial, a->residual));
-    for (int l = 0; l < d->L; l++) TRI_CHECK(layer_forward(m, a, l));
+    if (d->has_embed && chunk == 0) {
+        // Vocab-parallel embedding: a masked lookup of this rank's rows, then the sum over tp
+        // (a reduce-scatter of rows under SP). Only tp rank 0 adds the position embedding.
+        float *partial = d->sp ? m->rows_full : a->residual;
+        be->embedding_fwd(be, partial, a->inputs, P(m, params_wte(pt)), P(m, params_wpe(pt)),
+                          d->B, d->T, C, d->vocab_start, d->Vp_local, d->tp_rank == 0);
+        TRI_CHECK(tp_reduce_rows(m, partial, a->residual));
+    }
+    for (int i = 0; i < d->Lc; i++) TRI_CHECK(layer_forward(m, a, first_layer + i, i));
+    if (!(d->has_head && chunk == d->chunks - 1)) return TRI_OK;
 
-    float *res = a->residual + (size_t)d->L * d->N_local * C;
+    float *res = a->residual + (size_t)d->Lc * d->N_local * C;
     TRI_CHECK(layernorm_to_all_rows(m, a->lnf, a->lnf_mean, a->lnf_rstd, res,
                                     P(m, params_lnfw(pt)), P(m, params_lnfb(pt))));
     // Tied LM head over this rank's vocabulary rows: logits (N, Vp/tp).
@@ -363,39 +380,56 @@ tri_status model_forward(model *m, int slot, const int *inputs, const int *targe
     return TRI_OK;
 }
 
-tri_status model_backward(model *m, int slot, float dloss) {
+tri_status model_backward(model *m, int slot, int chunk, float dloss) {
     backend *be = m->be;
     const model_dims *d = &m->d;
     const int N = d->N, C = d->C;
     model_acts *a = &m->slots[slot];
     const param_table *pt = &m->table;
+    const int first_layer = params_chunk_first_layer(pt, chunk);
 
-    be->xent_bwd(be, a->logits, a->rowmax, a->sumexp, a->targets, dloss, N, d->Vp_local,
-                 d->vocab_start, d->V);
-    // LM head: d(lnf) = dlogits @ wte (partial over the vocabulary shards), dwte += dlogits^T lnf.
-    be->matmul_bwd(be, m->dln, G(m, params_wte(pt)), NULL, a->logits, a->lnf, P(m, params_wte(pt)),
-                   N, C, d->Vp_local);
-    float *res = a->residual + (size_t)d->L * d->N_local * C;
-    be->memset_zero(be, m->dresidual, (size_t)d->N_local * C * sizeof(float));
-    TRI_CHECK(layernorm_bwd_from_all_rows(m, res, P(m, params_lnfw(pt)), G(m, params_lnfw(pt)),
-                                          G(m, params_lnfb(pt)), a->lnf_mean, a->lnf_rstd));
-    for (int l = d->L - 1; l >= 0; l--) TRI_CHECK(layer_backward(m, a, l));
-    // The embedding's gradient is the residual stream's at layer 0, all rows: every rank
-    // adds to its own vocabulary rows, and computes the same (replicated) wpe gradient.
-    float *dout;
-    TRI_CHECK(dresidual_all_rows(m, &dout));
-    be->embedding_bwd(be, G(m, params_wte(pt)), G(m, params_wpe(pt)), dout, a->inputs, d->B,
-                      d->T, C, d->vocab_start, d->Vp_local);
+    if (d->has_head && chunk == d->chunks - 1) {
+        be->xent_bwd(be, a->logits, a->rowmax, a->sumexp, a->targets, dloss, N, d->Vp_local,
+                     d->vocab_start, d->V);
+        // LM head: d(lnf) = dlogits @ wte (partial over the vocabulary shards),
+        // dwte += dlogits^T lnf.
+        be->matmul_bwd(be, m->dln, G(m, params_wte(pt)), NULL, a->logits, a->lnf,
+                       P(m, params_wte(pt)), N, C, d->Vp_local);
+        float *res = a->residual + (size_t)d->Lc * d->N_local * C;
+        be->memset_zero(be, a->dres, (size_t)d->N_local * C * sizeof(float));
+        TRI_CHECK(layernorm_bwd_from_all_rows(m, a->dres, res, P(m, params_lnfw(pt)),
+                                              G(m, params_lnfw(pt)), G(m, params_lnfb(pt)),
+                                              a->lnf_mean, a->lnf_rstd));
+    }
+    for (int i = d->Lc - 1; i >= 0; i--) TRI_CHECK(layer_backward(m, a, first_layer + i, i));
+    if (d->has_embed && chunk == 0) {
+        // The embedding's gradient is the residual stream's at layer 0, all rows: every rank
+        // adds to its own vocabulary rows, and computes the same (replicated) wpe gradient.
+        float *dout;
+        TRI_CHECK(dresidual_all_rows(m, a->dres, &dout));
+        be->embedding_bwd(be, G(m, params_wte(pt)), G(m, params_wpe(pt)), dout, a->inputs, d->B,
+                          d->T, C, d->vocab_start, d->Vp_local);
+    }
     return TRI_OK;
 }
 
+float *model_chunk_input(model *m, int slot) { return m->slots[slot].residual; }
+float *model_chunk_output(model *m, int slot) {
+    return m->slots[slot].residual + (size_t)m->d.Lc * m->d.N_local * m->d.C;
+}
+float *model_chunk_grad(model *m, int slot) { return m->slots[slot].dres; }
+
 tri_status model_finish_grads(model *m) {
-    if (!m->d.sp) return TRI_OK;
     const param_table *pt = &m->table;
-    for (int i = 0; i < pt->n_entries; i++) {
+    for (int i = 0; m->d.sp && i < pt->n_entries; i++) {
         const param_entry *e = &pt->entries[i];
         if (e->layernorm)
             TRI_CHECK(tp_all_reduce(m, m->grads + e->offset, (size_t)e->local_numel));
+    }
+    if (m->d.pp > 1 && pt->wte >= 0) { // first and last stage: the two copies of wte
+        const param_entry *e = &pt->entries[pt->wte];
+        TRI_CHECK(m->cm->all_reduce(m->cm, COMM_GROUP_EMBED, m->grads + e->offset,
+                                    (size_t)e->local_numel, COMM_DTYPE_F32, COMM_REDUCE_SUM));
     }
     return TRI_OK;
 }
@@ -407,26 +441,25 @@ void model_logits_row(model *m, int slot, int t, float *out) {
 }
 
 tri_status model_gather_params(model *m, const param_table *full_table, float *full) {
-    const model_dims *d = &m->d;
-    size_t bytes = m->table.local_numel * sizeof(float);
+    // Each rank of the model-parallel group (tp x pp) places what it alone holds into a
+    // zeroed copy of the whole model, and a sum over the group assembles it: replicated
+    // entries come from tp rank 0 only, the tied wte from the first stage only, so every
+    // element is one rank's value plus zeros, exactly.
+    const param_table *pt = &m->table;
+    size_t bytes = pt->local_numel * sizeof(float);
     float *local = xmalloc(bytes);
     m->be->copy_to_host(m->be, local, m->params, bytes);
-    float *all = local;
-    tri_status rc = TRI_OK;
-    if (d->tp > 1) { // every tp rank's buffer has the same size: the splits are even
-        all = xmalloc(bytes * (size_t)d->tp);
-        rc = m->cm->all_gather(m->cm, COMM_GROUP_TP, local, all, m->table.local_numel, COMM_DTYPE_F32);
+    memset(full, 0, full_table->local_numel * sizeof(float));
+    for (int i = 0; i < pt->n_entries; i++) {
+        const param_entry *e = &pt->entries[i];
+        if ((e->split == SPLIT_REPLICATED && pt->tp_rank != 0) || (i == pt->wte && pt->wte_is_copy))
+            continue;
+        int fi = params_find(full_table, e->name);
+        TRI_ASSERT(fi >= 0);
+        params_place_into_global(pt, e, local + e->offset, full + full_table->entries[fi].offset);
     }
-    for (int r = 0; r < d->tp && rc == TRI_OK; r++) {
-        param_table rank_table = m->table;
-        rank_table.tp_rank = r; // entries' local shapes and offsets are the same on every rank
-        for (int i = 0; i < full_table->n_entries; i++) {
-            const param_entry *e = &m->table.entries[i];
-            float *global = full + full_table->entries[i].offset;
-            params_place_into_global(&rank_table, e, all + (size_t)r * m->table.local_numel + e->offset, global);
-        }
-    }
-    if (all != local) free(all);
     free(local);
-    return rc;
+    if (m->cm->groups[COMM_GROUP_MP].size == 1) return TRI_OK;
+    return m->cm->all_reduce(m->cm, COMM_GROUP_MP, full, full_table->local_numel, COMM_DTYPE_F32,
+                             COMM_REDUCE_SUM);
 }

@@ -15,21 +15,26 @@ typedef struct {
     int L, C, NH, HS, T, B, V, Vp; // global sizes; B = micro-batch
     int tp, tp_rank;
     int sp;                        // sequence parallelism (only when tp > 1)
+    int pp, pp_rank, chunks, Lc;   // pipeline: this rank holds `chunks` chunks of Lc layers
+    int has_embed, has_head;       // pipeline stage 0 / the last stage
     int N, N_local, row0;          // rows: all, this rank's residual-stream rows, first of them
     int NH_local, C_local, C3_local, C4_local, Vp_local, vocab_start;
 } model_dims;
 
-// Activations of one micro-batch that the backward needs. One "slot" per micro-batch in
-// flight (one without pipelining).
+// Activations of one (micro-batch, chunk) that the backward needs: one "slot" per pair in
+// flight (the schedule's bound; one without pipelining). Lc = layers of a chunk.
 typedef struct {
-    float *residual;   // (L+1, Nl, C): input of each layer, then the final residual
-    float *residual2;  // (L, Nl, C): after the attention block
-    float *ln1, *ln2;  // (L, N, C): LayerNorm outputs, all rows (gathered under SP)
-    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd; // (L, Nl)
-    float *qkv;        // (L, N, 3C/tp)
-    void *att_state;   // L * attention_state_bytes(B, T, NH/tp)
-    float *atty;       // (L, N, C/tp)
-    float *fch, *fch_gelu; // (L, N, 4C/tp)
+    float *residual;   // (Lc+1, Nl, C): the chunk's input, each layer's output
+    float *residual2;  // (Lc, Nl, C): after the attention block
+    float *ln1, *ln2;  // (Lc, N, C): LayerNorm outputs, all rows (gathered under SP)
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd; // (Lc, Nl)
+    float *qkv;        // (Lc, N, 3C/tp)
+    void *att_state;   // Lc * attention_state_bytes(B, T, NH/tp)
+    float *atty;       // (Lc, N, C/tp)
+    float *fch, *fch_gelu; // (Lc, N, 4C/tp)
+    float *dres;       // (Nl, C): d(loss)/d(residual stream); d(chunk output) on entry to
+                       // the backward (received from the next stage), d(chunk input) after
+    // The LM head and loss (last stage only, else NULL):
     float *lnf;        // (N, C), all rows
     float *lnf_mean, *lnf_rstd; // (Nl)
     float *logits;     // (N, Vp/tp), overwritten by its gradient in the backward
@@ -47,7 +52,6 @@ typedef struct {
     model_acts *slots; // one per micro-batch in flight (the schedule's bound)
     int n_slots;
     // Scratch shared by all layers and slots:
-    float *dresidual;  // (Nl, C): d(loss)/d(residual stream)
     float *dln;        // (N, C): d(LayerNorm output), partial over tp before its reduction
     float *dqkv;       // (N, 3C/tp)
     float *datty;      // (N, C/tp)
@@ -64,18 +68,30 @@ typedef struct {
 tri_status model_create(model *m, const run_config *cfg, int B, int n_slots, backend *be, comm *cm);
 void model_free(model *m);
 
-// Forward of one micro-batch into activation slot `slot`: inputs/targets are host (B*T)
-// token ids, the same on every tp rank. Returns the sum of the per-token losses in
-// *loss_sum (host, double). With targets NULL, only the logits are computed (sampling).
-tri_status model_forward(model *m, int slot, const int *inputs, const int *targets,
+// Forward of chunk `chunk` (0..chunks-1) of one micro-batch into activation slot `slot`.
+// inputs/targets are host (B*T) token ids, the same on every tp rank: the first chunk of
+// stage 0 embeds the inputs, any other chunk starts from model_chunk_input() (received from
+// the previous stage). The last chunk of the last stage computes the loss: its sum over
+// tokens goes to *loss_sum (host, double; 0 on other chunks). With targets NULL only the
+// logits are computed (sampling).
+tri_status model_forward(model *m, int slot, int chunk, const int *inputs, const int *targets,
                          double *loss_sum);
 
-// Backward of the micro-batch whose forward filled `slot`; gradients accumulate into
-// m->grads. dloss is d(loss)/d(per-token loss): 1 / tokens in the global batch.
-tri_status model_backward(model *m, int slot, float dloss);
+// Backward of the (micro-batch, chunk) whose forward filled `slot`; gradients accumulate
+// into m->grads. The last chunk of the last stage starts from the loss (dloss is
+// d(loss)/d(per-token loss): 1 / tokens in the global batch); any other chunk from
+// model_chunk_grad() holding d(output). Leaves d(input) there for the previous stage.
+tri_status model_backward(model *m, int slot, int chunk, float dloss);
+
+// The (Nl, C) buffers a pipeline exchanges for a slot: the chunk's input activation (where
+// a received activation goes), its output (what is sent on), and its residual gradient.
+float *model_chunk_input(model *m, int slot);
+float *model_chunk_output(model *m, int slot);
+float *model_chunk_grad(model *m, int slot);
 
 // After the last backward of a step: under sequence parallelism each tp rank holds the
-// LayerNorm gradients of its own rows only; they are summed over tp here.
+// LayerNorm gradients of its own rows only, so they are summed over tp; with pipelining
+// the two copies of the tied embedding (first and last stage) sum their gradients.
 tri_status model_finish_grads(model *m);
 
 // Logits of position t of batch row 0 after model_forward (host copy of the local shard).

@@ -36,12 +36,14 @@ double optim_lr(const run_config *cfg, int step) {
 tri_status optim_grad_norm(backend *be, comm *cm, const param_table *pt, const float *grads,
                            double *norm) {
     // Sum of squares per entry, in table order, so the result does not depend on how the
-    // buffer is partitioned. Replicated entries are counted by tp rank 0 only, so that the
-    // sum over the model-parallel group counts each unique element once.
+    // buffer is partitioned. Replicated entries are counted by tp rank 0 only and the tied
+    // embedding by the first stage only, so that the sum over the model-parallel group
+    // (tp x pp) counts each unique element once.
     double sumsq = 0.0;
     for (int i = 0; i < pt->n_entries; i++) {
         const param_entry *e = &pt->entries[i];
         if (e->split == SPLIT_REPLICATED && pt->tp_rank != 0) continue;
+        if (i == pt->wte && pt->wte_is_copy) continue; // the tied embedding counts once
         sumsq += be->sumsq(be, grads + e->offset, (size_t)e->local_numel);
     }
     if (cm->groups[COMM_GROUP_MP].size > 1)

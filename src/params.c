@@ -24,22 +24,39 @@ static void add_entry(param_table *pt, int *n, const char *name, int ndim, int64
     e->valid_rows = rows;
 }
 
-void params_build(param_table *pt, const run_config *cfg, int tp, int tp_rank) {
+// Whether pipeline rank pp_rank holds global layer l.
+static int holds_layer(const run_config *cfg, int pp_rank, int l) {
+    const int pp = cfg->parallel.pp, v = cfg->parallel.virtual_stages;
+    const int Lc = cfg->model.n_layer / (pp * v);
+    return (l / Lc) % pp == pp_rank; // virtual stage l / Lc = c * pp + r
+}
+
+static void build(param_table *pt, const run_config *cfg, int tp, int tp_rank, int pp, int pp_rank) {
     const int L = cfg->model.n_layer, C = cfg->model.d_model, T = cfg->model.seq_len;
     const int Vp = config_padded_vocab(cfg);
+    const int first = pp_rank == 0, last = pp_rank == pp - 1;
     memset(pt, 0, sizeof *pt);
     pt->n_layer = L;
-    pt->tp = tp;
-    pt->tp_rank = tp_rank;
-    pt->n_entries = 2 + L * PARAM_PER_LAYER + 2;
-    pt->entries = xcalloc((size_t)pt->n_entries, sizeof(param_entry));
+    pt->tp = tp, pt->tp_rank = tp_rank;
+    pt->pp = pp, pt->pp_rank = pp_rank;
+    pt->virtual_stages = pp == 1 ? 1 : cfg->parallel.virtual_stages;
+    pt->entries = xcalloc((size_t)(3 + L * PARAM_PER_LAYER + 2), sizeof(param_entry));
+    pt->layer_first = xcalloc((size_t)L, sizeof(int));
+    pt->wte = pt->wpe = pt->lnfw = pt->lnfb = -1;
 
     const double std = 0.02, proj_std = 0.02 / sqrt(2.0 * L); // residual projections
     int n = 0;
-    add_entry(pt, &n, "wte", 2, Vp, C, SPLIT_VOCAB, 1, PARAM_LAYER_EMBED, INIT_NORMAL, std);
-    pt->entries[0].valid_rows = cfg->model.vocab_size;
-    add_entry(pt, &n, "wpe", 2, T, C, SPLIT_REPLICATED, 1, PARAM_LAYER_EMBED, INIT_NORMAL, std);
+    if (first) {
+        pt->wte = n;
+        add_entry(pt, &n, "wte", 2, Vp, C, SPLIT_VOCAB, 1, PARAM_LAYER_EMBED, INIT_NORMAL, std);
+        pt->entries[pt->wte].valid_rows = cfg->model.vocab_size;
+        pt->wpe = n;
+        add_entry(pt, &n, "wpe", 2, T, C, SPLIT_REPLICATED, 1, PARAM_LAYER_EMBED, INIT_NORMAL, std);
+    }
     for (int l = 0; l < L; l++) {
+        pt->layer_first[l] = -1;
+        if (pp > 1 && !holds_layer(cfg, pp_rank, l)) continue;
+        pt->layer_first[l] = n;
         char name[32];
 #define LAYER_ENTRY(suffix, ndim, rows, cols, split, blocks, init, s)                          \
     snprintf(name, sizeof name, "h%d." suffix, l);                                             \
@@ -58,9 +75,19 @@ void params_build(param_table *pt, const run_config *cfg, int tp, int tp_rank) {
         LAYER_ENTRY("fcprojb", 1, C, 1, SPLIT_REPLICATED, 1, INIT_ZEROS, 0);
 #undef LAYER_ENTRY
     }
-    add_entry(pt, &n, "lnfw", 1, C, 1, SPLIT_REPLICATED, 1, PARAM_LAYER_FINAL, INIT_ONES, 0);
-    add_entry(pt, &n, "lnfb", 1, C, 1, SPLIT_REPLICATED, 1, PARAM_LAYER_FINAL, INIT_ZEROS, 0);
-    TRI_ASSERT(n == pt->n_entries);
+    if (last) {
+        pt->lnfw = n;
+        add_entry(pt, &n, "lnfw", 1, C, 1, SPLIT_REPLICATED, 1, PARAM_LAYER_FINAL, INIT_ONES, 0);
+        pt->lnfb = n;
+        add_entry(pt, &n, "lnfb", 1, C, 1, SPLIT_REPLICATED, 1, PARAM_LAYER_FINAL, INIT_ZEROS, 0);
+        if (!first) { // the tied LM head: a copy of wte, kept equal by summing the gradients
+            pt->wte = n;
+            pt->wte_is_copy = 1;
+            add_entry(pt, &n, "wte", 2, Vp, C, SPLIT_VOCAB, 1, PARAM_LAYER_FINAL, INIT_NORMAL, std);
+            pt->entries[pt->wte].valid_rows = cfg->model.vocab_size;
+        }
+    }
+    pt->n_entries = n;
 
     size_t offset = 0;
     for (int i = 0; i < n; i++) {
@@ -77,24 +104,42 @@ void params_build(param_table *pt, const run_config *cfg, int tp, int tp_rank) {
         e->local_numel = e->local_rows * e->local_cols;
         e->offset = offset;
         offset += (size_t)e->local_numel;
-        pt->global_numel += e->global_rows * e->global_cols;
     }
     pt->local_numel = offset;
+    // The whole model's size, whatever this rank holds.
+    pt->global_numel = (int64_t)Vp * C + (int64_t)T * C + 2 * (int64_t)C +
+                       (int64_t)L * (12 * (int64_t)C * C + 13 * (int64_t)C);
 }
+
+void params_build(param_table *pt, const run_config *cfg, int tp, int tp_rank, int pp_rank) {
+    build(pt, cfg, tp, tp_rank, cfg->parallel.pp, pp_rank);
+}
+
+void params_build_full(param_table *pt, const run_config *cfg) { build(pt, cfg, 1, 0, 1, 0); }
 
 void params_free(param_table *pt) {
     free(pt->entries);
+    free(pt->layer_first);
     memset(pt, 0, sizeof *pt);
 }
 
-int params_wte(const param_table *pt) { (void)pt; return 0; }
-int params_wpe(const param_table *pt) { (void)pt; return 1; }
+int params_chunk_layers(const param_table *pt) {
+    return pt->n_layer / (pt->pp * pt->virtual_stages);
+}
+
+int params_chunk_first_layer(const param_table *pt, int chunk) {
+    return (chunk * pt->pp + pt->pp_rank) * params_chunk_layers(pt);
+}
+
+int params_wte(const param_table *pt) { return pt->wte; }
+int params_wpe(const param_table *pt) { return pt->wpe; }
 int params_layer(const param_table *pt, int layer, int which) {
     TRI_ASSERT(layer >= 0 && layer < pt->n_layer && which >= 0 && which < PARAM_PER_LAYER);
-    return 2 + layer * PARAM_PER_LAYER + which;
+    TRI_ASSERT(pt->layer_first[layer] >= 0);
+    return pt->layer_first[layer] + which;
 }
-int params_lnfw(const param_table *pt) { return pt->n_entries - 2; }
-int params_lnfb(const param_table *pt) { return pt->n_entries - 1; }
+int params_lnfw(const param_table *pt) { return pt->lnfw; }
+int params_lnfb(const param_table *pt) { return pt->lnfb; }
 
 int params_find(const param_table *pt, const char *name) {
     for (int i = 0; i < pt->n_entries; i++)

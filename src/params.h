@@ -47,17 +47,32 @@ enum {
 };
 
 typedef struct {
-    param_entry *entries;   // wte, wpe, then PARAM_PER_LAYER per layer, then lnfw, lnfb
+    // The entries this rank holds, in model order: wte and wpe (pipeline stage 0), the
+    // layers of its chunks, then lnfw, lnfb and (pp > 1) the LM head's copy of wte (last
+    // stage).
+    param_entry *entries;
     int n_entries;
     int n_layer;
     int tp, tp_rank;
+    int pp, pp_rank, virtual_stages;
+    int *layer_first;       // (n_layer): index of the layer's first entry, -1 when not held
+    int wte, wpe, lnfw, lnfb; // entry indices, -1 when not held
+    int wte_is_copy;        // this rank's wte is the last stage's tied copy (pp > 1)
     size_t local_numel;     // elements in this rank's parameter buffer
     int64_t global_numel;   // elements of the whole model, padding included
 } param_table;
 
-// Builds the table for the model of `cfg` as held by tp rank `tp_rank` of `tp`.
-void params_build(param_table *pt, const run_config *cfg, int tp, int tp_rank);
+// Builds the table for the model of `cfg` as held by tp rank `tp_rank` of `tp` on
+// pipeline rank `pp_rank` of cfg->parallel.pp (with cfg->parallel.virtual_stages chunks).
+void params_build(param_table *pt, const run_config *cfg, int tp, int tp_rank, int pp_rank);
+// The whole model in one table (tp = 1, every layer): the layout of exports.
+void params_build_full(param_table *pt, const run_config *cfg);
 void params_free(param_table *pt);
+
+// First global layer of chunk `chunk` of pipeline rank `pp_rank` (DESIGN.md layer placement:
+// layers [(c*pp + r)*Lc, (c*pp + r + 1)*Lc), Lc = n_layer / (pp * v)), and Lc.
+int params_chunk_first_layer(const param_table *pt, int chunk);
+int params_chunk_layers(const param_table *pt);
 
 // Entry indices of named parameters.
 int params_wte(const param_table *pt);

@@ -119,13 +119,7 @@ static tri_status check_supported(const run_config *cfg) {
                   "set it to auto or none", cfg->checkpoint.resume);
         bad = 1;
     }
-    // Pipeline stages and ZeRO sharding arrive with their own issues; until then a run is
-    // tensor- and data-parallel with replicated optimizer state.
-    if (cfg->parallel.pp > 1) {
-        LOG_ERROR("parallel.pp = %d: pipeline parallel training is not in this build yet; "
-                  "use pp: 1", cfg->parallel.pp);
-        bad = 1;
-    }
+    // ZeRO sharding arrives with its own issue; until then optimizer state is replicated.
     if (cfg->parallel.dp > 1 && cfg->parallel.zero != 0) {
         LOG_ERROR("parallel.zero = %d with dp = %d: ZeRO sharding is not in this build yet; "
                   "set parallel.zero: 0 (gradients all-reduced, state replicated)",
@@ -177,7 +171,7 @@ static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     TRI_CHECK(backend_cpu_create(&tr->be, cfg->system.threads));
     TRI_CHECK(trainer_open_data(tr));
     TRI_CHECK(sched_build(&tr->sched, cfg->parallel.schedule, cfg->parallel.pp,
-                          cfg->parallel.virtual_stages, tr->n_micro, 0));
+                          cfg->parallel.virtual_stages, tr->n_micro, tr->coord.pp));
     TRI_CHECK(model_create(&tr->model, cfg, cfg->train.micro_batch, tr->sched.max_in_flight,
                            tr->be, tr->cm));
     TRI_CHECK(optim_create(&tr->optim, tr->be, &tr->model.table));
@@ -214,36 +208,95 @@ static void trainer_free(trainer *tr) {
     if (tr->cm) tr->cm->destroy(tr->cm);
 }
 
-// Runs this rank's schedule table for optimizer step `step`; returns the sum of per-token
-// losses of the micro-batches it computed the loss of.
-static tri_status run_schedule(trainer *tr, int step, double *loss_sum) {
+// Issues the comm actions [first, end) of the schedule as one group: both directions in
+// flight at once, posted in list order (the schedule orders every group the same way on
+// both ends of a pair of ranks, so messages between two ranks match in the order posted,
+// as NCCL and a single MPI tag require). A received activation goes to the slot's chunk
+// input, a received gradient to its residual gradient (kept apart: a group may send one
+// slot's d(input) while receiving the next pair's input into the same slot). Returns the
+// seconds spent, which is time waiting for other stages.
+static tri_status run_p2p_group(trainer *tr, int first, int end, double *waited) {
+    comm *cm = tr->cm;
+    model *m = &tr->model;
+    const size_t count = (size_t)m->d.N_local * m->d.C;
+    double t0 = time_now_s();
+    TRI_CHECK(cm->group_start(cm));
+    for (int i = first; i < end; i++) {
+        const sched_action *a = &tr->sched.actions[i];
+        switch (a->kind) {
+        case SCHED_ACTION_SEND_ACT:
+            TRI_CHECK(cm->send(cm, COMM_GROUP_PP, model_chunk_output(m, a->slot), count, COMM_DTYPE_F32, a->peer));
+            break;
+        case SCHED_ACTION_RECV_ACT:
+            TRI_CHECK(cm->recv(cm, COMM_GROUP_PP, model_chunk_input(m, a->slot), count, COMM_DTYPE_F32, a->peer));
+            break;
+        case SCHED_ACTION_SEND_GRAD:
+            TRI_CHECK(cm->send(cm, COMM_GROUP_PP, model_chunk_grad(m, a->slot), count, COMM_DTYPE_F32, a->peer));
+            break;
+        case SCHED_ACTION_RECV_GRAD:
+            TRI_CHECK(cm->recv(cm, COMM_GROUP_PP, model_chunk_grad(m, a->slot), count, COMM_DTYPE_F32, a->peer));
+            break;
+        default: TRI_ASSERT(0);
+        }
+    }
+    TRI_CHECK(cm->group_end(cm));
+    *waited += time_now_s() - t0;
+    return TRI_OK;
+}
+
+// Runs this rank's schedule table for optimizer step `step`: forward and backward of
+// (micro-batch, chunk) pairs, and the pipeline sends and receives between them. Returns
+// the sum of per-token losses this rank computed (the last stage's) and the seconds it
+// waited on other stages.
+static tri_status run_schedule(trainer *tr, int step, double *loss_sum, double *waited) {
     const run_config *cfg = tr->cfg;
     const int B = cfg->train.micro_batch;
     const double tokens = (double)cfg->train.global_batch * cfg->model.seq_len;
     *loss_sum = 0.0;
-    for (int i = 0; i < tr->sched.n_actions; i++) {
+    *waited = 0.0;
+    for (int i = 0; i < tr->sched.n_actions;) {
         const sched_action *a = &tr->sched.actions[i];
-        // Slot of a micro-batch: the schedule holds at most max_in_flight at once, and
-        // they finish in the order they started.
-        int slot = a->micro % tr->sched.max_in_flight;
-        switch (a->kind) {
-        case SCHED_ACTION_FWD: {
+        if (sched_action_is_comm(a->kind)) {
+            int end = sched_comm_run_end(&tr->sched, i);
+            TRI_CHECK(run_p2p_group(tr, i, end, waited));
+            i = end;
+            continue;
+        }
+        if (a->kind == SCHED_ACTION_FWD) {
             int64_t first = data_micro_batch_start(step, cfg->train.global_batch, tr->dp,
                                                    tr->dp_rank, a->micro, B);
             data_batch(&tr->train, first, B, tr->inputs, tr->targets);
             double loss = 0.0;
-            TRI_CHECK(model_forward(&tr->model, slot, tr->inputs, tr->targets, &loss));
+            TRI_CHECK(model_forward(&tr->model, a->slot, a->chunk, tr->inputs, tr->targets, &loss));
             *loss_sum += loss;
-            break;
+        } else {
+            TRI_CHECK(model_backward(&tr->model, a->slot, a->chunk, (float)(1.0 / tokens)));
         }
-        case SCHED_ACTION_BWD:
-            TRI_CHECK(model_backward(&tr->model, slot, (float)(1.0 / tokens)));
-            break;
-        default:
-            LOG_ERROR("pipeline action %s needs parallel.pp > 1, which this build runs only "
-                      "as one stage", sched_action_name(a->kind));
-            return TRI_ERR_INTERNAL;
-        }
+        i++;
+    }
+    // Only the last stage computed the loss; every stage learns it.
+    if (tr->model.d.pp > 1)
+        TRI_CHECK(tr->cm->all_reduce(tr->cm, COMM_GROUP_PP, loss_sum, 1, COMM_DTYPE_F64, COMM_REDUCE_SUM));
+    return TRI_OK;
+}
+
+// Forward only through the pipeline, one micro-batch after another in slot 0: each chunk
+// receives from the previous virtual stage and sends to the next (a chain, so blocking
+// sends and receives cannot deadlock). Returns the loss sum on every stage.
+static tri_status forward_only(trainer *tr, double *loss_sum) {
+    model *m = &tr->model;
+    const size_t count = (size_t)m->d.N_local * m->d.C;
+    const int pp = m->d.pp, r = m->d.pp_rank;
+    comm *cm = tr->cm;
+    *loss_sum = 0.0;
+    for (int c = 0; c < m->d.chunks; c++) {
+        if (!(r == 0 && c == 0))
+            TRI_CHECK(cm->recv(cm, COMM_GROUP_PP, model_chunk_input(m, 0), count, COMM_DTYPE_F32, (r - 1 + pp) % pp));
+        double loss = 0.0;
+        TRI_CHECK(model_forward(m, 0, c, tr->inputs, tr->targets, &loss));
+        *loss_sum += loss;
+        if (!(r == pp - 1 && c == m->d.chunks - 1))
+            TRI_CHECK(cm->send(cm, COMM_GROUP_PP, model_chunk_output(m, 0), count, COMM_DTYPE_F32, (r + 1) % pp));
     }
     return TRI_OK;
 }
@@ -260,22 +313,24 @@ static tri_status evaluate(trainer *tr, double *val_loss) {
             int64_t first = data_micro_batch_start(j, GB, tr->dp, tr->dp_rank, micro, B);
             data_batch(&tr->val, first, B, tr->inputs, tr->targets);
             double loss = 0.0;
-            TRI_CHECK(model_forward(&tr->model, 0, tr->inputs, tr->targets, &loss));
+            TRI_CHECK(forward_only(tr, &loss));
             sum += loss;
         }
     }
+    if (tr->model.d.pp > 1)
+        TRI_CHECK(tr->cm->all_reduce(tr->cm, COMM_GROUP_PP, &sum, 1, COMM_DTYPE_F64, COMM_REDUCE_SUM));
     if (tr->dp > 1) TRI_CHECK(tr->cm->all_reduce(tr->cm, COMM_GROUP_DP, &sum, 1, COMM_DTYPE_F64, COMM_REDUCE_SUM));
     *val_loss = sum / ((double)cfg->data.eval_batches * GB * T);
     return TRI_OK;
 }
 
-// Rank 0 writes the whole model; the tp ranks of dp replica 0 gather it first (dp replicas
-// hold identical parameters).
+// Rank 0 writes the whole model; the tp x pp ranks of dp replica 0 gather it first (dp
+// replicas hold identical parameters).
 static tri_status save_model(trainer *tr) {
-    if (tr->coord.dp != 0 || tr->coord.pp != 0) return TRI_OK;
+    if (tr->coord.dp != 0) return TRI_OK;
     model *m = &tr->model;
     param_table full_table;
-    params_build(&full_table, tr->cfg, 1, 0);
+    params_build_full(&full_table, tr->cfg);
     float *full = xmalloc(full_table.local_numel * sizeof(float));
     tri_status rc = model_gather_params(m, &full_table, full);
     if (rc == TRI_OK && tr->li->rank == 0) {
@@ -304,8 +359,8 @@ static tri_status train_loop(trainer *tr) {
         tr->cm->step = step + 1;
         comm_counters_reset(tr->cm);
         tr->be->memset_zero(tr->be, m->grads, m->table.local_numel * sizeof(float));
-        double loss_sum = 0.0;
-        TRI_CHECK(run_schedule(tr, step, &loss_sum));
+        double loss_sum = 0.0, waited = 0.0;
+        TRI_CHECK(run_schedule(tr, step, &loss_sum, &waited));
         TRI_CHECK(model_finish_grads(m));
         if (tr->dp > 1) {
             TRI_CHECK(tr->cm->all_reduce(tr->cm, COMM_GROUP_DP, m->grads, m->table.local_numel,
@@ -342,10 +397,17 @@ static tri_status train_loop(trainer *tr) {
                 .comm_tp = comm_group_bytes(tr->cm, COMM_GROUP_TP),
                 .comm_pp = comm_group_bytes(tr->cm, COMM_GROUP_PP),
                 .comm_dp = comm_group_bytes(tr->cm, COMM_GROUP_DP),
+                .pipelined = m->d.pp > 1,
+                .bubble = waited / dt,
+                .bubble_formula = sched_bubble_fraction(cfg->parallel.schedule, m->d.pp,
+                                                        m->d.chunks, tr->n_micro),
             };
             metrics_write_step(&tr->metrics, &s);
-            LOG_INFO("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s", n,
-                     cfg->train.steps, loss, lr, norm, s.step_ms, s.tokens_per_s);
+            char bubble[64] = "";
+            if (s.pipelined)
+                snprintf(bubble, sizeof bubble, " | bubble %.2f (formula %.2f)", s.bubble, s.bubble_formula);
+            LOG_INFO("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s%s", n,
+                     cfg->train.steps, loss, lr, norm, s.step_ms, s.tokens_per_s, bubble);
         }
         if (cfg->data.eval_every > 0 && (n % cfg->data.eval_every == 0 || n == cfg->train.steps)) {
             TRI_CHECK(evaluate(tr, &last_val));

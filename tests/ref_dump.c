@@ -63,7 +63,7 @@ int main(int argc, char **argv) {
     for (int micro = 0; micro < n_micro; micro++) {
         data_batch(&ds, data_micro_batch_start(0, GB, 1, 0, micro, B), B, inputs, targets);
         double loss;
-        if (model_forward(&m, 0, inputs, targets, &loss)) return 1;
+        if (model_forward(&m, 0, 0, inputs, targets, &loss)) return 1;
         loss_sum += loss;
         if (micro == 0) {
             size_t lbytes = (size_t)B * T * m.d.Vp_local * sizeof(float);
@@ -72,7 +72,7 @@ int main(int argc, char **argv) {
             if (write_file(dir, "logits.bin", logits, lbytes)) return 1;
             free(logits);
         }
-        if (model_backward(&m, 0, (float)(1.0 / ((double)GB * T)))) return 1;
+        if (model_backward(&m, 0, 0, (float)(1.0 / ((double)GB * T)))) return 1;
     }
     be->copy_to_host(be, host, m.grads, bytes);
     snprintf(path, sizeof path, "%s/grads.bin", dir);

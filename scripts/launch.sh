@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Starts trident on N processes of this machine with OpenMPI's mpirun (PMIx gives each
+# process its rank; see DESIGN.md "Launch"). For several machines use Slurm:
+# scripts/slurm/train.sbatch.
+#
+# usage: scripts/launch.sh -n N CONFIG [--set key=value]... [-- EXTRA_TRAIN_ARGS...]
+#        scripts/launch.sh -n N -- COMMAND [ARGS...]
+#
+#   -n, --np N    processes (ranks): tp * pp * dp of the config
+#   CONFIG        the YAML run file: runs `trident train CONFIG --set ... EXTRA_TRAIN_ARGS`
+#   -- COMMAND    with no CONFIG, any other trident command, e.g. `-- comm-test --bytes 8:1M`
+#   --dry-run     print the mpirun command line and exit
+#   -h, --help    this text
+#
+# What it adds to mpirun: -np N; --allow-run-as-root when run as root; --oversubscribe when
+# N is more than the cores; --bind-to none; --mca btl self,vader (shared memory);
+# OPENBLAS_NUM_THREADS=1 and OMP_NUM_THREADS=T with T = max(1, cores / N), and for train
+# `--set system.threads=T` unless a --set system.threads is given.
+#
+# Environment: TRIDENT=path of the binary (default build/trident beside this script);
+# TRIDENT_MPIRUN_ARGS=more mpirun options (split on spaces), e.g. "--tag-output".
+# Exit code: trident's (mpirun passes on the first non-zero one); 2 for a usage error here.
+#
+# examples:
+#   scripts/launch.sh -n 4 configs/default.yaml --set parallel.zero=0
+#   scripts/launch.sh -n 8 -- comm-test --world-shape 2,2,2
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+T=${TRIDENT:-$ROOT/build/trident}
+
+usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; }
+bad() {
+    echo "launch: error: $*" >&2
+    echo "usage: scripts/launch.sh -n N CONFIG [--set key=value]... [-- EXTRA_ARGS...]" >&2
+    echo "       scripts/launch.sh -n N -- COMMAND [ARGS...]    (--help for more)" >&2
+    exit 2
+}
+
+np="" config="" dry=0
+sets=() extra=() have_dashdash=0
+while [ $# -gt 0 ]; do
+    case $1 in
+    -h | --help) usage; exit 0 ;;
+    -n | --np)
+        [ $# -ge 2 ] || bad "$1 needs a number of processes"
+        np=$2; shift 2 ;;
+    -n=* | --np=*) np=${1#*=}; shift ;;
+    -n[0-9]*) np=${1#-n}; shift ;;
+    --set)
+        [ $# -ge 2 ] || bad "--set needs key=value"
+        sets+=(--set "$2"); shift 2 ;;
+    --set=*) sets+=(--set "${1#--set=}"); shift ;;
+    --dry-run) dry=1; shift ;;
+    --) shift; have_dashdash=1; extra=("$@"); break ;;
+    -*) bad "unknown option '$1'" ;;
+    *)
+        [ -z "$config" ] || bad "one CONFIG only (got '$config' and '$1'); trident's own options go after --"
+        config=$1; shift ;;
+    esac
+done
+
+[ -n "$np" ] || bad "-n N is required (the number of processes)"
+[[ $np =~ ^[0-9]+$ ]] && [ "$((10#$np))" -ge 1 ] ||
+    bad "-n '$np': the number of processes must be a whole number of at least 1"
+np=$((10#$np))
+
+if [ -n "$config" ]; then
+    [ -f "$config" ] || bad "config '$config' not found"
+    [ -r "$config" ] || bad "config '$config' is not readable"
+    cmd=(train "$config")
+elif [ $have_dashdash = 1 ] && [ ${#extra[@]} -gt 0 ]; then
+    [ ${#sets[@]} = 0 ] || bad "--set belongs to train: give a CONFIG, or put the options after -- COMMAND"
+    cmd=()
+else
+    bad "missing CONFIG (or -- COMMAND)"
+fi
+
+if [ ! -x "$T" ]; then
+    echo "launch: error: trident binary '$T' not found or not executable" >&2
+    echo "HINT: run \`make\` in $ROOT, or point TRIDENT at a binary" >&2
+    exit 1
+fi
+if ! command -v mpirun >/dev/null; then
+    echo "launch: error: mpirun not found (OpenMPI)" >&2
+    echo "HINT: run scripts/install-deps.sh (openmpi-bin)" >&2
+    exit 1
+fi
+
+cores=$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
+threads=$((cores / np))
+[ $threads -ge 1 ] || threads=1
+
+# train: the compute threads per rank, unless the user chose them.
+if [ -n "$config" ]; then
+    user_threads=0
+    for a in "${sets[@]}" "${extra[@]}"; do
+        case $a in system.threads=* | --set=system.threads=*) user_threads=1 ;; esac
+    done
+    [ $user_threads = 1 ] || sets+=(--set "system.threads=$threads")
+    cmd+=("${sets[@]}" "${extra[@]}")
+else
+    cmd=("${extra[@]}")
+fi
+
+mpi=(mpirun -np "$np")
+[ "$(id -u)" = 0 ] && mpi+=(--allow-run-as-root)
+[ "$np" -gt "$cores" ] && mpi+=(--oversubscribe)
+mpi+=(--bind-to none --mca btl "self,vader"
+    -x OPENBLAS_NUM_THREADS=1 -x "OMP_NUM_THREADS=$threads")
+[ -n "${TRIDENT_LOG:-}" ] && mpi+=(-x TRIDENT_LOG)
+# shellcheck disable=SC2206 # split on purpose: a list of mpirun options
+[ -n "${TRIDENT_MPIRUN_ARGS:-}" ] && mpi+=(${TRIDENT_MPIRUN_ARGS})
+mpi+=("$T" "${cmd[@]}")
+
+echo "launch: ${mpi[*]}" >&2
+[ $dry = 1 ] && exit 0
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=$threads
+exec "${mpi[@]}"

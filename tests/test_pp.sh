@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Pipeline parallelism under mpirun against the single-process run on the same global batch,
+# 20 steps: every schedule (gpipe, 1f1b, interleaved with 2 virtual stages) at pp 2 and 4,
+# losses within 1e-6 relative at every step; pp x tp (and x dp) within the TP issue's
+# tolerances; the bubble fields; and the pipeline config errors of `trident check`.
+set -u
+cd "$(dirname "$0")/.."
+T=${TRIDENT_BIN:-build/trident}
+CFG=tests/configs/tiny.yaml
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+export OPENBLAS_NUM_THREADS=1
+MPIRUN=(timeout 180 mpirun --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS)
+[ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
+fails=0
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; fails=$((fails + 1)); }
+COMMON=(--set train.steps=20 --set train.micro_batch=2 --set train.global_batch=8 --set system.threads=1
+        --set model.n_layer=8 --set model.n_head=4 --set model.vocab_size=250 --set data.eval_every=10
+        --set parallel.zero=0)
+
+if $T train $CFG "${COMMON[@]}" --set run.out_dir=$W/ref >$W/ref.log 2>&1; then pass pp_reference_run
+else fail pp_reference_run "$(tail -2 $W/ref.log | tr '\n' ' ')"; fi
+
+# compare DIR LOSS_TOL NORM_TOL PP SCHEDULE V M: per-step losses and norms, val losses, final
+# parameters, and the bubble fields (measured in [0, 1), the formula's exact value).
+compare() {
+    /usr/bin/python3 - $W/ref "$@" <<'PY'
+import json, sys, numpy as np
+ref, run, ltol, ntol, pp, sched, v, m = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]), sys.argv[6], int(sys.argv[7]), int(sys.argv[8])
+def rows(d, kind): return [json.loads(l) for l in open(d + '/metrics.jsonl') if '"type":"%s"' % kind in l]
+a, b = rows(ref, 'step'), rows(run, 'step')
+assert len(a) == len(b) == 20, (len(a), len(b))
+loss = max(abs(x['loss'] - y['loss']) / abs(x['loss']) for x, y in zip(a, b))
+norm = max(abs(x['grad_norm'] - y['grad_norm']) / abs(x['grad_norm']) for x, y in zip(a, b))
+ev = max(abs(x['val_loss'] - y['val_loss']) / x['val_loss'] for x, y in zip(rows(ref, 'eval'), rows(run, 'eval')))
+pa = np.fromfile(ref + '/model.bin', dtype=np.float32)[256:]
+pb = np.fromfile(run + '/model.bin', dtype=np.float32)[256:]
+param = np.abs(pa - pb).max() / np.abs(pa).max()
+b_over = (pp - 1) / v
+formula = b_over / (m + b_over)
+bub_ok = all(0 <= r['bubble'] < 1 and abs(r['bubble_formula'] - formula) < 1e-4 for r in b)
+print('loss %.2e norm %.2e val %.2e param %.2e bubble %.2f formula %.4f' % (loss, norm, ev, param, b[-1]['bubble'], b[-1]['bubble_formula']))
+sys.exit(0 if loss <= ltol and norm <= ntol and ev <= ltol and param <= 1e-4 and bub_ok else 1)
+PY
+}
+
+# name pp schedule v tp dp sp loss_tol
+for layout in "pp2_gpipe 2 gpipe 1 1 1 false 1e-6" "pp2_1f1b 2 1f1b 1 1 1 false 1e-6" \
+              "pp2_interleaved_v2 2 interleaved 2 1 1 false 1e-6" "pp4_gpipe 4 gpipe 1 1 1 false 1e-6" \
+              "pp4_1f1b 4 1f1b 1 1 1 false 1e-6" "pp4_interleaved_v2 4 interleaved 2 1 1 false 1e-6" \
+              "tp2_pp2_1f1b 2 1f1b 1 2 1 false 1e-5" "tp2_pp2_sp_interleaved 2 interleaved 2 2 1 true 1e-5" \
+              "dp2_tp2_pp2_interleaved 2 interleaved 2 2 2 false 1e-5"; do
+    set -- $layout
+    name=$1 pp=$2 sched=$3 v=$4 tp=$5 dp=$6 sp=$7 tol=$8 np=$(( $2 * $5 * $6 ))
+    m=$(( 8 / (2 * dp) ))
+    if "${MPIRUN[@]}" -np $np $T train $CFG "${COMMON[@]}" --set parallel.pp=$pp --set parallel.tp=$tp \
+            --set parallel.schedule=$sched --set parallel.virtual_stages=$v --set parallel.sequence_parallel=$sp \
+            --set run.out_dir=$W/$name >$W/$name.log 2>&1; then
+        if out=$(compare $W/$name $tol 1e-4 $pp $sched $v $m); then pass "${name}_parity $out"; else fail ${name}_parity "$out"; fi
+    else fail ${name}_run "$(tail -3 $W/$name.log | tr '\n' ' ')"; fi
+done
+if grep -q "bubble .* (formula" $W/pp4_1f1b.log; then pass pp_step_line_bubble; else fail pp_step_line_bubble "no bubble on the step line"; fi
+
+# Config errors, caught by `trident check` with the key named (exit 2).
+expect_check() { # name pattern args...
+    local name=$1 pattern=$2; shift 2
+    $T check $CFG "$@" >$W/check.log 2>&1
+    local rc=$?
+    if [ $rc = 2 ] && grep -q -- "$pattern" $W/check.log; then pass $name
+    else fail $name "exit $rc: $(head -3 $W/check.log | tr '\n' ' ')"; fi
+}
+expect_check pp_check_1f1b_micro "parallel.pp" --world 4 --set parallel.pp=4 --set train.micro_batch=4 --set train.global_batch=8 --set model.n_layer=4
+expect_check pp_check_layers "model.n_layer" --world 3 --set parallel.pp=3 --set model.n_layer=4
+expect_check pp_check_interleaved_v "parallel.virtual_stages" --world 2 --set parallel.pp=2 --set parallel.schedule=interleaved
+expect_check pp_check_interleaved_m "parallel" --world 2 --set parallel.pp=2 --set parallel.schedule=interleaved --set parallel.virtual_stages=2 --set train.micro_batch=1 --set train.global_batch=3
+[ $fails = 0 ]

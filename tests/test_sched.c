@@ -1,0 +1,413 @@
+// test_sched.c: the schedule tables of src/sched.c, checked by running every rank's list
+// together in a simulator, for pp in {1, 2, 3, 4, 8}, v in {1, 2, 4} and m in 1..32 where
+// sched_build supports the combination (gpipe: any, v > 1 with pp >= 2; 1f1b: v = 1, any
+// m, though the config asks m >= pp; interleaved: v >= 2, pp >= 2, m % pp == 0).
+//
+// The simulator is written from the semantics in sched.h, not from sched.c: each rank is
+// a cursor over its list; FWD and BWD run when reached; a run of consecutive comm actions
+// is posted as one group when reached and completes only when every op in it is matched.
+// Matching is the strictest the backends allow: rendezvous (a send waits for its receive)
+// and in order per ordered pair of ranks, with no tags (comm_mpi.c uses one tag, NCCL p2p
+// matches in order), so the n-th send from a to b meets the n-th receive b posts from a,
+// and the two must name the same message (direction, micro-batch, stages). A state where
+// no rank can move and some are unfinished is a deadlock. The same run, timed (forward 1,
+// backward 2 units per chunk, messages free), measures the bubble for
+// sched_bubble_fraction.
+#include <stdarg.h>
+#include <string.h>
+
+#include "sched.h"
+#include "testlib.h"
+
+#define MAX_PP 8
+#define MAX_PAIRS (4 * 32)           // v * m
+#define MAX_ACTIONS (6 * MAX_PAIRS)  // each pair has at most one action of each kind
+
+// Short names for the checks below.
+#define RECV_ACT SCHED_ACTION_RECV_ACT
+#define FWD SCHED_ACTION_FWD
+#define SEND_ACT SCHED_ACTION_SEND_ACT
+#define RECV_GRAD SCHED_ACTION_RECV_GRAD
+#define BWD SCHED_ACTION_BWD
+#define SEND_GRAD SCHED_ACTION_SEND_GRAD
+
+typedef struct {
+    schedule_kind schedule;
+    int pp, v, m;
+    sched_table t[MAX_PP];
+    double bubble; // measured by the timed run
+    char why[600];
+} sim_case;
+
+static const char *schedule_name(schedule_kind s) {
+    return s == SCHEDULE_GPIPE ? "gpipe" : s == SCHEDULE_1F1B ? "1f1b" : "interleaved";
+}
+
+static int fail(sim_case *c, const char *fmt, ...) {
+    if (c->why[0]) return 0;
+    int n = snprintf(c->why, sizeof c->why, "%s pp %d v %d m %d: ", schedule_name(c->schedule),
+                     c->pp, c->v, c->m);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->why + n, sizeof c->why - (size_t)n, fmt, ap);
+    va_end(ap);
+    return 0;
+}
+
+static int is_comm(int k) { return k != (int)FWD && k != (int)BWD; }
+static const char *name(int k) { return sched_action_name((sched_action_kind)k); }
+
+// Expected peak of pairs held, from each schedule's warm-up length (sched.h).
+static int expected_peak(const sim_case *c, int r) {
+    int n = c->m * c->v, w;
+    if (c->schedule == SCHEDULE_GPIPE) return n;
+    if (c->schedule == SCHEDULE_1F1B) w = c->pp - r - 1;
+    else w = (c->pp - r - 1) * 2 + (c->v - 1) * c->pp;
+    return w + 1 < n ? w + 1 : n;
+}
+
+// One rank's list: each pair's actions exist exactly as the ends of the virtual pipeline
+// require, in the required order, with consistent fields.
+static int check_pairs(sim_case *c, int r, int pos[6][MAX_PAIRS], int *slot) {
+    const sched_table *t = &c->t[r];
+    const int pp = c->pp, v = c->v, m = c->m, n = m * v, last = pp * v - 1;
+    for (int p = 0; p < n; p++) {
+        slot[p] = -1;
+        for (int k = 0; k < 6; k++) pos[k][p] = -1;
+    }
+    if (t->pp != pp || t->virtual_stages != v || t->micro_batches != m || t->rank != r)
+        return fail(c, "rank %d: table header is wrong", r);
+    for (int i = 0; i < t->n_actions; i++) {
+        const sched_action *a = &t->actions[i];
+        if ((unsigned)a->kind > SEND_GRAD || a->micro < 0 || a->micro >= m || a->chunk < 0 ||
+            a->chunk >= v)
+            return fail(c, "rank %d action %d out of range", r, i);
+        int p = a->micro * v + a->chunk, s = a->chunk * pp + r, peer = -1;
+        if (a->kind == SEND_ACT || a->kind == RECV_GRAD) peer = (r + 1) % pp;
+        if (a->kind == RECV_ACT || a->kind == SEND_GRAD) peer = (r + pp - 1) % pp;
+        if (a->stage != s || a->peer != peer)
+            return fail(c, "rank %d action %d: stage %d peer %d, want %d and %d", r, i, a->stage,
+                        a->peer, s, peer);
+        if (pos[a->kind][p] >= 0)
+            return fail(c, "rank %d: %s of micro %d chunk %d twice", r, name(a->kind), a->micro,
+                        a->chunk);
+        pos[a->kind][p] = i;
+        if (a->slot < 0 || a->slot >= t->max_in_flight || (slot[p] >= 0 && slot[p] != a->slot))
+            return fail(c, "rank %d action %d: slot %d (pair's %d, max_in_flight %d)", r, i,
+                        a->slot, slot[p], t->max_in_flight);
+        slot[p] = a->slot;
+    }
+    for (int p = 0; p < n; p++) {
+        int s = (p % v) * pp + r, micro = p / v;
+        int want[6] = {s > 0, 1, s < last, s < last, 1, s > 0};
+        for (int k = 0; k < 6; k++)
+            if ((pos[k][p] >= 0) != want[k])
+                return fail(c, "rank %d micro %d stage %d: %s %s", r, micro, s, name(k),
+                            want[k] ? "missing" : "not allowed here");
+        static const int order[][2] = {
+            {RECV_ACT, FWD}, {FWD, SEND_ACT}, {RECV_GRAD, BWD}, {BWD, SEND_GRAD}, {FWD, BWD}};
+        for (int o = 0; o < 5; o++) {
+            int a = pos[order[o][0]][p], b = pos[order[o][1]][p];
+            if (a >= 0 && b >= 0 && a > b)
+                return fail(c, "rank %d micro %d stage %d: %s after %s", r, micro, s,
+                            name(order[o][0]), name(order[o][1]));
+        }
+    }
+    return 1;
+}
+
+// One rank's runs of comm actions: at most one op of each kind; activation-direction ops
+// before gradient-direction ones; within a SEND_GRAD's run, its slot reused only by a
+// RECV_ACT; the d(output) of a RECV_GRAD used by the next BWD.
+static int check_runs(sim_case *c, int r) {
+    const sched_table *t = &c->t[r];
+    for (int i = 0; i < t->n_actions;) {
+        if (!is_comm(t->actions[i].kind)) {
+            i++;
+            continue;
+        }
+        int end = i, seen[6] = {0}, last_act = -1, first_grad = t->n_actions;
+        while (end < t->n_actions && is_comm(t->actions[end].kind)) end++;
+        if (sched_comm_run_end(t, i) != end)
+            return fail(c, "rank %d: sched_comm_run_end(%d) != %d", r, i, end);
+        for (int j = i; j < end; j++) {
+            const sched_action *a = &t->actions[j];
+            if (seen[a->kind]++)
+                return fail(c, "rank %d: two %s in the run at %d", r, name(a->kind), i);
+            if (a->kind == SEND_ACT || a->kind == RECV_ACT) last_act = j;
+            else if (j < first_grad) first_grad = j;
+            for (int q = i; q < end && a->kind == SEND_GRAD; q++)
+                if (q != j && t->actions[q].slot == a->slot && t->actions[q].kind != RECV_ACT)
+                    return fail(c, "rank %d: send_grad and %s share slot %d in one run", r,
+                                name(t->actions[q].kind), a->slot);
+        }
+        if (last_act > first_grad)
+            return fail(c, "rank %d: run at %d has a gradient op before an activation op", r, i);
+        i = end;
+    }
+    for (int i = 0; i < t->n_actions; i++) {
+        const sched_action *a = &t->actions[i];
+        if (a->kind != SCHED_ACTION_RECV_GRAD) continue;
+        int j = i + 1;
+        while (j < t->n_actions && t->actions[j].kind != SCHED_ACTION_BWD) j++;
+        if (j == t->n_actions || t->actions[j].micro != a->micro || t->actions[j].chunk != a->chunk)
+            return fail(c, "rank %d: the d(output) received at %d is not for the next bwd", r, i);
+    }
+    return 1;
+}
+
+// One rank's slots: a pair holds its slot from its first action through its BWD; no two
+// pairs held at once share one; max_in_flight is the peak held and the expected bound.
+static int check_slots(sim_case *c, int r, int pos[6][MAX_PAIRS], const int *slot) {
+    const sched_table *t = &c->t[r];
+    const int v = c->v, n = c->m * v;
+    int start[MAX_PAIRS], end[MAX_PAIRS], peak = 0;
+    for (int p = 0; p < n; p++) {
+        start[p] = pos[RECV_ACT][p] >= 0 ? pos[RECV_ACT][p] : pos[FWD][p];
+        end[p] = pos[BWD][p];
+    }
+    for (int i = 0; i < t->n_actions; i++) {
+        int held = 0;
+        for (int p = 0; p < n; p++) held += start[p] <= i && i <= end[p];
+        if (held > peak) peak = held;
+    }
+    for (int p = 0; p < n; p++)
+        for (int q = p + 1; q < n; q++)
+            if (slot[p] == slot[q] && start[p] <= end[q] && start[q] <= end[p])
+                return fail(c, "rank %d: micro %d chunk %d and micro %d chunk %d share slot %d",
+                            r, p / v, p % v, q / v, q % v, slot[p]);
+    if (t->max_in_flight != peak)
+        return fail(c, "rank %d: max_in_flight %d, but %d pairs are held at once", r,
+                    t->max_in_flight, peak);
+    if (peak != expected_peak(c, r))
+        return fail(c, "rank %d: %d pairs held at once, expected %d", r, peak, expected_peak(c, r));
+    return 1;
+}
+
+// ---------------------------------------------------------------------------------------
+// The simulator.
+
+typedef struct {
+    int rank, index;
+} op_ref;
+
+typedef struct { // messages from rank a to rank b, in the order posted
+    op_ref sends[MAX_ACTIONS], recvs[MAX_ACTIONS];
+    int n_sends, n_recvs, n_matched;
+} channel;
+
+typedef struct {
+    int grad, micro, from, to; // direction, and virtual stages
+} message;
+
+static channel g_ch[MAX_PP][MAX_PP];
+static int g_matched[MAX_PP][MAX_ACTIONS];
+static double g_posted_at[MAX_PP][MAX_ACTIONS], g_matched_at[MAX_PP][MAX_ACTIONS];
+
+static message message_of(const sim_case *c, op_ref o) {
+    const sched_action *a = &c->t[o.rank].actions[o.index];
+    int s = a->chunk * c->pp + o.rank;
+    switch (a->kind) {
+    case SCHED_ACTION_SEND_ACT: return (message){0, a->micro, s, s + 1};
+    case SCHED_ACTION_RECV_ACT: return (message){0, a->micro, s - 1, s};
+    case SCHED_ACTION_SEND_GRAD: return (message){1, a->micro, s, s - 1};
+    default: return (message){1, a->micro, s + 1, s};
+    }
+}
+
+// Posts op i of rank r at time `now` and matches what its channel can match, in order.
+static int post(sim_case *c, int r, int i, double now) {
+    const sched_action *a = &c->t[r].actions[i];
+    int send = a->kind == SEND_ACT || a->kind == SEND_GRAD;
+    if (a->peer == r) return fail(c, "rank %d action %d talks to itself", r, i);
+    channel *ch = send ? &g_ch[r][a->peer] : &g_ch[a->peer][r];
+    if (send) ch->sends[ch->n_sends++] = (op_ref){r, i};
+    else ch->recvs[ch->n_recvs++] = (op_ref){r, i};
+    g_posted_at[r][i] = now;
+    for (; ch->n_matched < ch->n_sends && ch->n_matched < ch->n_recvs; ch->n_matched++) {
+        op_ref s = ch->sends[ch->n_matched], q = ch->recvs[ch->n_matched];
+        message ms = message_of(c, s), mr = message_of(c, q);
+        if (memcmp(&ms, &mr, sizeof ms))
+            return fail(c, "message %d from rank %d to %d: sent %s micro %d stage %d->%d, "
+                        "received as %s micro %d stage %d->%d", ch->n_matched, s.rank, q.rank,
+                        ms.grad ? "grad" : "act", ms.micro, ms.from, ms.to,
+                        mr.grad ? "grad" : "act", mr.micro, mr.from, mr.to);
+        double ts = g_posted_at[s.rank][s.index], tq = g_posted_at[q.rank][q.index];
+        g_matched[s.rank][s.index] = g_matched[q.rank][q.index] = 1;
+        g_matched_at[s.rank][s.index] = g_matched_at[q.rank][q.index] = ts > tq ? ts : tq;
+    }
+    return 1;
+}
+
+// Runs rank r from its cursor until it waits on a group or finishes; returns 0 on a failure
+// and sets *moved when it made progress.
+static int advance(sim_case *c, int r, int *cursor, int *posted, double *clock, int *moved,
+                   char done[2][32][4 * MAX_PP]) {
+    const sched_table *t = &c->t[r];
+    const int last = c->pp * c->v - 1;
+    while (*cursor < t->n_actions) {
+        const sched_action *a = &t->actions[*cursor];
+        int s = a->chunk * c->pp + r;
+        if (is_comm(a->kind)) {
+            int end = sched_comm_run_end(t, *cursor), all = 1;
+            if (!*posted) {
+                for (int i = *cursor; i < end; i++)
+                    if (!post(c, r, i, *clock)) return 0;
+                *posted = *moved = 1;
+            }
+            for (int i = *cursor; i < end && all; i++) all = g_matched[r][i];
+            if (!all) return 1;
+            for (int i = *cursor; i < end; i++)
+                if (g_matched_at[r][i] > *clock) *clock = g_matched_at[r][i];
+            *cursor = end;
+            *posted = 0;
+            continue;
+        }
+        int bwd = a->kind == BWD;
+        if (!bwd && s > 0 && !done[0][a->micro][s - 1])
+            return fail(c, "rank %d: fwd micro %d stage %d before stage %d's", r, a->micro, s,
+                        s - 1);
+        if (bwd && (!done[0][a->micro][s] || (s < last && !done[1][a->micro][s + 1])))
+            return fail(c, "rank %d: bwd micro %d stage %d before its inputs", r, a->micro, s);
+        done[bwd][a->micro][s] = 1;
+        *clock += bwd ? 2 : 1;
+        (*cursor)++;
+        *moved = 1;
+    }
+    return 1;
+}
+
+static int simulate(sim_case *c) {
+    const int pp = c->pp, m = c->m, last = pp * c->v - 1;
+    static char done[2][32][4 * MAX_PP]; // [fwd, bwd][micro][virtual stage]
+    int cursor[MAX_PP] = {0}, posted[MAX_PP] = {0};
+    double clock[MAX_PP] = {0};
+    memset(g_ch, 0, sizeof g_ch);
+    memset(g_matched, 0, sizeof g_matched);
+    memset(done, 0, sizeof done);
+    for (int moved = 1; moved;) {
+        moved = 0;
+        for (int r = 0; r < pp; r++)
+            if (!advance(c, r, &cursor[r], &posted[r], &clock[r], &moved, done)) return 0;
+    }
+    char where[400] = "";
+    int len = 0;
+    for (int r = 0; r < pp && len < (int)sizeof where; r++) {
+        if (cursor[r] == c->t[r].n_actions) continue;
+        const sched_action *a = &c->t[r].actions[cursor[r]];
+        len += snprintf(where + len, sizeof where - (size_t)len,
+                        " r%d at %d/%d (%s micro %d chunk %d)", r, cursor[r], c->t[r].n_actions,
+                        name(a->kind), a->micro, a->chunk);
+    }
+    if (len) return fail(c, "deadlock:%s", where);
+    for (int a = 0; a < pp; a++)
+        for (int b = 0; b < pp; b++)
+            if (g_ch[a][b].n_sends != g_ch[a][b].n_recvs)
+                return fail(c, "%d sends from rank %d to %d, %d receives", g_ch[a][b].n_sends, a, b,
+                            g_ch[a][b].n_recvs);
+    for (int micro = 0; micro < m; micro++)
+        for (int s = 0; s <= last; s++)
+            if (!done[0][micro][s] || !done[1][micro][s])
+                return fail(c, "micro %d stage %d never ran", micro, s);
+    double makespan = 0;
+    for (int r = 0; r < pp; r++) makespan = clock[r] > makespan ? clock[r] : makespan;
+    c->bubble = 1.0 - 3.0 * m * c->v / makespan; // each rank computes 3 units per pair
+    return 1;
+}
+
+static int run_case(sim_case *c) {
+    static int pos[MAX_PP][6][MAX_PAIRS], slot[MAX_PP][MAX_PAIRS];
+    int built = 0, ok = 1;
+    for (; built < c->pp && ok; built++)
+        if (sched_build(&c->t[built], c->schedule, c->pp, c->v, c->m, built) != TRI_OK)
+            ok = fail(c, "sched_build failed for rank %d", built);
+    for (int r = 0; r < c->pp && ok; r++)
+        ok = check_pairs(c, r, pos[r], slot[r]) && check_runs(c, r) &&
+             check_slots(c, r, pos[r], slot[r]);
+    if (ok) ok = simulate(c);
+    for (int r = 0; r < built; r++) sched_free(&c->t[r]);
+    return ok;
+}
+
+static int supported(schedule_kind s, int pp, int v, int m) {
+    if (s == SCHEDULE_GPIPE) return v == 1 || pp >= 2;
+    if (s == SCHEDULE_1F1B) return v == 1;
+    return v >= 2 && pp >= 2 && m % pp == 0;
+}
+
+int main(void) {
+    log_init();
+    const schedule_kind kinds[] = {SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED};
+    const int pps[] = {1, 2, 3, 4, 8}, vs[] = {1, 2, 4};
+    double worst_gap = 0; // measured bubble minus formula, at most
+    char worst[160] = "";
+    for (int ki = 0; ki < 3; ki++)
+        for (int pi = 0; pi < 5; pi++)
+            for (int vi = 0; vi < 3; vi++) {
+                schedule_kind s = kinds[ki];
+                int pp = pps[pi], v = vs[vi], simulated = 0, failed = 0;
+                char first_fail[600] = "", test_name[96];
+                for (int m = 1; m <= 32; m++) {
+                    if (!supported(s, pp, v, m)) continue;
+                    static sim_case c;
+                    memset(&c, 0, sizeof c);
+                    c.schedule = s, c.pp = pp, c.v = v, c.m = m;
+                    simulated++;
+                    if (!run_case(&c)) {
+                        if (!failed++) snprintf(first_fail, sizeof first_fail, "%s", c.why);
+                        continue;
+                    }
+                    // The measured bubble is the formula when v == 1 or pp divides m, and
+                    // never below it.
+                    double formula = sched_bubble_fraction(s, pp, v, m), gap = c.bubble - formula;
+                    if (gap < -1e-12 || ((v == 1 || m % pp == 0) && gap > 1e-12)) {
+                        if (!failed++)
+                            snprintf(first_fail, sizeof first_fail,
+                                     "m %d: bubble measured %.6f, formula %.6f", m, c.bubble,
+                                     formula);
+                    }
+                    if (gap > worst_gap) {
+                        worst_gap = gap;
+                        snprintf(worst, sizeof worst,
+                                 "%s pp %d v %d m %d: measured %.4f, formula %.4f",
+                                 schedule_name(s), pp, v, m, c.bubble, formula);
+                    }
+                }
+                if (!simulated) continue;
+                snprintf(test_name, sizeof test_name, "sched_sim %s pp=%d v=%d (%d m values)",
+                         schedule_name(s), pp, v, simulated);
+                TEST_CHECK(!failed, test_name, "%d of %d failed; first: %s", failed, simulated,
+                           first_fail);
+            }
+    printf("bubble, largest excess of measured over formula: %s\n", worst[0] ? worst : "none");
+
+    // The formula itself.
+    double b1 = sched_bubble_fraction(SCHEDULE_1F1B, 4, 1, 8);
+    double b2 = sched_bubble_fraction(SCHEDULE_GPIPE, 4, 1, 32);
+    double b3 = sched_bubble_fraction(SCHEDULE_INTERLEAVED, 4, 2, 8);
+    TEST_CHECK(fabs(b1 - 3.0 / 11) < 1e-12 && fabs(b2 - 3.0 / 35) < 1e-12 &&
+                   fabs(b3 - 1.5 / 9.5) < 1e-12,
+               "sched_bubble_fraction",
+               "pp4 m8 %.6f (want 0.272727), pp4 m32 %.6f (want 0.085714), interleaved pp4 v2 m8 "
+               "%.6f (want 0.157895)", b1, b2, b3);
+
+    // Unsupported combinations are config errors, not crashes.
+    const struct {
+        schedule_kind s;
+        int pp, v, m;
+    } bad[] = {
+        {SCHEDULE_1F1B, 4, 2, 8},        {SCHEDULE_INTERLEAVED, 4, 1, 8},
+        {SCHEDULE_INTERLEAVED, 4, 2, 6}, {SCHEDULE_INTERLEAVED, 1, 2, 4},
+        {SCHEDULE_GPIPE, 1, 2, 4},       {SCHEDULE_GPIPE, 2, 1, 0},
+    };
+    int rejected = 0, n_bad = (int)(sizeof bad / sizeof *bad);
+    fflush(stdout);
+    for (int i = 0; i < n_bad; i++) {
+        sched_table t;
+        tri_status rc = sched_build(&t, bad[i].s, bad[i].pp, bad[i].v, bad[i].m, 0);
+        rejected += rc == TRI_ERR_CONFIG && t.actions == NULL;
+    }
+    TEST_CHECK(rejected == n_bad, "sched_build rejects unsupported combinations",
+               "%d of %d rejected", rejected, n_bad);
+    TEST_EXIT();
+}

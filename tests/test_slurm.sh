@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# trident under Slurm: a one-node cluster on this machine (scripts/slurm/local-cluster.sh),
+# then `srun --mpi=pmix`: comm-test on 4 ranks, the PMIx layout Slurm gives each rank,
+# trident's exit code through srun, a 2-rank training run, and scripts/slurm/train.sbatch
+# submitted with sbatch (a training run, and a SIGUSR1 warning that is passed on to the
+# tasks and ends in a requeue).
+# Prints PASS/FAIL lines. When Slurm cannot be installed or started here, it prints the
+# single line "SKIP slurm: <reason>" and exits 0. Every srun runs under `timeout`; the
+# cluster is always stopped at the end.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+T=${TRIDENT_BIN:-build/trident} # TRIDENT_BIN: test another build
+W=$(mktemp -d)
+export OPENBLAS_NUM_THREADS=1
+export TRIDENT_SLURM_DIR=$W/slurm
+LC=scripts/slurm/local-cluster.sh
+started=0
+cleanup() {
+    [ $started = 1 ] && $LC stop >/dev/null 2>&1
+    rm -rf "$W"
+}
+trap cleanup EXIT
+fails=0
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; fails=$((fails + 1)); }
+skip() { echo "SKIP slurm: $1"; exit 0; }
+tail_of() { tail -n 4 "$1" | tr '\n' ' ' | cut -c1-400; }
+
+if [ ! -x "$T" ]; then
+    fail slurm_build "$T is missing; run make"
+    exit 1
+fi
+
+# --- Slurm and munge: install them when missing (as `make test` does), else skip.
+have_slurm() {
+    local c
+    lacking=
+    for c in munged mungekey slurmctld slurmd srun sinfo sbatch scontrol; do
+        command -v "$c" >/dev/null || lacking="$lacking $c"
+    done
+    [ -z "$lacking" ]
+}
+if ! have_slurm; then
+    if [ "$(id -u)" = 0 ] || sudo -n true 2>/dev/null; then
+        timeout 600 scripts/install-deps.sh >"$W/install" 2>&1
+    fi
+    have_slurm || skip "no${lacking} on PATH, and scripts/install-deps.sh could not install them$(
+        [ -s "$W/install" ] && echo ": $(tail -n 2 "$W/install" | tr '\n' ' ' | cut -c1-200)")"
+fi
+
+# --- a free pair of ports (slurmctld, slurmd), so that another cluster is not disturbed
+port_used() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+port=
+for ((i = 0; i < 20; i++)); do
+    p=$((20000 + (RANDOM % 10000) * 2))
+    if ! port_used $p && ! port_used $((p + 1)); then port=$p; break; fi
+done
+[ -n "$port" ] || skip "no free TCP port pair found for slurmctld and slurmd"
+export TRIDENT_SLURM_PORT=$port
+
+# --- start the cluster. Inside a job of a real cluster, its SLURM_* variables would steer
+# srun and sbatch to that job: drop them all.
+while read -r v; do unset "$v"; done < <(compgen -v SLURM_)
+t0=$SECONDS
+started=1
+if ! $LC start >"$W/start" 2>"$W/start.err"; then
+    # The reason in one line; the daemons' log tails (printed by start) kept for whoever looks.
+    cp "$W/start.err" /tmp/trident-test-slurm-start.log 2>/dev/null
+    skip "the local cluster did not start: $(grep -m1 'error\|not idle' "$W/start.err" | cut -c1-200) (logs: /tmp/trident-test-slurm-start.log)"
+fi
+eval "$(cat "$W/start")"
+if [ -z "${SLURM_CONF:-}" ] || [ ! -f "$SLURM_CONF" ]; then
+    skip "local-cluster.sh start printed no SLURM_CONF: $(tail_of "$W/start")"
+fi
+echo "# cluster up in $((SECONDS - t0)) s on ports $port/$((port + 1)), SLURM_CONF=$SLURM_CONF"
+if ! timeout 20 srun --mpi=list 2>&1 | grep -qw pmix; then
+    skip "this Slurm has no mpi/pmix plugin (srun --mpi=list: $(timeout 20 srun --mpi=list 2>&1 | tr '\n' ' ' | cut -c1-200))"
+fi
+pass slurm_cluster_up
+
+# --- comm-test on 4 ranks, mesh 2,1,2
+timeout 60 srun -n 4 --mpi=pmix "$T" comm-test --world-shape 2,1,2 --bytes 8:64K --iters 3 >"$W/out" 2>&1
+rc=$?
+if [ $rc = 0 ] && grep -q "comm-test: OK, 0 wrong elements" "$W/out" &&
+    grep -q "world 4 = tp 2 x pp 1 x dp 2" "$W/out"; then pass slurm_comm_test_np4
+else fail slurm_comm_test_np4 "exit $rc: $(tail_of "$W/out")"; fi
+
+# --- the layout comes from Slurm's PMIx server: rank r of 4, local r of 4, one namespace
+TRIDENT_LOG=debug timeout 60 srun -n 4 --mpi=pmix "$T" comm-test --world-shape 4,1,1 --bytes 8:8 \
+    --iters 1 >"$W/out" 2>&1
+rc=$?
+ok=1
+for r in 0 1 2 3; do
+    grep -qE "launch: pmix namespace slurm\.pmix\.[^ ]+ rank $r of 4, local $r of 4 " "$W/out" || ok=0
+done
+nspaces=$(grep -oE "launch: pmix namespace [^ ]+" "$W/out" | sort -u | wc -l)
+if [ $rc = 0 ] && [ $ok = 1 ] && [ "$nspaces" = 1 ] && grep -q "0 wrong elements" "$W/out"; then
+    pass slurm_pmix_layout
+else fail slurm_pmix_layout "exit $rc, $nspaces namespaces: $(grep 'launch:' "$W/out" | tr '\n' ' ' | cut -c1-400)"; fi
+
+# --- trident's exit code through srun (a shape that does not match the world: 2)
+timeout 60 srun -n 2 --mpi=pmix "$T" comm-test --world-shape 2,2,1 >"$W/out" 2>&1
+rc=$?
+if [ $rc = 2 ] && grep -q "multiplies to 4, but the world has 2 ranks" "$W/out"; then pass slurm_exit_code
+else fail slurm_exit_code "exit $rc, expected 2: $(tail_of "$W/out")"; fi
+
+# --- training on 2 ranks (one compute thread each: 2 cores)
+timeout 60 srun -n 2 --mpi=pmix "$T" train tests/configs/tiny.yaml --set parallel.zero=0 \
+    --set run.out_dir="$W/run" --set system.threads=1 >"$W/out" 2>&1
+rc=$?
+steps=$(grep -c '"type":"step"' "$W/run/metrics.jsonl" 2>/dev/null)
+if [ $rc = 0 ] && [ "${steps:-0}" = 6 ] && grep -q "mesh: world 2 " "$W/out"; then pass slurm_train_np2
+else fail slurm_train_np2 "exit $rc, ${steps:-0} step lines: $(tail_of "$W/out")"; fi
+
+# --- scripts/slurm/train.sbatch through sbatch, with this machine's sizes (no GPUs)
+# job_field ID KEY: KEY's value in `scontrol show job ID`.
+job_field() { scontrol show job "$1" -o 2>/dev/null | grep -oE "(^| )$2=[^ ]*" | head -n1 | cut -d= -f2-; }
+# wait_job ID SECONDS: until the job has ended; prints its state.
+wait_job() {
+    local s
+    for ((i = 0; i < $2 * 5; i++)); do
+        s=$(job_field "$1" JobState)
+        case $s in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | PREEMPTED)
+            echo "$s"; return 0 ;;
+        esac
+        sleep 0.2
+    done
+    echo "${s:-unknown} (still, after $2 s)"
+}
+SB=(sbatch --parsable --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --gpus-per-task=0 --time=5
+    --output="$W/%x-%j.out" --error="$W/%x-%j.err")
+id=$("${SB[@]}" --job-name=sb-train scripts/slurm/train.sbatch tests/configs/tiny.yaml \
+    --set parallel.zero=0 --set run.out_dir="$W/sbrun" 2>"$W/out")
+if [ -z "$id" ]; then fail slurm_sbatch_train "sbatch refused the job: $(tail_of "$W/out")"
+else
+    st=$(wait_job "$id" 40)
+    ec=$(job_field "$id" ExitCode)
+    steps=$(grep -c '"type":"step"' "$W/sbrun/metrics.jsonl" 2>/dev/null)
+    if [ "$st" = COMPLETED ] && [ "$ec" = 0:0 ] && [ "${steps:-0}" = 6 ] &&
+        grep -q "trident exited with status 0" "$W/sb-train-$id.out"; then pass slurm_sbatch_train
+    else fail slurm_sbatch_train "job $id $st, exit $ec, ${steps:-0} step lines: $(tail_of "$W/sb-train-$id.out") $(tail_of "$W/sb-train-$id.err")"; fi
+fi
+
+# --- preemption warning: SIGUSR1 to the batch shell (as --signal=B:USR1@120 sends it) is
+# passed on to every task, and the job is requeued once they have exited. (trident does not
+# checkpoint on SIGUSR1 in this build yet, so the signal ends it.)
+id=$("${SB[@]}" --job-name=sb-requeue scripts/slurm/train.sbatch tests/configs/tiny.yaml \
+    --set parallel.zero=0 --set run.out_dir="$W/sbrq" --set train.steps=10000000 \
+    --set log.every=100000 --set data.eval_every=0 2>"$W/out")
+if [ -z "$id" ]; then fail slurm_sbatch_requeue "sbatch refused the job: $(tail_of "$W/out")"
+else
+    log=$W/sb-requeue-$id.out
+    for ((i = 0; i < 150; i++)); do # the tasks are training once "training tiny" is out
+        grep -q "^training tiny" "$log" 2>/dev/null && break
+        sleep 0.2
+    done
+    scancel --batch --signal=USR1 "$id"
+    restarts=
+    for ((i = 0; i < 100; i++)); do
+        restarts=$(job_field "$id" Restarts)
+        [ "${restarts:-0}" -ge 1 ] && break
+        sleep 0.2
+    done
+    scancel "$id" 2>/dev/null
+    if [ "${restarts:-0}" -ge 1 ] && grep -q "SIGUSR1 received" "$log" &&
+        grep -q "requeued job $id after SIGUSR1" "$log" &&
+        grep -qE "tasks 0-1: User defined signal 1" "$W/sb-requeue-$id.err"; then
+        pass slurm_sbatch_requeue
+    else fail slurm_sbatch_requeue "restarts '${restarts}': $(grep 'train.sbatch' "$log" 2>/dev/null | tr '\n' ' ' | cut -c1-300) $(tail_of "$W/sb-requeue-$id.err")"; fi
+fi
+
+echo "# slurm tests took $((SECONDS - t0)) s after the install"
+[ $fails = 0 ]
