@@ -158,8 +158,8 @@ static void set_dims(model_dims *d, const run_config *cfg, int B, const comm *cm
     d->vocab_start = d->tp_rank * d->Vp_local;
 }
 
-tri_status model_create(model *m, const run_config *cfg, int B, int n_slots, backend *be,
-                        comm *cm) {
+tri_status model_create(model *m, const run_config *cfg, int B, int n_slots, int pad_multiple,
+                        backend *be, comm *cm) {
     memset(m, 0, sizeof *m);
     m->be = be;
     m->cm = cm;
@@ -168,9 +168,11 @@ tri_status model_create(model *m, const run_config *cfg, int B, int n_slots, bac
     TRI_ASSERT(d->N % d->tp == 0); // seq_len % tp == 0 is a config rule under SP
 
     params_build(&m->table, cfg, d->tp, d->tp_rank, d->pp_rank);
+    const size_t pad = (size_t)pad_multiple;
+    m->capacity = (m->table.local_numel + pad - 1) / pad * pad;
     size_t bytes = m->table.local_numel * sizeof(float);
-    m->params = be->alloc(be, bytes);
-    m->grads = be->alloc(be, bytes);
+    m->params = be->alloc(be, m->capacity * sizeof(float));
+    m->grads = be->alloc(be, m->capacity * sizeof(float));
     if (!m->params || !m->grads) {
         LOG_ERROR("out of %s memory for %zu parameters", be->name, m->table.local_numel);
         return TRI_ERR_INTERNAL;

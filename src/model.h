@@ -47,8 +47,9 @@ typedef struct {
     param_table table;
     backend *be;
     comm *cm;
-    float *params;     // (table.local_numel) on the device
-    float *grads;      // (table.local_numel), accumulated over micro-batches
+    float *params;     // (capacity) on the device: table.local_numel, padded for ZeRO shards
+    float *grads;      // (capacity), accumulated over micro-batches
+    size_t capacity;
     model_acts *slots; // one per micro-batch in flight (the schedule's bound)
     int n_slots;
     // Scratch shared by all layers and slots:
@@ -63,9 +64,12 @@ typedef struct {
 } model;
 
 // Builds the table and allocates parameters, gradients and `n_slots` activation slots for
-// micro-batch size B (the backend's memory). Parameters are initialised from run.seed, or
-// loaded from model.init_from when set. The tp group of `cm` sets the tensor-parallel split.
-tri_status model_create(model *m, const run_config *cfg, int B, int n_slots, backend *be, comm *cm);
+// micro-batch size B (the backend's memory); the parameter and gradient buffers are padded
+// to a multiple of `pad_multiple` elements (the ZeRO shard count). Parameters are
+// initialised from run.seed, or loaded from model.init_from when set. The tp and pp groups
+// of `cm` set the tensor split and the layers held.
+tri_status model_create(model *m, const run_config *cfg, int B, int n_slots, int pad_multiple,
+                        backend *be, comm *cm);
 void model_free(model *m);
 
 // Forward of chunk `chunk` (0..chunks-1) of one micro-batch into activation slot `slot`.

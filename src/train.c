@@ -119,10 +119,10 @@ static tri_status check_supported(const run_config *cfg) {
                   "set it to auto or none", cfg->checkpoint.resume);
         bad = 1;
     }
-    // ZeRO sharding arrives with its own issue; until then optimizer state is replicated.
-    if (cfg->parallel.dp > 1 && cfg->parallel.zero != 0) {
-        LOG_ERROR("parallel.zero = %d with dp = %d: ZeRO sharding is not in this build yet; "
-                  "set parallel.zero: 0 (gradients all-reduced, state replicated)",
+    // ZeRO stages 2 and 3 arrive later; stage 1 shards the Adam state over dp.
+    if (cfg->parallel.dp > 1 && cfg->parallel.zero > 1) {
+        LOG_ERROR("parallel.zero = %d with dp = %d: ZeRO stages 2 and 3 are not in this build "
+                  "yet; set parallel.zero: 1 (Adam state sharded) or 0",
                   cfg->parallel.zero, cfg->parallel.dp);
         bad = 1;
     }
@@ -172,22 +172,27 @@ static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     TRI_CHECK(trainer_open_data(tr));
     TRI_CHECK(sched_build(&tr->sched, cfg->parallel.schedule, cfg->parallel.pp,
                           cfg->parallel.virtual_stages, tr->n_micro, tr->coord.pp));
+    const int zero_shards = cfg->parallel.zero > 0 ? tr->dp : 1;
     TRI_CHECK(model_create(&tr->model, cfg, cfg->train.micro_batch, tr->sched.max_in_flight,
-                           tr->be, tr->cm));
-    TRI_CHECK(optim_create(&tr->optim, tr->be, &tr->model.table));
+                           zero_shards, tr->be, tr->cm));
+    TRI_CHECK(optim_create(&tr->optim, tr->be, cfg, tr->model.table.local_numel, tr->dp, tr->dp_rank));
+    TRI_ASSERT(tr->optim.capacity == tr->model.capacity);
     size_t N = (size_t)cfg->train.micro_batch * cfg->model.seq_len;
     tr->inputs = xmalloc(N * sizeof(int));
     tr->targets = xmalloc(N * sizeof(int));
     if (li->rank == 0) TRI_CHECK(make_dirs(cfg->run.out_dir));
     tr->flops_per_token = flops_per_token(cfg);
     tr->peak_flops = measure_matmul_rate(tr->be);
-    char extra[512];
+    // Rank 0's memory by kind (fp32 training: the parameters are the master weights).
+    char extra[768];
     snprintf(extra, sizeof extra,
              ",\"n_params\":%lld,\"threads\":%d,\"micro_batches\":%d,\"flops_per_token\":%.0f,"
-             "\"mfu_peak_flops\":%.4g,\"param_bytes\":%zu,\"activation_bytes\":%zu",
+             "\"mfu_peak_flops\":%.4g,\"rank_params\":%zu,\"memory\":{\"param_bytes\":%zu,"
+             "\"grad_bytes\":%zu,\"master_bytes\":0,\"adam_bytes\":%zu,\"activation_bytes\":%zu}",
              (long long)tr->model.table.global_numel, tr->be->threads, tr->n_micro,
-             tr->flops_per_token, tr->peak_flops, tr->model.table.local_numel * sizeof(float),
-             tr->model.activation_bytes);
+             tr->flops_per_token, tr->peak_flops, tr->model.table.local_numel,
+             tr->model.capacity * sizeof(float), tr->model.capacity * sizeof(float),
+             2 * tr->optim.shard_len * sizeof(float), tr->model.activation_bytes);
     if (li->rank == 0)
         TRI_CHECK(metrics_open(&tr->metrics, cfg, tr->cm->world_size, tr->be->name, tr->cm->name, extra));
     return TRI_OK;
@@ -358,19 +363,17 @@ static tri_status train_loop(trainer *tr) {
         double t0 = time_now_s();
         tr->cm->step = step + 1;
         comm_counters_reset(tr->cm);
-        tr->be->memset_zero(tr->be, m->grads, m->table.local_numel * sizeof(float));
+        tr->be->memset_zero(tr->be, m->grads, m->capacity * sizeof(float));
         double loss_sum = 0.0, waited = 0.0;
         TRI_CHECK(run_schedule(tr, step, &loss_sum, &waited));
         TRI_CHECK(model_finish_grads(m));
-        if (tr->dp > 1) {
-            TRI_CHECK(tr->cm->all_reduce(tr->cm, COMM_GROUP_DP, m->grads, m->table.local_numel,
-                                         COMM_DTYPE_F32, COMM_REDUCE_SUM));
+        TRI_CHECK(optim_reduce_grads(&tr->optim, tr->cm, m->grads));
+        if (tr->dp > 1)
             TRI_CHECK(tr->cm->all_reduce(tr->cm, COMM_GROUP_DP, &loss_sum, 1, COMM_DTYPE_F64,
                                          COMM_REDUCE_SUM));
-        }
         double loss = loss_sum / (double)tokens_per_step;
         double norm = 0.0;
-        tri_status rc = optim_grad_norm(tr->be, tr->cm, &m->table, m->grads, &norm);
+        tri_status rc = optim_grad_norm(&tr->optim, tr->be, tr->cm, &m->table, m->grads, &norm);
         if (!isfinite(loss) || rc == TRI_ERR_NONFINITE) {
             LOG_ERROR("step %d: non-finite %s (loss %g, grad norm %g)", step + 1,
                       isfinite(loss) ? "gradients" : "loss", loss, norm);
@@ -379,7 +382,7 @@ static tri_status train_loop(trainer *tr) {
         }
         TRI_CHECK(rc);
         double lr = optim_lr(cfg, step);
-        optim_step(&tr->optim, tr->be, cfg, &m->table, m->params, m->grads, lr, norm);
+        TRI_CHECK(optim_step(&tr->optim, tr->be, tr->cm, cfg, &m->table, m->params, m->grads, lr, norm));
         tr->be->synchronize(tr->be);
         double dt = time_now_s() - t0;
         total_s += dt;

@@ -19,16 +19,22 @@ COMMON=(--set train.steps=20 --set train.micro_batch=2 --set train.global_batch=
 if $T train $CFG "${COMMON[@]}" --set run.out_dir=$W/ref >$W/ref.log 2>&1; then pass dp_reference_run
 else fail dp_reference_run "$(tail -2 $W/ref.log | tr '\n' ' ')"; fi
 
-for dp in 2 4; do
-    if "${MPIRUN[@]}" -np $dp $T train $CFG "${COMMON[@]}" --set parallel.zero=0 --set run.out_dir=$W/dp$dp >$W/dp$dp.log 2>&1; then
-        pass dp${dp}_run
-    else fail dp${dp}_run "$(tail -3 $W/dp$dp.log | tr '\n' ' ')"; continue; fi
+for layout in "2 0" "4 0" "2 1" "4 1"; do
+    set -- $layout
+    dp=$1 zero=$2 name=dp$1_zero$2
+    if "${MPIRUN[@]}" -np $dp $T train $CFG "${COMMON[@]}" --set parallel.zero=$zero --set run.out_dir=$W/$name >$W/$name.log 2>&1; then
+        pass ${name}_run
+    else fail ${name}_run "$(tail -3 $W/$name.log | tr '\n' ' ')"; continue; fi
     # Losses within 1e-5 relative, gradient norms within 1e-4, val losses within 1e-5, the final
-    # parameters within 1e-4 of the largest, and dp bytes = all-reduce of every gradient
-    # (4 bytes per parameter) plus the 8-byte loss sum, per step.
-    if out=$(/usr/bin/python3 - $W/ref $W/dp$dp $dp <<'PY'
+    # parameters within 1e-4 of the largest; dp bytes per step as the stage's scheme implies
+    # (zero 0: all-reduce of every gradient; zero 1: reduce-scatter of the gradients plus
+    # all-gather of the parameters, 4 bytes per element of the padded buffer each, plus the
+    # 8-byte norm partial), plus the 8-byte loss sum; memory by kind as the ZeRO formulas
+    # for fp32 training give (zero 0: 16P; zero 1: 8P + 8P/N, P the rank's parameters,
+    # up to the padding of the shard boundaries).
+    if out=$(/usr/bin/python3 - $W/ref $W/$name $dp $zero <<'PY'
 import json, sys, numpy as np
-ref, run, dp = sys.argv[1], sys.argv[2], int(sys.argv[3])
+ref, run, dp, zero = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 def rows(d, kind): return [json.loads(l) for l in open(d + '/metrics.jsonl') if '"type":"%s"' % kind in l]
 a, b = rows(ref, 'step'), rows(run, 'step')
 assert len(a) == len(b) == 20, (len(a), len(b))
@@ -38,15 +44,47 @@ ev = max(abs(x['val_loss'] - y['val_loss']) / x['val_loss'] for x, y in zip(rows
 pa = np.fromfile(ref + '/model.bin', dtype=np.float32)[256:]
 pb = np.fromfile(run + '/model.bin', dtype=np.float32)[256:]
 param = np.abs(pa - pb).max() / np.abs(pa).max()
-n_params = json.loads(open(run + '/metrics.jsonl').readline())['n_params']
-want = 4 * n_params + 8
+run0 = json.loads(open(run + '/metrics.jsonl').readline())
+P = run0['rank_params']
+padded = -(-P // dp) * dp if zero else P
+want = 4 * padded * (1 if zero == 0 else 2) + 8 + (8 if zero else 0)
 bytes_ok = all(r['comm_bytes']['dp'] == want for r in b)
-print('loss %.2e norm %.2e val %.2e param %.2e dp_bytes %d (want %d)' % (loss, norm, ev, param, b[-1]['comm_bytes']['dp'], want))
-sys.exit(0 if loss <= 1e-5 and norm <= 1e-4 and ev <= 1e-5 and param <= 1e-4 and bytes_ok else 1)
+mem = run0['memory']
+total = mem['param_bytes'] + mem['grad_bytes'] + mem['master_bytes'] + mem['adam_bytes']
+formula = 16 * P if zero == 0 else 8 * P + 8 * P / dp
+mem_ok = formula <= total <= formula + 16 * dp
+print('loss %.2e norm %.2e val %.2e param %.2e dp_bytes %d (formula %d) state_bytes %d (formula %d)' % (
+      loss, norm, ev, param, b[-1]['comm_bytes']['dp'], want, total, formula))
+sys.exit(0 if loss <= 1e-5 and norm <= 1e-4 and ev <= 1e-5 and param <= 1e-4 and bytes_ok and mem_ok else 1)
 PY
-); then pass "dp${dp}_parity $out"; else fail dp${dp}_parity "$out"; fi
+); then pass "${name}_parity $out"; else fail ${name}_parity "$out"; fi
 done
+# The two stages against each other at dp 4: the same losses within 1e-5.
+if /usr/bin/python3 -c "
+import json
+a=[r['loss'] for r in map(json.loads, open('$W/dp4_zero0/metrics.jsonl')) if r['type'] == 'step']
+b=[r['loss'] for r in map(json.loads, open('$W/dp4_zero1/metrics.jsonl')) if r['type'] == 'step']
+assert len(a) == len(b) == 20 and max(abs(x-y)/x for x, y in zip(a, b)) <= 1e-5
+"; then pass dp4_zero0_vs_zero1; else fail dp4_zero0_vs_zero1 "losses differ"; fi
+# ZeRO-1 with tp and interleaved pp: dp 2 x tp 2 x pp 2 against the single process.
+if "${MPIRUN[@]}" -np 8 $T train $CFG "${COMMON[@]}" --set parallel.zero=1 --set parallel.tp=2 --set parallel.pp=2 \
+        --set parallel.schedule=interleaved --set parallel.virtual_stages=2 --set model.n_layer=4 --set model.n_head=4 \
+        --set run.out_dir=$W/3d >$W/3d.log 2>&1 && $T train $CFG "${COMMON[@]}" --set model.n_layer=4 --set model.n_head=4 \
+        --set run.out_dir=$W/ref3d >$W/ref3d.log 2>&1; then
+    if /usr/bin/python3 -c "
+import json
+a=[r for r in map(json.loads, open('$W/ref3d/metrics.jsonl')) if r['type'] == 'step']
+b=[r for r in map(json.loads, open('$W/3d/metrics.jsonl')) if r['type'] == 'step']
+assert len(a) == len(b) == 20
+assert max(abs(x['loss']-y['loss'])/x['loss'] for x, y in zip(a, b)) <= 1e-5
+assert max(abs(x['grad_norm']-y['grad_norm'])/x['grad_norm'] for x, y in zip(a, b)) <= 1e-4
+"; then pass dp2_tp2_pp2_interleaved_zero1_parity; else fail dp2_tp2_pp2_interleaved_zero1_parity "losses differ"; fi
+else fail dp2_tp2_pp2_interleaved_zero1_run "$(tail -3 $W/3d.log | tr '\n' ' ')"; fi
 
+# ZeRO stages 2 and 3 are refused with a message naming the key (exit 2).
+"${MPIRUN[@]}" -np 2 $T train $CFG --set parallel.zero=2 --set run.out_dir=$W/z2 >$W/z2.log 2>&1
+rc=$?
+if [ $rc = 2 ] && grep -q "parallel.zero" $W/z2.log; then pass zero2_refused; else fail zero2_refused "exit $rc"; fi
 # A world that does not factor: one message (from rank 0 only), exit 2 on every rank.
 "${MPIRUN[@]}" -np 3 $T train $CFG --set parallel.tp=2 --set run.out_dir=$W/bad >$W/bad.log 2>&1
 rc=$?
@@ -54,7 +92,7 @@ n=$(grep -c "parallel.tp" $W/bad.log)
 if [ $rc = 2 ] && [ "$n" = 1 ]; then pass launch_world_not_factoring
 else fail launch_world_not_factoring "exit $rc, $n messages naming parallel.tp: $(head -3 $W/bad.log | tr '\n' ' ')"; fi
 # Lines from ranks != 0 carry the [rN tpX dpY ppZ] prefix.
-TRIDENT_LOG=debug "${MPIRUN[@]}" -np 2 $T train $CFG --set parallel.zero=0 --set train.steps=1 --set run.out_dir=$W/pfx --set model.init_from=$W/missing.bin >$W/pfx.log 2>&1
+TRIDENT_LOG=debug "${MPIRUN[@]}" -np 2 $T train $CFG --set train.steps=1 --set run.out_dir=$W/pfx --set model.init_from=$W/missing.bin >$W/pfx.log 2>&1
 if grep -q '^\[r1 tp0 dp1 pp0\] error: cannot open model file' $W/pfx.log; then pass log_rank_prefix
 else fail log_rank_prefix "$(grep -m2 error $W/pfx.log | tr '\n' ' ')"; fi
 [ $fails = 0 ]
