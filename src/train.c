@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "comm.h"
@@ -168,7 +169,14 @@ static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     tr->dp = cfg->parallel.dp;
     tr->dp_rank = tr->coord.dp;
     tr->n_micro = config_micro_batches(cfg);
-    TRI_CHECK(backend_cpu_create(&tr->be, cfg->system.threads));
+    // system.threads 0: the node's cores divided among the ranks started on it.
+    int threads = cfg->system.threads;
+    if (threads == 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = (int)(cores / (li->local_size > 0 ? li->local_size : 1));
+        if (threads < 1) threads = 1;
+    }
+    TRI_CHECK(backend_cpu_create(&tr->be, threads));
     TRI_CHECK(trainer_open_data(tr));
     TRI_CHECK(sched_build(&tr->sched, cfg->parallel.schedule, cfg->parallel.pp,
                           cfg->parallel.virtual_stages, tr->n_micro, tr->coord.pp));

@@ -61,6 +61,24 @@ $T sample $W/a --prompt "x" --tokens 24 --seed 5 >$W/s1 2>&1; $T sample $W/a --p
 if cmp -s $W/s1 $W/s2; then pass sample_deterministic; else fail sample_deterministic "same seed, different text"; fi
 expect init_from_roundtrip 0 "done" $T train $CFG --set run.out_dir=$W/d --set model.init_from=$W/a/model.bin --set train.steps=1
 expect init_from_shape 4 "model.n_layer is 2 in the model file but 3 in the config" $T train $CFG --set run.out_dir=$W/e --set model.init_from=$W/a/model.bin --set model.n_layer=3
+# An llm.c bf16 file (version 5) of the same model: rounded to nearest even, it loads and
+# starts within bf16 rounding of the fp32 model's first loss.
+/usr/bin/python3 -c "
+import numpy as np
+h = np.fromfile('$W/a/model.bin', dtype=np.int32, count=256).copy()
+w = np.fromfile('$W/a/model.bin', dtype=np.float32, offset=1024)
+u = w.view(np.uint32).astype(np.uint64)
+b = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+h[1] = 5
+open('$W/bf16.bin', 'wb').write(h.tobytes() + b.tobytes())"
+expect init_from_bf16 0 "done" $T train $CFG --set run.out_dir=$W/g --set model.init_from=$W/bf16.bin --set train.steps=1
+$T train $CFG --set run.out_dir=$W/h --set model.init_from=$W/a/model.bin --set train.steps=1 >/dev/null 2>&1
+if /usr/bin/python3 -c "
+import json
+a = [json.loads(l) for l in open('$W/g/metrics.jsonl')][1]['loss']
+b = [json.loads(l) for l in open('$W/h/metrics.jsonl')][1]['loss']
+assert abs(a - b) / b < 1e-2 and a != b, (a, b)
+"; then pass init_from_bf16_loss; else fail init_from_bf16_loss "bf16 start differs from fp32 by more than 1e-2"; fi
 printf 'not a model' >$W/junk.bin
 expect init_from_junk 4 "junk.bin" $T train $CFG --set run.out_dir=$W/e --set model.init_from=$W/junk.bin
 
