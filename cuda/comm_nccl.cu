@@ -34,98 +34,17 @@
 //
 // Device choice: the caller selects the GPU before comm_nccl_create (cuda_device_select:
 // local_rank % device count); the communicators and streams belong to that device.
-#include "cuda_common.h"
+//
+// Files: this one has the operations and the waiting for them; cuda/nccl_init.cu creates
+// and tears down the communicators (comm_nccl_create); cuda/comm_nccl_internal.h has the
+// state they share; cuda/cuda_device.cu selects the device.
+#include "comm_nccl_internal.h"
 
 #include <stdarg.h>
 #include <string.h>
 #include <time.h>
 
-#if NCCL_VERSION_CODE < NCCL_VERSION(2, 18, 0)
-#error "trident needs NCCL 2.18 or newer (ncclCommSplit and non-blocking communicators)"
-#endif
-
-// ---- the rank named by the check macros (cuda_common.h) ----
-
-static int g_log_rank = 0;
-void cuda_log_set_rank(int rank) { g_log_rank = rank; }
-int cuda_log_rank(void) { return g_log_rank; }
-
-// ---- devices ----
-
-int cuda_device_count(void) {
-    int n = 0;
-    cudaError_t err = cudaGetDeviceCount(&n);
-    if (err != cudaSuccess) {
-        (void)cudaGetLastError(); // not sticky, but leave no error behind
-        LOG_DEBUG("cudaGetDeviceCount: %s [%s]: no CUDA device", cudaGetErrorString(err),
-                  cudaGetErrorName(err));
-        return 0;
-    }
-    return n;
-}
-
-tri_status cuda_device_select(int local_rank, int *device) {
-    int n = 0;
-    cudaError_t err = cudaGetDeviceCount(&n);
-    if (err != cudaSuccess || n == 0) {
-        (void)cudaGetLastError();
-        LOG_ERROR("no CUDA device is visible to this process (%s)",
-                  err != cudaSuccess ? cudaGetErrorString(err) : "the device count is 0");
-        LOG_ERROR("HINT: check nvidia-smi and CUDA_VISIBLE_DEVICES, or run on the CPU with "
-                  "system.backend: cpu");
-        return TRI_ERR_CONFIG;
-    }
-    int dev = (local_rank > 0 ? local_rank : 0) % n;
-    CUDA_CHECK(cudaSetDevice(dev));
-    LOG_DEBUG("local rank %d uses CUDA device %d of %d", local_rank, dev, n);
-    *device = dev;
-    return TRI_OK;
-}
-
-// ---- state ----
-
-#define MAX_PENDING_PEERS 8
-
-// What a group's stream is running, to name it if it times out.
-typedef struct {
-    unsigned ops;            // bit op per comm_op_id, bit COMM_OP_COUNT for a barrier
-    uint64_t bytes;          // their payload
-    int collective;          // a collective is among them: every other rank is waited for
-    int peers[MAX_PENDING_PEERS]; // world ranks of send/recv peers
-    int n_peers;
-} nccl_pending;
-
-typedef struct {
-    ncclComm_t nccl;     // NULL for a group of one
-    cudaStream_t stream; // every operation of the group runs here
-    int *world_ranks;    // (size) world rank of each rank of the group, in group order
-    int n_world_ranks;   // = size
-    nccl_pending pending;
-} nccl_group;
-
-// A send or receive collected between group_start and group_end.
-typedef struct {
-    comm_group_id g;
-    int op; // COMM_OP_SEND or COMM_OP_RECV
-    void *buf;
-    size_t count;
-    comm_dtype dt;
-    int peer; // rank in group g
-} nccl_p2p_op;
-
-typedef struct {
-    nccl_group groups[COMM_GROUP_COUNT];
-    mesh_coord coord;
-    int device;
-    int group_depth;     // group_start nesting
-    nccl_p2p_op *p2p;    // (n_p2p) collected for the outermost group_end
-    int n_p2p, cap_p2p;
-    int aborted;         // set once the communicators were aborted: every later call fails
-    void *scratch;       // device staging for host buffers, overlaps and the barrier's word
-    size_t scratch_bytes;
-} nccl_ctx;
-
-static nccl_ctx *ctx_of(comm *c) { return (nccl_ctx *)c->ctx; }
+// ---- helpers ----
 
 static const char *op_name(int op) {
     static const char *names[COMM_OP_COUNT] = {"all_reduce", "reduce_scatter", "all_gather",
@@ -134,7 +53,7 @@ static const char *op_name(int op) {
 }
 
 // "0,1,2,3" (at most 16 shown, then "... (N ranks)"); skip < 0 or a rank to leave out.
-static void format_ranks(char *buf, size_t cap, const int *ranks, int n, int skip) {
+void nccl_format_ranks(char *buf, size_t cap, const int *ranks, int n, int skip) {
     size_t len = 0;
     int shown = 0, total = 0;
     buf[0] = '\0';
@@ -150,10 +69,9 @@ static void format_ranks(char *buf, size_t cap, const int *ranks, int n, int ski
     if (total == 0) snprintf(buf, cap, "none");
 }
 
-// Every error of this file starts with the full mesh prefix, rank 0 included, so that the
+// Every error of the NCCL backend starts with the full mesh prefix, rank 0 included, so that the
 // lines of all ranks can be sorted out of one log.
-static void print_prefixed(comm *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void print_prefixed(comm *c, const char *fmt, ...) {
+void nccl_print_prefixed(comm *c, const char *fmt, ...) {
     nccl_ctx *x = ctx_of(c);
     char line[2048];
     va_list ap;
@@ -163,23 +81,6 @@ static void print_prefixed(comm *c, const char *fmt, ...) {
     fprintf(stderr, "[r%d tp%d dp%d pp%d] %s\n", c->world_rank, x->coord.tp, x->coord.dp,
             x->coord.pp, line);
     fflush(stderr);
-}
-
-// Tears down every communicator without waiting for peers: after a timeout or an NCCL
-// error, the other ranks may never answer.
-static void abort_all(comm *c) {
-    nccl_ctx *x = ctx_of(c);
-    // Children first, the world (their parent) last.
-    for (int g = 0; g < COMM_GROUP_COUNT; g++) {
-        nccl_group *grp = &x->groups[g];
-        if (!grp->nccl) continue;
-        ncclResult_t res = ncclCommAbort(grp->nccl);
-        if (res != ncclSuccess && res != ncclInProgress)
-            LOG_DEBUG("ncclCommAbort(%s): %s", comm_group_name((comm_group_id)g),
-                      ncclGetErrorString(res));
-        grp->nccl = NULL;
-    }
-    x->aborted = 1;
 }
 
 static void report_timeout(comm *c, comm_group_id g, double waited) {
@@ -192,25 +93,25 @@ static void report_timeout(comm *c, comm_group_id g, double waited) {
         if (p->ops & (1u << op))
             len += (size_t)snprintf(ops + len, sizeof ops - len, "%s%s", len ? "+" : "",
                                     op_name(op));
-    format_ranks(ranks, sizeof ranks, grp->world_ranks, grp->n_world_ranks, -1);
+    nccl_format_ranks(ranks, sizeof ranks, grp->world_ranks, grp->n_world_ranks, -1);
     if (p->collective)
-        format_ranks(waiting, sizeof waiting, grp->world_ranks, grp->n_world_ranks,
-                     c->world_rank);
+        nccl_format_ranks(waiting, sizeof waiting, grp->world_ranks, grp->n_world_ranks,
+                          c->world_rank);
     else
-        format_ranks(waiting, sizeof waiting, p->peers, p->n_peers, -1);
-    print_prefixed(c,
-                   "error: comm timeout after %.1f s: %s of %llu bytes on group %s (ranks %s) "
-                   "at step %d; waiting for ranks %s",
-                   waited, ops[0] ? ops : "operation", (unsigned long long)p->bytes,
-                   comm_group_name(g), ranks, c->step, waiting);
-    print_prefixed(c, "HINT: a rank waited for has died, is stuck, or issued a different "
-                      "collective; its own log says which. NCCL_DEBUG=WARN shows NCCL's view; "
-                      "system.comm_timeout_s sets the limit");
+        nccl_format_ranks(waiting, sizeof waiting, p->peers, p->n_peers, -1);
+    nccl_print_prefixed(c,
+                        "error: comm timeout after %.1f s: %s of %llu bytes on group %s (ranks %s) "
+                        "at step %d; waiting for ranks %s",
+                        waited, ops[0] ? ops : "operation", (unsigned long long)p->bytes,
+                        comm_group_name(g), ranks, c->step, waiting);
+    nccl_print_prefixed(c, "HINT: a rank waited for has died, is stuck, or issued a different "
+                           "collective; its own log says which. NCCL_DEBUG=WARN shows NCCL's view; "
+                           "system.comm_timeout_s sets the limit");
 }
 
 // Sleeps a little between polls: spin for the first millisecond (short collectives), then
 // back off so that a long wait does not burn a core.
-static void poll_pause(double elapsed) {
+void nccl_poll_pause(double elapsed) {
     if (elapsed < 1e-3) return;
     struct timespec ts = {0, elapsed < 1.0 ? 50 * 1000L : 1000 * 1000L};
     nanosleep(&ts, NULL);
@@ -236,12 +137,12 @@ static tri_status wait_groups(comm *c, unsigned mask) {
                 }
                 if (state != ncclSuccess) {
                     const char *detail = ncclGetLastError(grp->nccl);
-                    print_prefixed(c, "error: NCCL failed on group %s at step %d (device %d): "
-                                      "%s%s%s",
-                                   comm_group_name((comm_group_id)g), c->step, x->device,
-                                   ncclGetErrorString(state), detail && detail[0] ? ": " : "",
-                                   detail ? detail : "");
-                    abort_all(c);
+                    nccl_print_prefixed(c, "error: NCCL failed on group %s at step %d (device %d): "
+                                           "%s%s%s",
+                                        comm_group_name((comm_group_id)g), c->step, x->device,
+                                        ncclGetErrorString(state), detail && detail[0] ? ": " : "",
+                                        detail ? detail : "");
+                    nccl_abort_all(c);
                     return TRI_ERR_COMM;
                 }
             }
@@ -250,7 +151,7 @@ static tri_status wait_groups(comm *c, unsigned mask) {
                 busy_group = g;
             } else if (err != cudaSuccess) {
                 cuda_report_cuda_error(err, "cudaStreamQuery(group stream)", __FILE__, __LINE__);
-                abort_all(c);
+                nccl_abort_all(c);
                 return TRI_ERR_COMM;
             } else {
                 mask &= ~(1u << g);
@@ -261,10 +162,10 @@ static tri_status wait_groups(comm *c, unsigned mask) {
         double elapsed = time_now_s() - start;
         if (c->timeout_s > 0 && elapsed > c->timeout_s) {
             report_timeout(c, (comm_group_id)busy_group, elapsed);
-            abort_all(c);
+            nccl_abort_all(c);
             return TRI_ERR_COMM;
         }
-        poll_pause(elapsed);
+        nccl_poll_pause(elapsed);
     }
 }
 
@@ -273,7 +174,7 @@ static tri_status wait_groups(comm *c, unsigned mask) {
 static tri_status check_enqueue(comm *c, ncclResult_t res, const char *stmt, int line) {
     if (res == ncclSuccess || res == ncclInProgress) return TRI_OK;
     cuda_report_nccl_error(res, stmt, __FILE__, line);
-    abort_all(c);
+    nccl_abort_all(c);
     return TRI_ERR_COMM;
 }
 #define NCCL_ENQUEUE(c, call) TRI_CHECK(check_enqueue((c), (call), #call, __LINE__))
@@ -641,190 +542,9 @@ static tri_status nccl_group_end(comm *c) {
     return wait_groups(c, mask);
 }
 
-// ---- creation and teardown ----
+// ---- the table ----
 
-// Flushes and frees every communicator, waiting for the flush at most timeout_s (then
-// aborting), and releases the streams and buffers.
-static void nccl_destroy(comm *c) {
-    if (!c) return;
-    nccl_ctx *x = ctx_of(c);
-    if (x && !x->aborted) {
-        // Non-blocking finalize: each returns ncclInProgress until its communicator has
-        // flushed its operations; then destroy frees it locally.
-        for (int g = 0; g < COMM_GROUP_COUNT; g++) {
-            nccl_group *grp = &x->groups[g];
-            if (!grp->nccl) continue;
-            ncclResult_t res = ncclCommFinalize(grp->nccl);
-            if (res != ncclSuccess && res != ncclInProgress)
-                cuda_report_nccl_error(res, "ncclCommFinalize(group communicator)", __FILE__,
-                                       __LINE__);
-        }
-        const double start = time_now_s();
-        for (int g = 0; g < COMM_GROUP_COUNT && !x->aborted; g++) {
-            nccl_group *grp = &x->groups[g];
-            while (grp->nccl) {
-                ncclResult_t state = ncclSuccess;
-                if (ncclCommGetAsyncError(grp->nccl, &state) != ncclSuccess)
-                    state = ncclInternalError;
-                if (state != ncclInProgress) break;
-                double elapsed = time_now_s() - start;
-                if (c->timeout_s > 0 && elapsed > c->timeout_s) {
-                    print_prefixed(c, "error: comm timeout after %.1f s: finalizing the NCCL "
-                                      "communicator of group %s; aborting it",
-                                   elapsed, comm_group_name((comm_group_id)g));
-                    abort_all(c);
-                    break;
-                }
-                poll_pause(elapsed);
-            }
-        }
-        for (int g = 0; g < COMM_GROUP_COUNT; g++) {
-            nccl_group *grp = &x->groups[g];
-            if (!grp->nccl) continue;
-            // ncclCommDestroy needs a communicator in ncclSuccess state; one whose finalize
-            // failed can only be aborted.
-            ncclResult_t state = ncclSuccess;
-            if (ncclCommGetAsyncError(grp->nccl, &state) != ncclSuccess || state != ncclSuccess) {
-                (void)ncclCommAbort(grp->nccl);
-                grp->nccl = NULL;
-                continue;
-            }
-            ncclResult_t res = ncclCommDestroy(grp->nccl);
-            if (res != ncclSuccess && res != ncclInProgress)
-                cuda_report_nccl_error(res, "ncclCommDestroy(group communicator)", __FILE__,
-                                       __LINE__);
-            grp->nccl = NULL;
-        }
-    }
-    if (x) {
-        for (int g = 0; g < COMM_GROUP_COUNT; g++) {
-            nccl_group *grp = &x->groups[g];
-            if (grp->stream) (void)cudaStreamDestroy(grp->stream);
-            free(grp->world_ranks);
-        }
-        if (x->scratch) (void)cudaFree(x->scratch);
-        free(x->p2p);
-        free(x);
-    }
-    free(c);
-}
-
-// Polls a communicator being created until it is ready (the creation of a non-blocking
-// communicator returns at once; the work goes on in NCCL's threads).
-static tri_status wait_ready(comm *c, ncclComm_t nc, comm_group_id g) {
-    nccl_ctx *x = ctx_of(c);
-    const double start = time_now_s();
-    for (;;) {
-        ncclResult_t state = ncclSuccess;
-        ncclResult_t res = ncclCommGetAsyncError(nc, &state);
-        if (res != ncclSuccess) state = res;
-        if (state == ncclSuccess) return TRI_OK;
-        if (state != ncclInProgress) {
-            const char *detail = ncclGetLastError(nc);
-            print_prefixed(c, "error: creating the NCCL communicator of group %s (device %d): "
-                              "%s%s%s",
-                           comm_group_name(g), x->device, ncclGetErrorString(state),
-                           detail && detail[0] ? ": " : "", detail ? detail : "");
-            return TRI_ERR_COMM;
-        }
-        double elapsed = time_now_s() - start;
-        if (c->timeout_s > 0 && elapsed > c->timeout_s) {
-            nccl_group *grp = &x->groups[g];
-            char ranks[256], waiting[256];
-            format_ranks(ranks, sizeof ranks, grp->world_ranks, grp->n_world_ranks, -1);
-            format_ranks(waiting, sizeof waiting, grp->world_ranks, grp->n_world_ranks,
-                         c->world_rank);
-            print_prefixed(c, "error: comm timeout after %.1f s: creating the NCCL communicator "
-                              "of group %s (ranks %s); waiting for ranks %s",
-                           elapsed, comm_group_name(g), ranks, waiting);
-            print_prefixed(c, "HINT: every rank must start; check that the launcher started %d "
-                              "processes and that NCCL can reach them (NCCL_DEBUG=WARN)",
-                           c->world_size);
-            return TRI_ERR_COMM;
-        }
-        poll_pause(elapsed);
-    }
-}
-
-// The world ranks of this rank's group g; sets size and rank in c->groups[g].
-static void build_group(comm *c, const run_config *cfg, comm_group_id g) {
-    nccl_ctx *x = ctx_of(c);
-    nccl_group *grp = &x->groups[g];
-    const int PP = cfg->parallel.pp;
-    const mesh_coord me = x->coord;
-    int n = 0, my_index = -1;
-    int *ranks = (int *)xcalloc((size_t)c->world_size, sizeof(int));
-    for (int r = 0; r < c->world_size; r++) {
-        mesh_coord o = mesh_coord_of(cfg, r);
-        int in = 0;
-        switch (g) {
-        case COMM_GROUP_TP: in = o.dp == me.dp && o.pp == me.pp; break;
-        case COMM_GROUP_DP: in = o.tp == me.tp && o.pp == me.pp; break;
-        case COMM_GROUP_PP: in = o.tp == me.tp && o.dp == me.dp; break;
-        case COMM_GROUP_EMBED:
-            // A middle stage is a group of one: itself.
-            in = o.tp == me.tp && o.dp == me.dp &&
-                 (me.pp == 0 || me.pp == PP - 1 ? o.pp == 0 || o.pp == PP - 1 : o.pp == me.pp);
-            break;
-        case COMM_GROUP_MP: in = o.dp == me.dp; break;
-        default: in = 1; break;
-        }
-        if (!in) continue;
-        if (r == c->world_rank) my_index = n;
-        ranks[n++] = r; // ascending world rank = ascending split key, for every group
-    }
-    TRI_ASSERT(my_index >= 0);
-    grp->world_ranks = ranks;
-    grp->n_world_ranks = n;
-    c->groups[g].size = n;
-    c->groups[g].rank = my_index;
-}
-
-// ncclCommSplit color and key of this rank for group g (NCCL_SPLIT_NOCOLOR: a middle stage,
-// alone in its embedding group, joins no communicator).
-// Keys are the group ranks, so NCCL's rank order is the mesh's.
-static void split_color_key(const comm *c, const run_config *cfg, comm_group_id g,
-                            mesh_coord me, int *color, int *key) {
-    const int TP = cfg->parallel.tp, DP = cfg->parallel.dp, PP = cfg->parallel.pp;
-    *key = c->groups[g].rank;
-    switch (g) {
-    case COMM_GROUP_TP: *color = me.dp + DP * me.pp; break;
-    case COMM_GROUP_DP: *color = me.tp + TP * me.pp; break;
-    case COMM_GROUP_PP: *color = me.tp + TP * me.dp; break;
-    case COMM_GROUP_EMBED:
-        *color = (me.pp == 0 || me.pp == PP - 1) ? me.tp + TP * me.dp : NCCL_SPLIT_NOCOLOR;
-        break;
-    case COMM_GROUP_MP: *color = me.dp; break;
-    default: *color = 0; break;
-    }
-}
-
-tri_status comm_nccl_create(comm **out, const run_config *cfg, launch_info *li, double timeout_s) {
-    *out = NULL;
-    const int TP = cfg->parallel.tp, DP = cfg->parallel.dp, PP = cfg->parallel.pp;
-    if (DP < 1 || TP * DP * PP != li->world || li->rank < 0 || li->rank >= li->world) {
-        LOG_ERROR("the mesh tp %d x dp %d x pp %d does not match a world of %d ranks (rank %d)",
-                  TP, DP, PP, li->world, li->rank);
-        return TRI_ERR_CONFIG;
-    }
-    cuda_log_set_rank(li->rank);
-
-    tri_status rc = TRI_OK;
-    ncclResult_t res = ncclSuccess;
-    ncclComm_t world = NULL;
-    ncclUniqueId id;
-    ncclConfig_t nconf = NCCL_CONFIG_INITIALIZER;
-    nconf.blocking = 0;
-    static const char zero_id[sizeof(ncclUniqueId)] = {0};
-
-    comm *c = (comm *)xcalloc(1, sizeof *c);
-    nccl_ctx *x = (nccl_ctx *)xcalloc(1, sizeof *x);
-    c->name = "nccl";
-    c->ctx = x;
-    c->world_rank = li->rank;
-    c->world_size = li->world;
-    c->timeout_s = timeout_s;
-    c->step = 0;
+void nccl_install_ops(comm *c) {
     c->all_reduce = nccl_all_reduce;
     c->reduce_scatter = nccl_reduce_scatter;
     c->all_gather = nccl_all_gather;
@@ -834,95 +554,4 @@ tri_status comm_nccl_create(comm **out, const run_config *cfg, launch_info *li, 
     c->recv = nccl_recv;
     c->group_start = nccl_group_start;
     c->group_end = nccl_group_end;
-    c->destroy = nccl_destroy;
-    x->coord = mesh_coord_of(cfg, li->rank);
-    CUDA_CHECK_GOTO(cudaGetDevice(&x->device), rc, fail);
-
-    for (int g = 0; g < COMM_GROUP_COUNT; g++) {
-        build_group(c, cfg, (comm_group_id)g);
-        CUDA_CHECK_GOTO(cudaStreamCreateWithFlags(&x->groups[g].stream, cudaStreamNonBlocking),
-                        rc, fail);
-    }
-    if (li->world == 1) goto done; // every group has one rank: no NCCL at all
-
-    // The world communicator, from rank 0's unique id. If rank 0 cannot make one it shares
-    // zeros, so that every rank fails instead of waiting in the exchange.
-    memset(&id, 0, sizeof id);
-    if (li->rank == 0) {
-        res = ncclGetUniqueId(&id);
-        if (res != ncclSuccess) {
-            cuda_report_nccl_error(res, "ncclGetUniqueId(&id)", __FILE__, __LINE__);
-            memset(&id, 0, sizeof id);
-        }
-    }
-    // A key per creation: a process may create (and destroy) the backend more than once.
-    static int generation = 0;
-    char key[64];
-    snprintf(key, sizeof key, "trident.nccl.world_id.%d", generation++);
-    TRI_CHECK_GOTO(launch_exchange(li, key, 0, &id, sizeof id), rc, fail);
-    if (!memcmp(&id, zero_id, sizeof id)) {
-        LOG_ERROR("rank 0 could not create the NCCL unique id; see its log");
-        rc = TRI_ERR_COMM;
-        goto fail;
-    }
-    res = ncclCommInitRankConfig(&world, li->world, id, li->rank, &nconf);
-    if (res != ncclSuccess && res != ncclInProgress) {
-        cuda_report_nccl_error(res, "ncclCommInitRankConfig(&world, ...)", __FILE__, __LINE__);
-        rc = TRI_ERR_COMM;
-        goto fail;
-    }
-    x->groups[COMM_GROUP_WORLD].nccl = world;
-    TRI_CHECK_GOTO(wait_ready(c, world, COMM_GROUP_WORLD), rc, fail);
-
-    // The groups, split from the world one after the other in the same order on every rank
-    // (each split is collective over the world). A kind of group with one rank everywhere
-    // is skipped by all ranks alike.
-    for (int gi = 0; gi < COMM_GROUP_WORLD; gi++) {
-        const comm_group_id g = (comm_group_id)gi;
-        const int ranks_everywhere = g == COMM_GROUP_TP      ? TP
-                                     : g == COMM_GROUP_DP    ? DP
-                                     : g == COMM_GROUP_PP    ? PP
-                                     : g == COMM_GROUP_EMBED ? (PP > 1 ? 2 : 1)
-                                                             : TP * PP;
-        if (ranks_everywhere == 1) continue;
-        int color = 0, key = 0;
-        split_color_key(c, cfg, g, x->coord, &color, &key);
-        // With a non-blocking parent the split runs in NCCL's thread, which stores the new
-        // communicator into *newcomm when it is done: the pointer must stay valid (it is
-        // the group's slot), and it reads NULL until then.
-        res = ncclCommSplit(world, color, key, &x->groups[g].nccl, &nconf);
-        if (res != ncclSuccess && res != ncclInProgress) {
-            cuda_report_nccl_error(res, "ncclCommSplit(world, color, key, &newcomm, &config)",
-                                   __FILE__, __LINE__);
-            rc = TRI_ERR_COMM;
-            goto fail;
-        }
-        // The split is a job of the parent: it must be ready again before the next split.
-        TRI_CHECK_GOTO(wait_ready(c, world, g), rc, fail);
-        ncclComm_t child = __atomic_load_n(&x->groups[g].nccl, __ATOMIC_ACQUIRE);
-        if (color != NCCL_SPLIT_NOCOLOR && !child) {
-            print_prefixed(c, "error: ncclCommSplit for group %s completed without a "
-                              "communicator",
-                           comm_group_name(g));
-            rc = TRI_ERR_COMM;
-            goto fail;
-        }
-        if (child) TRI_CHECK_GOTO(wait_ready(c, child, g), rc, fail);
-    }
-
-done:
-    LOG_DEBUG("nccl: rank %d on device %d: tp %d/%d dp %d/%d pp %d/%d embed %d/%d mp %d/%d",
-              li->rank, x->device, c->groups[COMM_GROUP_TP].rank, c->groups[COMM_GROUP_TP].size,
-              c->groups[COMM_GROUP_DP].rank, c->groups[COMM_GROUP_DP].size,
-              c->groups[COMM_GROUP_PP].rank, c->groups[COMM_GROUP_PP].size,
-              c->groups[COMM_GROUP_EMBED].rank, c->groups[COMM_GROUP_EMBED].size,
-              c->groups[COMM_GROUP_MP].rank, c->groups[COMM_GROUP_MP].size);
-    *out = c;
-    return TRI_OK;
-
-fail:
-    // Peers may be stuck in a creation this rank gave up: abort, do not wait for them.
-    abort_all(c);
-    nccl_destroy(c);
-    return rc;
 }

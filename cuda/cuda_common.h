@@ -24,7 +24,7 @@ extern "C" {
 }
 
 // The world rank named by the check macros; set by comm_nccl_create (before that: 0).
-// Defined in cuda/comm_nccl.cu.
+// Defined in cuda/cuda_device.cu.
 void cuda_log_set_rank(int rank);
 int cuda_log_rank(void);
 

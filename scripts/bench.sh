@@ -5,7 +5,7 @@
 # scripts/bench_torch.py on the same shape (float32, torch.set_num_threads(THREADS),
 # OMP_NUM_THREADS=THREADS, OMP_WAIT_POLICY=PASSIVE, AdamW(foreach=True), no torch.compile).
 # tokens/s is the median of steps 3..N (steps 1-2 are warm-up). The sgemm rate, measured
-# in the same run (build/tests/test_ops --bench when built, and numpy float32 matmuls on
+# in the same run (build/tests/test_ops_attn --bench when built, and numpy float32 matmuls on
 # the same OpenBLAS between the configs; the best of them), is the denominator of the
 # model FLOP/s (flops_per_token from the metrics run record times tokens/s).
 # No thresholds: it prints numbers.
@@ -34,15 +34,17 @@ LOG=$(mktemp -d /tmp/trident-bench.XXXXXX)
 echo "bench: $THREADS threads, logs in $LOG, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>}" >&2
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 
-# --- sgemm rate: build/tests/test_ops --bench when built (its line "sgemm (512x768)@(768x3072):
-# 1 thread A GFLOP/s; OpenBLAS N threads B GFLOP/s; backend matmul_fwd (OpenMP tiles) C GFLOP/s";
-# the rate is the better of the N-thread ones, B and C), else numpy float32 matmul.
+# --- sgemm rate: build/tests/test_ops_attn --bench when built (its line
+# "sgemm (512x768)@(768x3072): 1 thread A GFLOP/s; OpenBLAS N threads B GFLOP/s; backend
+# matmul_fwd (OpenMP tiles) C GFLOP/s"; the rate is the better of the N-thread ones, B and C),
+# else numpy float32 matmul.
 SGEMM_GFLOPS=""
 SGEMM_SRC=""
-if [ -x build/tests/test_ops ]; then
-    echo "bench: sgemm rate from build/tests/test_ops --bench $THREADS (about a minute) ..." >&2
-    if build/tests/test_ops --bench "$THREADS" >"$LOG/test_ops.txt" 2>&1; then
-        SGEMM_GFLOPS=$("$PY" - "$LOG/test_ops.txt" <<'EOF'
+if [ -x build/tests/test_ops_attn ]; then
+    echo "bench: sgemm rate from build/tests/test_ops_attn --bench $THREADS (about a minute) ..." \
+        >&2
+    if build/tests/test_ops_attn --bench "$THREADS" >"$LOG/test_ops_attn.txt" 2>&1; then
+        SGEMM_GFLOPS=$("$PY" - "$LOG/test_ops_attn.txt" <<'EOF'
 import re, sys
 for line in open(sys.argv[1]):
     if line.lower().startswith("sgemm") and "GFLOP/s" in line:
@@ -53,7 +55,7 @@ for line in open(sys.argv[1]):
         break
 EOF
 )
-        [ -n "$SGEMM_GFLOPS" ] && SGEMM_SRC="build/tests/test_ops --bench $THREADS, the better of OpenBLAS's and the backend's $THREADS-thread rate: $(grep -i -m1 '^sgemm' "$LOG/test_ops.txt")"
+        [ -n "$SGEMM_GFLOPS" ] && SGEMM_SRC="build/tests/test_ops_attn --bench $THREADS, the better of OpenBLAS's and the backend's $THREADS-thread rate: $(grep -i -m1 '^sgemm' "$LOG/test_ops_attn.txt")"
     fi
 fi
 # numpy float32 (512x768)@(768x3072) on the same OpenBLAS with THREADS threads, about 2 s; run

@@ -2,7 +2,7 @@
 //
 // Threading: all parallelism is OpenMP with num_threads(ctx->threads); OpenBLAS is set to
 // one thread and cpu_gemm splits a GEMM into output tiles, one per OpenMP thread. Measured
-// on 2 cores (tests/test_ops --bench): a threaded OpenBLAS called right after an OpenMP
+// on 2 cores (tests/test_ops_attn --bench): a threaded OpenBLAS called right after an OpenMP
 // loop ran ~30% slower than in isolation, because libgomp's workers spin-wait on the cores
 // OpenBLAS's own pool needs; the tiled GEMM on the OpenMP pool loses nothing.
 //

@@ -14,7 +14,7 @@
 // Threads: OpenMP over the B * NH heads (each thread its own single-threaded sgemms and
 // dP scratch) when there are at least as many heads as threads, else heads in turn with
 // the GEMMs tiled and the softmax rows split over the threads. Measured in
-// tests/test_ops --bench (B=2 T=256 NH=12 HS=64 and B=8 T=256 NH=4 HS=32 on 2 threads)
+// tests/test_ops_attn --bench (B=2 T=256 NH=12 HS=64 and B=8 T=256 NH=4 HS=32 on 2 threads)
 // the head-parallel form is the faster one whenever it applies.
 #include "backend_cpu_internal.h"
 

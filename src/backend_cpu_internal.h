@@ -36,7 +36,7 @@ typedef enum { CPU_ATTN_AUTO = 0, CPU_ATTN_HEADS = 1, CPU_ATTN_INNER = 2 } cpu_a
 // the scratch); alloc/free may come from any thread.
 typedef struct {
     int threads;                 // OpenMP threads of every parallel region
-    cpu_attn_policy attn_policy; // CPU_ATTN_AUTO; the others are for tests/test_ops --bench
+    cpu_attn_policy attn_policy; // CPU_ATTN_AUTO; the others are for tests/test_ops_attn --bench
     // Atomic: alloc() may also be called from another host thread (a checkpoint writer).
     _Atomic size_t mem_current; // bytes handed out by alloc() and not yet freed
     _Atomic size_t mem_peak;    // high-water mark of mem_current

@@ -32,7 +32,7 @@ int cuda_device_count(void);
 // when no device is visible.
 tri_status cuda_device_select(int local_rank, int *device);
 
-// The NCCL comm backend (cuda/comm_nccl.cu): one NCCL communicator and one CUDA stream per
+// The NCCL comm backend (cuda/nccl_init.cu): one NCCL communicator and one CUDA stream per
 // group of the mesh (tp, dp, pp, embedding, model-parallel, world), over device memory.
 // A collective on host memory (a pageable or pinned host pointer) is staged through a
 // device buffer; send and recv take device memory only.

@@ -1,0 +1,206 @@
+// ops_ref.h: what tests/test_ops.c and tests/test_ops_attn.c share: random inputs, backend
+// buffer helpers, the relative-error check, central finite differences, and the ops'
+// references written plainly here in double precision (forward), against which the
+// backward passes are checked by finite differences (L = sum(out * R) for a random R, so
+// dL/dout = R). Functions are OPS_REF_FN so that each test uses the ones it needs.
+//
+// Tolerances (why these numbers):
+// - forward: max |got - ref| / max |ref| <= 1e-5. Float keeps ~6e-8 relative per rounding;
+//   the ops here chain at most a few dozen roundings per element (plus cpu_expf's 2 ulp),
+//   so 1e-5 has two orders of margin, while any wrong index or formula is O(1) off.
+// - matmul forward: max |got - ref| <= 1e-5 * sqrt(K) * max|inp| * max|w|. A float dot
+//   product of K terms accumulates rounding like a random walk, ~sqrt(K) * 6e-8 * scale.
+// - gradients: max |got - fd| / max |fd| <= 1e-4. The reference FD in double with step
+//   h = 1e-4 * max(1, |x|) has truncation error ~h^2 (1e-8) and cancellation ~1e-16 / h
+//   (1e-12); the rest is the backend's float rounding (~1e-6 relative).
+#pragma once
+#include "backend.h"
+#include "testlib.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+// Each test binary uses only some of these functions: those it leaves unused must not warn
+// (-Werror), and the compiler inlines them as it would any static function.
+#define OPS_REF_FN static __attribute__((unused))
+
+// ---------------------------------------------------------------------------------------
+// Helpers
+
+static uint64_t rng_state = 0x2545F4914F6CDD1DULL;
+OPS_REF_FN double rnd(void) { // uniform in [-1, 1), splitmix64
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    return (double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+
+// A random host array of n floats in [lo, hi), and its exact double copy.
+OPS_REF_FN float *rand_f(size_t n, double lo, double hi) {
+    float *x = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = (float)(lo + (hi - lo) * 0.5 * (rnd() + 1.0));
+    return x;
+}
+OPS_REF_FN double *to_d(const float *x, size_t n) {
+    double *d = xmalloc(n * sizeof(double));
+    for (size_t i = 0; i < n; i++) d[i] = x[i];
+    return d;
+}
+OPS_REF_FN float *dev_f(backend *b, const float *host, size_t n) {
+    float *d = b->alloc(b, n * sizeof(float));
+    TRI_ASSERT(d);
+    if (host) b->copy_to_device(b, d, host, n * sizeof(float));
+    return d;
+}
+OPS_REF_FN int *dev_i(backend *b, const int *host, size_t n) {
+    int *d = b->alloc(b, n * sizeof(int));
+    TRI_ASSERT(d);
+    b->copy_to_device(b, d, host, n * sizeof(int));
+    return d;
+}
+OPS_REF_FN float *host_of(backend *b, const float *d, size_t n) {
+    float *h = xmalloc(n * sizeof(float));
+    b->copy_to_host(b, h, d, n * sizeof(float));
+    return h;
+}
+OPS_REF_FN double max_abs(const double *x, size_t n) {
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
+    return m;
+}
+// max |got - base - ref| / max |ref| (base: the pre-filled values of an accumulating op).
+OPS_REF_FN double rel_err(const float *got, const float *base, const double *ref, size_t n) {
+    double e = 0.0, m = max_abs(ref, n);
+    for (size_t i = 0; i < n; i++) {
+        double g = (double)got[i] - (base ? (double)base[i] : 0.0);
+        e = fmax(e, fabs(g - ref[i]));
+        if (g != g) e = INFINITY;
+    }
+    return e / (m > 0.0 ? m : 1.0);
+}
+OPS_REF_FN void check_rel(const char *name, const char *tag, const float *got, const float *base,
+                          const double *ref, size_t n, double tol) {
+    char full[200];
+    snprintf(full, sizeof full, "%s%s%s", name, *tag ? " " : "", tag);
+    double e = rel_err(got, base, ref, n);
+    TEST_CHECK(e <= tol, full, "max error %.3g of max |ref| %.3g, tolerance %.1g", e,
+               max_abs(ref, n), tol);
+}
+
+// Central finite differences of L = sum(forward(args) * R) with respect to x[idx[k]]
+// (x belongs to args and is perturbed in place); idx NULL means every element.
+typedef void (*ref_forward)(void *args, double *out);
+OPS_REF_FN void fd_grad(ref_forward f, void *args, size_t nout, const double *R, double *x,
+                        const size_t *idx, size_t n, double *grad) {
+    double *out = xmalloc(nout * sizeof(double));
+    for (size_t k = 0; k < n; k++) {
+        size_t i = idx ? idx[k] : k;
+        double xi = x[i], h = 1e-4 * fmax(1.0, fabs(xi)), lp = 0.0, lm = 0.0;
+        x[i] = xi + h;
+        f(args, out);
+        for (size_t o = 0; o < nout; o++) lp += out[o] * R[o];
+        x[i] = xi - h;
+        f(args, out);
+        for (size_t o = 0; o < nout; o++) lm += out[o] * R[o];
+        x[i] = xi;
+        grad[k] = (lp - lm) / (2.0 * h);
+    }
+    free(out);
+}
+
+static char test_tag[32]; // " t2": the thread count of the backend under test
+
+OPS_REF_FN void name_of(char *buf, size_t n, const char *what) {
+    snprintf(buf, n, "%s%s", what, test_tag);
+}
+
+// ---------------------------------------------------------------------------------------
+// Double-precision references
+
+OPS_REF_FN void ref_matmul(double *out, const double *inp, const double *w, const double *bias,
+                           int N, int IC, int OC) {
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double s = bias ? bias[o] : 0.0;
+            for (int i = 0; i < IC; i++) s += inp[(size_t)n * IC + i] * w[(size_t)o * IC + i];
+            out[(size_t)n * OC + o] = s;
+        }
+}
+
+OPS_REF_FN void ref_layernorm(double *out, double *mean, double *rstd, const double *inp,
+                              const double *w, const double *bias, int N, int C) {
+    for (int n = 0; n < N; n++) {
+        const double *x = inp + (size_t)n * C;
+        double m = 0.0, v = 0.0;
+        for (int i = 0; i < C; i++) m += x[i];
+        m /= C;
+        for (int i = 0; i < C; i++) v += (x[i] - m) * (x[i] - m);
+        double s = 1.0 / sqrt(v / C + 1e-5);
+        for (int i = 0; i < C; i++) out[(size_t)n * C + i] = (x[i] - m) * s * w[i] + bias[i];
+        if (mean) mean[n] = m;
+        if (rstd) rstd[n] = s;
+    }
+}
+
+OPS_REF_FN double ref_gelu(double x) {
+    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+// out (B, T, NH*HS), P (B, NH, T, T) or NULL
+OPS_REF_FN void ref_attention(double *out, double *P, const double *qkv, int B, int T, int NH,
+                              int HS) {
+    const int C = NH * HS;
+    double *p = xmalloc((size_t)T * sizeof(double));
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const double *q = qkv + ((size_t)b * T + t) * 3 * C + (size_t)h * HS;
+                double mx = -INFINITY, sum = 0.0;
+                for (int j = 0; j < T; j++) {
+                    p[j] = 0.0;
+                    if (j > t) continue;
+                    const double *k = qkv + ((size_t)b * T + j) * 3 * C + C + (size_t)h * HS;
+                    double s = 0.0;
+                    for (int d = 0; d < HS; d++) s += q[d] * k[d];
+                    p[j] = s / sqrt((double)HS);
+                    mx = fmax(mx, p[j]);
+                }
+                for (int j = 0; j <= t; j++) sum += (p[j] = exp(p[j] - mx));
+                for (int j = 0; j <= t; j++) p[j] /= sum;
+                double *o = out + ((size_t)b * T + t) * C + (size_t)h * HS;
+                for (int d = 0; d < HS; d++) {
+                    double s = 0.0;
+                    for (int j = 0; j <= t; j++)
+                        s += p[j] * qkv[((size_t)b * T + j) * 3 * C + 2 * C + (size_t)h * HS + d];
+                    o[d] = s;
+                }
+                if (P)
+                    memcpy(P + (((size_t)b * NH + h) * T + t) * T, p, (size_t)T * sizeof(double));
+            }
+    free(p);
+}
+
+OPS_REF_FN void ref_embedding(double *out, const int *tok, const double *wte, const double *wpe,
+                              int B, int T, int C, int vocab_start, int V_local, int add_pos) {
+    for (int i = 0; i < B * T; i++)
+        for (int c = 0; c < C; c++) {
+            int local = tok[i] - vocab_start;
+            double e = local >= 0 && local < V_local ? wte[(size_t)local * C + c] : 0.0;
+            out[(size_t)i * C + c] = e + (add_pos ? wpe[(size_t)(i % T) * C + c] : 0.0);
+        }
+}
+
+// losses (N): logsumexp over the V_valid real columns minus the target's logit.
+OPS_REF_FN void ref_xent(double *losses, const double *logits, const int *targets, int N, int Vp,
+                         int V_valid) {
+    for (int n = 0; n < N; n++) {
+        const double *l = logits + (size_t)n * Vp;
+        double mx = -INFINITY, s = 0.0;
+        for (int c = 0; c < V_valid; c++) mx = fmax(mx, l[c]);
+        for (int c = 0; c < V_valid; c++) s += exp(l[c] - mx);
+        losses[n] = log(s) + mx - l[targets[n]];
+    }
+}
