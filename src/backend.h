@@ -25,6 +25,7 @@ struct backend {
     void (*copy_to_device)(backend *b, void *dst, const void *host_src, size_t bytes);
     void (*copy_to_host)(backend *b, void *host_dst, const void *src, size_t bytes);
     void (*memset_zero)(backend *b, void *ptr, size_t bytes);
+    void (*copy)(backend *b, void *dst, const void *src, size_t bytes); // device to device
     void (*synchronize)(backend *b);
     size_t (*mem_peak_bytes)(backend *b); // high-water mark of alloc()ed bytes
 

@@ -593,6 +593,7 @@ static const backend cpu_backend_table = {
     /* .copy_to_device        = */ cpu_copy,
     /* .copy_to_host          = */ cpu_copy,
     /* .memset_zero           = */ cpu_memset_zero,
+    /* .copy                  = */ cpu_copy,
     /* .synchronize           = */ cpu_synchronize,
     /* .mem_peak_bytes        = */ cpu_mem_peak_bytes,
     /* .matmul_fwd            = */ cpu_matmul_fwd,

@@ -17,7 +17,7 @@
 #include "llmc.h"
 
 #define P(m, idx) ((m)->params + (m)->table.entries[idx].offset)
-#define G(m, idx) ((m)->grads + (m)->table.entries[idx].offset)
+#define G(m, idx) ((m)->grad_of[idx])
 
 static tri_status tp_all_reduce(model *m, float *x, size_t n) {
     if (m->d.tp == 1) return TRI_OK;
@@ -159,7 +159,7 @@ static void set_dims(model_dims *d, const run_config *cfg, int B, const comm *cm
 }
 
 tri_status model_create(model *m, const run_config *cfg, int B, int n_slots, int pad_multiple,
-                        backend *be, comm *cm) {
+                        int full_grads, backend *be, comm *cm) {
     memset(m, 0, sizeof *m);
     m->be = be;
     m->cm = cm;
@@ -168,12 +168,18 @@ tri_status model_create(model *m, const run_config *cfg, int B, int n_slots, int
     TRI_ASSERT(d->N % d->tp == 0); // seq_len % tp == 0 is a config rule under SP
 
     params_build(&m->table, cfg, d->tp, d->tp_rank, d->pp_rank);
+    // The ZeRO shards' padding: a multiple of pad_multiple; without a full gradient buffer
+    // (stage 2) plus pad_multiple elements that a bucket's last shard may reach past the end
+    // (optim_capacity).
     const size_t pad = (size_t)pad_multiple;
-    m->capacity = (m->table.local_numel + pad - 1) / pad * pad;
+    m->capacity = (m->table.local_numel + pad - 1) / pad * pad + (!full_grads && pad > 1 ? pad : 0);
     size_t bytes = m->table.local_numel * sizeof(float);
     m->params = be->alloc(be, m->capacity * sizeof(float));
-    m->grads = be->alloc(be, m->capacity * sizeof(float));
-    if (!m->params || !m->grads) {
+    m->grads = full_grads ? be->alloc(be, m->capacity * sizeof(float)) : NULL;
+    m->grad_of = xcalloc((size_t)m->table.n_entries, sizeof(float *));
+    for (int i = 0; full_grads && i < m->table.n_entries; i++)
+        m->grad_of[i] = m->grads + m->table.entries[i].offset;
+    if (!m->params || (full_grads && !m->grads)) {
         LOG_ERROR("out of %s memory for %zu parameters", be->name, m->table.local_numel);
         return TRI_ERR_INTERNAL;
     }
@@ -209,6 +215,7 @@ void model_free(model *m) {
             if (acts[i]) be->free(be, acts[i]);
     }
     free(m->slots);
+    free(m->grad_of);
     void *all[] = {m->params, m->grads, m->dln, m->dqkv, m->datty, m->dfch, m->rows_full};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i]) be->free(be, all[i]);
@@ -382,6 +389,10 @@ tri_status model_forward(model *m, int slot, int chunk, const int *inputs, const
     return TRI_OK;
 }
 
+static tri_status grads_ready(model *m, int first, int count) {
+    return m->grads_ready ? m->grads_ready(m->grads_ready_ctx, first, count) : TRI_OK;
+}
+
 tri_status model_backward(model *m, int slot, int chunk, float dloss) {
     backend *be = m->be;
     const model_dims *d = &m->d;
@@ -402,8 +413,13 @@ tri_status model_backward(model *m, int slot, int chunk, float dloss) {
         TRI_CHECK(layernorm_bwd_from_all_rows(m, a->dres, res, P(m, params_lnfw(pt)),
                                               G(m, params_lnfw(pt)), G(m, params_lnfb(pt)),
                                               a->lnf_mean, a->lnf_rstd));
+        TRI_CHECK(grads_ready(m, params_lnfw(pt), 2));
+        if (pt->wte_is_copy) TRI_CHECK(grads_ready(m, params_wte(pt), 1));
     }
-    for (int i = d->Lc - 1; i >= 0; i--) TRI_CHECK(layer_backward(m, a, first_layer + i, i));
+    for (int i = d->Lc - 1; i >= 0; i--) {
+        TRI_CHECK(layer_backward(m, a, first_layer + i, i));
+        TRI_CHECK(grads_ready(m, params_layer(pt, first_layer + i, 0), PARAM_PER_LAYER));
+    }
     if (d->has_embed && chunk == 0) {
         // The embedding's gradient is the residual stream's at layer 0, all rows: every rank
         // adds to its own vocabulary rows, and computes the same (replicated) wpe gradient.
@@ -411,6 +427,8 @@ tri_status model_backward(model *m, int slot, int chunk, float dloss) {
         TRI_CHECK(dresidual_all_rows(m, a->dres, &dout));
         be->embedding_bwd(be, G(m, params_wte(pt)), G(m, params_wpe(pt)), dout, a->inputs, d->B,
                           d->T, C, d->vocab_start, d->Vp_local);
+        TRI_CHECK(grads_ready(m, params_wte(pt), 1));
+        TRI_CHECK(grads_ready(m, params_wpe(pt), 1));
     }
     return TRI_OK;
 }
@@ -423,6 +441,7 @@ float *model_chunk_grad(model *m, int slot) { return m->slots[slot].dres; }
 
 tri_status model_finish_grads(model *m) {
     const param_table *pt = &m->table;
+    if (!m->grads) return TRI_OK;
     for (int i = 0; m->d.sp && i < pt->n_entries; i++) {
         const param_entry *e = &pt->entries[i];
         if (e->layernorm)

@@ -48,8 +48,16 @@ typedef struct {
     backend *be;
     comm *cm;
     float *params;     // (capacity) on the device: table.local_numel, padded for ZeRO shards
-    float *grads;      // (capacity), accumulated over micro-batches
+    float *grads;      // (capacity), accumulated over micro-batches; NULL when the
+                       // optimizer keeps only gradient buckets (ZeRO-2)
     size_t capacity;
+    float **grad_of;   // (table.n_entries): where each entry's gradient accumulates
+                       // (into grads by default; into a bucket's workspace under ZeRO-2)
+    // Called when the gradients of entries [first, first + count) of the current micro-batch
+    // are final (after each layer's backward, after the LM head, after the embedding), so
+    // that an optimizer can reduce them while the backward goes on. NULL: not called.
+    tri_status (*grads_ready)(void *ctx, int first, int count);
+    void *grads_ready_ctx;
     model_acts *slots; // one per micro-batch in flight (the schedule's bound)
     int n_slots;
     // Scratch shared by all layers and slots:
@@ -68,8 +76,9 @@ typedef struct {
 // to a multiple of `pad_multiple` elements (the ZeRO shard count). Parameters are
 // initialised from run.seed, or loaded from model.init_from when set. The tp and pp groups
 // of `cm` set the tensor split and the layers held.
+// With full_grads 0 no gradient buffer is allocated: the caller points grad_of elsewhere.
 tri_status model_create(model *m, const run_config *cfg, int B, int n_slots, int pad_multiple,
-                        backend *be, comm *cm);
+                        int full_grads, backend *be, comm *cm);
 void model_free(model *m);
 
 // Forward of chunk `chunk` (0..chunks-1) of one micro-batch into activation slot `slot`.
@@ -96,6 +105,7 @@ float *model_chunk_grad(model *m, int slot);
 // After the last backward of a step: under sequence parallelism each tp rank holds the
 // LayerNorm gradients of its own rows only, so they are summed over tp; with pipelining
 // the two copies of the tied embedding (first and last stage) sum their gradients.
+// Nothing to do when there is no full gradient buffer (ZeRO-2 does it on its shards).
 tri_status model_finish_grads(model *m);
 
 // Logits of position t of batch row 0 after model_forward (host copy of the local shard).

@@ -1,36 +1,154 @@
 // optim.c: AdamW (DESIGN.md "Model"), schedules, the dp gradient reduction and the global
-// gradient norm, with ZeRO-1 sharding of the Adam state.
+// gradient norm, over ZeRO stages 0-2 (see optim.h for the pieces and buckets).
 #include "optim.h"
 
 #include <math.h>
+#include <string.h>
 
 size_t optim_capacity(const run_config *cfg, int dp, size_t local_numel) {
     if (cfg->parallel.zero == 0 || dp == 1) return local_numel;
-    return (local_numel + (size_t)dp - 1) / (size_t)dp * (size_t)dp;
+    // A multiple of dp (stage 1's equal shards); stage 2 adds dp elements: a bucket's last
+    // shard may reach up to dp - 1 elements past the bucket, and so past the last bucket.
+    size_t padded = (local_numel + (size_t)dp - 1) / (size_t)dp * (size_t)dp;
+    return padded + (cfg->parallel.zero >= 2 ? (size_t)dp : 0);
 }
 
-tri_status optim_create(optim_state *o, backend *be, const run_config *cfg, size_t local_numel,
-                        int dp, int dp_rank) {
+static void add_piece(optim_state *o, int entry, size_t lo, size_t hi, size_t pos) {
+    o->pieces[o->n_pieces++] = (optim_piece){entry, lo, hi, pos};
+}
+
+// The part of each of entries [first, end) inside the flat range [begin, begin + len),
+// stored from `arena` on.
+static void pieces_of_range(optim_state *o, const param_table *pt, int first, int end,
+                            size_t begin, size_t len, size_t arena) {
+    for (int i = first; i < end; i++) {
+        const param_entry *e = &pt->entries[i];
+        size_t lo = e->offset > begin ? e->offset : begin;
+        size_t end = e->offset + (size_t)e->local_numel;
+        size_t hi = end < begin + len ? end : begin + len;
+        if (lo < hi) add_piece(o, i, lo, hi, arena + (lo - begin));
+    }
+}
+
+// Stage 2 buckets: each layer's entries, the final LayerNorm's two, and wte, wpe and the
+// tied copy of wte each alone (so that the copies of wte shard alike on both stages).
+static int bucket_span(const param_table *pt, int i) {
+    const param_entry *e = &pt->entries[i];
+    if (e->layer >= 0) return PARAM_PER_LAYER;
+    if (i == pt->lnfw) return 2;
+    return 1;
+}
+
+static tri_status create_buckets(optim_state *o, const param_table *pt, float **grad_of) {
+    backend *be = o->be;
+    const size_t dp = (size_t)o->dp;
+    o->buckets = xcalloc((size_t)pt->n_entries, sizeof(optim_bucket));
+    o->bucket_of_entry = xcalloc((size_t)pt->n_entries, sizeof(int));
+    size_t arena = 0, layer_ws = 0, scratch = 0;
+    for (int i = 0; i < pt->n_entries;) {
+        optim_bucket *b = &o->buckets[o->n_buckets];
+        b->first = i, b->count = bucket_span(pt, i);
+        b->begin = pt->entries[i].offset;
+        for (int k = i; k < i + b->count; k++) {
+            b->numel += (size_t)pt->entries[k].local_numel;
+            o->bucket_of_entry[k] = o->n_buckets;
+        }
+        b->padded = (b->numel + dp - 1) / dp * dp;
+        b->shard = b->padded / dp;
+        b->arena = arena;
+        arena += b->shard;
+        size_t own = b->begin + (size_t)o->dp_rank * b->shard; // this rank's part of it
+        pieces_of_range(o, pt, i, i + b->count, own, b->shard, b->arena);
+        if (pt->entries[i].layer >= 0) layer_ws = b->padded > layer_ws ? b->padded : layer_ws;
+        scratch = b->padded > scratch ? b->padded : scratch;
+        i += b->count;
+        o->n_buckets++;
+    }
+    o->arena_len = arena;
+    float *shared = layer_ws ? be->alloc(be, layer_ws * sizeof(float)) : NULL;
+    o->layer_ws = shared;
+    o->workspace_bytes = layer_ws * sizeof(float);
+    for (int k = 0; k < o->n_buckets; k++) {
+        optim_bucket *b = &o->buckets[k];
+        if (pt->entries[b->first].layer >= 0) {
+            b->ws = shared;
+        } else {
+            b->ws = be->alloc(be, b->padded * sizeof(float));
+            o->workspace_bytes += b->padded * sizeof(float);
+        }
+        if (!b->ws) return TRI_ERR_INTERNAL;
+        for (int e = b->first; e < b->first + b->count; e++)
+            grad_of[e] = b->ws + (pt->entries[e].offset - b->begin);
+    }
+    o->grad_shard = be->alloc(be, (arena ? arena : 1) * sizeof(float));
+    o->scratch = be->alloc(be, scratch * sizeof(float));
+    o->workspace_bytes += scratch * sizeof(float);
+    return o->grad_shard && o->scratch ? TRI_OK : TRI_ERR_INTERNAL;
+}
+
+tri_status optim_create(optim_state *o, backend *be, comm *cm, const run_config *cfg,
+                        const param_table *pt, int dp, int dp_rank, float **grad_of) {
+    memset(o, 0, sizeof *o);
+    o->be = be, o->cm = cm;
     o->zero = dp > 1 ? cfg->parallel.zero : 0;
     o->dp = dp, o->dp_rank = dp_rank;
-    o->capacity = optim_capacity(cfg, dp, local_numel);
-    o->shard_len = o->zero ? o->capacity / (size_t)dp : o->capacity;
-    o->shard_begin = o->zero ? (size_t)dp_rank * o->shard_len : 0;
-    size_t bytes = o->shard_len * sizeof(float);
+    o->capacity = optim_capacity(cfg, dp, pt->local_numel);
+    o->pieces = xcalloc((size_t)pt->n_entries, sizeof(optim_piece)); // at most one per entry
+    tri_status rc = TRI_OK;
+    if (o->zero == 0) {
+        for (int i = 0; i < pt->n_entries; i++) {
+            const param_entry *e = &pt->entries[i];
+            add_piece(o, i, e->offset, e->offset + (size_t)e->local_numel, e->offset);
+        }
+        o->arena_len = o->capacity;
+    } else if (o->zero == 1) {
+        o->shard_len = o->capacity / (size_t)dp;
+        o->shard_begin = (size_t)dp_rank * o->shard_len;
+        pieces_of_range(o, pt, 0, pt->n_entries, o->shard_begin, o->shard_len, 0);
+        o->arena_len = o->shard_len;
+    } else {
+        rc = create_buckets(o, pt, grad_of);
+    }
+    size_t bytes = o->arena_len * sizeof(float);
     o->m = be->alloc(be, bytes);
     o->v = be->alloc(be, bytes);
-    o->t = 0;
-    if (!o->m || !o->v) {
-        LOG_ERROR("out of %s memory for the Adam state (%zu bytes)", be->name, 2 * bytes);
+    if (rc != TRI_OK || !o->m || !o->v) {
+        LOG_ERROR("out of %s memory for the optimizer state (%zu bytes of Adam moments)",
+                  be->name, 2 * bytes);
         return TRI_ERR_INTERNAL;
     }
     return TRI_OK;
 }
 
-void optim_free(optim_state *o, backend *be) {
-    if (o->m) be->free(be, o->m);
-    if (o->v) be->free(be, o->v);
-    o->m = o->v = NULL;
+void optim_free(optim_state *o) {
+    backend *be = o->be;
+    if (!be) return;
+    for (int k = 0; k < o->n_buckets; k++)
+        if (o->buckets[k].ws && o->buckets[k].ws != o->layer_ws) be->free(be, o->buckets[k].ws);
+    void *bufs[] = {o->m, o->v, o->grad_shard, o->scratch, o->layer_ws};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) be->free(be, bufs[i]);
+    free(o->pieces);
+    free(o->buckets);
+    free(o->bucket_of_entry);
+    memset(o, 0, sizeof *o);
+}
+
+tri_status optim_bucket_ready(void *ctx, int first, int count) {
+    optim_state *o = ctx;
+    optim_bucket *b = &o->buckets[o->bucket_of_entry[first]];
+    TRI_ASSERT(b->first == first && b->count == count);
+    // This micro-batch's gradients of the bucket, summed over dp, into this rank's shard.
+    TRI_CHECK(o->cm->reduce_scatter(o->cm, COMM_GROUP_DP, b->ws, o->scratch, b->shard, COMM_DTYPE_F32));
+    float *acc = o->grad_shard + b->arena;
+    o->be->residual_fwd(o->be, acc, acc, o->scratch, b->shard);
+    o->be->memset_zero(o->be, b->ws, b->padded * sizeof(float));
+    return TRI_OK;
+}
+
+void optim_zero_grads(optim_state *o, float *grads) {
+    if (o->zero == 2) o->be->memset_zero(o->be, o->grad_shard, o->arena_len * sizeof(float));
+    else o->be->memset_zero(o->be, grads, o->capacity * sizeof(float));
 }
 
 double optim_lr(const run_config *cfg, int step) {
@@ -45,36 +163,47 @@ double optim_lr(const run_config *cfg, int step) {
     return min_lr + coeff * (lr - min_lr);
 }
 
-tri_status optim_reduce_grads(optim_state *o, comm *cm, float *grads) {
-    if (o->dp == 1) return TRI_OK;
+tri_status optim_reduce_grads(optim_state *o, const param_table *pt, int sequence_parallel,
+                              float *grads) {
+    comm *cm = o->cm;
     if (o->zero == 0)
-        return cm->all_reduce(cm, COMM_GROUP_DP, grads, o->capacity, COMM_DTYPE_F32, COMM_REDUCE_SUM);
-    // In place: the summed shard of this rank lands in the buffer's first block.
-    return cm->reduce_scatter(cm, COMM_GROUP_DP, grads, grads, o->shard_len, COMM_DTYPE_F32);
-}
-
-// The part [lo, hi) of entry e (offsets in the flat buffer) inside this rank's shard.
-static int shard_piece(const optim_state *o, const param_entry *e, size_t *lo, size_t *hi) {
-    size_t b = e->offset, end = e->offset + (size_t)e->local_numel;
-    *lo = b > o->shard_begin ? b : o->shard_begin;
-    *hi = end < o->shard_begin + o->shard_len ? end : o->shard_begin + o->shard_len;
-    return *lo < *hi;
-}
-
-tri_status optim_grad_norm(optim_state *o, backend *be, comm *cm, const param_table *pt,
-                           const float *grads, double *norm) {
-    // Sum of squares per entry piece, in table order. Replicated entries are counted by tp
-    // rank 0 only and the tied embedding by the first stage only, so that the sums over the
-    // shards (dp) and the model-parallel group (tp x pp) count each unique element once.
-    double sumsq = 0.0;
-    for (int i = 0; i < pt->n_entries; i++) {
-        const param_entry *e = &pt->entries[i];
-        size_t lo, hi;
-        if (e->split == SPLIT_REPLICATED && pt->tp_rank != 0) continue;
-        if (i == pt->wte && pt->wte_is_copy) continue;
-        if (!shard_piece(o, e, &lo, &hi)) continue;
-        sumsq += be->sumsq(be, grads + (lo - o->shard_begin), hi - lo);
+        return o->dp == 1 ? TRI_OK
+                          : cm->all_reduce(cm, COMM_GROUP_DP, grads, o->capacity, COMM_DTYPE_F32, COMM_REDUCE_SUM);
+    if (o->zero == 1) // in place: the summed shard of this rank lands in the first block
+        return cm->reduce_scatter(cm, COMM_GROUP_DP, grads, grads, o->shard_len, COMM_DTYPE_F32);
+    // Stage 2: the model could not sum these on a full buffer; the pieces line up on every
+    // rank of the tp group and of the embedding group (same tables, same dp rank).
+    for (int p = 0; p < o->n_pieces; p++) {
+        const optim_piece *pc = &o->pieces[p];
+        const param_entry *e = &pt->entries[pc->entry];
+        float *g = o->grad_shard + pc->pos;
+        if (sequence_parallel && e->layernorm && cm->groups[COMM_GROUP_TP].size > 1)
+            TRI_CHECK(cm->all_reduce(cm, COMM_GROUP_TP, g, pc->hi - pc->lo, COMM_DTYPE_F32, COMM_REDUCE_SUM));
+        if (pt->pp > 1 && pc->entry == pt->wte)
+            TRI_CHECK(cm->all_reduce(cm, COMM_GROUP_EMBED, g, pc->hi - pc->lo, COMM_DTYPE_F32, COMM_REDUCE_SUM));
     }
+    return TRI_OK;
+}
+
+static const float *grad_base(const optim_state *o, const float *grads) {
+    return o->zero == 2 ? o->grad_shard : grads;
+}
+
+tri_status optim_grad_norm(optim_state *o, const param_table *pt, const float *grads,
+                           double *norm) {
+    // Sum of squares per piece, in table order. Replicated entries are counted by tp rank 0
+    // only and the tied embedding by the first stage only, so that the sums over the shards
+    // (dp) and the model-parallel group (tp x pp) count each unique element once.
+    const float *g = grad_base(o, grads);
+    double sumsq = 0.0;
+    for (int p = 0; p < o->n_pieces; p++) {
+        const optim_piece *pc = &o->pieces[p];
+        const param_entry *e = &pt->entries[pc->entry];
+        if (e->split == SPLIT_REPLICATED && pt->tp_rank != 0) continue;
+        if (pc->entry == pt->wte && pt->wte_is_copy) continue;
+        sumsq += o->be->sumsq(o->be, g + pc->pos, pc->hi - pc->lo);
+    }
+    comm *cm = o->cm;
     if (o->zero)
         TRI_CHECK(cm->all_reduce(cm, COMM_GROUP_DP, &sumsq, 1, COMM_DTYPE_F64, COMM_REDUCE_SUM));
     if (cm->groups[COMM_GROUP_MP].size > 1)
@@ -84,24 +213,29 @@ tri_status optim_grad_norm(optim_state *o, backend *be, comm *cm, const param_ta
     return TRI_OK;
 }
 
-tri_status optim_step(optim_state *o, backend *be, comm *cm, const run_config *cfg,
-                      const param_table *pt, float *params, const float *grads, double lr,
-                      double grad_norm) {
+tri_status optim_step(optim_state *o, const run_config *cfg, const param_table *pt,
+                      float *params, const float *grads, double lr, double grad_norm) {
+    backend *be = o->be;
+    comm *cm = o->cm;
     double clip = cfg->train.grad_clip;
     float grad_scale = (clip > 0 && grad_norm > clip) ? (float)(clip / grad_norm) : 1.0f;
+    const float *g = grad_base(o, grads);
     o->t++;
-    for (int i = 0; i < pt->n_entries; i++) {
-        const param_entry *e = &pt->entries[i];
-        size_t lo, hi;
-        if (!shard_piece(o, e, &lo, &hi)) continue;
-        size_t s = lo - o->shard_begin; // position in the shard's moments and gradients
-        float wd = e->decay ? (float)cfg->optim.weight_decay : 0.0f;
-        be->adamw(be, params + lo, grads + s, o->m + s, o->v + s, hi - lo, (float)lr,
-                  (float)cfg->optim.beta1, (float)cfg->optim.beta2, (float)cfg->optim.eps, wd,
-                  grad_scale, o->t);
+    for (int p = 0; p < o->n_pieces; p++) {
+        const optim_piece *pc = &o->pieces[p];
+        float wd = pt->entries[pc->entry].decay ? (float)cfg->optim.weight_decay : 0.0f;
+        be->adamw(be, params + pc->lo, g + pc->pos, o->m + pc->pos, o->v + pc->pos,
+                  pc->hi - pc->lo, (float)lr, (float)cfg->optim.beta1, (float)cfg->optim.beta2,
+                  (float)cfg->optim.eps, wd, grad_scale, o->t);
     }
-    if (!o->zero) return TRI_OK;
-    // Every rank's updated shard to every replica (in place: this rank's block is in place).
-    return cm->all_gather(cm, COMM_GROUP_DP, params + o->shard_begin, params, o->shard_len,
-                          COMM_DTYPE_F32);
+    if (o->zero == 1) // every rank's updated shard to every replica (this rank's in place)
+        return cm->all_gather(cm, COMM_GROUP_DP, params + o->shard_begin, params, o->shard_len,
+                              COMM_DTYPE_F32);
+    for (int k = 0; o->zero == 2 && k < o->n_buckets; k++) {
+        const optim_bucket *b = &o->buckets[k];
+        const float *own = params + b->begin + (size_t)o->dp_rank * b->shard;
+        TRI_CHECK(cm->all_gather(cm, COMM_GROUP_DP, own, o->scratch, b->shard, COMM_DTYPE_F32));
+        be->copy(be, params + b->begin, o->scratch, b->numel * sizeof(float));
+    }
+    return TRI_OK;
 }

@@ -1,47 +1,90 @@
 // optim.h: learning-rate schedule, the data-parallel gradient reduction, the global gradient
-// norm and clipping, and AdamW, with ZeRO stage 1 sharding of the Adam state over dp.
+// norm and clipping, and AdamW, with ZeRO stages 0-2 over the dp group.
+//
+// Every stage works on "pieces": a piece is the part [lo, hi) of one table entry (offsets in
+// the flat parameter buffer) whose optimizer state this rank owns, stored at `pos` in this
+// rank's shard arrays (moments; the reduced gradient for stages 1 and 2).
+//   stage 0: every entry whole; gradients all-reduced; pos = the entry's offset.
+//   stage 1: the flat buffer (padded to a multiple of dp) cut into dp equal shards; the
+//            gradient buffer reduce-scattered in place, parameters all-gathered.
+//   stage 2: no full gradient buffer. Gradients accumulate in per-bucket workspaces (one
+//            per layer, reused layer after layer; the embeddings and the final LayerNorm
+//            their own); when the backward has finished a bucket (model's grads_ready), it
+//            is reduce-scattered over dp and added to this rank's shard of that bucket.
 #pragma once
 #include "backend.h"
 #include "comm.h"
 #include "config.h"
 #include "params.h"
 
-// ZeRO: this rank's flat parameter buffer (table.local_numel elements, padded to
-// `capacity`, a multiple of dp) is cut into dp equal shards; dp rank r owns elements
-// [r * shard_len, (r + 1) * shard_len). Stage 0: one shard, the whole buffer (dp = 1 too).
+typedef struct {
+    int entry;
+    size_t lo, hi;   // flat parameter offsets
+    size_t pos;      // offset in the shard arrays
+} optim_piece;
+
+typedef struct {
+    int first, count;       // table entries [first, first + count)
+    size_t begin, numel;    // their flat range
+    size_t padded, shard;   // numel rounded up to a multiple of dp; padded / dp
+    size_t arena;           // where this rank's shard of the bucket starts in the shard arrays
+    float *ws;              // gradient workspace (padded floats); layers share one
+} optim_bucket;
+
 typedef struct {
     int zero, dp, dp_rank;
-    size_t capacity;      // elements of the padded parameter and gradient buffers
-    size_t shard_begin, shard_len;
-    float *m, *v;         // Adam moments (shard_len) on the device
-    int t;                // optimizer steps taken
+    size_t capacity;        // elements of the padded parameter (and stage 0/1 gradient) buffers
+    size_t shard_begin, shard_len; // stage 1: this rank's shard of the flat buffer
+    size_t arena_len;       // elements of the shard arrays (m, v, and the stage 2 gradient)
+    optim_piece *pieces;
+    int n_pieces;
+    optim_bucket *buckets;  // stage 2
+    int n_buckets;
+    int *bucket_of_entry;   // stage 2: (n_entries)
+    float *grad_shard;      // stage 2: (arena_len) reduced gradients, accumulated
+    float *scratch;         // stage 2: one bucket's shard / a gathered bucket
+    float *layer_ws;        // stage 2: the workspace every layer's bucket shares
+    size_t workspace_bytes; // stage 2: the gradient workspaces and scratch
+    float *m, *v;           // Adam moments (arena_len) on the device
+    backend *be;
+    comm *cm;
+    int t;                  // optimizer steps taken
 } optim_state;
 
 // The padded size of parameter/gradient buffers for `local_numel` elements under cfg's
 // ZeRO stage and `dp` replicas.
 size_t optim_capacity(const run_config *cfg, int dp, size_t local_numel);
 
-tri_status optim_create(optim_state *o, backend *be, const run_config *cfg, size_t local_numel,
-                        int dp, int dp_rank);
-void optim_free(optim_state *o, backend *be);
+// Stage 2 also points the model's gradients (grad_of, n_entries pointers) at its bucket
+// workspaces; stages 0 and 1 leave them in the model's gradient buffer.
+tri_status optim_create(optim_state *o, backend *be, comm *cm, const run_config *cfg,
+                        const param_table *pt, int dp, int dp_rank, float **grad_of);
+void optim_free(optim_state *o);
+
+// Stage 2: the model's grads_ready callback (ctx = the optim_state).
+tri_status optim_bucket_ready(void *ctx, int first, int count);
+
+// Zeroes what accumulates gradients over a step (stage 0/1: the model's buffer `grads`).
+void optim_zero_grads(optim_state *o, float *grads);
 
 // Learning rate of step `step` (0-based): linear warmup over warmup_steps from lr/warmup to
 // lr, then decay (cosine, linear or constant) from lr to min_lr at the last step.
 double optim_lr(const run_config *cfg, int step);
 
-// The dp reduction of the accumulated gradients (capacity elements): an all-reduce for
-// stage 0; for stage 1 a reduce-scatter that leaves this rank's summed shard in
-// grads[0, shard_len).
-tri_status optim_reduce_grads(optim_state *o, comm *cm, float *grads);
+// The dp reduction of the accumulated gradients at the end of a step (stage 0: all-reduce;
+// stage 1: in-place reduce-scatter; stage 2: already done bucket by bucket), then for stage
+// 2 the sums the model leaves to the optimizer: LayerNorm gradients over tp under sequence
+// parallelism, the tied embedding's two copies over the embedding group.
+tri_status optim_reduce_grads(optim_state *o, const param_table *pt, int sequence_parallel,
+                              float *grads);
 
 // Global L2 norm of the reduced gradients: each unique parameter element counted once,
-// summed over the shards (dp), the model-parallel group (tp x pp). Returns
+// summed over the shards (dp) and the model-parallel group (tp x pp). Returns
 // TRI_ERR_NONFINITE when it is not finite.
-tri_status optim_grad_norm(optim_state *o, backend *be, comm *cm, const param_table *pt,
-                           const float *grads, double *norm);
+tri_status optim_grad_norm(optim_state *o, const param_table *pt, const float *grads,
+                           double *norm);
 
-// Clips (grad_clip > 0), applies AdamW to this rank's shard (weight decay on the table's
-// decay entries only), then all-gathers the updated parameters over dp (stage 1).
-tri_status optim_step(optim_state *o, backend *be, comm *cm, const run_config *cfg,
-                      const param_table *pt, float *params, const float *grads, double lr,
-                      double grad_norm);
+// Clips (grad_clip > 0), applies AdamW to this rank's pieces (weight decay on the table's
+// decay entries only), then all-gathers the updated parameters over dp (stages 1, 2).
+tri_status optim_step(optim_state *o, const run_config *cfg, const param_table *pt,
+                      float *params, const float *grads, double lr, double grad_norm);

@@ -60,7 +60,7 @@ tri_status sample_run(const sample_options *opt) {
     tri_status rc;
     TRI_CHECK_GOTO(comm_self_create(&cm), rc, done);
     TRI_CHECK_GOTO(backend_cpu_create(&be, opt->threads), rc, done);
-    TRI_CHECK_GOTO(model_create(&m, &cfg, 1, 1, 1, be, cm), rc, done);
+    TRI_CHECK_GOTO(model_create(&m, &cfg, 1, 1, 1, 1, be, cm), rc, done);
 
     int *context = xcalloc((size_t)T, sizeof(int));
     float *logits = xmalloc((size_t)m.d.Vp_local * sizeof(float));

@@ -120,10 +120,10 @@ static tri_status check_supported(const run_config *cfg) {
                   "set it to auto or none", cfg->checkpoint.resume);
         bad = 1;
     }
-    // ZeRO stages 2 and 3 arrive later; stage 1 shards the Adam state over dp.
-    if (cfg->parallel.dp > 1 && cfg->parallel.zero > 1) {
-        LOG_ERROR("parallel.zero = %d with dp = %d: ZeRO stages 2 and 3 are not in this build "
-                  "yet; set parallel.zero: 1 (Adam state sharded) or 0",
+    // ZeRO stage 3 arrives later.
+    if (cfg->parallel.dp > 1 && cfg->parallel.zero > 2) {
+        LOG_ERROR("parallel.zero = %d with dp = %d: ZeRO stage 3 (sharded parameters) is not "
+                  "in this build yet; set parallel.zero: 2, 1 or 0",
                   cfg->parallel.zero, cfg->parallel.dp);
         bad = 1;
     }
@@ -180,11 +180,16 @@ static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     TRI_CHECK(trainer_open_data(tr));
     TRI_CHECK(sched_build(&tr->sched, cfg->parallel.schedule, cfg->parallel.pp,
                           cfg->parallel.virtual_stages, tr->n_micro, tr->coord.pp));
-    const int zero_shards = cfg->parallel.zero > 0 ? tr->dp : 1;
+    const int zero = tr->dp > 1 ? cfg->parallel.zero : 0;
     TRI_CHECK(model_create(&tr->model, cfg, cfg->train.micro_batch, tr->sched.max_in_flight,
-                           zero_shards, tr->be, tr->cm));
-    TRI_CHECK(optim_create(&tr->optim, tr->be, cfg, tr->model.table.local_numel, tr->dp, tr->dp_rank));
+                           zero > 0 ? tr->dp : 1, zero < 2, tr->be, tr->cm));
+    TRI_CHECK(optim_create(&tr->optim, tr->be, tr->cm, cfg, &tr->model.table, tr->dp, tr->dp_rank,
+                           tr->model.grad_of));
     TRI_ASSERT(tr->optim.capacity == tr->model.capacity);
+    if (zero == 2) {
+        tr->model.grads_ready = optim_bucket_ready;
+        tr->model.grads_ready_ctx = &tr->optim;
+    }
     size_t N = (size_t)cfg->train.micro_batch * cfg->model.seq_len;
     tr->inputs = xmalloc(N * sizeof(int));
     tr->targets = xmalloc(N * sizeof(int));
@@ -196,11 +201,14 @@ static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     snprintf(extra, sizeof extra,
              ",\"n_params\":%lld,\"threads\":%d,\"micro_batches\":%d,\"flops_per_token\":%.0f,"
              "\"mfu_peak_flops\":%.4g,\"rank_params\":%zu,\"memory\":{\"param_bytes\":%zu,"
-             "\"grad_bytes\":%zu,\"master_bytes\":0,\"adam_bytes\":%zu,\"activation_bytes\":%zu}",
+             "\"grad_bytes\":%zu,\"master_bytes\":0,\"adam_bytes\":%zu,\"activation_bytes\":%zu,"
+             "\"grad_bucket_bytes\":%zu}",
              (long long)tr->model.table.global_numel, tr->be->threads, tr->n_micro,
              tr->flops_per_token, tr->peak_flops, tr->model.table.local_numel,
-             tr->model.capacity * sizeof(float), tr->model.capacity * sizeof(float),
-             2 * tr->optim.shard_len * sizeof(float), tr->model.activation_bytes);
+             tr->model.capacity * sizeof(float),
+             (tr->model.grads ? tr->model.capacity : tr->optim.arena_len) * sizeof(float),
+             2 * tr->optim.arena_len * sizeof(float), tr->model.activation_bytes,
+             tr->optim.workspace_bytes);
     if (li->rank == 0)
         TRI_CHECK(metrics_open(&tr->metrics, cfg, tr->cm->world_size, tr->be->name, tr->cm->name, extra));
     return TRI_OK;
@@ -211,7 +219,7 @@ static void trainer_free(trainer *tr) {
     free(tr->inputs);
     free(tr->targets);
     if (tr->be) {
-        optim_free(&tr->optim, tr->be);
+        optim_free(&tr->optim);
         model_free(&tr->model);
         tr->be->destroy(tr->be);
     }
@@ -371,17 +379,17 @@ static tri_status train_loop(trainer *tr) {
         double t0 = time_now_s();
         tr->cm->step = step + 1;
         comm_counters_reset(tr->cm);
-        tr->be->memset_zero(tr->be, m->grads, m->capacity * sizeof(float));
+        optim_zero_grads(&tr->optim, m->grads);
         double loss_sum = 0.0, waited = 0.0;
         TRI_CHECK(run_schedule(tr, step, &loss_sum, &waited));
         TRI_CHECK(model_finish_grads(m));
-        TRI_CHECK(optim_reduce_grads(&tr->optim, tr->cm, m->grads));
+        TRI_CHECK(optim_reduce_grads(&tr->optim, &m->table, m->d.sp, m->grads));
         if (tr->dp > 1)
             TRI_CHECK(tr->cm->all_reduce(tr->cm, COMM_GROUP_DP, &loss_sum, 1, COMM_DTYPE_F64,
                                          COMM_REDUCE_SUM));
         double loss = loss_sum / (double)tokens_per_step;
         double norm = 0.0;
-        tri_status rc = optim_grad_norm(&tr->optim, tr->be, tr->cm, &m->table, m->grads, &norm);
+        tri_status rc = optim_grad_norm(&tr->optim, &m->table, m->grads, &norm);
         if (!isfinite(loss) || rc == TRI_ERR_NONFINITE) {
             LOG_ERROR("step %d: non-finite %s (loss %g, grad norm %g)", step + 1,
                       isfinite(loss) ? "gradients" : "loss", loss, norm);
@@ -390,7 +398,7 @@ static tri_status train_loop(trainer *tr) {
         }
         TRI_CHECK(rc);
         double lr = optim_lr(cfg, step);
-        TRI_CHECK(optim_step(&tr->optim, tr->be, tr->cm, cfg, &m->table, m->params, m->grads, lr, norm));
+        TRI_CHECK(optim_step(&tr->optim, cfg, &m->table, m->params, m->grads, lr, norm));
         tr->be->synchronize(tr->be);
         double dt = time_now_s() - t0;
         total_s += dt;
