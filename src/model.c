@@ -16,7 +16,7 @@
 
 #include "llmc.h"
 
-#define P(m, idx) ((m)->params + (m)->table.entries[idx].offset)
+#define P(m, idx) ((m)->param_of[idx])
 #define G(m, idx) ((m)->grad_of[idx])
 
 static tri_status tp_all_reduce(model *m, float *x, size_t n) {
@@ -177,6 +177,8 @@ tri_status model_create(model *m, const run_config *cfg, int B, int n_slots, int
     m->params = be->alloc(be, m->capacity * sizeof(float));
     m->grads = full_grads ? be->alloc(be, m->capacity * sizeof(float)) : NULL;
     m->grad_of = xcalloc((size_t)m->table.n_entries, sizeof(float *));
+    m->param_of = xcalloc((size_t)m->table.n_entries, sizeof(float *));
+    for (int i = 0; i < m->table.n_entries; i++) m->param_of[i] = m->params + m->table.entries[i].offset;
     for (int i = 0; full_grads && i < m->table.n_entries; i++)
         m->grad_of[i] = m->grads + m->table.entries[i].offset;
     if (!m->params || (full_grads && !m->grads)) {
@@ -216,6 +218,7 @@ void model_free(model *m) {
     }
     free(m->slots);
     free(m->grad_of);
+    free(m->param_of);
     void *all[] = {m->params, m->grads, m->dln, m->dqkv, m->datty, m->dfch, m->rows_full};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i]) be->free(be, all[i]);
@@ -349,6 +352,7 @@ tri_status model_forward(model *m, int slot, int chunk, const int *inputs, const
     const param_table *pt = &m->table;
     const int first_layer = params_chunk_first_layer(pt, chunk);
     *loss_sum = 0.0;
+    if (m->params_needed) TRI_CHECK(m->params_needed(m->params_needed_ctx, chunk));
 
     be->copy_to_device(be, a->inputs, inputs, (size_t)N * sizeof(int));
     if (d->has_embed && chunk == 0) {
@@ -400,6 +404,7 @@ tri_status model_backward(model *m, int slot, int chunk, float dloss) {
     model_acts *a = &m->slots[slot];
     const param_table *pt = &m->table;
     const int first_layer = params_chunk_first_layer(pt, chunk);
+    if (m->params_needed) TRI_CHECK(m->params_needed(m->params_needed_ctx, chunk));
 
     if (d->has_head && chunk == d->chunks - 1) {
         be->xent_bwd(be, a->logits, a->rowmax, a->sumexp, a->targets, dloss, N, d->Vp_local,
@@ -461,15 +466,13 @@ void model_logits_row(model *m, int slot, int t, float *out) {
                         (size_t)d->Vp_local * sizeof(float));
 }
 
-tri_status model_gather_params(model *m, const param_table *full_table, float *full) {
+tri_status model_gather_params(model *m, const param_table *full_table, const float *local,
+                               float *full) {
     // Each rank of the model-parallel group (tp x pp) places what it alone holds into a
     // zeroed copy of the whole model, and a sum over the group assembles it: replicated
     // entries come from tp rank 0 only, the tied wte from the first stage only, so every
     // element is one rank's value plus zeros, exactly.
     const param_table *pt = &m->table;
-    size_t bytes = pt->local_numel * sizeof(float);
-    float *local = xmalloc(bytes);
-    m->be->copy_to_host(m->be, local, m->params, bytes);
     memset(full, 0, full_table->local_numel * sizeof(float));
     for (int i = 0; i < pt->n_entries; i++) {
         const param_entry *e = &pt->entries[i];
@@ -479,7 +482,6 @@ tri_status model_gather_params(model *m, const param_table *full_table, float *f
         TRI_ASSERT(fi >= 0);
         params_place_into_global(pt, e, local + e->offset, full + full_table->entries[fi].offset);
     }
-    free(local);
     if (m->cm->groups[COMM_GROUP_MP].size == 1) return TRI_OK;
     return m->cm->all_reduce(m->cm, COMM_GROUP_MP, full, full_table->local_numel, COMM_DTYPE_F32,
                              COMM_REDUCE_SUM);

@@ -47,7 +47,9 @@ typedef struct {
     param_table table;
     backend *be;
     comm *cm;
-    float *params;     // (capacity) on the device: table.local_numel, padded for ZeRO shards
+    float *params;     // (capacity) on the device: table.local_numel, padded for ZeRO shards;
+                       // NULL under ZeRO-3, where the optimizer holds parameter shards
+    float **param_of;  // (table.n_entries): where each entry's parameters are read from
     float *grads;      // (capacity), accumulated over micro-batches; NULL when the
                        // optimizer keeps only gradient buckets (ZeRO-2)
     size_t capacity;
@@ -58,6 +60,10 @@ typedef struct {
     // that an optimizer can reduce them while the backward goes on. NULL: not called.
     tri_status (*grads_ready)(void *ctx, int first, int count);
     void *grads_ready_ctx;
+    // Called at the start of every forward and backward of a chunk: ZeRO-3 gathers the
+    // chunk's parameters there and points param_of at them. NULL: not called.
+    tri_status (*params_needed)(void *ctx, int chunk);
+    void *params_needed_ctx;
     model_acts *slots; // one per micro-batch in flight (the schedule's bound)
     int n_slots;
     // Scratch shared by all layers and slots:
@@ -111,6 +117,8 @@ tri_status model_finish_grads(model *m);
 // Logits of position t of batch row 0 after model_forward (host copy of the local shard).
 void model_logits_row(model *m, int slot, int t, float *out);
 
-// Gathers the whole model's parameters (tp = 1 layout of `full_table`) on every tp rank.
-// `full` is host memory of full_table->local_numel floats.
-tri_status model_gather_params(model *m, const param_table *full_table, float *full);
+// Assembles the whole model's parameters (tp = 1 layout of `full_table`) on every rank of
+// the model-parallel group from each rank's `local` (host, table.local_numel floats: this
+// rank's parameters in table layout). `full` is host memory of full_table->local_numel.
+tri_status model_gather_params(model *m, const param_table *full_table, const float *local,
+                               float *full);

@@ -86,8 +86,78 @@ static tri_status create_buckets(optim_state *o, const param_table *pt, float **
     return o->grad_shard && o->scratch ? TRI_OK : TRI_ERR_INTERNAL;
 }
 
+// Stage 3: the chunk each bucket belongs to, and one workspace as large as the largest
+// chunk's buckets.
+static int bucket_chunk(const optim_state *o, const param_table *pt, const optim_bucket *b) {
+    const param_entry *e = &pt->entries[b->first];
+    if (e->layer >= 0) return e->layer / params_chunk_layers(pt) / pt->pp; // stage c*pp + r
+    if (e->layer == PARAM_LAYER_EMBED) return 0;
+    return o->chunks - 1;
+}
+
+static tri_status create_param_shards(optim_state *o, const param_table *pt, const float *params,
+                                      float **param_of) {
+    backend *be = o->be;
+    o->param_of = param_of;
+    o->chunks = pt->pp == 1 ? 1 : pt->virtual_stages;
+    o->chunk_buckets = xcalloc((size_t)o->chunks, sizeof(int *));
+    o->bucket_ws_offset = xcalloc((size_t)o->n_buckets, sizeof(size_t));
+    size_t ws = 0;
+    for (int c = 0; c < o->chunks; c++) {
+        o->chunk_buckets[c] = xmalloc((size_t)(o->n_buckets + 1) * sizeof(int));
+        int n = 0;
+        size_t used = 0;
+        for (int k = 0; k < o->n_buckets; k++) {
+            if (bucket_chunk(o, pt, &o->buckets[k]) != c) continue;
+            o->chunk_buckets[c][n++] = k;
+            o->bucket_ws_offset[k] = used;
+            used += o->buckets[k].padded;
+        }
+        o->chunk_buckets[c][n] = -1;
+        ws = used > ws ? used : ws;
+    }
+    o->param_ws = be->alloc(be, (ws ? ws : 1) * sizeof(float));
+    o->param_shard = be->alloc(be, (o->arena_len ? o->arena_len : 1) * sizeof(float));
+    if (!o->param_ws || !o->param_shard) return TRI_ERR_INTERNAL;
+    for (int p = 0; p < o->n_pieces; p++) {
+        const optim_piece *pc = &o->pieces[p];
+        be->copy(be, o->param_shard + pc->pos, params + pc->lo, (pc->hi - pc->lo) * sizeof(float));
+    }
+    return TRI_OK;
+}
+
+tri_status optim_params_needed(void *ctx, int chunk) {
+    optim_state *o = ctx;
+    for (const int *k = o->chunk_buckets[chunk]; *k >= 0; k++) {
+        const optim_bucket *b = &o->buckets[*k];
+        float *dst = o->param_ws + o->bucket_ws_offset[*k];
+        TRI_CHECK(o->cm->all_gather(o->cm, COMM_GROUP_DP, o->param_shard + b->arena, dst, b->shard,
+                                    COMM_DTYPE_F32));
+        for (int e = b->first; e < b->first + b->count; e++)
+            o->param_of[e] = dst + (o->param_entry_offset[e] - b->begin);
+    }
+    return TRI_OK;
+}
+
+tri_status optim_local_params(optim_state *o, const param_table *pt, const float *params,
+                              float *host) {
+    backend *be = o->be;
+    if (o->zero < 3) {
+        be->copy_to_host(be, host, params, pt->local_numel * sizeof(float));
+        return TRI_OK;
+    }
+    for (int k = 0; k < o->n_buckets; k++) {
+        const optim_bucket *b = &o->buckets[k];
+        TRI_CHECK(o->cm->all_gather(o->cm, COMM_GROUP_DP, o->param_shard + b->arena, o->scratch,
+                                    b->shard, COMM_DTYPE_F32));
+        be->copy_to_host(be, host + b->begin, o->scratch, b->numel * sizeof(float));
+    }
+    return TRI_OK;
+}
+
 tri_status optim_create(optim_state *o, backend *be, comm *cm, const run_config *cfg,
-                        const param_table *pt, int dp, int dp_rank, float **grad_of) {
+                        const param_table *pt, int dp, int dp_rank, float **grad_of,
+                        const float *params, float **param_of) {
     memset(o, 0, sizeof *o);
     o->be = be, o->cm = cm;
     o->zero = dp > 1 ? cfg->parallel.zero : 0;
@@ -108,6 +178,9 @@ tri_status optim_create(optim_state *o, backend *be, comm *cm, const run_config 
         o->arena_len = o->shard_len;
     } else {
         rc = create_buckets(o, pt, grad_of);
+        o->param_entry_offset = xcalloc((size_t)pt->n_entries, sizeof(size_t));
+        for (int i = 0; i < pt->n_entries; i++) o->param_entry_offset[i] = pt->entries[i].offset;
+        if (rc == TRI_OK && o->zero == 3) rc = create_param_shards(o, pt, params, param_of);
     }
     size_t bytes = o->arena_len * sizeof(float);
     o->m = be->alloc(be, bytes);
@@ -125,9 +198,13 @@ void optim_free(optim_state *o) {
     if (!be) return;
     for (int k = 0; k < o->n_buckets; k++)
         if (o->buckets[k].ws && o->buckets[k].ws != o->layer_ws) be->free(be, o->buckets[k].ws);
-    void *bufs[] = {o->m, o->v, o->grad_shard, o->scratch, o->layer_ws};
+    void *bufs[] = {o->m, o->v, o->grad_shard, o->scratch, o->layer_ws, o->param_shard, o->param_ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->free(be, bufs[i]);
+    for (int c = 0; o->chunk_buckets && c < o->chunks; c++) free(o->chunk_buckets[c]);
+    free(o->chunk_buckets);
+    free(o->bucket_ws_offset);
+    free(o->param_entry_offset);
     free(o->pieces);
     free(o->buckets);
     free(o->bucket_of_entry);
@@ -147,7 +224,7 @@ tri_status optim_bucket_ready(void *ctx, int first, int count) {
 }
 
 void optim_zero_grads(optim_state *o, float *grads) {
-    if (o->zero == 2) o->be->memset_zero(o->be, o->grad_shard, o->arena_len * sizeof(float));
+    if (o->zero >= 2) o->be->memset_zero(o->be, o->grad_shard, o->arena_len * sizeof(float));
     else o->be->memset_zero(o->be, grads, o->capacity * sizeof(float));
 }
 
@@ -171,7 +248,7 @@ tri_status optim_reduce_grads(optim_state *o, const param_table *pt, int sequenc
                           : cm->all_reduce(cm, COMM_GROUP_DP, grads, o->capacity, COMM_DTYPE_F32, COMM_REDUCE_SUM);
     if (o->zero == 1) // in place: the summed shard of this rank lands in the first block
         return cm->reduce_scatter(cm, COMM_GROUP_DP, grads, grads, o->shard_len, COMM_DTYPE_F32);
-    // Stage 2: the model could not sum these on a full buffer; the pieces line up on every
+    // Stages 2 and 3: the model could not sum these on a full buffer; the pieces line up on every
     // rank of the tp group and of the embedding group (same tables, same dp rank).
     for (int p = 0; p < o->n_pieces; p++) {
         const optim_piece *pc = &o->pieces[p];
@@ -186,7 +263,7 @@ tri_status optim_reduce_grads(optim_state *o, const param_table *pt, int sequenc
 }
 
 static const float *grad_base(const optim_state *o, const float *grads) {
-    return o->zero == 2 ? o->grad_shard : grads;
+    return o->zero >= 2 ? o->grad_shard : grads;
 }
 
 tri_status optim_grad_norm(optim_state *o, const param_table *pt, const float *grads,
@@ -224,7 +301,8 @@ tri_status optim_step(optim_state *o, const run_config *cfg, const param_table *
     for (int p = 0; p < o->n_pieces; p++) {
         const optim_piece *pc = &o->pieces[p];
         float wd = pt->entries[pc->entry].decay ? (float)cfg->optim.weight_decay : 0.0f;
-        be->adamw(be, params + pc->lo, g + pc->pos, o->m + pc->pos, o->v + pc->pos,
+        float *w = o->zero == 3 ? o->param_shard + pc->pos : params + pc->lo;
+        be->adamw(be, w, g + pc->pos, o->m + pc->pos, o->v + pc->pos,
                   pc->hi - pc->lo, (float)lr, (float)cfg->optim.beta1, (float)cfg->optim.beta2,
                   (float)cfg->optim.eps, wd, grad_scale, o->t);
     }

@@ -11,6 +11,11 @@
 //            per layer, reused layer after layer; the embeddings and the final LayerNorm
 //            their own); when the backward has finished a bucket (model's grads_ready), it
 //            is reduce-scattered over dp and added to this rank's shard of that bucket.
+//   stage 3: as stage 2, and the parameters too live only as this rank's shards: before
+//            every forward and every backward of a chunk (model's params_needed) the
+//            chunk's buckets are all-gathered into one workspace that all chunks share, so
+//            parameters are gathered once per micro-batch and pass, and nothing else of
+//            them is kept between passes.
 #pragma once
 #include "backend.h"
 #include "comm.h"
@@ -44,6 +49,13 @@ typedef struct {
     float *grad_shard;      // stage 2: (arena_len) reduced gradients, accumulated
     float *scratch;         // stage 2: one bucket's shard / a gathered bucket
     float *layer_ws;        // stage 2: the workspace every layer's bucket shares
+    float *param_shard;     // stage 3: (arena_len) this rank's parameter shards
+    float *param_ws;        // stage 3: one chunk's gathered parameters
+    int **chunk_buckets;    // stage 3: (chunks) bucket indices of each chunk, -1 ended
+    size_t *bucket_ws_offset; // stage 3: where each bucket lands in param_ws
+    int chunks;
+    size_t *param_entry_offset; // stages 2, 3: each entry's flat offset
+    float **param_of;       // the model's parameter pointers (stage 3 repoints them)
     size_t workspace_bytes; // stage 2: the gradient workspaces and scratch
     float *m, *v;           // Adam moments (arena_len) on the device
     backend *be;
@@ -55,10 +67,21 @@ typedef struct {
 // ZeRO stage and `dp` replicas.
 size_t optim_capacity(const run_config *cfg, int dp, size_t local_numel);
 
-// Stage 2 also points the model's gradients (grad_of, n_entries pointers) at its bucket
-// workspaces; stages 0 and 1 leave them in the model's gradient buffer.
+// Stage 2 and 3 also point the model's gradients (grad_of, n_entries pointers) at their
+// bucket workspaces; stages 0 and 1 leave them in the model's gradient buffer. Stage 3 takes
+// its parameter shards from `params` (the model's initial full local buffer, which the
+// caller then frees) and repoints param_of on each gather.
 tri_status optim_create(optim_state *o, backend *be, comm *cm, const run_config *cfg,
-                        const param_table *pt, int dp, int dp_rank, float **grad_of);
+                        const param_table *pt, int dp, int dp_rank, float **grad_of,
+                        const float *params, float **param_of);
+
+// Stage 3: the model's params_needed callback (ctx = the optim_state).
+tri_status optim_params_needed(void *ctx, int chunk);
+
+// This rank's parameters in table layout (host, table.local_numel floats), whatever the
+// stage: a copy of `params`, or for stage 3 every bucket gathered over dp.
+tri_status optim_local_params(optim_state *o, const param_table *pt, const float *params,
+                              float *host);
 void optim_free(optim_state *o);
 
 // Stage 2: the model's grads_ready callback (ctx = the optim_state).

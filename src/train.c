@@ -120,13 +120,7 @@ static tri_status check_supported(const run_config *cfg) {
                   "set it to auto or none", cfg->checkpoint.resume);
         bad = 1;
     }
-    // ZeRO stage 3 arrives later.
-    if (cfg->parallel.dp > 1 && cfg->parallel.zero > 2) {
-        LOG_ERROR("parallel.zero = %d with dp = %d: ZeRO stage 3 (sharded parameters) is not "
-                  "in this build yet; set parallel.zero: 2, 1 or 0",
-                  cfg->parallel.zero, cfg->parallel.dp);
-        bad = 1;
-    }
+
     if (bad) return TRI_ERR_CONFIG;
     if (cfg->checkpoint.dir)
         LOG_WARN("checkpoint.dir is set, but this build writes no checkpoints yet: only the "
@@ -145,6 +139,17 @@ static tri_status create_comm(trainer *tr) {
     }
     TRI_CHECK(comm_mpi_create(&tr->cm, cfg, tr->li, cfg->system.comm_timeout_s));
     return TRI_OK;
+}
+
+// ZeRO-3's gather workspace: the largest chunk's buckets.
+static size_t params_gather_bytes(const optim_state *o) {
+    size_t most = 0;
+    for (int c = 0; c < o->chunks; c++) {
+        size_t n = 0;
+        for (const int *k = o->chunk_buckets[c]; *k >= 0; k++) n += o->buckets[*k].padded;
+        most = n > most ? n : most;
+    }
+    return most * sizeof(float);
 }
 
 static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
@@ -184,11 +189,17 @@ static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     TRI_CHECK(model_create(&tr->model, cfg, cfg->train.micro_batch, tr->sched.max_in_flight,
                            zero > 0 ? tr->dp : 1, zero < 2, tr->be, tr->cm));
     TRI_CHECK(optim_create(&tr->optim, tr->be, tr->cm, cfg, &tr->model.table, tr->dp, tr->dp_rank,
-                           tr->model.grad_of));
+                           tr->model.grad_of, tr->model.params, tr->model.param_of));
     TRI_ASSERT(tr->optim.capacity == tr->model.capacity);
-    if (zero == 2) {
+    if (zero >= 2) {
         tr->model.grads_ready = optim_bucket_ready;
         tr->model.grads_ready_ctx = &tr->optim;
+    }
+    if (zero == 3) { // the optimizer holds the parameters now, as shards
+        tr->be->free(tr->be, tr->model.params);
+        tr->model.params = NULL;
+        tr->model.params_needed = optim_params_needed;
+        tr->model.params_needed_ctx = &tr->optim;
     }
     size_t N = (size_t)cfg->train.micro_batch * cfg->model.seq_len;
     tr->inputs = xmalloc(N * sizeof(int));
@@ -202,13 +213,14 @@ static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
              ",\"n_params\":%lld,\"threads\":%d,\"micro_batches\":%d,\"flops_per_token\":%.0f,"
              "\"mfu_peak_flops\":%.4g,\"rank_params\":%zu,\"memory\":{\"param_bytes\":%zu,"
              "\"grad_bytes\":%zu,\"master_bytes\":0,\"adam_bytes\":%zu,\"activation_bytes\":%zu,"
-             "\"grad_bucket_bytes\":%zu}",
+             "\"grad_bucket_bytes\":%zu,\"param_gather_bytes\":%zu}",
              (long long)tr->model.table.global_numel, tr->be->threads, tr->n_micro,
              tr->flops_per_token, tr->peak_flops, tr->model.table.local_numel,
-             tr->model.capacity * sizeof(float),
+             (tr->optim.zero == 3 ? tr->optim.arena_len : tr->model.capacity) * sizeof(float),
              (tr->model.grads ? tr->model.capacity : tr->optim.arena_len) * sizeof(float),
              2 * tr->optim.arena_len * sizeof(float), tr->model.activation_bytes,
-             tr->optim.workspace_bytes);
+             tr->optim.workspace_bytes,
+             tr->optim.param_ws ? params_gather_bytes(&tr->optim) : (size_t)0);
     if (li->rank == 0)
         TRI_CHECK(metrics_open(&tr->metrics, cfg, tr->cm->world_size, tr->be->name, tr->cm->name, extra));
     return TRI_OK;
@@ -348,18 +360,25 @@ static tri_status evaluate(trainer *tr, double *val_loss) {
 // Rank 0 writes the whole model; the tp x pp ranks of dp replica 0 gather it first (dp
 // replicas hold identical parameters).
 static tri_status save_model(trainer *tr) {
-    if (tr->coord.dp != 0) return TRI_OK;
     model *m = &tr->model;
+    // Every dp rank takes part when the parameters are sharded over dp (ZeRO-3).
+    float *local = xmalloc(m->table.local_numel * sizeof(float));
+    tri_status rc = optim_local_params(&tr->optim, &m->table, m->params, local);
+    if (rc != TRI_OK || tr->coord.dp != 0) {
+        free(local);
+        return rc;
+    }
     param_table full_table;
     params_build_full(&full_table, tr->cfg);
     float *full = xmalloc(full_table.local_numel * sizeof(float));
-    tri_status rc = model_gather_params(m, &full_table, full);
+    rc = model_gather_params(m, &full_table, local, full);
     if (rc == TRI_OK && tr->li->rank == 0) {
         char path[4096];
         snprintf(path, sizeof path, "%s/model.bin", tr->cfg->run.out_dir);
         rc = llmc_write(path, &full_table, full, m->d.T, m->d.V, m->d.NH);
         if (rc == TRI_OK) LOG_INFO("model written to %s", path);
     }
+    free(local);
     free(full);
     params_free(&full_table);
     return rc;
