@@ -39,12 +39,13 @@ static int bucket_span(const param_table *pt, int i) {
     return 1;
 }
 
-static tri_status create_buckets(optim_state *o, const param_table *pt, float **grad_of) {
-    backend *be = o->be;
+// The buckets' entries and flat ranges (every stage with dp > 1), and for stages 2 and 3
+// their shards and this rank's pieces.
+static void define_buckets(optim_state *o, const param_table *pt) {
     const size_t dp = (size_t)o->dp;
     o->buckets = xcalloc((size_t)pt->n_entries, sizeof(optim_bucket));
     o->bucket_of_entry = xcalloc((size_t)pt->n_entries, sizeof(int));
-    size_t arena = 0, layer_ws = 0, scratch = 0;
+    size_t arena = 0;
     for (int i = 0; i < pt->n_entries;) {
         optim_bucket *b = &o->buckets[o->n_buckets];
         b->first = i, b->count = bucket_span(pt, i);
@@ -58,13 +59,23 @@ static tri_status create_buckets(optim_state *o, const param_table *pt, float **
         b->arena = arena;
         arena += b->shard;
         size_t own = b->begin + (size_t)o->dp_rank * b->shard; // this rank's part of it
-        pieces_of_range(o, pt, i, i + b->count, own, b->shard, b->arena);
-        if (pt->entries[i].layer >= 0) layer_ws = b->padded > layer_ws ? b->padded : layer_ws;
-        scratch = b->padded > scratch ? b->padded : scratch;
+        if (o->zero >= 2) pieces_of_range(o, pt, i, i + b->count, own, b->shard, b->arena);
         i += b->count;
         o->n_buckets++;
     }
-    o->arena_len = arena;
+    if (o->zero >= 2) o->arena_len = arena;
+}
+
+// Stages 2 and 3: gradient workspaces (all layers share one) and the shard arrays.
+static tri_status create_buckets(optim_state *o, const param_table *pt, float **grad_of) {
+    backend *be = o->be;
+    define_buckets(o, pt);
+    size_t arena = o->arena_len, layer_ws = 0, scratch = 0;
+    for (int k = 0; k < o->n_buckets; k++) {
+        const optim_bucket *b = &o->buckets[k];
+        if (pt->entries[b->first].layer >= 0) layer_ws = b->padded > layer_ws ? b->padded : layer_ws;
+        scratch = b->padded > scratch ? b->padded : scratch;
+    }
     float *shared = layer_ws ? be->alloc(be, layer_ws * sizeof(float)) : NULL;
     o->layer_ws = shared;
     o->workspace_bytes = layer_ws * sizeof(float);
@@ -165,12 +176,14 @@ tri_status optim_create(optim_state *o, backend *be, comm *cm, const run_config 
     o->capacity = optim_capacity(cfg, dp, pt->local_numel);
     o->pieces = xcalloc((size_t)pt->n_entries, sizeof(optim_piece)); // at most one per entry
     tri_status rc = TRI_OK;
+    o->grad_of = grad_of;
     if (o->zero == 0) {
         for (int i = 0; i < pt->n_entries; i++) {
             const param_entry *e = &pt->entries[i];
             add_piece(o, i, e->offset, e->offset + (size_t)e->local_numel, e->offset);
         }
         o->arena_len = o->capacity;
+        if (dp > 1) define_buckets(o, pt); // all-reduced bucket by bucket in the backward
     } else if (o->zero == 1) {
         o->shard_len = o->capacity / (size_t)dp;
         o->shard_begin = (size_t)dp_rank * o->shard_len;
@@ -215,6 +228,13 @@ tri_status optim_bucket_ready(void *ctx, int first, int count) {
     optim_state *o = ctx;
     optim_bucket *b = &o->buckets[o->bucket_of_entry[first]];
     TRI_ASSERT(b->first == first && b->count == count);
+    if (o->zero == 0) {
+        // The step's gradients of this bucket are final after its last micro-batch: the
+        // all-reduce is issued then, while the backward of the other buckets goes on.
+        if (!o->last_micro) return TRI_OK;
+        return o->cm->all_reduce(o->cm, COMM_GROUP_DP, o->grad_of[first], b->numel,
+                                 COMM_DTYPE_F32, COMM_REDUCE_SUM);
+    }
     // This micro-batch's gradients of the bucket, summed over dp, into this rank's shard.
     TRI_CHECK(o->cm->reduce_scatter(o->cm, COMM_GROUP_DP, b->ws, o->scratch, b->shard, COMM_DTYPE_F32));
     float *acc = o->grad_shard + b->arena;
@@ -243,9 +263,10 @@ double optim_lr(const run_config *cfg, int step) {
 tri_status optim_reduce_grads(optim_state *o, const param_table *pt, int sequence_parallel,
                               float *grads) {
     comm *cm = o->cm;
-    if (o->zero == 0)
-        return o->dp == 1 ? TRI_OK
-                          : cm->all_reduce(cm, COMM_GROUP_DP, grads, o->capacity, COMM_DTYPE_F32, COMM_REDUCE_SUM);
+    if (o->zero == 0) {
+        (void)grads;
+        return TRI_OK; // dp == 1, or already all-reduced bucket by bucket (optim_bucket_ready)
+    }
     if (o->zero == 1) // in place: the summed shard of this rank lands in the first block
         return cm->reduce_scatter(cm, COMM_GROUP_DP, grads, grads, o->shard_len, COMM_DTYPE_F32);
     // Stages 2 and 3: the model could not sum these on a full buffer; the pieces line up on every

@@ -4,7 +4,9 @@
 // Every stage works on "pieces": a piece is the part [lo, hi) of one table entry (offsets in
 // the flat parameter buffer) whose optimizer state this rank owns, stored at `pos` in this
 // rank's shard arrays (moments; the reduced gradient for stages 1 and 2).
-//   stage 0: every entry whole; gradients all-reduced; pos = the entry's offset.
+//   stage 0: every entry whole; pos = the entry's offset. Gradients are all-reduced bucket
+//            by bucket (one per layer; the embeddings, the final LayerNorm) as soon as the
+//            backward of the step's last micro-batch has finished the bucket.
 //   stage 1: the flat buffer (padded to a multiple of dp) cut into dp equal shards; the
 //            gradient buffer reduce-scattered in place, parameters all-gathered.
 //   stage 2: no full gradient buffer. Gradients accumulate in per-bucket workspaces (one
@@ -38,6 +40,9 @@ typedef struct {
 
 typedef struct {
     int zero, dp, dp_rank;
+    int last_micro;         // set by the trainer: the backward running is of the step's
+                            // last micro-batch (stage 0 reduces its buckets then)
+    float **grad_of;        // the model's gradient pointers
     size_t capacity;        // elements of the padded parameter (and stage 0/1 gradient) buffers
     size_t shard_begin, shard_len; // stage 1: this rank's shard of the flat buffer
     size_t arena_len;       // elements of the shard arrays (m, v, and the stage 2 gradient)
@@ -84,7 +89,7 @@ tri_status optim_local_params(optim_state *o, const param_table *pt, const float
                               float *host);
 void optim_free(optim_state *o);
 
-// Stage 2: the model's grads_ready callback (ctx = the optim_state).
+// Stages 0 (dp > 1), 2 and 3: the model's grads_ready callback (ctx = the optim_state).
 tri_status optim_bucket_ready(void *ctx, int first, int count);
 
 // Zeroes what accumulates gradients over a step (stage 0/1: the model's buffer `grads`).
@@ -94,9 +99,9 @@ void optim_zero_grads(optim_state *o, float *grads);
 // lr, then decay (cosine, linear or constant) from lr to min_lr at the last step.
 double optim_lr(const run_config *cfg, int step);
 
-// The dp reduction of the accumulated gradients at the end of a step (stage 0: all-reduce;
-// stage 1: in-place reduce-scatter; stage 2: already done bucket by bucket), then for stage
-// 2 the sums the model leaves to the optimizer: LayerNorm gradients over tp under sequence
+// The dp reduction of the accumulated gradients at the end of a step (stage 1: an in-place
+// reduce-scatter; stages 0, 2, 3: already done bucket by bucket), then for stages 2 and 3
+// the sums the model leaves to the optimizer: LayerNorm gradients over tp under sequence
 // parallelism, the tied embedding's two copies over the embedding group.
 tri_status optim_reduce_grads(optim_state *o, const param_table *pt, int sequence_parallel,
                               float *grads);

@@ -191,7 +191,7 @@ static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     TRI_CHECK(optim_create(&tr->optim, tr->be, tr->cm, cfg, &tr->model.table, tr->dp, tr->dp_rank,
                            tr->model.grad_of, tr->model.params, tr->model.param_of));
     TRI_ASSERT(tr->optim.capacity == tr->model.capacity);
-    if (zero >= 2) {
+    if (zero >= 2 || (zero == 0 && tr->dp > 1)) {
         tr->model.grads_ready = optim_bucket_ready;
         tr->model.grads_ready_ctx = &tr->optim;
     }
@@ -303,6 +303,7 @@ static tri_status run_schedule(trainer *tr, int step, double *loss_sum, double *
             TRI_CHECK(model_forward(&tr->model, a->slot, a->chunk, tr->inputs, tr->targets, &loss));
             *loss_sum += loss;
         } else {
+            tr->optim.last_micro = a->micro == tr->n_micro - 1;
             TRI_CHECK(model_backward(&tr->model, a->slot, a->chunk, (float)(1.0 / tokens)));
         }
         i++;
