@@ -43,6 +43,16 @@ void log_msg(log_level level, const char *fmt, ...) {
     fflush(f);
 }
 
+void log_hint(const char *fmt, ...) {
+    char line[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%sHINT: %s\n", g_prefix, line);
+    fflush(stderr);
+}
+
 int log_mute_if_not_rank0(void) {
     if (g_rank == 0) return -1;
     fflush(stderr);

@@ -36,6 +36,9 @@ void log_unmute(int token);
 #define LOG_INFO(...) log_msg(LOG_LEVEL_INFO, __VA_ARGS__)
 #define LOG_WARN(...) log_msg(LOG_LEVEL_WARN, __VA_ARGS__)
 #define LOG_ERROR(...) log_msg(LOG_LEVEL_ERROR, __VA_ARGS__)
+// The line after an error that says what to do: "HINT: ..." on stderr, with the rank prefix.
+void log_hint(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+#define LOG_HINT(...) log_hint(__VA_ARGS__)
 
 // Propagate a failing status with a file:line trace (printed at debug level), so that
 // a failure deep in a call chain reads like a stack trace.

@@ -94,7 +94,7 @@ tri_status launch_init(launch_info *li) {
     if (rc != PMIX_SUCCESS) {
         LOG_ERROR("PMIx call 'PMIx_Init(me, NULL, 0)' failed at %s:%d: %s (%d)", __FILE__,
                   __LINE__, PMIx_Error_string(rc), (int)rc);
-        LOG_ERROR("HINT: the PMIx environment (PMIX_NAMESPACE=%s) is set, but its server did "
+        LOG_HINT("the PMIx environment (PMIX_NAMESPACE=%s) is set, but its server did "
                   "not answer; under Slurm use `srun --mpi=pmix`",
                   getenv("PMIX_NAMESPACE") ? getenv("PMIX_NAMESPACE") : "");
         free(me);

@@ -60,7 +60,7 @@ tri_status llmc_read(const char *path, llmc_model *out) {
     FILE *f = fopen(path, "rb");
     if (!f) {
         LOG_ERROR("cannot open model file %s: %s", path, strerror(errno));
-        LOG_ERROR("HINT: model.init_from and `trident sample/export` take an llm.c model file "
+        LOG_HINT("model.init_from and `trident sample/export` take an llm.c model file "
                   "(or a run directory containing model.bin)");
         return TRI_ERR_CKPT;
     }
@@ -90,7 +90,7 @@ tri_status llmc_read(const char *path, llmc_model *out) {
     if (size != (long)(1024 + out->numel * elem)) {
         LOG_ERROR("%s: size %ld bytes, but its header implies %zu", path, size,
                   1024 + out->numel * elem);
-        LOG_ERROR("HINT: the file is truncated or was not written by llm.c / trident export");
+        LOG_HINT("the file is truncated or was not written by llm.c / trident export");
         goto done;
     }
     fseek(f, 1024, SEEK_SET);
@@ -135,7 +135,7 @@ tri_status llmc_check_config(const llmc_model *f, const run_config *cfg, const c
         bad = 1;
     }
     if (bad) {
-        LOG_ERROR("HINT: set the model keys to the file's shape (or drop model.init_from)");
+        LOG_HINT("set the model keys to the file's shape (or drop model.init_from)");
         return TRI_ERR_CKPT;
     }
     return TRI_OK;

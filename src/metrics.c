@@ -30,7 +30,7 @@ tri_status metrics_open(metrics_log *ml, const run_config *cfg, int world, const
     ml->f = fopen(path, "w");
     if (!ml->f) {
         LOG_ERROR("cannot write metrics file %s: %s", path, strerror(errno));
-        LOG_ERROR("HINT: check log.metrics and run.out_dir");
+        LOG_HINT("check log.metrics and run.out_dir");
         free(ml->path);
         ml->path = NULL;
         return TRI_ERR_CONFIG;

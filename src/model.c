@@ -70,7 +70,7 @@ static tri_status check_allocated(model *m, void **ptrs, size_t n) {
         if (ptrs[i]) continue;
         LOG_ERROR("out of %s memory for activations (%zu bytes so far for micro_batch %d)",
                   m->be->name, m->activation_bytes + m->scratch_bytes, m->d.B);
-        LOG_ERROR("HINT: lower train.micro_batch or model.seq_len");
+        LOG_HINT("lower train.micro_batch or model.seq_len");
         return TRI_ERR_INTERNAL;
     }
     return TRI_OK;

@@ -50,7 +50,7 @@ static tri_status make_dirs(const char *path) {
     return TRI_OK;
 fail:
     LOG_ERROR("cannot create directory %s: %s", buf, strerror(errno));
-    LOG_ERROR("HINT: check run.out_dir");
+    LOG_HINT("check run.out_dir");
     return TRI_ERR_CONFIG;
 }
 
@@ -158,7 +158,7 @@ static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     if (cfg->system.backend == BACKEND_CUDA) {
         LOG_ERROR("system.backend: cuda was asked for, but this build of trident trains on the "
                   "CPU backend only");
-        LOG_ERROR("HINT: set system.backend: cpu (or auto)");
+        LOG_HINT("set system.backend: cpu (or auto)");
         return TRI_ERR_CONFIG;
     }
     // Every rank validates the same config; only rank 0 prints what is wrong.
@@ -413,7 +413,7 @@ static tri_status train_loop(trainer *tr) {
         if (!isfinite(loss) || rc == TRI_ERR_NONFINITE) {
             LOG_ERROR("step %d: non-finite %s (loss %g, grad norm %g)", step + 1,
                       isfinite(loss) ? "gradients" : "loss", loss, norm);
-            LOG_ERROR("HINT: lower optim.lr, raise optim.warmup_steps or keep train.grad_clip on");
+            LOG_HINT("lower optim.lr, raise optim.warmup_steps or keep train.grad_clip on");
             return TRI_ERR_NONFINITE;
         }
         TRI_CHECK(rc);
