@@ -30,6 +30,7 @@ typedef struct {
         int zero;            // 0..3
         int sequence_parallel;
         recompute_kind recompute;
+        double bucket_mb;    // gradient bucket size for the dp reduction (layers merged up to it)
     } parallel;
     struct {
         int micro_batch, global_batch, steps;

@@ -30,13 +30,31 @@ static void pieces_of_range(optim_state *o, const param_table *pt, int first, in
     }
 }
 
-// Stage 2 buckets: each layer's entries, the final LayerNorm's two, and wte, wpe and the
-// tied copy of wte each alone (so that the copies of wte shard alike on both stages).
-static int bucket_span(const param_table *pt, int i) {
+// Buckets: consecutive layers of one chunk, merged while they fit in parallel.bucket_mb
+// (at least one layer each); the final LayerNorm's two entries; wte, wpe and the tied copy
+// of wte each alone (so that the two copies of wte shard alike on both stages). A bucket
+// never spans chunks, so one backward call finishes it.
+static int layer_chunk(const param_table *pt, int layer) {
+    return layer / params_chunk_layers(pt) / pt->pp; // virtual stage c * pp + r
+}
+
+static int bucket_span(const param_table *pt, int i, double bucket_bytes, int *layers) {
     const param_entry *e = &pt->entries[i];
-    if (e->layer >= 0) return PARAM_PER_LAYER;
-    if (i == pt->lnfw) return 2;
-    return 1;
+    *layers = 0;
+    if (e->layer < 0) return i == pt->lnfw ? 2 : 1;
+    int n = 0;
+    double bytes = 0;
+    while (i + n < pt->n_entries && pt->entries[i + n].layer >= 0 &&
+           layer_chunk(pt, pt->entries[i + n].layer) == layer_chunk(pt, e->layer)) {
+        double layer_bytes = 0;
+        for (int k = 0; k < PARAM_PER_LAYER; k++)
+            layer_bytes += 4.0 * (double)pt->entries[i + n + k].local_numel;
+        if (*layers > 0 && bytes + layer_bytes > bucket_bytes) break;
+        bytes += layer_bytes;
+        n += PARAM_PER_LAYER;
+        (*layers)++;
+    }
+    return n;
 }
 
 // The buckets' entries and flat ranges (every stage with dp > 1), and for stages 2 and 3
@@ -48,7 +66,7 @@ static void define_buckets(optim_state *o, const param_table *pt) {
     size_t arena = 0;
     for (int i = 0; i < pt->n_entries;) {
         optim_bucket *b = &o->buckets[o->n_buckets];
-        b->first = i, b->count = bucket_span(pt, i);
+        b->first = i, b->count = bucket_span(pt, i, o->bucket_mb * 1048576.0, &b->layers);
         b->begin = pt->entries[i].offset;
         for (int k = i; k < i + b->count; k++) {
             b->numel += (size_t)pt->entries[k].local_numel;
@@ -101,7 +119,7 @@ static tri_status create_buckets(optim_state *o, const param_table *pt, float **
 // chunk's buckets.
 static int bucket_chunk(const optim_state *o, const param_table *pt, const optim_bucket *b) {
     const param_entry *e = &pt->entries[b->first];
-    if (e->layer >= 0) return e->layer / params_chunk_layers(pt) / pt->pp; // stage c*pp + r
+    if (e->layer >= 0) return layer_chunk(pt, e->layer);
     if (e->layer == PARAM_LAYER_EMBED) return 0;
     return o->chunks - 1;
 }
@@ -173,6 +191,7 @@ tri_status optim_create(optim_state *o, backend *be, comm *cm, const run_config 
     o->be = be, o->cm = cm;
     o->zero = dp > 1 ? cfg->parallel.zero : 0;
     o->dp = dp, o->dp_rank = dp_rank;
+    o->bucket_mb = cfg->parallel.bucket_mb;
     o->capacity = optim_capacity(cfg, dp, pt->local_numel);
     o->pieces = xcalloc((size_t)pt->n_entries, sizeof(optim_piece)); // at most one per entry
     tri_status rc = TRI_OK;
@@ -227,7 +246,10 @@ void optim_free(optim_state *o) {
 tri_status optim_bucket_ready(void *ctx, int first, int count) {
     optim_state *o = ctx;
     optim_bucket *b = &o->buckets[o->bucket_of_entry[first]];
-    TRI_ASSERT(b->first == first && b->count == count);
+    TRI_ASSERT(first >= b->first && first + count <= b->first + b->count);
+    // A bucket of several layers is final when the backward has done all of them.
+    if (b->layers > 1 && ++b->layers_done < b->layers) return TRI_OK;
+    b->layers_done = 0;
     if (o->zero == 0) {
         // The step's gradients of this bucket are final after its last micro-batch: the
         // all-reduce is issued then, while the backward of the other buckets goes on.

@@ -5,13 +5,14 @@
 // the flat parameter buffer) whose optimizer state this rank owns, stored at `pos` in this
 // rank's shard arrays (moments; the reduced gradient for stages 1 and 2).
 //   stage 0: every entry whole; pos = the entry's offset. Gradients are all-reduced bucket
-//            by bucket (one per layer; the embeddings, the final LayerNorm) as soon as the
-//            backward of the step's last micro-batch has finished the bucket.
+//            by bucket (consecutive layers of a chunk up to parallel.bucket_mb; the
+//            embeddings; the final LayerNorm) as soon as the backward of the step's last
+//            micro-batch has finished the bucket.
 //   stage 1: the flat buffer (padded to a multiple of dp) cut into dp equal shards; the
 //            gradient buffer reduce-scattered in place, parameters all-gathered.
 //   stage 2: no full gradient buffer. Gradients accumulate in per-bucket workspaces (one
-//            per layer, reused layer after layer; the embeddings and the final LayerNorm
-//            their own); when the backward has finished a bucket (model's grads_ready), it
+//            for the layer buckets, reused bucket after bucket; the embeddings and the
+//            final LayerNorm their own); when the backward has finished a bucket (model's grads_ready), it
 //            is reduce-scattered over dp and added to this rank's shard of that bucket.
 //   stage 3: as stage 2, and the parameters too live only as this rank's shards: before
 //            every forward and every backward of a chunk (model's params_needed) the
@@ -32,6 +33,7 @@ typedef struct {
 
 typedef struct {
     int first, count;       // table entries [first, first + count)
+    int layers, layers_done; // layers in it, and how many the running backward has finished
     size_t begin, numel;    // their flat range
     size_t padded, shard;   // numel rounded up to a multiple of dp; padded / dp
     size_t arena;           // where this rank's shard of the bucket starts in the shard arrays
@@ -40,6 +42,7 @@ typedef struct {
 
 typedef struct {
     int zero, dp, dp_rank;
+    double bucket_mb;       // parallel.bucket_mb
     int last_micro;         // set by the trainer: the backward running is of the step's
                             // last micro-batch (stage 0 reduces its buckets then)
     float **grad_of;        // the model's gradient pointers

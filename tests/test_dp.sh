@@ -19,10 +19,12 @@ COMMON=(--set train.steps=20 --set train.micro_batch=2 --set train.global_batch=
 if $T train $CFG "${COMMON[@]}" --set run.out_dir=$W/ref >$W/ref.log 2>&1; then pass dp_reference_run
 else fail dp_reference_run "$(tail -2 $W/ref.log | tr '\n' ' ')"; fi
 
-for layout in "2 0" "4 0" "2 1" "4 1" "2 2" "4 2" "2 3" "4 3"; do
+# bucket_mb 0.01 puts every layer in a bucket of its own; the default (25) merges them.
+for layout in "2 0 25" "4 0 0.01" "2 1 25" "4 1 25" "2 2 25" "4 2 0.01" "2 3 0.01" "4 3 25"; do
     set -- $layout
     dp=$1 zero=$2 name=dp$1_zero$2
-    if "${MPIRUN[@]}" -np $dp $T train $CFG "${COMMON[@]}" --set parallel.zero=$zero --set run.out_dir=$W/$name >$W/$name.log 2>&1; then
+    if "${MPIRUN[@]}" -np $dp $T train $CFG "${COMMON[@]}" --set parallel.zero=$zero --set parallel.bucket_mb=$3 \
+            --set run.out_dir=$W/$name >$W/$name.log 2>&1; then
         pass ${name}_run
     else fail ${name}_run "$(tail -3 $W/$name.log | tr '\n' ' ')"; continue; fi
     # Losses within 1e-5 relative, gradient norms within 1e-4, val losses within 1e-5, the final
@@ -57,7 +59,13 @@ elif zero == 1: want = 2 * 4 * up(P) + 8
 else: # buckets (wte, wpe, each layer, the final LayerNorm) reduce-scattered every
       # micro-batch; stage 2 all-gathers them after the step, stage 3 before every forward
       # and every backward of every micro-batch
-    buckets = up(Vp * C) + up(T * C) + L * up(12 * C * C + 13 * C) + up(2 * C)
+    # layers merged while they fit in parallel.bucket_mb (at least one each)
+    layer, cap, layers, merged = 12 * C * C + 13 * C, cfg['parallel']['bucket_mb'] * 2**20, [], 0
+    for l in range(L):
+        if merged and 4 * (merged + layer) > cap: layers.append(merged); merged = 0
+        merged += layer
+    layers.append(merged)
+    buckets = up(Vp * C) + up(T * C) + sum(up(n) for n in layers) + up(2 * C)
     want = (m + 1 if zero == 2 else 3 * m) * 4 * buckets + 8
 want += 8 # the loss
 bytes_ok = all(r['comm_bytes']['dp'] == want for r in b)
