@@ -20,7 +20,8 @@
 // Enum-typed fields are written through int pointers by the table-driven code.
 _Static_assert(sizeof(schedule_kind) == sizeof(int) && sizeof(dtype_kind) == sizeof(int) &&
                    sizeof(decay_kind) == sizeof(int) && sizeof(backend_kind) == sizeof(int) &&
-                   sizeof(comm_kind) == sizeof(int) && sizeof(recompute_kind) == sizeof(int),
+                   sizeof(comm_kind) == sizeof(int) && sizeof(recompute_kind) == sizeof(int) &&
+                   sizeof(zero3_gather_kind) == sizeof(int),
                "enum fields must be int-sized");
 
 // Value names, indexed by the enum value, NULL-terminated.
@@ -30,6 +31,7 @@ static const char *const DECAY_NAMES[] = {"cosine", "linear", "constant", NULL};
 static const char *const BACKEND_NAMES[] = {"auto", "cpu", "cuda", NULL};
 static const char *const COMM_NAMES[] = {"auto", "mpi", "nccl", "self", NULL};
 static const char *const RECOMPUTE_NAMES[] = {"none", "full", NULL};
+static const char *const ZERO3_GATHER_NAMES[] = {"pass", "step", NULL};
 static const char *const ARCH_NAMES[] = {"gpt2", NULL};
 
 #define OFF(field) offsetof(run_config, field)
@@ -77,6 +79,7 @@ const key_desc CONFIG_KEYS[K_COUNT] = {
     BOOL_KEY(K_PAR_SEQUENCE_PARALLEL, parallel, sequence_parallel, 0),
     ENUM_KEY(K_PAR_RECOMPUTE, parallel, recompute, RECOMPUTE_NAMES, RECOMPUTE_NONE),
     F64_KEY(K_PAR_BUCKET_MB, parallel, bucket_mb, 0, 1, INFINITY, 0, 25),
+    ENUM_KEY(K_PAR_ZERO3_GATHER, parallel, zero3_gather, ZERO3_GATHER_NAMES, ZERO3_GATHER_PASS),
     INT_KEY(K_TRAIN_MICRO_BATCH, train, micro_batch, 1, NO_MAX, 8),
     INT_KEY(K_TRAIN_GLOBAL_BATCH, train, global_batch, 1, NO_MAX, 32),
     INT_KEY(K_TRAIN_STEPS, train, steps, 1, NO_MAX, 2000),

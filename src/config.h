@@ -8,6 +8,9 @@
 
 typedef enum { SCHEDULE_GPIPE = 0, SCHEDULE_1F1B = 1, SCHEDULE_INTERLEAVED = 2 } schedule_kind;
 typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_FULL = 1 } recompute_kind;
+// ZeRO-3 with several micro-batches: gather a chunk's parameters before every pass (forward
+// or backward) of every micro-batch, or once per step and keep them until the update.
+typedef enum { ZERO3_GATHER_PASS = 0, ZERO3_GATHER_STEP = 1 } zero3_gather_kind;
 typedef enum { DTYPE_FP32 = 0, DTYPE_BF16 = 1 } dtype_kind;
 typedef enum { DECAY_COSINE = 0, DECAY_LINEAR = 1, DECAY_CONSTANT = 2 } decay_kind;
 typedef enum { BACKEND_AUTO = 0, BACKEND_CPU = 1, BACKEND_CUDA = 2 } backend_kind;
@@ -31,6 +34,7 @@ typedef struct {
         int sequence_parallel;
         recompute_kind recompute;
         double bucket_mb;    // gradient bucket size for the dp reduction (layers merged up to it)
+        zero3_gather_kind zero3_gather;
     } parallel;
     struct {
         int micro_batch, global_batch, steps;

@@ -130,12 +130,15 @@ static tri_status create_param_shards(optim_state *o, const param_table *pt, con
     o->param_of = param_of;
     o->chunks = pt->pp == 1 ? 1 : pt->virtual_stages;
     o->chunk_buckets = xcalloc((size_t)o->chunks, sizeof(int *));
+    o->chunk_gathered = xcalloc((size_t)o->chunks, sizeof(int));
     o->bucket_ws_offset = xcalloc((size_t)o->n_buckets, sizeof(size_t));
-    size_t ws = 0;
+    // "pass": the chunks share one workspace, the largest chunk's size; "step": each chunk
+    // keeps its own region until the update.
+    size_t ws = 0, total = 0;
     for (int c = 0; c < o->chunks; c++) {
         o->chunk_buckets[c] = xmalloc((size_t)(o->n_buckets + 1) * sizeof(int));
         int n = 0;
-        size_t used = 0;
+        size_t used = o->keep_gathered ? total : 0;
         for (int k = 0; k < o->n_buckets; k++) {
             if (bucket_chunk(o, pt, &o->buckets[k]) != c) continue;
             o->chunk_buckets[c][n++] = k;
@@ -144,6 +147,7 @@ static tri_status create_param_shards(optim_state *o, const param_table *pt, con
         }
         o->chunk_buckets[c][n] = -1;
         ws = used > ws ? used : ws;
+        total = used;
     }
     o->param_ws = be->alloc(be, (ws ? ws : 1) * sizeof(float));
     o->param_shard = be->alloc(be, (o->arena_len ? o->arena_len : 1) * sizeof(float));
@@ -157,6 +161,8 @@ static tri_status create_param_shards(optim_state *o, const param_table *pt, con
 
 tri_status optim_params_needed(void *ctx, int chunk) {
     optim_state *o = ctx;
+    if (o->chunk_gathered[chunk]) return TRI_OK; // "step": gathered since the last update
+    o->chunk_gathered[chunk] = o->keep_gathered;
     for (const int *k = o->chunk_buckets[chunk]; *k >= 0; k++) {
         const optim_bucket *b = &o->buckets[*k];
         float *dst = o->param_ws + o->bucket_ws_offset[*k];
@@ -192,6 +198,7 @@ tri_status optim_create(optim_state *o, backend *be, comm *cm, const run_config 
     o->zero = dp > 1 ? cfg->parallel.zero : 0;
     o->dp = dp, o->dp_rank = dp_rank;
     o->bucket_mb = cfg->parallel.bucket_mb;
+    o->keep_gathered = cfg->parallel.zero3_gather == ZERO3_GATHER_STEP;
     o->capacity = optim_capacity(cfg, dp, pt->local_numel);
     o->pieces = xcalloc((size_t)pt->n_entries, sizeof(optim_piece)); // at most one per entry
     tri_status rc = TRI_OK;
@@ -235,6 +242,7 @@ void optim_free(optim_state *o) {
         if (bufs[i]) be->free(be, bufs[i]);
     for (int c = 0; o->chunk_buckets && c < o->chunks; c++) free(o->chunk_buckets[c]);
     free(o->chunk_buckets);
+    free(o->chunk_gathered);
     free(o->bucket_ws_offset);
     free(o->param_entry_offset);
     free(o->pieces);
@@ -349,6 +357,7 @@ tri_status optim_step(optim_state *o, const run_config *cfg, const param_table *
                   pc->hi - pc->lo, (float)lr, (float)cfg->optim.beta1, (float)cfg->optim.beta2,
                   (float)cfg->optim.eps, wd, grad_scale, o->t);
     }
+    for (int c = 0; o->chunk_gathered && c < o->chunks; c++) o->chunk_gathered[c] = 0;
     if (o->zero == 1) // every rank's updated shard to every replica (this rank's in place)
         return cm->all_gather(cm, COMM_GROUP_DP, params + o->shard_begin, params, o->shard_len,
                               COMM_DTYPE_F32);

@@ -18,7 +18,10 @@
 //            every forward and every backward of a chunk (model's params_needed) the
 //            chunk's buckets are all-gathered into one workspace that all chunks share, so
 //            parameters are gathered once per micro-batch and pass, and nothing else of
-//            them is kept between passes.
+//            them is kept between passes (parallel.zero3_gather: pass). With
+//            zero3_gather: step, each chunk is gathered once per step into a region of its
+//            own and kept until the update: 1/m of the gather traffic for the memory of
+//            every chunk's parameters.
 #pragma once
 #include "backend.h"
 #include "comm.h"
@@ -60,6 +63,8 @@ typedef struct {
     float *param_shard;     // stage 3: (arena_len) this rank's parameter shards
     float *param_ws;        // stage 3: one chunk's gathered parameters
     int **chunk_buckets;    // stage 3: (chunks) bucket indices of each chunk, -1 ended
+    int *chunk_gathered;    // stage 3, zero3_gather step: (chunks) gathered since the update
+    int keep_gathered;      // parallel.zero3_gather == step
     size_t *bucket_ws_offset; // stage 3: where each bucket lands in param_ws
     int chunks;
     size_t *param_entry_offset; // stages 2, 3: each entry's flat offset

@@ -141,15 +141,17 @@ static tri_status create_comm(trainer *tr) {
     return TRI_OK;
 }
 
-// ZeRO-3's gather workspace: the largest chunk's buckets.
+// ZeRO-3's gather workspace: the largest chunk's buckets, or every chunk's when they stay
+// gathered for the step.
 static size_t params_gather_bytes(const optim_state *o) {
-    size_t most = 0;
+    size_t most = 0, all = 0;
     for (int c = 0; c < o->chunks; c++) {
         size_t n = 0;
         for (const int *k = o->chunk_buckets[c]; *k >= 0; k++) n += o->buckets[*k].padded;
         most = n > most ? n : most;
+        all += n;
     }
-    return most * sizeof(float);
+    return (o->keep_gathered ? all : most) * sizeof(float);
 }
 
 static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {

@@ -20,11 +20,12 @@ if $T train $CFG "${COMMON[@]}" --set run.out_dir=$W/ref >$W/ref.log 2>&1; then 
 else fail dp_reference_run "$(tail -2 $W/ref.log | tr '\n' ' ')"; fi
 
 # bucket_mb 0.01 puts every layer in a bucket of its own; the default (25) merges them.
-for layout in "2 0 25" "4 0 0.01" "2 1 25" "4 1 25" "2 2 25" "4 2 0.01" "2 3 0.01" "4 3 25"; do
+# zero3_gather step keeps each chunk gathered from its first pass to the update.
+for layout in "2 0 25" "4 0 0.01" "2 1 25" "4 1 25" "2 2 25" "4 2 0.01" "2 3 0.01" "4 3 25" "2 3 25 step"; do
     set -- $layout
-    dp=$1 zero=$2 name=dp$1_zero$2
+    dp=$1 zero=$2 gather=${4:-pass} name=dp$1_zero$2${4:+_$4}
     if "${MPIRUN[@]}" -np $dp $T train $CFG "${COMMON[@]}" --set parallel.zero=$zero --set parallel.bucket_mb=$3 \
-            --set run.out_dir=$W/$name >$W/$name.log 2>&1; then
+            --set parallel.zero3_gather=$gather --set run.out_dir=$W/$name >$W/$name.log 2>&1; then
         pass ${name}_run
     else fail ${name}_run "$(tail -3 $W/$name.log | tr '\n' ' ')"; continue; fi
     # Losses within 1e-5 relative, gradient norms within 1e-4, val losses within 1e-5, the final
@@ -66,9 +67,16 @@ else: # buckets (wte, wpe, each layer, the final LayerNorm) reduce-scattered eve
         merged += layer
     layers.append(merged)
     buckets = up(Vp * C) + up(T * C) + sum(up(n) for n in layers) + up(2 * C)
-    want = (m + 1 if zero == 2 else 3 * m) * 4 * buckets + 8
+    gathers = 3 * m if cfg['parallel']['zero3_gather'] == 'pass' else m + 1
+    want = (m + 1 if zero == 2 else gathers) * 4 * buckets + 8
 want += 8 # the loss
-bytes_ok = all(r['comm_bytes']['dp'] == want for r in b)
+# With zero3_gather step, an evaluation's gathers stay valid for the next step's first pass.
+every = cfg['data']['eval_every']
+def wanted(step):
+    if zero == 3 and cfg['parallel']['zero3_gather'] == 'step' and every and step > 1 and (step - 1) % every == 0:
+        return want - 4 * buckets
+    return want
+bytes_ok = all(r['comm_bytes']['dp'] == wanted(r['step']) for r in b)
 mem = run0['memory']
 total = mem['param_bytes'] + mem['grad_bytes'] + mem['master_bytes'] + mem['adam_bytes']
 formula = [16 * P, 8 * P + 8 * P / dp, 4 * P + 12 * P / dp, 16 * P / dp][zero]
