@@ -54,6 +54,9 @@ assert s[-1]['loss'] < s[0]['loss'] - 1.0, (s[0]['loss'], s[-1]['loss'])
 expect export_llmc 0 "exported" $T export $W/a --format llmc --out $W/m.bin
 if cmp -s $W/m.bin $W/a/model.bin; then pass export_llmc_roundtrip; else fail export_llmc_roundtrip "export differs from model.bin"; fi
 expect export_safetensors 0 "exported" $T export $W/a --format safetensors --out $W/m.safetensors
+# The safetensors file read as Hugging Face's GPT2LMHeadModel reads it (tests/st_gpt2.py):
+# names, shapes and the logits of a Conv1D-layout GPT-2 against the llm.c file's.
+/usr/bin/python3 tests/st_gpt2.py $W/m.safetensors $W/a/model.bin 2>&1 || fails=$((fails + 1))
 expect export_bad_format 2 "llmc or safetensors" $T export $W/a --format onnx --out $W/x
 expect export_missing_run 4 "cannot open model file" $T export $W/nope --format llmc --out $W/x
 expect sample_runs 0 "^And God" $T sample $W/a --prompt "And God" --tokens 16 --seed 1
