@@ -3,17 +3,7 @@
 # batch: losses and gradient norms step by step, the final model, the dp bytes per step,
 # and the launch-time config errors of a multi-process job. Prints PASS/FAIL lines.
 set -u
-cd "$(dirname "$0")/.."
-T=${TRIDENT_BIN:-build/trident}
-CFG=tests/configs/tiny.yaml
-W=$(mktemp -d)
-trap 'rm -rf "$W"' EXIT
-export OPENBLAS_NUM_THREADS=1
-MPIRUN=(timeout 120 mpirun --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS)
-[ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
-fails=0
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; fails=$((fails + 1)); }
+source "$(dirname "$0")/lib.sh"
 COMMON=(--set train.steps=20 --set train.micro_batch=2 --set train.global_batch=8 --set system.threads=1 --set data.eval_every=10)
 
 if $T train $CFG "${COMMON[@]}" --set run.out_dir=$W/ref >$W/ref.log 2>&1; then pass dp_reference_run

@@ -4,17 +4,7 @@
 # losses within 1e-6 relative at every step; pp x tp (and x dp) within the TP issue's
 # tolerances; the bubble fields; and the pipeline config errors of `trident check`.
 set -u
-cd "$(dirname "$0")/.."
-T=${TRIDENT_BIN:-build/trident}
-CFG=tests/configs/tiny.yaml
-W=$(mktemp -d)
-trap 'rm -rf "$W"' EXIT
-export OPENBLAS_NUM_THREADS=1
-MPIRUN=(timeout 180 mpirun --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS)
-[ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
-fails=0
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; fails=$((fails + 1)); }
+source "$(dirname "$0")/lib.sh"
 COMMON=(--set train.steps=20 --set train.micro_batch=2 --set train.global_batch=8 --set system.threads=1
         --set model.n_layer=8 --set model.n_head=4 --set model.vocab_size=250 --set data.eval_every=10
         --set parallel.zero=0)
