@@ -84,11 +84,25 @@ static tri_status check_allocated(model *m, void **ptrs, size_t n) {
     (a)->lnf, (a)->lnf_mean, (a)->lnf_rstd, (a)->logits, (a)->rowmax, (a)->sumexp,            \
         (a)->target_logit, (a)->losses
 
-static tri_status alloc_acts(model *m, model_acts *a) {
+// A slot of activations for `layers` layers (Lc; 1 for the recompute work activations),
+// or with layers 0 only each layer's input and the chunk's output (a slot under
+// recompute); `head`: the LM head's and loss's buffers.
+static tri_status alloc_acts(model *m, model_acts *a, int layers, int head) {
     const model_dims *d = &m->d;
-    const size_t N = d->N, Nl = d->N_local, L = d->Lc, C = d->C, f = sizeof(float);
+    const size_t N = d->N, Nl = d->N_local, L = (size_t)layers, C = d->C, f = sizeof(float);
     size_t total = 0;
+    if (!layers) {
+        a->residual = alloc_counted(m, ((size_t)d->Lc + 1) * Nl * C * f, &total);
+        a->output = a->residual ? a->residual + (size_t)d->Lc * Nl * C : NULL;
+        a->dres = alloc_counted(m, Nl * C * f, &total);
+        a->inputs = alloc_counted(m, N * sizeof(int), &total);
+        a->targets = alloc_counted(m, N * sizeof(int), &total);
+        void *some[] = {a->residual, a->dres, a->inputs, a->targets};
+        TRI_CHECK(check_allocated(m, some, sizeof some / sizeof some[0]));
+        goto head_buffers;
+    }
     a->residual = alloc_counted(m, (L + 1) * Nl * C * f, &total);
+    a->output = a->residual ? a->residual + L * Nl * C : NULL;
     a->residual2 = alloc_counted(m, L * Nl * C * f, &total);
     a->ln1 = alloc_counted(m, L * N * C * f, &total);
     a->ln2 = alloc_counted(m, L * N * C * f, &total);
@@ -106,7 +120,8 @@ static tri_status alloc_acts(model *m, model_acts *a) {
     a->targets = alloc_counted(m, N * sizeof(int), &total);
     void *all[] = {ACT_POINTERS(a)};
     TRI_CHECK(check_allocated(m, all, sizeof all / sizeof all[0]));
-    if (d->has_head) {
+head_buffers:
+    if (head) {
         a->lnf = alloc_counted(m, N * C * f, &total);
         a->lnf_mean = alloc_counted(m, Nl * f, &total);
         a->lnf_rstd = alloc_counted(m, Nl * f, &total);
@@ -204,15 +219,19 @@ tri_status model_create(model *m, const run_config *cfg, int B, int n_slots, int
     m->att_state_bytes = be->attention_state_bytes(be, d->B, d->T, d->NH_local);
     m->n_slots = n_slots;
     m->slots = xcalloc((size_t)n_slots, sizeof(model_acts));
-    for (int s = 0; s < n_slots; s++) TRI_CHECK(alloc_acts(m, &m->slots[s]));
+    m->recompute = cfg->parallel.recompute == RECOMPUTE_FULL;
+    for (int s = 0; s < n_slots; s++)
+        TRI_CHECK(alloc_acts(m, &m->slots[s], m->recompute ? 0 : d->Lc, d->has_head));
+    if (m->recompute) TRI_CHECK(alloc_acts(m, &m->work, 1, 0));
     return alloc_scratch(m);
 }
 
 void model_free(model *m) {
     backend *be = m->be;
     if (!be) return;
-    for (int s = 0; s < m->n_slots; s++) {
-        void *acts[] = {ACT_POINTERS(&m->slots[s]), HEAD_POINTERS(&m->slots[s])};
+    for (int s = 0; s <= m->n_slots; s++) {
+        model_acts *a = s < m->n_slots ? &m->slots[s] : &m->work;
+        void *acts[] = {ACT_POINTERS(a), HEAD_POINTERS(a)};
         for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
             if (acts[i]) be->free(be, acts[i]);
     }
@@ -235,7 +254,20 @@ typedef struct {
     void *att_state;
 } layer_acts;
 
-static layer_acts layer_acts_of(model *m, model_acts *a, int l) {
+// Layer activations of local layer i of slot a: all in the slot, or with recompute the
+// layer's input and output in the slot and the rest in the one-layer work activations.
+static layer_acts layer_acts_in(model *m, model_acts *a, int i);
+
+static layer_acts layer_acts_of(model *m, model_acts *a, int i) {
+    if (!m->recompute) return layer_acts_in(m, a, i);
+    const size_t NlC = (size_t)m->d.N_local * m->d.C;
+    layer_acts w = layer_acts_in(m, &m->work, 0);
+    w.in = a->residual + i * NlC;
+    w.out = a->residual + (i + 1) * NlC;
+    return w;
+}
+
+static layer_acts layer_acts_in(model *m, model_acts *a, int l) {
     const model_dims *d = &m->d;
     const size_t N = d->N, Nl = d->N_local, C = d->C;
     return (layer_acts){
@@ -312,6 +344,7 @@ static tri_status layernorm_bwd_from_all_rows(model *m, float *dres, const float
 
 // acts->dres holds d(loss)/d(layer output) on entry and d(loss)/d(layer input) on exit.
 static tri_status layer_backward(model *m, model_acts *acts, int l, int i) {
+    if (m->recompute) TRI_CHECK(layer_forward(m, acts, l, i)); // the same bits as before
     backend *be = m->be;
     const model_dims *d = &m->d;
     const int N = d->N, C = d->C;
@@ -366,7 +399,7 @@ tri_status model_forward(model *m, int slot, int chunk, const int *inputs, const
     for (int i = 0; i < d->Lc; i++) TRI_CHECK(layer_forward(m, a, first_layer + i, i));
     if (!(d->has_head && chunk == d->chunks - 1)) return TRI_OK;
 
-    float *res = a->residual + (size_t)d->Lc * d->N_local * C;
+    float *res = a->output;
     TRI_CHECK(layernorm_to_all_rows(m, a->lnf, a->lnf_mean, a->lnf_rstd, res,
                                     P(m, params_lnfw(pt)), P(m, params_lnfb(pt))));
     // Tied LM head over this rank's vocabulary rows: logits (N, Vp/tp).
@@ -413,7 +446,7 @@ tri_status model_backward(model *m, int slot, int chunk, float dloss) {
         // dwte += dlogits^T lnf.
         be->matmul_bwd(be, m->dln, G(m, params_wte(pt)), NULL, a->logits, a->lnf,
                        P(m, params_wte(pt)), N, C, d->Vp_local);
-        float *res = a->residual + (size_t)d->Lc * d->N_local * C;
+        float *res = a->output;
         be->memset_zero(be, a->dres, (size_t)d->N_local * C * sizeof(float));
         TRI_CHECK(layernorm_bwd_from_all_rows(m, a->dres, res, P(m, params_lnfw(pt)),
                                               G(m, params_lnfw(pt)), G(m, params_lnfb(pt)),
@@ -439,9 +472,7 @@ tri_status model_backward(model *m, int slot, int chunk, float dloss) {
 }
 
 float *model_chunk_input(model *m, int slot) { return m->slots[slot].residual; }
-float *model_chunk_output(model *m, int slot) {
-    return m->slots[slot].residual + (size_t)m->d.Lc * m->d.N_local * m->d.C;
-}
+float *model_chunk_output(model *m, int slot) { return m->slots[slot].output; }
 float *model_chunk_grad(model *m, int slot) { return m->slots[slot].dres; }
 
 tri_status model_finish_grads(model *m) {

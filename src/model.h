@@ -24,7 +24,9 @@ typedef struct {
 // Activations of one (micro-batch, chunk) that the backward needs: one "slot" per pair in
 // flight (the schedule's bound; one without pipelining). Lc = layers of a chunk.
 typedef struct {
-    float *residual;   // (Lc+1, Nl, C): the chunk's input, each layer's output
+    float *residual;   // (Lc+1, Nl, C): the chunk's input, each layer's output (with
+                       // recompute the only activations a slot keeps of its layers)
+    float *output;     // (Nl, C): the chunk's output, the last row of residual
     float *residual2;  // (Lc, Nl, C): after the attention block
     float *ln1, *ln2;  // (Lc, N, C): LayerNorm outputs, all rows (gathered under SP)
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd; // (Lc, Nl)
@@ -66,6 +68,10 @@ typedef struct {
     void *params_needed_ctx;
     model_acts *slots; // one per micro-batch in flight (the schedule's bound)
     int n_slots;
+    int recompute;     // parallel.recompute full: slots keep each layer's input only; the
+                       // rest of a layer's activations lives in `work` (one layer's worth),
+                       // filled by the forward and again, identically, before its backward
+    model_acts work;
     // Scratch shared by all layers and slots:
     float *dln;        // (N, C): d(LayerNorm output), partial over tp before its reduction
     float *dqkv;       // (N, 3C/tp)

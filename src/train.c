@@ -110,10 +110,6 @@ static tri_status check_supported(const run_config *cfg) {
                   "yet; set them to fp32");
         bad = 1;
     }
-    if (cfg->parallel.recompute != RECOMPUTE_NONE) {
-        LOG_ERROR("parallel.recompute: full is not available in this build yet; set it to none");
-        bad = 1;
-    }
     if (cfg->checkpoint.resume && strcmp(cfg->checkpoint.resume, "auto") &&
         strcmp(cfg->checkpoint.resume, "none")) {
         LOG_ERROR("checkpoint.resume: resuming from %s is not available in this build yet; "
