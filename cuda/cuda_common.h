@@ -17,7 +17,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include "cuda_api.h" // also brings common.h, comm.h, config.h, launch.h with C linkage
+#include "device_api.h" // also brings common.h, comm.h, config.h, launch.h with C linkage
 
 extern "C" {
 #include "mesh.h"

@@ -1,5 +1,5 @@
 // cuda_device.cu: which GPU a process uses (cuda_device_count, cuda_device_select; see
-// cuda_api.h), and the world rank that the check macros of cuda_common.h name in their
+// device_api.h), and the world rank that the check macros of cuda_common.h name in their
 // reports.
 #include "cuda_common.h"
 

@@ -18,11 +18,6 @@
 
 #include "backend.h"
 
-// OpenBLAS's cblas.h declares its thread-affinity calls with cpu_set_t from <sched.h>,
-// which src/sched.h (the pipeline schedule) shadows while src is an -I directory. This
-// backend does not use those calls, so they are compiled out instead.
-#include <openblas_config.h>
-#undef OPENBLAS_OS_LINUX
 #include <cblas.h>
 #include <stdatomic.h>
 #include <stdint.h>

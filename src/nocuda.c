@@ -1,7 +1,7 @@
 // nocuda.c: the stand-in for cuda/ in a build without CUDA (USE_CUDA=0, or auto without
 // nvcc). The Makefile links exactly one of the two, so callers never #ifdef on the backend
-// (STYLE.md: a missing optional feature compiles a stub chosen by the Makefile).
-#include "cuda_api.h"
+// (STYLE.md: a missing optional feature compiles a stand-in file chosen by the Makefile).
+#include "device_api.h"
 
 static tri_status no_cuda(const char *what) {
     LOG_ERROR("%s: this build of trident has no CUDA support; rebuild with nvcc on PATH "

@@ -293,10 +293,8 @@ double optim_lr(const run_config *cfg, int step) {
 tri_status optim_reduce_grads(optim_state *o, const param_table *pt, int sequence_parallel,
                               float *grads) {
     comm *cm = o->cm;
-    if (o->zero == 0) {
-        (void)grads;
+    if (o->zero == 0)
         return TRI_OK; // dp == 1, or already all-reduced bucket by bucket (optim_bucket_ready)
-    }
     if (o->zero == 1) // in place: the summed shard of this rank lands in the first block
         return cm->reduce_scatter(cm, COMM_GROUP_DP, grads, grads, o->shard_len, COMM_DTYPE_F32);
     // Stages 2 and 3: the model could not sum these on a full buffer; the pieces line up on every

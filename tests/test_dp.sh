@@ -26,18 +26,11 @@ for layout in "2 0 25" "4 0 0.01" "2 1 25" "4 1 25" "2 2 25" "4 2 0.01" "2 3 0.0
     # for fp32 training give (zero 0: 16P; zero 1: 8P + 8P/N, P the rank's parameters,
     # up to the padding of the shard boundaries).
     if out=$(/usr/bin/python3 - $W/ref $W/$name $dp $zero <<'PY'
-import json, sys, numpy as np
+import json, sys
 ref, run, dp, zero = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-def rows(d, kind): return [json.loads(l) for l in open(d + '/metrics.jsonl') if '"type":"%s"' % kind in l]
-a, b = rows(ref, 'step'), rows(run, 'step')
-assert len(a) == len(b) == 20, (len(a), len(b))
-loss = max(abs(x['loss'] - y['loss']) / abs(x['loss']) for x, y in zip(a, b))
-norm = max(abs(x['grad_norm'] - y['grad_norm']) / abs(x['grad_norm']) for x, y in zip(a, b))
-ev = max(abs(x['val_loss'] - y['val_loss']) / x['val_loss'] for x, y in zip(rows(ref, 'eval'), rows(run, 'eval')))
-pa = np.fromfile(ref + '/model.bin', dtype=np.float32)[256:]
-pb = np.fromfile(run + '/model.bin', dtype=np.float32)[256:]
-param = np.abs(pa - pb).max() / np.abs(pa).max()
-run0 = json.loads(open(run + '/metrics.jsonl').readline())
+sys.path.insert(0, 'tests')
+from parity import errors
+loss, norm, ev, param, b, run0 = errors(ref, run)
 P = run0['rank_params']
 cfg = run0['config']
 C, T, L = cfg['model']['d_model'], cfg['model']['seq_len'], cfg['model']['n_layer']

@@ -16,17 +16,11 @@ else fail pp_reference_run "$(tail -2 $W/ref.log | tr '\n' ' ')"; fi
 # parameters, and the bubble fields (measured in [0, 1), the formula's exact value).
 compare() {
     /usr/bin/python3 - $W/ref "$@" <<'PY'
-import json, sys, numpy as np
+import json, sys
 ref, run, ltol, ntol, pp, sched, v, m = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]), sys.argv[6], int(sys.argv[7]), int(sys.argv[8])
-def rows(d, kind): return [json.loads(l) for l in open(d + '/metrics.jsonl') if '"type":"%s"' % kind in l]
-a, b = rows(ref, 'step'), rows(run, 'step')
-assert len(a) == len(b) == 20, (len(a), len(b))
-loss = max(abs(x['loss'] - y['loss']) / abs(x['loss']) for x, y in zip(a, b))
-norm = max(abs(x['grad_norm'] - y['grad_norm']) / abs(x['grad_norm']) for x, y in zip(a, b))
-ev = max(abs(x['val_loss'] - y['val_loss']) / x['val_loss'] for x, y in zip(rows(ref, 'eval'), rows(run, 'eval')))
-pa = np.fromfile(ref + '/model.bin', dtype=np.float32)[256:]
-pb = np.fromfile(run + '/model.bin', dtype=np.float32)[256:]
-param = np.abs(pa - pb).max() / np.abs(pa).max()
+sys.path.insert(0, 'tests')
+from parity import errors
+loss, norm, ev, param, b, run0 = errors(ref, run)
 b_over = (pp - 1) / v
 formula = b_over / (m + b_over)
 bub_ok = all(0 <= r['bubble'] < 1 and abs(r['bubble_formula'] - formula) < 1e-4 for r in b)

@@ -15,17 +15,11 @@ else fail tp_reference_run "$(tail -2 $W/ref.log | tr '\n' ' ')"; fi
 # compare NAME DIR TP SP DP
 compare() {
     /usr/bin/python3 - $W/ref $2 $3 $4 $5 <<'PY'
-import json, sys, numpy as np
+import json, sys
 ref, run, tp, sp, dp = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == 'true', int(sys.argv[5])
-def rows(d, kind): return [json.loads(l) for l in open(d + '/metrics.jsonl') if '"type":"%s"' % kind in l]
-a, b = rows(ref, 'step'), rows(run, 'step')
-assert len(a) == len(b) == 20, (len(a), len(b))
-loss = max(abs(x['loss'] - y['loss']) / abs(x['loss']) for x, y in zip(a, b))
-norm = max(abs(x['grad_norm'] - y['grad_norm']) / abs(x['grad_norm']) for x, y in zip(a, b))
-ev = max(abs(x['val_loss'] - y['val_loss']) / x['val_loss'] for x, y in zip(rows(ref, 'eval'), rows(run, 'eval')))
-pa = np.fromfile(ref + '/model.bin', dtype=np.float32)[256:]
-pb = np.fromfile(run + '/model.bin', dtype=np.float32)[256:]
-param = np.abs(pa - pb).max() / np.abs(pa).max()
+sys.path.insert(0, 'tests')
+from parity import errors
+loss, norm, ev, param, b, run0 = errors(ref, run)
 # The tp scheme's bytes per step (payload as counted by the comm layer: all-reduce and
 # reduce-scatter count their input, all-gather its output), n_micro micro-batches of N rows:
 #   no SP: all-reduces of N*C floats: the embedding, 2 per layer forward, 2 per layer
@@ -34,7 +28,6 @@ param = np.abs(pa - pb).max() / np.abs(pa).max()
 #          the conjugate pairs an all-gather of N*C floats (2 per layer each way, the final
 #          LayerNorm forward, the embedding backward); plus, once per step, the all-reduce of
 #          the LayerNorm gradients (4C per layer and 2C final).
-run0 = json.loads(open(run + '/metrics.jsonl').readline())
 cfg = run0['config']
 L, C, T = cfg['model']['n_layer'], cfg['model']['d_model'], cfg['model']['seq_len']
 B, GB = cfg['train']['micro_batch'], cfg['train']['global_batch']

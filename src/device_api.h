@@ -1,4 +1,4 @@
-// cuda_api.h: what cuda/ exports to the host C code, declared without any CUDA type.
+// device_api.h: what cuda/ exports to the host C code, declared without any CUDA type.
 //
 // src/ never includes a CUDA header (DESIGN.md "Layout"). When trident is built without
 // CUDA (USE_CUDA=0, or auto without nvcc), the Makefile links src/nocuda.c instead of cuda/:
