@@ -5,11 +5,26 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "checkpoint.h"
 #include "config.h"
 #include "params.h"
 
 tri_status export_load(const char *run_or_file, llmc_model *out, char *path_out, size_t path_n) {
     struct stat st;
+    if (ckpt_is_checkpoint(run_or_file, path_out, path_n)) { // any layout's checkpoint
+        run_config cfg;
+        config_defaults(&cfg);
+        param_table full;
+        float *global;
+        tri_status rc = ckpt_read_model(path_out, &cfg, &full, &global);
+        if (rc == TRI_OK) {
+            llmc_from_params(out, &full, global, cfg.model.seq_len, cfg.model.vocab_size, cfg.model.n_head);
+            free(global);
+            params_free(&full);
+        }
+        config_free(&cfg);
+        return rc;
+    }
     if (stat(run_or_file, &st) == 0 && S_ISDIR(st.st_mode))
         snprintf(path_out, path_n, "%s/model.bin", run_or_file);
     else

@@ -4,7 +4,8 @@
 #include "common.h"
 #include "llmc.h"
 
-// Resolves RUN_OR_FILE: a run directory (its model.bin) or an llm.c model file. Reads it.
+// Resolves RUN_OR_FILE: a checkpoint directory (step_N, or a checkpoint.dir: its newest
+// checkpoint), a run directory (its model.bin) or an llm.c model file. Reads it.
 tri_status export_load(const char *run_or_file, llmc_model *out, char *path_out, size_t path_n);
 
 tri_status export_llmc(const llmc_model *f, const char *out_path);

@@ -166,18 +166,28 @@ void llmc_load_params(const llmc_model *f, const param_table *pt, float *local) 
     }
 }
 
-tri_status llmc_write(const char *path, const param_table *pt, const float *global, int maxT,
+void llmc_from_params(llmc_model *out, const param_table *pt, const float *global, int maxT,
                       int V, int NH) {
     TRI_ASSERT(pt->tp == 1);
     const param_entry *wte = &pt->entries[params_wte(pt)];
     const int C = (int)wte->global_cols, Vp = (int)wte->global_rows, L = pt->n_layer;
-    size_t numel = file_numel(maxT, L, C, Vp);
-    float *data = xcalloc(numel, sizeof(float));
+    *out = (llmc_model){.version = LLMC_VERSION_FP32, .maxT = maxT, .V = V, .L = L, .NH = NH,
+                        .C = C, .Vp = Vp, .numel = file_numel(maxT, L, C, Vp)};
+    out->data = xcalloc(out->numel, sizeof(float));
     for (int i = 0; i < pt->n_entries; i++) {
         const param_entry *e = &pt->entries[i];
-        memcpy(data + llmc_offset(e, maxT, L, C, Vp), global + e->offset,
+        memcpy(out->data + llmc_offset(e, maxT, L, C, Vp), global + e->offset,
                (size_t)e->local_numel * sizeof(float));
     }
+}
+
+tri_status llmc_write(const char *path, const param_table *pt, const float *global, int maxT,
+                      int V, int NH) {
+    llmc_model m;
+    llmc_from_params(&m, pt, global, maxT, V, NH);
+    const size_t numel = m.numel;
+    const float *data = m.data;
+    const int L = m.L, C = m.C, Vp = m.Vp;
     int32_t h[256] = {LLMC_MAGIC, LLMC_VERSION_FP32, maxT, V, L, NH, C, Vp};
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -197,6 +207,6 @@ tri_status llmc_write(const char *path, const param_table *pt, const float *glob
         rc = TRI_ERR_CKPT;
     }
     if (rc != TRI_OK) remove(tmp);
-    free(data);
+    llmc_free(&m);
     return rc;
 }

@@ -21,13 +21,38 @@ void metrics_format_double(char *buf, size_t n, double x) {
     }
 }
 
+// Drops the lines of `path` that belong to steps after `step` (a resumed run writes them
+// again); the run records stay.
+static void keep_lines_until(const char *path, int step) {
+    FILE *in = fopen(path, "r");
+    if (!in) return;
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *out = fopen(tmp, "w");
+    if (!out) {
+        fclose(in);
+        return;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, in) > 0) {
+        const char *s = strstr(line, "\"step\":");
+        if (!strstr(line, "\"type\":\"run\"") && s && atoi(s + 7) > step) continue;
+        fputs(line, out);
+    }
+    free(line);
+    fclose(in);
+    if (fclose(out) == 0) rename(tmp, path);
+}
+
 tri_status metrics_open(metrics_log *ml, const run_config *cfg, int world, const char *backend,
-                        const char *comm, const char *extra_json) {
+                        const char *comm, const char *extra_json, int resumed_step) {
     char path[4096];
     if (cfg->log.metrics) snprintf(path, sizeof path, "%s", cfg->log.metrics);
     else snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->run.out_dir);
     ml->path = xstrdup(path);
-    ml->f = fopen(path, "w");
+    if (resumed_step >= 0) keep_lines_until(path, resumed_step);
+    ml->f = fopen(path, resumed_step >= 0 ? "a" : "w");
     if (!ml->f) {
         LOG_ERROR("cannot write metrics file %s: %s", path, strerror(errno));
         LOG_HINT("check log.metrics and run.out_dir");
@@ -71,6 +96,13 @@ void metrics_write_eval(metrics_log *ml, int step, double val_loss) {
     char v[32];
     metrics_format_double(v, sizeof v, val_loss);
     fprintf(ml->f, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%s}\n", step, v);
+    fflush(ml->f);
+}
+
+void metrics_write_checkpoint(metrics_log *ml, int step, const char *dir, double blocked_ms) {
+    if (!ml->f) return;
+    fprintf(ml->f, "{\"type\":\"checkpoint\",\"step\":%d,\"dir\":\"%s/step_%08d\",\"blocked_ms\":%.3f}\n",
+            step, dir, step, blocked_ms);
     fflush(ml->f);
 }
 

@@ -9,9 +9,12 @@ typedef struct {
 } metrics_log;
 
 // Opens <log.metrics> (default <out_dir>/metrics.jsonl) and writes the run record.
-// `extra_json` is appended inside the run object (",\"key\":value..." or "").
+// `resumed_step` >= 0 (a run resumed from the checkpoint of that step) keeps the lines
+// already there up to that step and drops the later ones, which the resumed run writes
+// again; -1 starts the file afresh. `extra_json` is appended inside the run object
+// (",\"key\":value..." or "").
 tri_status metrics_open(metrics_log *ml, const run_config *cfg, int world, const char *backend,
-                        const char *comm, const char *extra_json);
+                        const char *comm, const char *extra_json, int resumed_step);
 
 typedef struct {
     int step;
@@ -26,6 +29,8 @@ typedef struct {
 
 void metrics_write_step(metrics_log *ml, const metrics_step *s);
 void metrics_write_eval(metrics_log *ml, int step, double val_loss);
+// {"type":"checkpoint",...}: a checkpoint started at `step` (timing fields: blocked_ms).
+void metrics_write_checkpoint(metrics_log *ml, int step, const char *dir, double blocked_ms);
 void metrics_close(metrics_log *ml);
 
 // Shortest decimal that reads back to the same double ("%.17g" trimmed), for JSON.

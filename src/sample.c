@@ -48,8 +48,6 @@ tri_status sample_run(const sample_options *opt) {
     config_defaults(&cfg);
     llmc_config_from_file(&f, &cfg);
     cfg.model.vocab_pad_to = f.Vp;
-    llmc_free(&f);
-    cfg.model.init_from = xstrdup(path);
     const int T = cfg.model.seq_len, V = cfg.model.vocab_size;
     const int byte_level = V == 256;
 
@@ -61,6 +59,12 @@ tri_status sample_run(const sample_options *opt) {
     TRI_CHECK_GOTO(comm_self_create(&cm), rc, done);
     TRI_CHECK_GOTO(backend_cpu_create(&be, opt->threads), rc, done);
     TRI_CHECK_GOTO(model_create(&m, &cfg, 1, 1, 1, 1, be, cm), rc, done);
+    { // the file's (or checkpoint's) parameters over the initial ones
+        float *host = xmalloc(m.table.local_numel * sizeof(float));
+        llmc_load_params(&f, &m.table, host);
+        be->copy_to_device(be, m.params, host, m.table.local_numel * sizeof(float));
+        free(host);
+    }
 
     int *context = xcalloc((size_t)T, sizeof(int));
     float *logits = xmalloc((size_t)m.d.Vp_local * sizeof(float));
@@ -98,6 +102,7 @@ free_buffers:
     free(context);
     free(logits);
 done:
+    llmc_free(&f);
     model_free(&m);
     if (be) be->destroy(be);
     if (cm) cm->destroy(cm);

@@ -5,11 +5,13 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "backend.h"
+#include "checkpoint.h"
 #include "comm.h"
 #include "comm_mpi.h"
 #include "data.h"
@@ -34,7 +36,25 @@ typedef struct {
     int *inputs, *targets; // host (B*T) staging for one micro-batch
     int dp, dp_rank, n_micro;
     double flops_per_token, peak_flops;
+    ckpt_writer *ckpt;      // NULL without checkpoint.dir
+    ckpt_progress start;    // where training starts: zero, or the resumed checkpoint's
+    int resumed;
 } trainer;
+
+// SIGTERM or SIGUSR1 (a preemption, or Slurm's warning before the time limit): finish the
+// step, write a checkpoint, exit.
+static volatile sig_atomic_t g_stop_signal;
+
+static void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+static void install_stop_handlers(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+}
 
 // mkdir -p
 static tri_status make_dirs(const char *path) {
@@ -110,18 +130,7 @@ static tri_status check_supported(const run_config *cfg) {
                   "yet; set them to fp32");
         bad = 1;
     }
-    if (cfg->checkpoint.resume && strcmp(cfg->checkpoint.resume, "auto") &&
-        strcmp(cfg->checkpoint.resume, "none")) {
-        LOG_ERROR("checkpoint.resume: resuming from %s is not available in this build yet; "
-                  "set it to auto or none", cfg->checkpoint.resume);
-        bad = 1;
-    }
-
-    if (bad) return TRI_ERR_CONFIG;
-    if (cfg->checkpoint.dir)
-        LOG_WARN("checkpoint.dir is set, but this build writes no checkpoints yet: only the "
-                 "final model, %s/model.bin", cfg->run.out_dir);
-    return TRI_OK;
+    return bad ? TRI_ERR_CONFIG : TRI_OK;
 }
 
 // The comm backend of the mesh: a world of one needs none; otherwise MPI on the CPU path.
@@ -148,6 +157,31 @@ static size_t params_gather_bytes(const optim_state *o) {
         all += n;
     }
     return (o->keep_gathered ? all : most) * sizeof(float);
+}
+
+static ckpt_state checkpoint_view(trainer *tr) {
+    return (ckpt_state){.cfg = tr->cfg, .pt = &tr->model.table, .optim = &tr->optim,
+                        .params = tr->model.params, .be = tr->be, .cm = tr->cm,
+                        .rank = tr->li->rank, .world = tr->li->world, .tp_rank = tr->coord.tp};
+}
+
+// Resumes per checkpoint.resume (before anything is written), and prepares the writer.
+static tri_status trainer_checkpoints(trainer *tr) {
+    const run_config *cfg = tr->cfg;
+    char path[4096];
+    int mute = log_mute_if_not_rank0();
+    tri_status rc = ckpt_resolve_resume(cfg, path, sizeof path);
+    log_unmute(mute);
+    TRI_CHECK(rc);
+    ckpt_state view = checkpoint_view(tr);
+    if (path[0]) {
+        TRI_CHECK(ckpt_load(path, &view, &tr->start));
+        tr->resumed = 1;
+    } else if (cfg->checkpoint.dir && !strcmp(cfg->checkpoint.resume, "auto")) {
+        LOG_INFO("no checkpoint in %s: starting from step 0", cfg->checkpoint.dir);
+    }
+    if (cfg->checkpoint.dir) TRI_CHECK(ckpt_writer_create(&tr->ckpt, &view));
+    return TRI_OK;
 }
 
 static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
@@ -199,6 +233,7 @@ static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
         tr->model.params_needed = optim_params_needed;
         tr->model.params_needed_ctx = &tr->optim;
     }
+    TRI_CHECK(trainer_checkpoints(tr));
     size_t N = (size_t)cfg->train.micro_batch * cfg->model.seq_len;
     tr->inputs = xmalloc(N * sizeof(int));
     tr->targets = xmalloc(N * sizeof(int));
@@ -220,11 +255,13 @@ static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
              tr->optim.workspace_bytes,
              tr->optim.param_ws ? params_gather_bytes(&tr->optim) : (size_t)0);
     if (li->rank == 0)
-        TRI_CHECK(metrics_open(&tr->metrics, cfg, tr->cm->world_size, tr->be->name, tr->cm->name, extra));
+        TRI_CHECK(metrics_open(&tr->metrics, cfg, tr->cm->world_size, tr->be->name, tr->cm->name,
+                               extra, tr->resumed ? tr->start.step : -1));
     return TRI_OK;
 }
 
 static void trainer_free(trainer *tr) {
+    ckpt_writer_free(tr->ckpt); // commits a write still in flight
     metrics_close(&tr->metrics);
     free(tr->inputs);
     free(tr->targets);
@@ -294,7 +331,10 @@ static tri_status run_schedule(trainer *tr, int step, double *loss_sum, double *
             continue;
         }
         if (a->kind == SCHED_ACTION_FWD) {
-            int64_t first = data_micro_batch_start(step, cfg->train.global_batch, tr->dp,
+            // The stream continues where the checkpoint left it, also with another
+            // global batch: samples start.samples on are taken in order.
+            int64_t first = tr->start.samples - (int64_t)tr->start.step * cfg->train.global_batch +
+                            data_micro_batch_start(step, cfg->train.global_batch, tr->dp,
                                                    tr->dp_rank, a->micro, B);
             data_batch(&tr->train, first, B, tr->inputs, tr->targets);
             double loss = 0.0;
@@ -383,17 +423,42 @@ static tri_status save_model(trainer *tr) {
     return rc;
 }
 
+// At the end of a step, over the world: whether any rank got a stop signal, and whether a
+// background checkpoint write has finished on every rank (then it is committed).
+static tri_status step_boundary(trainer *tr, int *stop) {
+    double flags[2] = {g_stop_signal, ckpt_pending(tr->ckpt) && !ckpt_write_done(tr->ckpt)};
+    if (tr->li->world > 1)
+        TRI_CHECK(tr->cm->all_reduce(tr->cm, COMM_GROUP_WORLD, flags, 2, COMM_DTYPE_F64, COMM_REDUCE_MAX));
+    *stop = flags[0] > 0;
+    if (ckpt_pending(tr->ckpt) && flags[1] == 0) TRI_CHECK(ckpt_commit(tr->ckpt));
+    return TRI_OK;
+}
+
+// Writes the checkpoint of the step just done (n steps, `samples` consumed); appends the
+// time the loop was blocked to `note` for the step line.
+static tri_status checkpoint_step(trainer *tr, int n, int64_t samples, int async, char *note,
+                                  size_t note_len) {
+    const run_config *cfg = tr->cfg;
+    ckpt_progress p = {n, samples, samples * cfg->model.seq_len, tr->optim.t};
+    double blocked = 0.0;
+    TRI_CHECK(ckpt_save(tr->ckpt, &p, async, &blocked));
+    metrics_write_checkpoint(&tr->metrics, n, cfg->checkpoint.dir, 1e3 * blocked);
+    snprintf(note, note_len, " | ckpt blocked %.1f ms%s", 1e3 * blocked, async ? " (async)" : "");
+    return TRI_OK;
+}
+
 static tri_status train_loop(trainer *tr) {
     run_config *cfg = tr->cfg;
     model *m = &tr->model;
     const int64_t tokens_per_step = (int64_t)cfg->train.global_batch * cfg->model.seq_len;
     double first_loss = NAN, last_loss = NAN, last_val = NAN, total_s = 0.0;
+    int stop = 0, done_steps = tr->start.step;
     LOG_INFO("training %s: %lld parameters, %d steps of %d sequences x %d tokens "
              "(%d micro-batches of %d), backend %s with %d threads",
              cfg->run.name, (long long)m->table.global_numel, cfg->train.steps,
              cfg->train.global_batch, cfg->model.seq_len, tr->n_micro, cfg->train.micro_batch,
              tr->be->name, tr->be->threads);
-    for (int step = 0; step < cfg->train.steps; step++) {
+    for (int step = tr->start.step; step < cfg->train.steps && !stop; step++) {
         double t0 = time_now_s();
         tr->cm->step = step + 1;
         comm_counters_reset(tr->cm);
@@ -420,14 +485,24 @@ static tri_status train_loop(trainer *tr) {
         tr->be->synchronize(tr->be);
         double dt = time_now_s() - t0;
         total_s += dt;
-        if (step == 0) first_loss = loss;
+        if (isnan(first_loss)) first_loss = loss;
         last_loss = loss;
 
         const int n = step + 1;
-        if (n == 1 || n % cfg->log.every == 0 || n == cfg->train.steps) {
+        done_steps = n;
+        const int64_t samples = tr->start.samples + (int64_t)(n - tr->start.step) * cfg->train.global_batch;
+        TRI_CHECK(step_boundary(tr, &stop));
+        char ckpt_note[96] = "";
+        if (tr->ckpt && (stop || n == cfg->train.steps ||
+                         (cfg->checkpoint.every > 0 && n % cfg->checkpoint.every == 0)))
+            TRI_CHECK(checkpoint_step(tr, n, samples, cfg->checkpoint.async && !stop && n < cfg->train.steps,
+                                      ckpt_note, sizeof ckpt_note));
+        int logged = n == 1 || n % cfg->log.every == 0 || n == cfg->train.steps || stop;
+        if (!logged && ckpt_note[0]) LOG_INFO("step %5d/%d%s", n, cfg->train.steps, ckpt_note);
+        if (logged) {
             metrics_step s = {
                 .step = n, .loss = loss, .lr = lr, .grad_norm = norm,
-                .tokens = (int64_t)n * tokens_per_step, .step_ms = 1e3 * dt,
+                .tokens = samples * cfg->model.seq_len, .step_ms = 1e3 * dt,
                 .tokens_per_s = tokens_per_step / dt,
                 .mfu = tr->peak_flops > 0 ? tr->flops_per_token * tokens_per_step / dt / tr->peak_flops : NAN,
                 .mem_peak_bytes = tr->be->mem_peak_bytes(tr->be),
@@ -443,8 +518,8 @@ static tri_status train_loop(trainer *tr) {
             char bubble[64] = "";
             if (s.pipelined)
                 snprintf(bubble, sizeof bubble, " | bubble %.2f (formula %.2f)", s.bubble, s.bubble_formula);
-            LOG_INFO("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s%s", n,
-                     cfg->train.steps, loss, lr, norm, s.step_ms, s.tokens_per_s, bubble);
+            LOG_INFO("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s%s%s", n,
+                     cfg->train.steps, loss, lr, norm, s.step_ms, s.tokens_per_s, bubble, ckpt_note);
         }
         if (cfg->data.eval_every > 0 && (n % cfg->data.eval_every == 0 || n == cfg->train.steps)) {
             TRI_CHECK(evaluate(tr, &last_val));
@@ -452,12 +527,23 @@ static tri_status train_loop(trainer *tr) {
             LOG_INFO("step %5d/%d | val loss %.4f", n, cfg->train.steps, last_val);
         }
     }
+    if (stop) {
+        const char *sig = g_stop_signal == SIGUSR1 ? "SIGUSR1" : "SIGTERM";
+        if (tr->ckpt)
+            LOG_INFO("stopped by %s after step %d: checkpoint written to %s; a run with "
+                     "checkpoint.resume: auto continues from it", sig, done_steps, cfg->checkpoint.dir);
+        else
+            LOG_WARN("stopped by %s after step %d without a checkpoint (no checkpoint.dir set)",
+                     sig, done_steps);
+        return TRI_OK;
+    }
     TRI_CHECK(save_model(tr));
     char val[64] = "";
     if (!isnan(last_val)) snprintf(val, sizeof val, ", val loss %.4f", last_val);
+    const int trained = cfg->train.steps - tr->start.step;
     LOG_INFO("done: %d steps in %.1f s, loss %.4f -> %.4f%s, %.0f tok/s, peak memory %.1f MiB",
-             cfg->train.steps, total_s, first_loss, last_loss, val,
-             cfg->train.steps * (double)tokens_per_step / total_s,
+             trained, total_s, first_loss, last_loss, val,
+             trained > 0 ? trained * (double)tokens_per_step / total_s : 0.0,
              tr->be->mem_peak_bytes(tr->be) / 1048576.0);
     return TRI_OK;
 }
@@ -466,6 +552,8 @@ tri_status train_run(run_config *cfg, launch_info *li) {
     trainer tr;
     memset(&tr, 0, sizeof tr);
     tri_status rc;
+    g_stop_signal = 0;
+    install_stop_handlers();
     TRI_CHECK_GOTO(trainer_init(&tr, cfg, li), rc, done);
     TRI_CHECK_GOTO(train_loop(&tr), rc, done);
 done:

@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# Checkpoints (DESIGN.md "Files"): bitwise resume on the same layout (one process and 4 ranks,
+# sync and async writes alike), resharding tp2 pp2 dp2 zero1 -> tp1 pp4 dp2 zero3
+# (interleaved) -> tp4 dp1 zero0 -> 1 process against the unchanged layout, exports of any
+# checkpoint, checkpoint.keep, preemption by SIGUSR1 / SIGTERM, and damaged checkpoints
+# (truncated, corrupted, missing rank file, another model's manifest, kill -9 during writes).
+set -u
+source "$(dirname "$0")/lib.sh"
+
+# same_steps A B [FROM]: the step and eval lines of B (from step FROM on) equal A's apart from
+# the timing fields.
+same_steps() {
+    /usr/bin/python3 - "$@" <<'PY'
+import json, sys
+def lines(d):
+    out = {}
+    for r in map(json.loads, open(d + '/metrics.jsonl')):
+        if r['type'] in ('step', 'eval'):
+            for k in ('step_ms', 'tokens_per_s', 'mfu', 'mem_peak_bytes', 'bubble'):
+                r.pop(k, None)
+            out[(r['type'], r['step'])] = r
+    return out
+a, b = lines(sys.argv[1]), lines(sys.argv[2])
+first = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+keys = [k for k in a if k[1] >= first]
+bad = [k for k in keys if a[k] != b.get(k)]
+print('%d lines from step %d, %d differ %s' % (len(keys), first, len(bad), bad[:2]))
+sys.exit(1 if bad or not keys or set(b) - set(a) else 0)
+PY
+}
+
+# --- bitwise resume, one process: 20 steps vs stopped at 10 and resumed -----------------
+ONE=(--set train.steps=20 --set checkpoint.every=10 --set log.every=1 --set data.eval_every=5)
+$T train $CFG "${ONE[@]}" --set run.out_dir=$W/r20 --set checkpoint.dir=$W/c20 >$W/r20.log 2>&1
+$T train $CFG "${ONE[@]}" --set run.out_dir=$W/r20s --set checkpoint.dir=$W/c20s --set checkpoint.async=false >$W/r20s.log 2>&1
+mkdir -p $W/r10 && cp $W/r20/metrics.jsonl $W/r10/ # the resumed run keeps steps 1-10 of it
+$T train $CFG "${ONE[@]}" --set run.out_dir=$W/r10 --set checkpoint.dir=$W/c10 \
+    --set checkpoint.resume=$W/c20/step_00000010 >$W/r10.log 2>&1
+if out=$(same_steps $W/r20 $W/r10) && cmp -s $W/r20/model.bin $W/r10/model.bin &&
+    grep -q "resumed from $W/c20/step_00000010: step 10" $W/r10.log; then pass "ckpt_resume_bitwise_1proc $out"
+else fail ckpt_resume_bitwise_1proc "$out $(tail -2 $W/r10.log | tr '\n' ' ')"; fi
+nodir() { grep -v '^    out_dir:\|^    dir:\|^    async:' "$1"; }
+if cmp -s $W/c20/step_00000010/rank_00000.bin $W/c20s/step_00000010/rank_00000.bin &&
+    cmp -s <(nodir $W/c20/step_00000020/manifest.yaml) <(nodir $W/c20s/step_00000020/manifest.yaml); then
+    pass ckpt_async_equals_sync
+else fail ckpt_async_equals_sync "rank files or manifests differ"; fi
+if grep -q "ckpt blocked [0-9.]* ms (async)" $W/r20.log && grep -q '"type":"checkpoint","step":10' $W/r20/metrics.jsonl &&
+    [ "$(cat $W/c20/latest)" = step_00000020 ]; then pass ckpt_step_line_blocked_time
+else fail ckpt_step_line_blocked_time "$(grep ckpt $W/r20.log | head -2)"; fi
+
+# --- bitwise resume, 4 ranks (tp2 dp2 zero2) -------------------------------------------
+FOUR=("${ONE[@]}" --set parallel.tp=2 --set parallel.zero=2 --set system.threads=1)
+"${MPIRUN[@]}" -np 4 $T train $CFG "${FOUR[@]}" --set run.out_dir=$W/m20 --set checkpoint.dir=$W/cm >$W/m20.log 2>&1
+mkdir -p $W/m10 && cp $W/m20/metrics.jsonl $W/m10/
+"${MPIRUN[@]}" -np 4 $T train $CFG "${FOUR[@]}" --set run.out_dir=$W/m10 --set checkpoint.dir=$W/cm10 \
+    --set checkpoint.resume=$W/cm/step_00000010 >$W/m10.log 2>&1
+if out=$(same_steps $W/m20 $W/m10) && cmp -s $W/m20/model.bin $W/m10/model.bin; then pass "ckpt_resume_bitwise_tp2_dp2_zero2 $out"
+else fail ckpt_resume_bitwise_tp2_dp2_zero2 "$out $(tail -2 $W/m10.log | tr '\n' ' ')"; fi
+n_files=$(ls $W/cm/step_00000010/rank_*.bin | wc -l)
+if [ "$n_files" = 4 ] && ! ls $W/cm/step_00000010/*.idx >/dev/null 2>&1; then pass ckpt_one_file_per_rank
+else fail ckpt_one_file_per_rank "$n_files rank files"; fi
+
+# --- resharding: every region once, any layout loads it -------------------------------
+RS=(--set train.steps=20 --set train.micro_batch=2 --set train.global_batch=16 --set system.threads=1
+    --set model.n_layer=8 --set model.n_head=4 --set model.vocab_size=250 --set model.vocab_pad_to=128
+    --set data.eval_every=0 --set checkpoint.every=5 --set checkpoint.keep=10)
+"${MPIRUN[@]}" -np 8 $T train $CFG "${RS[@]}" --set parallel.tp=2 --set parallel.pp=2 --set parallel.zero=1 \
+    --set run.out_dir=$W/A --set checkpoint.dir=$W/cA >$W/A.log 2>&1
+"${MPIRUN[@]}" -np 8 $T train $CFG "${RS[@]}" --set parallel.pp=4 --set parallel.zero=3 --set parallel.schedule=interleaved \
+    --set parallel.virtual_stages=2 --set run.out_dir=$W/B --set checkpoint.dir=$W/cB \
+    --set checkpoint.resume=$W/cA/step_00000005 >$W/B.log 2>&1
+"${MPIRUN[@]}" -np 4 $T train $CFG "${RS[@]}" --set parallel.tp=4 --set parallel.zero=0 --set run.out_dir=$W/C \
+    --set checkpoint.dir=$W/cC --set checkpoint.resume=$W/cB/step_00000010 >$W/C.log 2>&1
+$T train $CFG "${RS[@]}" --set run.out_dir=$W/D --set checkpoint.dir=$W/cD --set checkpoint.resume=$W/cC/step_00000015 >$W/D.log 2>&1
+if out=$(/usr/bin/python3 - $W <<'PY'
+import json, sys
+W = sys.argv[1]
+def steps(d):
+    return {r['step']: r for r in map(json.loads, open(W + '/' + d + '/metrics.jsonl')) if r['type'] == 'step'}
+A, worst, ok = steps('A'), 0.0, True
+for d, first, last in (('B', 6, 10), ('C', 11, 15), ('D', 16, 20)):
+    s = steps(d)
+    ok &= sorted(s)[0] == first and all(s[k]['tokens'] == A[k]['tokens'] for k in range(first, 21))
+    worst = max([worst] + [abs(s[k]['loss'] - A[k]['loss']) / A[k]['loss'] for k in range(first, last + 1)])
+print('max rel loss err %.2e over steps 6-20 on 3 other layouts' % worst)
+sys.exit(0 if ok and worst <= 1e-5 else 1)
+PY
+); then pass "ckpt_reshard_chain $out"; else fail ckpt_reshard_chain "$out $(tail -1 $W/D.log)"; fi
+if grep -q "mesh: {world: 8, tp: 2, pp: 2, dp: 2" $W/cA/step_00000005/manifest.yaml &&
+    ! grep -h "tensor: " $W/cA/step_00000020/manifest.yaml | sed 's/, file: .*//' | sort | uniq -d | grep -q .; then
+    pass ckpt_no_region_twice
+else fail ckpt_no_region_twice "a region is stored twice"; fi
+
+# --- exports from any checkpoint --------------------------------------------------------
+$T export $W/cA --format llmc --out $W/eA.bin >$W/e.log 2>&1
+$T export $W/cD/step_00000020 --format llmc --out $W/eD.bin >>$W/e.log 2>&1
+$T export $W/cB/step_00000010 --format safetensors --out $W/eB.safetensors >>$W/e.log 2>&1
+$T export $W/cB/step_00000010 --format llmc --out $W/eB.bin >>$W/e.log 2>&1
+if cmp -s $W/eA.bin $W/A/model.bin && cmp -s $W/eD.bin $W/D/model.bin; then pass ckpt_export_llmc_equals_model
+else fail ckpt_export_llmc_equals_model "$(tail -2 $W/e.log)"; fi
+/usr/bin/python3 tests/st_gpt2.py $W/eB.safetensors $W/eB.bin 2>&1 | sed 's/^PASS /PASS ckpt_export_/; s/^FAIL /FAIL ckpt_export_/' || fails=$((fails + 1))
+if $T sample $W/cC --tokens 8 --prompt "And" >$W/s.log 2>&1; then pass ckpt_sample
+else fail ckpt_sample "$(tail -2 $W/s.log)"; fi
+
+# --- checkpoint.keep ----------------------------------------------------------------------
+$T train $CFG --set train.steps=10 --set checkpoint.every=2 --set checkpoint.keep=2 --set run.out_dir=$W/k \
+    --set checkpoint.dir=$W/ck >$W/k.log 2>&1
+if [ "$(ls $W/ck | tr '\n' ' ')" = "latest step_00000008 step_00000010 " ]; then pass ckpt_keep
+else fail ckpt_keep "left: $(ls $W/ck | tr '\n' ' ')"; fi
+
+# --- preemption: SIGUSR1 to mpirun (passed on to the ranks), SIGTERM to one rank ----------
+PRE=(--set train.steps=200 --set checkpoint.every=1000 --set log.every=1 --set data.eval_every=0
+     --set parallel.tp=2 --set system.threads=1)
+"${MPIRUN[@]}" -np 4 $T train $CFG "${PRE[@]}" --set run.out_dir=$W/full --set checkpoint.dir=$W/cfull >$W/full.log 2>&1
+preempt() { # name signal target(mpirun|rank)
+    local name=$1 sig=$2 target=$3
+    "${MPIRUN[@]}" -np 4 $T train $CFG "${PRE[@]}" --set run.out_dir=$W/$name --set checkpoint.dir=$W/c$name >$W/$name.log 2>&1 &
+    local pid=$! i
+    for i in $(seq 200); do grep -q "step    20/" $W/$name.log 2>/dev/null && break; sleep 0.05; done
+    if [ $target = mpirun ]; then kill -$sig $(pgrep -f "^mpirun .*run.out_dir=$W/$name ")
+    else kill -$sig $(pgrep -f "^$T train .*run.out_dir=$W/$name " | tail -1); fi
+    wait $pid
+    local rc=$?
+    local at=$(sed -n 's/^step: //p' $W/c$name/$(cat $W/c$name/latest 2>/dev/null)/manifest.yaml 2>/dev/null)
+    "${MPIRUN[@]}" -np 4 $T train $CFG "${PRE[@]}" --set run.out_dir=$W/$name --set checkpoint.dir=$W/c$name >$W/$name.2.log 2>&1
+    local out
+    if [ $rc = 0 ] && grep -q "stopped by SIG$sig after step" $W/$name.log && [ -n "$at" ] && [ "$at" -lt 200 ] &&
+        out=$(same_steps $W/full $W/$name) && grep -q "resumed from .*step $at" $W/$name.2.log; then
+        pass "${name} stopped at step $at, resumed: $out"
+    else fail $name "rc $rc, checkpoint step '$at': $(grep -h 'stopped\|error' $W/$name.log $W/$name.2.log | head -3 | tr '\n' ' ')"; fi
+}
+preempt ckpt_preempt_sigusr1_mpirun USR1 mpirun
+preempt ckpt_preempt_sigterm_one_rank TERM rank
+
+# --- damaged checkpoints: exit 4, the file and tensor named, nothing overwritten ----------
+damaged() { # name pattern setup-command... (EXTRA: more --set arguments for the run)
+    local name=$1 pattern=$2; shift 2
+    rm -rf $W/bad $W/rbad $W/bad_out; cp -r $W/c20/step_00000010 $W/bad; mkdir -p $W/rbad; echo keep >$W/rbad/metrics.jsonl
+    "$@"
+    local before=$(cd $W/bad && ls -l --time-style=+%s.%N; md5sum * 2>/dev/null)
+    $T train $CFG "${ONE[@]}" --set run.out_dir=$W/rbad --set checkpoint.dir=$W/bad_out \
+        --set checkpoint.resume=$W/bad ${EXTRA:-} >$W/bad.log 2>&1
+    local rc=$? after=$(cd $W/bad && ls -l --time-style=+%s.%N; md5sum * 2>/dev/null)
+    if [ $rc = 4 ] && grep -q -- "$pattern" $W/bad.log && [ "$before" = "$after" ] &&
+        [ "$(cat $W/rbad/metrics.jsonl)" = keep ] && [ ! -e $W/bad_out ]; then pass $name
+    else fail $name "exit $rc: $(grep -h 'error' $W/bad.log | head -2 | tr '\n' ' ')"; fi
+}
+damaged ckpt_truncated_rank_file "rank file .*rank_00000.bin is [0-9]* bytes, the manifest says" \
+    truncate -s 1000 $W/bad/rank_00000.bin
+damaged ckpt_corrupted_byte "checksum mismatch in .*rank_00000.bin: tensor h0.qkvw" \
+    /usr/bin/python3 -c "
+import re, sys
+m = open('$W/bad/manifest.yaml').read()
+off = int(re.search(r'tensor: h0.qkvw, kind: param.*byte_offset: (\d+)', m).group(1))
+f = open('$W/bad/rank_00000.bin', 'r+b'); f.seek(off + 100); b = f.read(1); f.seek(off + 100); f.write(bytes([b[0] ^ 1]))"
+damaged ckpt_missing_rank_file "rank file .*rank_00000.bin is missing" rm $W/bad/rank_00000.bin
+EXTRA="--set model.d_model=64" damaged ckpt_other_model \
+    "tensor wte is \[256, 32\] in the checkpoint but \[256, 64\] in this model" true
+damaged ckpt_no_manifest "is not a checkpoint (no manifest.yaml" rm $W/bad/manifest.yaml
+
+# --- kill -9 at random moments while checkpoints are being written --------------------
+KILL=(--set train.steps=12 --set checkpoint.every=1 --set checkpoint.keep=2 --set log.every=1
+      --set data.eval_every=0 --set model.d_model=128 --set model.n_layer=4)
+$T train $CFG "${KILL[@]}" --set run.out_dir=$W/kref --set checkpoint.dir=$W/ckref >$W/kref.log 2>&1
+killed_ok=0 mid_write=0 detail=
+for i in 1 2 3 4 5; do
+    TRIDENT_TEST_CKPT_DELAY_MS=15 $T train $CFG "${KILL[@]}" --set run.out_dir=$W/kill --set checkpoint.dir=$W/ckill >>$W/kill.log 2>&1 &
+    pid=$!
+    sleep 0.$((RANDOM % 7 + 3))
+    kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
+    latest=$(cat $W/ckill/latest 2>/dev/null)
+    mid_write=$((mid_write + $(ls -d $W/ckill/*.tmp 2>/dev/null | wc -l)))
+    if [ -z "$latest" ] || [ -f $W/ckill/$latest/manifest.yaml ]; then killed_ok=$((killed_ok + 1))
+    else detail="latest -> $latest has no manifest"; fi
+    detail="$detail [kill $i: latest '${latest}', $(ls $W/ckill 2>/dev/null | grep -c tmp) tmp]"
+done
+$T train $CFG "${KILL[@]}" --set run.out_dir=$W/kill --set checkpoint.dir=$W/ckill >$W/kill.final.log 2>&1
+if [ $killed_ok = 5 ] && [ $mid_write -ge 1 ] && out=$(same_steps $W/kref $W/kill) && cmp -s $W/kref/model.bin $W/kill/model.bin; then
+    pass "ckpt_kill9_during_writes $detail; resumed to the end: $out"
+else fail ckpt_kill9_during_writes "$detail $out $(tail -2 $W/kill.final.log | tr '\n' ' ')"; fi
+
+echo "checkpoint tests: $fails failed"
+[ $fails = 0 ]
