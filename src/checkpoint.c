@@ -215,7 +215,8 @@ struct ckpt_writer {
     char tmp[PATH_BYTES], final[PATH_BYTES];
     ckpt_progress progress;
     int pending, threaded;
-    pthread_t thread;
+    pthread_t thread, prefault;
+    int prefaulting;         // the prefault thread has not been joined yet
     atomic_int done;
     tri_status status;       // of this rank's write
     double write_s;
@@ -305,6 +306,14 @@ static void *writer_thread(void *arg) {
     return NULL;
 }
 
+// Touches every page of the host image once, in the background from the start of training,
+// so that the first checkpoint's copy does not pay the page faults (seconds for a few GB).
+static void *prefault_image(void *arg) {
+    ckpt_writer *w = arg;
+    memset(w->image, 0, w->bytes);
+    return NULL;
+}
+
 tri_status ckpt_writer_create(ckpt_writer **out, const ckpt_state *s) {
     ckpt_writer *w = xcalloc(1, sizeof *w);
     w->s = *s;
@@ -321,6 +330,7 @@ tri_status ckpt_writer_create(ckpt_writer **out, const ckpt_state *s) {
     }
     pathf(w->dir, "%s", s->cfg->checkpoint.dir);
     atomic_init(&w->done, 0);
+    w->prefaulting = pthread_create(&w->prefault, NULL, prefault_image, w) == 0;
     *out = w;
     return TRI_OK;
 }
@@ -506,6 +516,8 @@ tri_status ckpt_save(ckpt_writer *w, const ckpt_progress *p, int async, double *
         }
     }
     TRI_CHECK(agree(w->s.cm, rc));
+    if (w->prefaulting) pthread_join(w->prefault, NULL);
+    w->prefaulting = 0;
     backend *be = w->s.be;
     size_t off = 0;
     for (int i = 0; i < w->n_spans; i++) {
@@ -528,6 +540,7 @@ tri_status ckpt_save(ckpt_writer *w, const ckpt_progress *p, int async, double *
 
 void ckpt_writer_free(ckpt_writer *w) {
     if (!w) return;
+    if (w->prefaulting) pthread_join(w->prefault, NULL);
     ckpt_commit(w);
     free(w->spans);
     free(w->image);

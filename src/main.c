@@ -10,6 +10,7 @@
 #include "launch.h"
 #include "mesh.h"
 #include "metrics.h"
+#include "plan.h"
 #include "sample.h"
 #include "train.h"
 
@@ -20,6 +21,8 @@ static void usage(FILE *f) {
             "usage:\n"
             "  trident train CONFIG [--set key=value]...     train (see checkpoint.resume)\n"
             "  trident check CONFIG [--world N] [--set ...]  validate, print the resolved config and mesh\n"
+            "  trident plan CONFIG [--world N] [--device NAME] [--set ...] [--json] [--search [--top N]]\n"
+            "                                                memory, communication, bubble, step time\n"
             "  trident sample RUN_OR_MODEL [--prompt TEXT] [--tokens N] [--temperature T] [--seed S]\n"
             "  trident export RUN_OR_MODEL --format llmc|safetensors --out FILE\n"
             "  trident comm-test [--world-shape tp,pp,dp] [--bytes MIN:MAX] [--iters N] [--timeout S]\n"
@@ -126,6 +129,21 @@ static int cmd_check(int argc, char **argv) {
     return rc;
 }
 
+// CONFIG [--world N] [--set ...] as for check, plus the planner's own options.
+static int cmd_plan(int argc, char **argv) {
+    plan_options po;
+    config_args ca = {0};
+    int rc = plan_parse_options(&argc, argv, &po);
+    if (!rc) rc = parse_config_args(argc, argv, &ca, 1);
+    run_config cfg;
+    config_defaults(&cfg);
+    if (!rc) rc = config_load(&cfg, ca.config, ca.n_sets, ca.sets);
+    if (!rc) rc = plan_run(&cfg, ca.world, &po);
+    config_free(&cfg);
+    free(ca.sets);
+    return rc;
+}
+
 static int cmd_sample(int argc, char **argv) {
     sample_options opt = {.tokens = 256, .temperature = 0.8, .seed = 1337};
     for (int i = 0; i < argc; i++) {
@@ -199,6 +217,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
     if (!strcmp(cmd, "check")) return cmd_check(argc - 2, argv + 2);
+    if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);
     if (!strcmp(cmd, "export")) return cmd_export(argc - 2, argv + 2);
     if (!strcmp(cmd, "comm-test")) return commtest_main(argc - 2, argv + 2);

@@ -34,18 +34,18 @@ static void pieces_of_range(optim_state *o, const param_table *pt, int first, in
 // (at least one layer each); the final LayerNorm's two entries; wte, wpe and the tied copy
 // of wte each alone (so that the two copies of wte shard alike on both stages). A bucket
 // never spans chunks, so one backward call finishes it.
-static int layer_chunk(const param_table *pt, int layer) {
+int optim_layer_chunk(const param_table *pt, int layer) {
     return layer / params_chunk_layers(pt) / pt->pp; // virtual stage c * pp + r
 }
 
-static int bucket_span(const param_table *pt, int i, double bucket_bytes, int *layers) {
+int optim_bucket_span(const param_table *pt, int i, double bucket_bytes, int *layers) {
     const param_entry *e = &pt->entries[i];
     *layers = 0;
     if (e->layer < 0) return i == pt->lnfw ? 2 : 1;
     int n = 0;
     double bytes = 0;
     while (i + n < pt->n_entries && pt->entries[i + n].layer >= 0 &&
-           layer_chunk(pt, pt->entries[i + n].layer) == layer_chunk(pt, e->layer)) {
+           optim_layer_chunk(pt, pt->entries[i + n].layer) == optim_layer_chunk(pt, e->layer)) {
         double layer_bytes = 0;
         for (int k = 0; k < PARAM_PER_LAYER; k++)
             layer_bytes += 4.0 * (double)pt->entries[i + n + k].local_numel;
@@ -66,7 +66,7 @@ static void define_buckets(optim_state *o, const param_table *pt) {
     size_t arena = 0;
     for (int i = 0; i < pt->n_entries;) {
         optim_bucket *b = &o->buckets[o->n_buckets];
-        b->first = i, b->count = bucket_span(pt, i, o->bucket_mb * 1048576.0, &b->layers);
+        b->first = i, b->count = optim_bucket_span(pt, i, o->bucket_mb * 1048576.0, &b->layers);
         b->begin = pt->entries[i].offset;
         for (int k = i; k < i + b->count; k++) {
             b->numel += (size_t)pt->entries[k].local_numel;
@@ -119,7 +119,7 @@ static tri_status create_buckets(optim_state *o, const param_table *pt, float **
 // chunk's buckets.
 static int bucket_chunk(const optim_state *o, const param_table *pt, const optim_bucket *b) {
     const param_entry *e = &pt->entries[b->first];
-    if (e->layer >= 0) return layer_chunk(pt, e->layer);
+    if (e->layer >= 0) return optim_layer_chunk(pt, e->layer);
     if (e->layer == PARAM_LAYER_EMBED) return 0;
     return o->chunks - 1;
 }

@@ -76,6 +76,13 @@ typedef struct {
     int t;                  // optimizer steps taken
 } optim_state;
 
+// The chunk (virtual stage c * pp + r) that holds `layer` on this table's pipeline rank.
+int optim_layer_chunk(const param_table *pt, int layer);
+// Entries in the bucket that starts at entry i: consecutive layers of one chunk merged while
+// they fit in bucket_bytes (at least one layer; *layers counts them), the final LayerNorm's
+// two entries, any other entry alone. The planner sizes buckets with it too.
+int optim_bucket_span(const param_table *pt, int i, double bucket_bytes, int *layers);
+
 // The padded size of parameter/gradient buffers for `local_numel` elements under cfg's
 // ZeRO stage and `dp` replicas.
 size_t optim_capacity(const run_config *cfg, int dp, size_t local_numel);

@@ -20,6 +20,7 @@
 #include "metrics.h"
 #include "model.h"
 #include "optim.h"
+#include "plan.h"
 #include "sched.h"
 
 typedef struct {
@@ -72,16 +73,6 @@ fail:
     LOG_ERROR("cannot create directory %s: %s", buf, strerror(errno));
     LOG_HINT("check run.out_dir");
     return TRI_ERR_CONFIG;
-}
-
-// Model FLOPs per token of one training step (forward + backward): 6 per parameter of the
-// matmuls (the tied LM head included, LayerNorm and biases negligible) plus the attention
-// scores and weighted sums, 12 * L * T * C (PaLM's accounting, causal mask not discounted).
-static double flops_per_token(const run_config *cfg) {
-    const double L = cfg->model.n_layer, C = cfg->model.d_model, T = cfg->model.seq_len;
-    const double Vp = config_padded_vocab(cfg);
-    double matmul_params = L * 12.0 * C * C + Vp * C;
-    return 6.0 * matmul_params + 12.0 * L * T * C;
 }
 
 // The backend's practical matmul rate, measured once (about 0.1 s) as the MFU denominator
@@ -184,6 +175,21 @@ static tri_status trainer_checkpoints(trainer *tr) {
     return TRI_OK;
 }
 
+// The planner's memory of rank 0 (stage 0) as a JSON object of the run record's kinds.
+static tri_status planned_memory(const run_config *cfg, int world, char *out, size_t n) {
+    plan_device dev;
+    plan_device_lookup(plan_device_default(cfg), world, &dev);
+    plan_result p;
+    TRI_CHECK(plan_compute(&p, cfg, &dev));
+    size_t len = (size_t)snprintf(out, n, "{");
+    for (int k = 0; k < PLAN_MEM_COUNT; k++)
+        len += (size_t)snprintf(out + len, n - len, "%s\"%s\":%llu", k ? "," : "", plan_mem_name(k),
+                                (unsigned long long)p.stages[0].mem[k]);
+    snprintf(out + len, n - len, ",\"total_bytes\":%llu}", (unsigned long long)p.stages[0].mem_total);
+    plan_free(&p);
+    return TRI_OK;
+}
+
 static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     tr->cfg = cfg;
     tr->li = li;
@@ -214,6 +220,8 @@ static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
         if (threads < 1) threads = 1;
     }
     TRI_CHECK(backend_cpu_create(&tr->be, threads));
+    // Before the model exists, so that the peak memory is the model's and optimizer's alone.
+    tr->peak_flops = measure_matmul_rate(tr->be);
     TRI_CHECK(trainer_open_data(tr));
     TRI_CHECK(sched_build(&tr->sched, cfg->parallel.schedule, cfg->parallel.pp,
                           cfg->parallel.virtual_stages, tr->n_micro, tr->coord.pp));
@@ -238,22 +246,26 @@ static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     tr->inputs = xmalloc(N * sizeof(int));
     tr->targets = xmalloc(N * sizeof(int));
     if (li->rank == 0) TRI_CHECK(make_dirs(cfg->run.out_dir));
-    tr->flops_per_token = flops_per_token(cfg);
-    tr->peak_flops = measure_matmul_rate(tr->be);
-    // Rank 0's memory by kind (fp32 training: the parameters are the master weights).
-    char extra[768];
+    tr->flops_per_token = plan_flops_per_token(cfg);
+    // Rank 0's memory by kind, as allocated (fp32 training: the parameters are the master
+    // weights), and as the planner computes it without allocating anything.
+    char planned[512];
+    TRI_CHECK(planned_memory(cfg, li->world, planned, sizeof planned));
+    char extra[1536];
     snprintf(extra, sizeof extra,
              ",\"n_params\":%lld,\"threads\":%d,\"micro_batches\":%d,\"flops_per_token\":%.0f,"
              "\"mfu_peak_flops\":%.4g,\"rank_params\":%zu,\"memory\":{\"param_bytes\":%zu,"
              "\"grad_bytes\":%zu,\"master_bytes\":0,\"adam_bytes\":%zu,\"activation_bytes\":%zu,"
-             "\"grad_bucket_bytes\":%zu,\"param_gather_bytes\":%zu}",
+             "\"grad_bucket_bytes\":%zu,\"param_gather_bytes\":%zu,\"scratch_bytes\":%zu},"
+             "\"memory_planned\":%s",
              (long long)tr->model.table.global_numel, tr->be->threads, tr->n_micro,
              tr->flops_per_token, tr->peak_flops, tr->model.table.local_numel,
              (tr->optim.zero == 3 ? tr->optim.arena_len : tr->model.capacity) * sizeof(float),
              (tr->model.grads ? tr->model.capacity : tr->optim.arena_len) * sizeof(float),
              2 * tr->optim.arena_len * sizeof(float), tr->model.activation_bytes,
              tr->optim.workspace_bytes,
-             tr->optim.param_ws ? params_gather_bytes(&tr->optim) : (size_t)0);
+             tr->optim.param_ws ? params_gather_bytes(&tr->optim) : (size_t)0,
+             tr->model.scratch_bytes, planned);
     if (li->rank == 0)
         TRI_CHECK(metrics_open(&tr->metrics, cfg, tr->cm->world_size, tr->be->name, tr->cm->name,
                                extra, tr->resumed ? tr->start.step : -1));

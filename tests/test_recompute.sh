@@ -21,8 +21,8 @@ check() { # name np args...
         pass ${name}_bitwise
     else fail ${name}_bitwise "metrics or model differ"; fi
     local a b
-    a=$(head -1 $W/$name-none/metrics.jsonl | grep -o '"activation_bytes":[0-9]*' | cut -d: -f2)
-    b=$(head -1 $W/$name-full/metrics.jsonl | grep -o '"activation_bytes":[0-9]*' | cut -d: -f2)
+    a=$(head -1 $W/$name-none/metrics.jsonl | grep -o '"activation_bytes":[0-9]*' | head -1 | cut -d: -f2)
+    b=$(head -1 $W/$name-full/metrics.jsonl | grep -o '"activation_bytes":[0-9]*' | head -1 | cut -d: -f2)
     if [ -n "$a" ] && [ -n "$b" ] && [ "$b" -lt "$a" ]; then pass "${name}_activation_bytes $a -> $b"
     else fail ${name}_activation_bytes "none $a, full $b"; fi
 }
