@@ -174,7 +174,7 @@ static void set_dims(model_dims *d, const run_config *cfg, int B, const comm *cm
 }
 
 tri_status model_create(model *m, const run_config *cfg, int B, int n_slots, int pad_multiple,
-                        int full_grads, backend *be, comm *cm) {
+                        int full_grads, int shard_params, backend *be, comm *cm) {
     memset(m, 0, sizeof *m);
     m->be = be;
     m->cm = cm;
@@ -189,14 +189,15 @@ tri_status model_create(model *m, const run_config *cfg, int B, int n_slots, int
     const size_t pad = (size_t)pad_multiple;
     m->capacity = (m->table.local_numel + pad - 1) / pad * pad + (!full_grads && pad > 1 ? pad : 0);
     size_t bytes = m->table.local_numel * sizeof(float);
-    m->params = be->alloc(be, m->capacity * sizeof(float));
+    m->params = shard_params ? NULL : be->alloc(be, m->capacity * sizeof(float));
     m->grads = full_grads ? be->alloc(be, m->capacity * sizeof(float)) : NULL;
     m->grad_of = xcalloc((size_t)m->table.n_entries, sizeof(float *));
     m->param_of = xcalloc((size_t)m->table.n_entries, sizeof(float *));
-    for (int i = 0; i < m->table.n_entries; i++) m->param_of[i] = m->params + m->table.entries[i].offset;
+    for (int i = 0; !shard_params && i < m->table.n_entries; i++)
+        m->param_of[i] = m->params + m->table.entries[i].offset;
     for (int i = 0; full_grads && i < m->table.n_entries; i++)
         m->grad_of[i] = m->grads + m->table.entries[i].offset;
-    if (!m->params || (full_grads && !m->grads)) {
+    if ((!shard_params && !m->params) || (full_grads && !m->grads)) {
         LOG_ERROR("out of %s memory for %zu parameters", be->name, m->table.local_numel);
         return TRI_ERR_INTERNAL;
     }
@@ -214,8 +215,12 @@ tri_status model_create(model *m, const run_config *cfg, int B, int n_slots, int
     } else {
         params_init_host(&m->table, cfg->run.seed, host);
     }
-    be->copy_to_device(be, m->params, host, bytes);
-    free(host);
+    if (shard_params) {
+        m->init_host = host; // the optimizer takes its shards from it
+    } else {
+        be->copy_to_device(be, m->params, host, bytes);
+        free(host);
+    }
     m->att_state_bytes = be->attention_state_bytes(be, d->B, d->T, d->NH_local);
     m->n_slots = n_slots;
     m->slots = xcalloc((size_t)n_slots, sizeof(model_acts));
@@ -229,6 +234,7 @@ tri_status model_create(model *m, const run_config *cfg, int B, int n_slots, int
 void model_free(model *m) {
     backend *be = m->be;
     if (!be) return;
+    free(m->init_host);
     for (int s = 0; s <= m->n_slots; s++) {
         model_acts *a = s < m->n_slots ? &m->slots[s] : &m->work;
         void *acts[] = {ACT_POINTERS(a), HEAD_POINTERS(a)};

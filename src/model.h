@@ -51,6 +51,8 @@ typedef struct {
     comm *cm;
     float *params;     // (capacity) on the device: table.local_numel, padded for ZeRO shards;
                        // NULL under ZeRO-3, where the optimizer holds parameter shards
+    float *init_host;  // ZeRO-3 (shard_params): the initial local parameters in host memory,
+                       // until the optimizer has taken its shards (the caller frees it)
     float **param_of;  // (table.n_entries): where each entry's parameters are read from
     float *grads;      // (capacity), accumulated over micro-batches; NULL when the
                        // optimizer keeps only gradient buckets (ZeRO-2)
@@ -89,8 +91,11 @@ typedef struct {
 // initialised from run.seed, or loaded from model.init_from when set. The tp and pp groups
 // of `cm` set the tensor split and the layers held.
 // With full_grads 0 no gradient buffer is allocated: the caller points grad_of elsewhere.
+// With shard_params 1 (ZeRO-3) no parameter buffer is allocated on the device either: the
+// initial values stay in host memory (init_host) for the optimizer's shards, so that no rank
+// ever holds all of its parameters on the device.
 tri_status model_create(model *m, const run_config *cfg, int B, int n_slots, int pad_multiple,
-                        int full_grads, backend *be, comm *cm);
+                        int full_grads, int shard_params, backend *be, comm *cm);
 void model_free(model *m);
 
 // Forward of chunk `chunk` (0..chunks-1) of one micro-batch into activation slot `slot`.

@@ -154,7 +154,7 @@ static tri_status create_param_shards(optim_state *o, const param_table *pt, con
     if (!o->param_ws || !o->param_shard) return TRI_ERR_INTERNAL;
     for (int p = 0; p < o->n_pieces; p++) {
         const optim_piece *pc = &o->pieces[p];
-        be->copy(be, o->param_shard + pc->pos, params + pc->lo, (pc->hi - pc->lo) * sizeof(float));
+        be->copy_to_device(be, o->param_shard + pc->pos, params + pc->lo, (pc->hi - pc->lo) * sizeof(float));
     }
     return TRI_OK;
 }

@@ -89,8 +89,8 @@ size_t optim_capacity(const run_config *cfg, int dp, size_t local_numel);
 
 // Stage 2 and 3 also point the model's gradients (grad_of, n_entries pointers) at their
 // bucket workspaces; stages 0 and 1 leave them in the model's gradient buffer. Stage 3 takes
-// its parameter shards from `params` (the model's initial full local buffer, which the
-// caller then frees) and repoints param_of on each gather.
+// its parameter shards from `params` (host memory: the model's initial local parameters,
+// model.init_host, which the caller then frees) and repoints param_of on each gather.
 tri_status optim_create(optim_state *o, backend *be, comm *cm, const run_config *cfg,
                         const param_table *pt, int dp, int dp_rank, float **grad_of,
                         const float *params, float **param_of);

@@ -227,17 +227,17 @@ static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
                           cfg->parallel.virtual_stages, tr->n_micro, tr->coord.pp));
     const int zero = tr->dp > 1 ? cfg->parallel.zero : 0;
     TRI_CHECK(model_create(&tr->model, cfg, cfg->train.micro_batch, tr->sched.max_in_flight,
-                           zero > 0 ? tr->dp : 1, zero < 2, tr->be, tr->cm));
+                           zero > 0 ? tr->dp : 1, zero < 2, zero == 3, tr->be, tr->cm));
     TRI_CHECK(optim_create(&tr->optim, tr->be, tr->cm, cfg, &tr->model.table, tr->dp, tr->dp_rank,
-                           tr->model.grad_of, tr->model.params, tr->model.param_of));
+                           tr->model.grad_of, tr->model.init_host, tr->model.param_of));
+    free(tr->model.init_host);
+    tr->model.init_host = NULL;
     TRI_ASSERT(tr->optim.capacity == tr->model.capacity);
     if (zero >= 2 || (zero == 0 && tr->dp > 1)) {
         tr->model.grads_ready = optim_bucket_ready;
         tr->model.grads_ready_ctx = &tr->optim;
     }
     if (zero == 3) { // the optimizer holds the parameters now, as shards
-        tr->be->free(tr->be, tr->model.params);
-        tr->model.params = NULL;
         tr->model.params_needed = optim_params_needed;
         tr->model.params_needed_ctx = &tr->optim;
     }
