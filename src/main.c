@@ -23,13 +23,14 @@ static void usage(FILE *f) {
             "  trident check CONFIG [--world N] [--set ...]  validate, print the resolved config and mesh\n"
             "  trident plan CONFIG [--world N] [--device NAME] [--set ...] [--json] [--search [--top N]]\n"
             "                                                memory, communication, bubble, step time\n"
-            "  trident sample RUN_OR_MODEL [--prompt TEXT] [--tokens N] [--temperature T] [--seed S]\n"
-            "  trident export RUN_OR_MODEL --format llmc|safetensors --out FILE\n"
+            "  trident sample SOURCE [--prompt TEXT] [--tokens N] [--temperature T] [--seed S]\n"
+            "  trident export SOURCE --format llmc|safetensors --out FILE\n"
             "  trident comm-test [--world-shape tp,pp,dp] [--bytes MIN:MAX] [--iters N] [--timeout S]\n"
             "                                                every collective on every group, checked\n"
             "  trident --help | --version\n"
             "\n"
-            "RUN_OR_MODEL is a run directory (run.out_dir, holding model.bin) or an llm.c model file.\n"
+            "SOURCE is a checkpoint (checkpoint.dir/step_N, or a checkpoint.dir: its newest) of any\n"
+            "layout, a run directory (run.out_dir, holding model.bin) or an llm.c model file.\n"
             "Exit codes: 0 ok, 1 internal, 2 usage/config, 3 data, 4 checkpoint/model file,\n"
             "5 communication, 6 non-finite loss or gradients.\n"
             "Environment: TRIDENT_LOG=debug|info|warn sets the log level.\n");
@@ -186,7 +187,7 @@ static int cmd_export(int argc, char **argv) {
         else if (!src) src = argv[i];
         else return usage_error("unexpected argument %s", argv[i]);
     }
-    if (!src || !format || !out) return usage_error("export needs RUN_OR_MODEL, --format and --out%s", "");
+    if (!src || !format || !out) return usage_error("export needs SOURCE, --format and --out%s", "");
     if (strcmp(format, "llmc") && strcmp(format, "safetensors"))
         return usage_error("--format must be llmc or safetensors, got %s", format);
     llmc_model f;

@@ -3,8 +3,10 @@
 Face's GPT2LMHeadModel would (names transformer.*, Conv1D weights stored (in, out), the
 real vocabulary only), runs GPT-2 from it in float64 with Conv1D's y = x @ W + b, and
 compares the logits with those of the llm.c file of the same model computed by
-tests/ref_gpt2.py's independent GPT-2. Prints PASS/FAIL lines; exit 1 on a failure.
-Usage: st_gpt2.py MODEL.safetensors MODEL.bin"""
+tests/ref_gpt2.py's independent GPT-2, and (with REF_DUMP_DIR, written by build/tests/ref_dump
+for the same model) with trident's own logits of its first micro-batch. Prints PASS/FAIL
+lines; exit 1 on a failure.
+Usage: st_gpt2.py MODEL.safetensors MODEL.bin [REF_DUMP_DIR MICRO_BATCH]"""
 import json, math, struct, sys
 import numpy as np
 import torch
@@ -71,7 +73,16 @@ def main():
     err = float((ours - ref).abs().max() / ref.abs().max())
     ok2 = err <= 1e-6
     print(("PASS" if ok2 else "FAIL") + f" safetensors_logits max_rel_err={err:.2e} (HF-layout GPT-2 vs the llm.c file)")
-    sys.exit(0 if ok and ok2 else 1)
+    ok3 = True
+    if len(sys.argv) > 4:  # trident's logits of micro-batch 0 of step 0 (ref_dump)
+        d, B = sys.argv[3], int(sys.argv[4])
+        idx = torch.tensor(np.fromfile(d + "/tokens.bin", dtype=np.int32)[:B * maxT].reshape(B, maxT).astype(np.int64))
+        trident = np.fromfile(d + "/logits.bin", dtype=np.float32).reshape(B, maxT, -1)[:, :, :V]
+        ours = hf_logits(t, idx, L, NH).numpy()
+        err3 = float(np.abs(ours - trident).max() / np.abs(ours).max())
+        ok3 = err3 <= 1e-5
+        print(("PASS" if ok3 else "FAIL") + f" safetensors_logits_vs_trident max_rel_err={err3:.2e} ({B}x{maxT} tokens)")
+    sys.exit(0 if ok and ok2 and ok3 else 1)
 
 
 if __name__ == "__main__":

@@ -98,7 +98,14 @@ $T export $W/cB/step_00000010 --format safetensors --out $W/eB.safetensors >>$W/
 $T export $W/cB/step_00000010 --format llmc --out $W/eB.bin >>$W/e.log 2>&1
 if cmp -s $W/eA.bin $W/A/model.bin && cmp -s $W/eD.bin $W/D/model.bin; then pass ckpt_export_llmc_equals_model
 else fail ckpt_export_llmc_equals_model "$(tail -2 $W/e.log)"; fi
-/usr/bin/python3 tests/st_gpt2.py $W/eB.safetensors $W/eB.bin 2>&1 | sed 's/^PASS /PASS ckpt_export_/; s/^FAIL /FAIL ckpt_export_/' || fails=$((fails + 1))
+# trident's own logits of the exported model (ref_dump with model.init_from), against the
+# safetensors file read as Hugging Face's GPT-2 would read it.
+sed "s|^model: .*|model: {n_layer: 8, n_head: 4, d_model: 32, seq_len: 32, vocab_size: 250, vocab_pad_to: 128, init_from: $W/eB.bin}|" \
+    $CFG >$W/eB.yaml
+mkdir -p $W/eBdump && build/tests/ref_dump $W/eB.yaml $W/eBdump 1 >$W/eBdump.log 2>&1
+/usr/bin/python3 tests/st_gpt2.py $W/eB.safetensors $W/eB.bin $W/eBdump 4 2>&1 |
+    sed 's/^PASS /PASS ckpt_export_/; s/^FAIL /FAIL ckpt_export_/'
+[ "${PIPESTATUS[0]}" = 0 ] || fails=$((fails + 1))
 if $T sample $W/cC --tokens 8 --prompt "And" >$W/s.log 2>&1; then pass ckpt_sample
 else fail ckpt_sample "$(tail -2 $W/s.log)"; fi
 
@@ -164,9 +171,10 @@ KILL=(--set train.steps=12 --set checkpoint.every=1 --set checkpoint.keep=2 --se
 $T train $CFG "${KILL[@]}" --set run.out_dir=$W/kref --set checkpoint.dir=$W/ckref >$W/kref.log 2>&1
 killed_ok=0 mid_write=0 detail=
 for i in 1 2 3 4 5; do
-    TRIDENT_TEST_CKPT_DELAY_MS=15 $T train $CFG "${KILL[@]}" --set run.out_dir=$W/kill --set checkpoint.dir=$W/ckill >>$W/kill.log 2>&1 &
+    TRIDENT_TEST_CKPT_DELAY_MS=15 $T train $CFG "${KILL[@]}" --set run.out_dir=$W/kill --set checkpoint.dir=$W/ckill >$W/kill.$i.log 2>&1 &
     pid=$!
-    sleep 0.$((RANDOM % 7 + 3))
+    for j in $(seq 100); do grep -q "^step " $W/kill.$i.log && break; sleep 0.05; done # training
+    sleep 0.$((RANDOM % 6))
     kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
     latest=$(cat $W/ckill/latest 2>/dev/null)
     mid_write=$((mid_write + $(ls -d $W/ckill/*.tmp 2>/dev/null | wc -l)))
