@@ -175,19 +175,45 @@ static tri_status trainer_checkpoints(trainer *tr) {
     return TRI_OK;
 }
 
-// The planner's memory of rank 0 (stage 0) as a JSON object of the run record's kinds.
-static tri_status planned_memory(const run_config *cfg, int world, char *out, size_t n) {
+// This rank's device memory by kind as the model and optimizer allocated it (fp32 training:
+// the parameters are the master weights), in the planner's kinds.
+static void allocated_memory(const trainer *tr, uint64_t mem[PLAN_MEM_COUNT]) {
+    const model *m = &tr->model;
+    const optim_state *o = &tr->optim;
+    memset(mem, 0, PLAN_MEM_COUNT * sizeof mem[0]);
+    mem[PLAN_MEM_PARAM] = (o->zero == 3 ? o->arena_len : m->capacity) * sizeof(float);
+    mem[PLAN_MEM_GRAD] = (m->grads ? m->capacity : o->arena_len) * sizeof(float);
+    mem[PLAN_MEM_ADAM] = 2 * o->arena_len * sizeof(float);
+    mem[PLAN_MEM_ACTIVATION] = m->activation_bytes;
+    mem[PLAN_MEM_GRAD_BUCKET] = o->workspace_bytes;
+    mem[PLAN_MEM_PARAM_GATHER] = o->param_ws ? params_gather_bytes(o) : 0;
+    mem[PLAN_MEM_SCRATCH] = m->scratch_bytes;
+}
+
+// The run record's "memory" (allocated) and "memory_planned" (what `trident plan` computes
+// for this rank's stage, without allocating). Every rank checks that the two agree: the
+// planner is what users size their runs with.
+static void memory_json(const trainer *tr, char *out, size_t n) {
+    uint64_t mem[PLAN_MEM_COUNT];
+    allocated_memory(tr, mem);
     plan_device dev;
-    plan_device_lookup(plan_device_default(cfg), world, &dev);
+    plan_device_lookup(plan_device_default(tr->cfg), tr->li->world, &dev);
     plan_result p;
-    TRI_CHECK(plan_compute(&p, cfg, &dev));
-    size_t len = (size_t)snprintf(out, n, "{");
-    for (int k = 0; k < PLAN_MEM_COUNT; k++)
-        len += (size_t)snprintf(out + len, n - len, "%s\"%s\":%llu", k ? "," : "", plan_mem_name(k),
-                                (unsigned long long)p.stages[0].mem[k]);
-    snprintf(out + len, n - len, ",\"total_bytes\":%llu}", (unsigned long long)p.stages[0].mem_total);
-    plan_free(&p);
-    return TRI_OK;
+    int planned = plan_compute(&p, tr->cfg, &dev) == TRI_OK;
+    const plan_stage *st = planned ? &p.stages[tr->coord.pp] : NULL;
+    size_t len = 0;
+    for (int which = 0; which < 1 + planned; which++) {
+        len += (size_t)snprintf(out + len, n - len, ",\"%s\":{", which ? "memory_planned" : "memory");
+        for (int k = 0; k < PLAN_MEM_COUNT; k++)
+            len += (size_t)snprintf(out + len, n - len, "%s\"%s\":%llu", k ? "," : "", plan_mem_name(k),
+                                    (unsigned long long)(which ? st->mem[k] : mem[k]));
+        len += (size_t)snprintf(out + len, n - len, "}");
+    }
+    for (int k = 0; planned && k < PLAN_MEM_COUNT; k++)
+        if (st->mem[k] != mem[k])
+            LOG_WARN("memory: %s is %llu bytes, the planner says %llu; please report this as a bug",
+                     plan_mem_name(k), (unsigned long long)mem[k], (unsigned long long)st->mem[k]);
+    if (planned) plan_free(&p);
 }
 
 static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
@@ -247,25 +273,13 @@ static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     tr->targets = xmalloc(N * sizeof(int));
     if (li->rank == 0) TRI_CHECK(make_dirs(cfg->run.out_dir));
     tr->flops_per_token = plan_flops_per_token(cfg);
-    // Rank 0's memory by kind, as allocated (fp32 training: the parameters are the master
-    // weights), and as the planner computes it without allocating anything.
-    char planned[512];
-    TRI_CHECK(planned_memory(cfg, li->world, planned, sizeof planned));
-    char extra[1536];
+    char memory[1024], extra[1536];
+    memory_json(tr, memory, sizeof memory);
     snprintf(extra, sizeof extra,
              ",\"n_params\":%lld,\"threads\":%d,\"micro_batches\":%d,\"flops_per_token\":%.0f,"
-             "\"mfu_peak_flops\":%.4g,\"rank_params\":%zu,\"memory\":{\"param_bytes\":%zu,"
-             "\"grad_bytes\":%zu,\"master_bytes\":0,\"adam_bytes\":%zu,\"activation_bytes\":%zu,"
-             "\"grad_bucket_bytes\":%zu,\"param_gather_bytes\":%zu,\"scratch_bytes\":%zu},"
-             "\"memory_planned\":%s",
+             "\"mfu_peak_flops\":%.4g,\"rank_params\":%zu%s",
              (long long)tr->model.table.global_numel, tr->be->threads, tr->n_micro,
-             tr->flops_per_token, tr->peak_flops, tr->model.table.local_numel,
-             (tr->optim.zero == 3 ? tr->optim.arena_len : tr->model.capacity) * sizeof(float),
-             (tr->model.grads ? tr->model.capacity : tr->optim.arena_len) * sizeof(float),
-             2 * tr->optim.arena_len * sizeof(float), tr->model.activation_bytes,
-             tr->optim.workspace_bytes,
-             tr->optim.param_ws ? params_gather_bytes(&tr->optim) : (size_t)0,
-             tr->model.scratch_bytes, planned);
+             tr->flops_per_token, tr->peak_flops, tr->model.table.local_numel, memory);
     if (li->rank == 0)
         TRI_CHECK(metrics_open(&tr->metrics, cfg, tr->cm->world_size, tr->be->name, tr->cm->name,
                                extra, tr->resumed ? tr->start.step : -1));

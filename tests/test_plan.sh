@@ -28,6 +28,9 @@ check() {
         return
     fi
     local out
+    if grep -q "the planner says" $W/$name.log; then # every rank compares its own allocation
+        fail plan_every_rank_${name} "$(grep -m1 'the planner says' $W/$name.log)"
+    fi
     if out=$(/usr/bin/python3 - $W/$name/metrics.jsonl $W/$name.plan <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
