@@ -541,7 +541,10 @@ tri_status ckpt_save(ckpt_writer *w, const ckpt_progress *p, int async, double *
 void ckpt_writer_free(ckpt_writer *w) {
     if (!w) return;
     if (w->prefaulting) pthread_join(w->prefault, NULL);
-    ckpt_commit(w);
+    // Training ends with a synchronous checkpoint, so a write still pending here means an
+    // error path, where a collective could wait for ranks that are gone: the write is left
+    // incomplete (a .tmp directory that the next checkpoint removes), never committed.
+    if (w->threaded) pthread_join(w->thread, NULL);
     free(w->spans);
     free(w->image);
     free(w);

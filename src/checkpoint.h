@@ -57,7 +57,8 @@ int ckpt_write_done(const ckpt_writer *w);
 // Collective: waits for this rank's write, agrees on success over the world, and rank 0
 // makes the checkpoint complete. No-op when nothing is pending.
 tri_status ckpt_commit(ckpt_writer *w);
-// Commits what is pending (errors are logged) and frees the writer.
+// Frees the writer; a write still in flight is finished but not committed (the trainer
+// commits explicitly; it gets here with one pending only on an error path).
 void ckpt_writer_free(ckpt_writer *w);
 
 // The checkpoint directory that checkpoint.resume names: "" when training starts fresh

@@ -287,7 +287,7 @@ static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
 }
 
 static void trainer_free(trainer *tr) {
-    ckpt_writer_free(tr->ckpt); // commits a write still in flight
+    ckpt_writer_free(tr->ckpt);
     metrics_close(&tr->metrics);
     free(tr->inputs);
     free(tr->targets);
