@@ -472,7 +472,10 @@ static void prune(ckpt_writer *w) {
     }
     closedir(d);
     qsort(steps, (size_t)n, sizeof(int), cmp_int);
+    // The newest by step number, and never the one just written (a run restarted with
+    // resume: none may find checkpoints of later steps from before).
     for (int i = 0; i + w->s.cfg->checkpoint.keep < n; i++) {
+        if (steps[i] == w->progress.step) continue;
         pathf(p, "%s/step_%08d", w->dir, steps[i]);
         if (remove_dir(p) == 0) LOG_INFO("checkpoint: removed %s (checkpoint.keep %d)", p, w->s.cfg->checkpoint.keep);
     }

@@ -114,6 +114,12 @@ $T train $CFG --set train.steps=10 --set checkpoint.every=2 --set checkpoint.kee
     --set checkpoint.dir=$W/ck >$W/k.log 2>&1
 if [ "$(ls $W/ck | tr '\n' ' ')" = "latest step_00000008 step_00000010 " ]; then pass ckpt_keep
 else fail ckpt_keep "left: $(ls $W/ck | tr '\n' ' ')"; fi
+# A fresh run (resume: none) in the same directory: its checkpoints are older by step
+# number than those there, and are kept anyway; latest names its newest.
+$T train $CFG --set train.steps=4 --set checkpoint.every=2 --set checkpoint.keep=2 --set run.out_dir=$W/k2 \
+    --set checkpoint.dir=$W/ck --set checkpoint.resume=none >$W/k2.log 2>&1
+if [ "$(cat $W/ck/latest)" = step_00000004 ] && [ -f $W/ck/step_00000004/manifest.yaml ]; then pass ckpt_keep_fresh_run
+else fail ckpt_keep_fresh_run "latest $(cat $W/ck/latest), left: $(ls $W/ck | tr '\n' ' ')"; fi
 
 # --- preemption: SIGUSR1 to mpirun (passed on to the ranks), SIGTERM to one rank ----------
 PRE=(--set train.steps=200 --set checkpoint.every=1000 --set log.every=1 --set data.eval_every=0
