@@ -68,9 +68,13 @@ LIB_OBJS := $(filter-out $(BUILD)/obj/main.o,$(OBJS))
 TEST_SRCS := $(sort $(wildcard tests/test_*.c))
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 TEST_TOOLS := $(BUILD)/tests/ref_dump
+# GPU tests (tests/gpu/): built with every CUDA build, so that CI catches their compile and
+# link errors; run only by `make test-gpu`, on a machine with a GPU (never by `make test`).
+GPU_TEST_SRCS := $(sort $(wildcard tests/gpu/test_*.c))
+GPU_TEST_BINS := $(GPU_TEST_SRCS:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
 
-.PHONY: all deps run test clean data format
-all: $(BUILD)/trident data
+.PHONY: all deps run test test-gpu clean data format
+all: $(BUILD)/trident data $(if $(filter 1,$(BUILD_CUDA)),$(GPU_TEST_BINS))
 
 deps:
 	@scripts/install-deps.sh
@@ -88,10 +92,13 @@ $(BUILD)/trident: $(OBJS)
 $(BUILD)/tests/%: tests/%.c $(LIB_OBJS) | $(BUILD)/tests
 	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(LIB_OBJS) -o $@ $(LDLIBS)
 
+$(BUILD)/tests/gpu/%: tests/gpu/%.c $(LIB_OBJS) | $(BUILD)/tests/gpu
+	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(LIB_OBJS) -o $@ $(LDLIBS)
+
 $(BUILD)/tools/%: scripts/%.c $(LIB_OBJS) | $(BUILD)/tools
 	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(LIB_OBJS) -o $@ $(LDLIBS)
 
-$(BUILD)/obj $(BUILD)/obj/cuda $(BUILD)/tests $(BUILD)/tools:
+$(BUILD)/obj $(BUILD)/obj/cuda $(BUILD)/tests $(BUILD)/tests/gpu $(BUILD)/tools:
 	@mkdir -p $@
 
 # The embedded corpus: data/kjv.txt (King James Bible, public domain, from Debian's
@@ -111,7 +118,17 @@ test: deps
 	@$(MAKE) --no-print-directory all $(TEST_BINS) $(TEST_TOOLS)
 	@tests/run_all.sh
 
+# The GPU checks (issue 9): each op on CUDA against the CPU backend, and a training run on
+# each backend; tests/gpu/run.sh says what runs. Needs a CUDA build and a GPU.
+test-gpu:
+ifneq ($(BUILD_CUDA),1)
+	@echo "make test-gpu needs a CUDA build; this one is $(BUILD_KIND)" >&2; exit 2
+else
+	@$(MAKE) --no-print-directory all $(GPU_TEST_BINS)
+	@tests/gpu/run.sh $(BUILD)
+endif
+
 clean:
 	rm -rf $(BUILD) data/*.bin
 
--include $(OBJS:.o=.d) $(TEST_BINS:=.d)
+-include $(OBJS:.o=.d) $(TEST_BINS:=.d) $(GPU_TEST_BINS:=.d)

@@ -196,6 +196,7 @@ static tri_status finish(comm *c, comm_group_id g) { return wait_groups(c, 1u <<
 
 static tri_status check_call(comm *c, comm_group_id g, int op, comm_dtype dt) {
     nccl_ctx *x = ctx_of(c);
+    if (c->inputs_ready) c->inputs_ready(c->inputs_ready_ctx); // the compute stream is done
     if (x->aborted) {
         LOG_ERROR("%s on group %s after the communicators were aborted by an earlier failure",
                   op_name(op), comm_group_name(g));

@@ -68,16 +68,7 @@ class GPT2(nn.Module):
         self.blocks = nn.ModuleList(Block(C, NH) for _ in range(L))
         self.lnf = nn.LayerNorm(C, eps=1e-5)
         self.register_buffer("mask", torch.ones(T, T, dtype=torch.bool).triu(1), persistent=False)
-        for name, p in self.named_parameters():
-            if name.endswith("bias"):
-                nn.init.zeros_(p)
-            elif ".ln" in name or name.startswith("lnf"):
-                nn.init.ones_(p)
-            else:
-                std = 0.02 / math.sqrt(2 * L) if name.endswith("proj.weight") else 0.02
-                nn.init.normal_(p, 0.0, std)
-        with torch.no_grad():
-            self.wte.weight[V:].zero_()
+        init_weights(self, L, V)
 
     def forward(self, idx, targets):
         B, T = idx.shape
@@ -114,6 +105,96 @@ def load_tokens(pattern):
     return toks
 
 
+def init_weights(model, L, V):
+    """trident's init (DESIGN.md "Model"): biases 0, LayerNorm weights 1, N(0, 0.02), the
+    residual output projections N(0, 0.02 / sqrt(2L)), padded vocabulary rows 0."""
+    for name, p in model.named_parameters():
+        if name.endswith("bias"):
+            nn.init.zeros_(p)
+        elif ".ln" in name or name.startswith("lnf"):
+            nn.init.ones_(p)
+        else:
+            std = 0.02 / math.sqrt(2 * L) if name.endswith("proj.weight") else 0.02
+            nn.init.normal_(p, 0.0, std)
+    with torch.no_grad():
+        model.wte.weight[V:].zero_()
+
+
+def read_run(path):
+    """A trident run file over DEFAULTS, and its shapes (L, NH, C, T, V, Vp, B, GB)."""
+    cfg = {s: dict(v) for s, v in DEFAULTS.items()}
+    with open(path) as f:
+        for sec, vals in (yaml.safe_load(f) or {}).items():
+            if isinstance(vals, dict):
+                cfg.setdefault(sec, {}).update(vals)
+    m, tr = cfg["model"], cfg["train"]
+    L, NH, C, T, V = (int(m[k]) for k in ("n_layer", "n_head", "d_model", "seq_len", "vocab_size"))
+    pad = int(m["vocab_pad_to"]) * int(cfg.get("parallel", {}).get("tp", 1) or 1)
+    Vp = (V + pad - 1) // pad * pad
+    return cfg, (L, NH, C, T, V, Vp, int(tr["micro_batch"]), int(tr["global_batch"]))
+
+
+def adamw_groups(model, o):
+    """AdamW's parameter groups: weight decay on matrices and embeddings only."""
+    return [{"params": [p for p in model.parameters() if p.dim() == 2],
+             "weight_decay": float(o["weight_decay"])},
+            {"params": [p for p in model.parameters() if p.dim() != 2], "weight_decay": 0.0}]
+
+
+def batches(pattern, T, B):
+    """batch(first): B rows of T + 1 tokens from global sample `first` on, in DESIGN.md's
+    stream order (sample k of a shard is tokens [k*T, k*T + T + 1)), as (inputs, targets)."""
+    shards = load_tokens(pattern)
+    samples = [(s, k) for s in range(len(shards)) for k in range((shards[s].size - 1) // T)]
+
+    def batch(first):
+        rows = [torch.from_numpy(shards[s][k * T:k * T + T + 1])
+                for s, k in (samples[(first + i) % len(samples)] for i in range(B))]
+        xy = torch.stack(rows)
+        return xy[:, :-1], xy[:, 1:]
+    return batch
+
+
+def train_steps(model, micro_loss, opt, o, clip, steps, n_micro, batch, B, GB, sync=None):
+    """`steps` optimizer steps of n_micro micro-batches each (micro_loss(x, y): the loss of
+    one), with clipping and trident's lr schedule; each step timed (after sync(), when given,
+    waits for the device). Returns the step times and the losses."""
+    step_s, losses = [], []
+    for step in range(steps):
+        if sync:
+            sync()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss_sum = 0.0
+        for micro in range(n_micro):
+            x, y = batch(step * GB + micro * B)
+            loss = micro_loss(x, y) / n_micro
+            loss.backward()
+            loss_sum = loss_sum + loss.detach()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip) if clip > 0 else None
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, o, steps)
+        opt.step()
+        if sync:
+            sync()
+        step_s.append(time.perf_counter() - t0)
+        losses.append(float(loss_sum))
+        print(f"torch step {step + 1}/{steps}: loss {losses[-1]:.4f} "
+              f"norm {float(norm) if norm is not None else float('nan'):.3f} "
+              f"{step_s[-1] * 1e3:.1f} ms", file=sys.stderr, flush=True)
+    return step_s, losses
+
+
+def summary(step_s, losses, skip, tokens_per_step, **extra):
+    """The JSON line's fields: tokens/s as the median (and best) of the steps after `skip`."""
+    timed = step_s[skip:] or step_s
+    med = statistics.median(timed)
+    return {"tokens_per_s_median": tokens_per_step / med, "step_s_median": med,
+            "tokens_per_s_best": tokens_per_step / min(timed),
+            "steps_median": f"{skip + 1}..{len(step_s)}", **extra,
+            "first_loss": losses[0], "last_loss": losses[-1]}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("config")
@@ -124,67 +205,23 @@ def main():
     torch.set_num_threads(args.threads)
     torch.manual_seed(1234)
 
-    cfg = {s: dict(v) for s, v in DEFAULTS.items()}
-    with open(args.config) as f:
-        for sec, vals in (yaml.safe_load(f) or {}).items():
-            if isinstance(vals, dict):
-                cfg.setdefault(sec, {}).update(vals)
-    m, tr, o = cfg["model"], cfg["train"], cfg["optim"]
-    L, NH, C, T, V = (int(m[k]) for k in ("n_layer", "n_head", "d_model", "seq_len", "vocab_size"))
-    pad = int(m["vocab_pad_to"]) * int(cfg.get("parallel", {}).get("tp", 1) or 1)
-    Vp = (V + pad - 1) // pad * pad
-    B, GB = int(tr["micro_batch"]), int(tr["global_batch"])
+    cfg, (L, NH, C, T, V, Vp, B, GB) = read_run(args.config)
+    tr, o = cfg["train"], cfg["optim"]
     steps = args.steps or int(tr["steps"])
     n_micro = GB // B
 
     model = GPT2(L, NH, C, T, V, Vp)
-    decay = [p for p in model.parameters() if p.dim() == 2]
-    no_decay = [p for p in model.parameters() if p.dim() != 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": float(o["weight_decay"])},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=float(o["lr"]), betas=(float(o["beta1"]), float(o["beta2"])),
-                            eps=float(o["eps"]), foreach=True)
+    opt = torch.optim.AdamW(adamw_groups(model, o), lr=float(o["lr"]),
+                            betas=(float(o["beta1"]), float(o["beta2"])), eps=float(o["eps"]),
+                            foreach=True)
     clip = float(tr["grad_clip"])
+    batch = batches(cfg["data"]["train"], T, B)
 
-    # DESIGN.md's stream order: sample k of a shard is tokens [k*T, k*T + T + 1).
-    shards = load_tokens(cfg["data"]["train"])
-    samples = [(s, k) for s in range(len(shards)) for k in range((shards[s].size - 1) // T)]
-
-    def batch(first):
-        rows = []
-        for i in range(B):
-            s, k = samples[(first + i) % len(samples)]
-            rows.append(torch.from_numpy(shards[s][k * T:k * T + T + 1]))
-        xy = torch.stack(rows)
-        return xy[:, :-1], xy[:, 1:]
-
-    step_s, losses = [], []
-    for step in range(steps):
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss_sum = 0.0
-        for micro in range(n_micro):
-            x, y = batch(step * GB + micro * B)
-            loss = model(x, y) / n_micro
-            loss.backward()
-            loss_sum += loss.item()
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip) if clip > 0 else None
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, o, steps)
-        opt.step()
-        step_s.append(time.perf_counter() - t0)
-        losses.append(loss_sum)
-        print(f"torch step {step + 1}/{steps}: loss {loss_sum:.4f} "
-              f"norm {float(norm) if norm is not None else float('nan'):.3f} "
-              f"{step_s[-1] * 1e3:.1f} ms", file=sys.stderr, flush=True)
-    timed = step_s[args.skip:] or step_s
-    med = statistics.median(timed)
-    print(json.dumps({"tokens_per_s_median": GB * T / med, "step_s_median": med,
-                      "tokens_per_s_best": GB * T / min(timed),
-                      "steps_median": f"{args.skip + 1}..{steps}", "threads": args.threads,
-                      "torch": torch.__version__, "n_params": sum(p.numel() for p in model.parameters()),
-                      "first_loss": losses[0], "last_loss": losses[-1]}))
-
+    step_s, losses = train_steps(model, lambda x, y: model(x, y), opt, o, clip, steps, n_micro,
+                                 batch, B, GB)
+    print(json.dumps(summary(step_s, losses, args.skip, GB * T, threads=args.threads,
+                             torch=torch.__version__,
+                             n_params=sum(p.numel() for p in model.parameters()))))
 
 if __name__ == "__main__":
     main()

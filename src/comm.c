@@ -102,6 +102,8 @@ tri_status comm_self_create(comm **out) {
         /* .groups         = */ {{0}},
         /* .timeout_s      = */ 0,
         /* .step           = */ 0,
+        /* .inputs_ready   = */ NULL,
+        /* .inputs_ready_ctx = */ NULL,
         /* .all_reduce     = */ self_all_reduce,
         /* .reduce_scatter = */ self_reduce_scatter,
         /* .all_gather     = */ self_all_gather,

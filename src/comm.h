@@ -48,6 +48,11 @@ struct comm {
     // and a message naming the group, the collective, `step` and the ranks waited for.
     double timeout_s;
     int step;          // set by the trainer each step, for those messages
+    // Called (when set) before a collective or send reads its buffers: the trainer sets the
+    // compute backend's synchronize here when the comm backend runs on streams of its own
+    // (NCCL), so that what the backend's stream wrote is complete.
+    void (*inputs_ready)(void *ctx);
+    void *inputs_ready_ctx;
 
     // In-place all-reduce of `count` elements.
     tri_status (*all_reduce)(comm *c, comm_group_id g, void *buf, size_t count, comm_dtype dt,

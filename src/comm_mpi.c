@@ -467,6 +467,8 @@ tri_status comm_mpi_create(comm **out, const run_config *cfg, const launch_info 
         /* .groups         = */ {{0}},
         /* .timeout_s      = */ timeout_s,
         /* .step           = */ 0,
+        /* .inputs_ready   = */ NULL,
+        /* .inputs_ready_ctx = */ NULL,
         /* .all_reduce     = */ mpi_all_reduce,
         /* .reduce_scatter = */ mpi_reduce_scatter,
         /* .all_gather     = */ mpi_all_gather,

@@ -17,6 +17,7 @@
 extern "C" {
 #endif
 
+#include "backend.h"
 #include "comm.h"
 #include "config.h"
 #include "launch.h"
@@ -31,6 +32,17 @@ int cuda_device_count(void);
 // communicators, buffers) belongs to the device current when it was made. TRI_ERR_CONFIG
 // when no device is visible.
 tri_status cuda_device_select(int local_rank, int *device);
+
+// 1 in a build with CUDA (cuda/ linked), 0 in one without (src/nocuda.c): lets the backend
+// choice word its error ("no GPU" against "no CUDA in this build").
+int cuda_in_build(void);
+
+// The CUDA compute backend (cuda/backend_cuda.cu) on `device`, which the caller selected
+// with cuda_device_select. Every op runs on one stream of its own; see backend.h for the ops
+// and cuda/backend_cuda_internal.cuh for the streams and errors. TRIDENT_CUDA_TF32=1 runs the
+// matmuls in TF32 (faster, outside the fp32 tolerances). TRI_ERR_INTERNAL when the device
+// cannot be set up.
+tri_status backend_cuda_create(backend **out, int device);
 
 // The NCCL comm backend (cuda/nccl_init.cu): one NCCL communicator and one CUDA stream per
 // group of the mesh (tp, dp, pp, embedding, model-parallel, world), over device memory.

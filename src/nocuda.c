@@ -18,6 +18,14 @@ tri_status cuda_device_select(int local_rank, int *device) {
     return no_cuda("selecting a CUDA device");
 }
 
+int cuda_in_build(void) { return 0; }
+
+tri_status backend_cuda_create(backend **out, int device) {
+    (void)device;
+    *out = NULL;
+    return no_cuda("the CUDA compute backend (system.backend: cuda)");
+}
+
 tri_status comm_nccl_create(comm **out, const run_config *cfg, launch_info *li, double timeout_s) {
     (void)cfg; (void)li; (void)timeout_s;
     *out = NULL;

@@ -11,10 +11,12 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "backend_select.h"
 #include "checkpoint.h"
 #include "comm.h"
 #include "comm_mpi.h"
 #include "data.h"
+#include "device_api.h"
 #include "llmc.h"
 #include "mesh.h"
 #include "metrics.h"
@@ -125,13 +127,31 @@ static tri_status check_supported(const run_config *cfg) {
 }
 
 // The comm backend of the mesh: a world of one needs none; otherwise MPI on the CPU path.
+static void synchronize_backend(void *be) { ((backend *)be)->synchronize(be); }
+
+// The comm backend of the mesh: a world of one needs none; MPI moves host memory (the CPU
+// backend's), NCCL device memory (the CUDA backend's).
 static tri_status create_comm(trainer *tr) {
     const run_config *cfg = tr->cfg;
     if (tr->li->world == 1) return comm_self_create(&tr->cm);
-    if (cfg->system.comm == COMM_NCCL) {
-        LOG_ERROR("system.comm: nccl needs the CUDA backend, which this build does not train "
-                  "with yet; use mpi (or auto)");
+    const int cuda = !strcmp(tr->be->name, "cuda");
+    if (cfg->system.comm == COMM_NCCL && !cuda) {
+        LOG_ERROR("system.comm: nccl moves GPU memory, but this run computes on the %s backend; "
+                  "use mpi (or auto)", tr->be->name);
         return TRI_ERR_CONFIG;
+    }
+    if (cfg->system.comm == COMM_MPI && cuda) {
+        LOG_ERROR("system.comm: mpi moves host memory, but the CUDA backend keeps its buffers "
+                  "on the GPU; use nccl (or auto)");
+        return TRI_ERR_CONFIG;
+    }
+    if (cuda) {
+        TRI_CHECK(comm_nccl_create(&tr->cm, cfg, tr->li, cfg->system.comm_timeout_s));
+        // NCCL runs on streams of its own: the backend's stream must have written a buffer
+        // before a collective reads it.
+        tr->cm->inputs_ready = synchronize_backend;
+        tr->cm->inputs_ready_ctx = tr->be;
+        return TRI_OK;
     }
     TRI_CHECK(comm_mpi_create(&tr->cm, cfg, tr->li, cfg->system.comm_timeout_s));
     return TRI_OK;
@@ -219,12 +239,6 @@ static void memory_json(const trainer *tr, char *out, size_t n) {
 static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     tr->cfg = cfg;
     tr->li = li;
-    if (cfg->system.backend == BACKEND_CUDA) {
-        LOG_ERROR("system.backend: cuda was asked for, but this build of trident trains on the "
-                  "CPU backend only");
-        LOG_HINT("set system.backend: cpu (or auto)");
-        return TRI_ERR_CONFIG;
-    }
     // Every rank validates the same config; only rank 0 prints what is wrong.
     int mute = log_mute_if_not_rank0();
     tri_status rc = config_resolve_world(cfg, li->world);
@@ -234,7 +248,6 @@ static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     tr->coord = mesh_coord_of(cfg, li->rank);
     log_set_rank(li->rank, tr->coord.tp, tr->coord.dp, tr->coord.pp);
     if (li->rank == 0 && li->world > 1) mesh_print(cfg, stdout);
-    TRI_CHECK(create_comm(tr));
     tr->dp = cfg->parallel.dp;
     tr->dp_rank = tr->coord.dp;
     tr->n_micro = config_micro_batches(cfg);
@@ -245,9 +258,14 @@ static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
         threads = (int)(cores / (li->local_size > 0 ? li->local_size : 1));
         if (threads < 1) threads = 1;
     }
-    TRI_CHECK(backend_cpu_create(&tr->be, threads));
+    // The compute backend first: on the CUDA path it selects the device that NCCL's
+    // communicators and every buffer belong to.
+    TRI_CHECK(backend_create_for(cfg, li->local_rank, threads, &tr->be));
+    TRI_CHECK(create_comm(tr));
     // Before the model exists, so that the peak memory is the model's and optimizer's alone.
-    tr->peak_flops = measure_matmul_rate(tr->be);
+    // On a GPU the MFU denominator is the datasheet's dense bf16 peak of an H100/H200 (989
+    // TFLOP/s), as the benchmarks report it; on the CPU the measured sgemm rate.
+    tr->peak_flops = strcmp(tr->be->name, "cuda") ? measure_matmul_rate(tr->be) : 989e12;
     TRI_CHECK(trainer_open_data(tr));
     TRI_CHECK(sched_build(&tr->sched, cfg->parallel.schedule, cfg->parallel.pp,
                           cfg->parallel.virtual_stages, tr->n_micro, tr->coord.pp));

@@ -1,8 +1,9 @@
-// ops_ref.h: what tests/test_ops.c and tests/test_ops_attn.c share: random inputs, backend
-// buffer helpers, the relative-error check, central finite differences, and the ops'
-// references written plainly here in double precision (forward), against which the
-// backward passes are checked by finite differences (L = sum(out * R) for a random R, so
-// dL/dout = R). Functions are OPS_REF_FN so that each test uses the ones it needs.
+// ops_ref.h: what tests/test_ops.c, tests/test_ops_attn.c and tests/gpu/test_gpu_ops.c share:
+// random inputs, backend buffer helpers, the relative-error check, central finite
+// differences, and the ops' references written plainly here in double precision (forward),
+// against which the backward passes are checked by finite differences (L = sum(out * R) for
+// a random R, so dL/dout = R). Functions are OPS_REF_FN so that each test uses the ones it
+// needs.
 //
 // Tolerances (why these numbers):
 // - forward: max |got - ref| / max |ref| <= 1e-5. Float keeps ~6e-8 relative per rounding;
@@ -203,4 +204,64 @@ OPS_REF_FN void ref_xent(double *losses, const double *logits, const int *target
         for (int c = 0; c < V_valid; c++) s += exp(l[c] - mx);
         losses[n] = log(s) + mx - l[targets[n]];
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// The references as ref_forward functions of one argument struct, for fd_grad.
+
+typedef struct {
+    double *inp, *w, *bias;
+    int N, IC, OC;
+} matmul_args;
+OPS_REF_FN void fwd_matmul(void *a, double *out) {
+    matmul_args *m = a;
+    ref_matmul(out, m->inp, m->w, m->bias, m->N, m->IC, m->OC);
+}
+
+typedef struct {
+    double *inp, *w, *bias;
+    int N, C;
+} ln_args;
+OPS_REF_FN void fwd_ln(void *a, double *out) {
+    ln_args *l = a;
+    ref_layernorm(out, NULL, NULL, l->inp, l->w, l->bias, l->N, l->C);
+}
+
+typedef struct {
+    double *x;
+    size_t n;
+} gelu_args;
+OPS_REF_FN void fwd_gelu(void *a, double *out) {
+    gelu_args *g = a;
+    for (size_t i = 0; i < g->n; i++) out[i] = ref_gelu(g->x[i]);
+}
+
+typedef struct {
+    const int *tok;
+    double *wte, *wpe;
+    int B, T, C, vocab_start, V_local, add_pos;
+} emb_args;
+OPS_REF_FN void fwd_emb(void *a, double *out) {
+    emb_args *e = a;
+    ref_embedding(out, e->tok, e->wte, e->wpe, e->B, e->T, e->C, e->vocab_start, e->V_local,
+                  e->add_pos);
+}
+
+typedef struct {
+    double *qkv;
+    int B, T, NH, HS;
+} attn_args;
+OPS_REF_FN void fwd_attn(void *a, double *out) {
+    attn_args *t = a;
+    ref_attention(out, NULL, t->qkv, t->B, t->T, t->NH, t->HS);
+}
+
+typedef struct {
+    double *logits;
+    const int *targets;
+    int N, Vp, V_valid;
+} xent_args;
+OPS_REF_FN void fwd_xent(void *a, double *out) {
+    xent_args *x = a;
+    ref_xent(out, x->logits, x->targets, x->N, x->Vp, x->V_valid);
 }

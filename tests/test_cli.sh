@@ -117,4 +117,10 @@ expect cli_version 0 "trident [0-9]" $T --version
 # --- non-finite loss: exit 6 naming the step
 expect nonfinite_loss 6 "non-finite" $T train $CFG --set run.out_dir=$W/f --set optim.lr=1e30 --set optim.min_lr=1e29 --set optim.warmup_steps=0 --set train.grad_clip=0 --set train.steps=6
 
+# --- system.backend: auto falls back to the CPU without a GPU; cuda asked for without one
+# (or in a build without CUDA) is a config error naming the key.
+if nvidia-smi -L >/dev/null 2>&1; then echo "SKIP backend_cuda_without_gpu: this machine has a GPU"
+else expect backend_cuda_without_gpu 2 "system.backend: cuda" $T train $CFG --set run.out_dir=$W/g --set system.backend=cuda; fi
+expect backend_auto_cpu 0 "backend cpu" $T train $CFG --set run.out_dir=$W/h --set system.backend=auto
+
 [ $fails = 0 ]

@@ -18,15 +18,6 @@
 // ---------------------------------------------------------------------------------------
 // Linear
 
-typedef struct {
-    double *inp, *w, *bias;
-    int N, IC, OC;
-} matmul_args;
-static void fwd_matmul(void *a, double *out) {
-    matmul_args *m = a;
-    ref_matmul(out, m->inp, m->w, m->bias, m->N, m->IC, m->OC);
-}
-
 // Small shapes against finite differences, with and without bias; backward accumulates
 // into dweight/dbias pre-filled with G0 and overwrites dinp pre-filled with garbage.
 static void test_matmul_small(backend *b, int with_bias) {
@@ -149,15 +140,6 @@ static void test_matmul_large(backend *b) {
 // ---------------------------------------------------------------------------------------
 // LayerNorm, residual, GELU
 
-typedef struct {
-    double *inp, *w, *bias;
-    int N, C;
-} ln_args;
-static void fwd_ln(void *a, double *out) {
-    ln_args *l = a;
-    ref_layernorm(out, NULL, NULL, l->inp, l->w, l->bias, l->N, l->C);
-}
-
 static void test_layernorm(backend *b, int N, int C, int check_grad) {
     char name[96], tag[64];
     snprintf(tag, sizeof tag, "layernorm N=%d C=%d", N, C);
@@ -234,15 +216,6 @@ static void test_residual(backend *b) {
     free(x), free(y), free(ref);
 }
 
-typedef struct {
-    double *x;
-    size_t n;
-} gelu_args;
-static void fwd_gelu(void *a, double *out) {
-    gelu_args *g = a;
-    for (size_t i = 0; i < g->n; i++) out[i] = ref_gelu(g->x[i]);
-}
-
 static void test_gelu(backend *b) {
     const size_t n = 1001;
     char name[96];
@@ -287,17 +260,6 @@ static void test_gelu(backend *b) {
 
 // ---------------------------------------------------------------------------------------
 // Embeddings
-
-typedef struct {
-    const int *tok;
-    double *wte, *wpe;
-    int B, T, C, vocab_start, V_local, add_pos;
-} emb_args;
-static void fwd_emb(void *a, double *out) {
-    emb_args *e = a;
-    ref_embedding(out, e->tok, e->wte, e->wpe, e->B, e->T, e->C, e->vocab_start, e->V_local,
-                  e->add_pos);
-}
 
 // Two vocabulary-parallel "ranks" of V/2 rows each; the masked lookups add up to the full
 // embedding, and each rank's gradient lands only in the rows it owns.

@@ -18,15 +18,6 @@
 // ---------------------------------------------------------------------------------------
 // Attention
 
-typedef struct {
-    double *qkv;
-    int B, T, NH, HS;
-} attn_args;
-static void fwd_attn(void *a, double *out) {
-    attn_args *t = a;
-    ref_attention(out, NULL, t->qkv, t->B, t->T, t->NH, t->HS);
-}
-
 // Forward and probabilities against the reference, causality, and dqkv against finite
 // differences (on `nfd` random elements of qkv, all when nfd is 0).
 static void test_attention(backend *b, int B, int T, int NH, int HS, cpu_attn_policy policy,
@@ -142,16 +133,6 @@ static void xent_ranks(backend *b, const float *logits, const int *targets, int 
     b->free(b, d_max), b->free(b, d_sum), b->free(b, d_tgt), b->free(b, d_loss);
     b->free(b, d_targets);
     free(d_l), free(slice), free(h), free(h2), free(gmax), free(gsum), free(gtgt);
-}
-
-typedef struct {
-    double *logits;
-    const int *targets;
-    int N, Vp, V_valid;
-} xent_args;
-static void fwd_xent(void *a, double *out) {
-    xent_args *x = a;
-    ref_xent(out, x->logits, x->targets, x->N, x->Vp, x->V_valid);
 }
 
 static void test_xent(backend *b, int V_valid) {

@@ -1,0 +1,405 @@
+// backend_cuda_attn.cu: causal multi-head attention of the CUDA backend, flash-style, fp32.
+//
+// Per head (b, h), with Q, K, V the (T, HS) slices of qkv (row stride 3 C, C = NH HS) and
+// scores S = Q K^T / sqrt(HS), P = causal softmax(S):
+//   forward   O = P V, computed over tiles of keys with an online softmax (running max m,
+//             running sum l); the only state kept for the backward is the log-sum-exp of
+//             each row, lse = m + log2(l) in base 2 (scores are carried as S * log2(e), so
+//             exp2 does the exponentials): state (B, NH, T) floats.
+//   backward  P is recomputed from lse tile by tile; dP = dO V^T; D = rowsum(P * dP);
+//             dS = P * (dP - D); dQ = dS K / sqrt(HS), dK = dS^T Q / sqrt(HS), dV = P^T dO.
+// No T x T matrix exists anywhere: tiles of at most 64 keys (or queries) live in shared
+// memory, scores and probabilities in registers.
+//
+// Work split. A block is 8 warps; each warp owns 4 rows (query rows in the forward and dQ,
+// key rows in dK/dV), so a block owns 32 rows. The other side comes in tiles of 64, and lane
+// L of a warp owns tile rows L and L + 32: it computes their scores against the warp's 4 rows
+// (dot products over the head dimension, the 4 rows broadcast from shared memory), and the
+// P-weighted sums over the tile are accumulated with each lane owning head dimensions
+// L, L + 32, ... of the result (the tile's probabilities broadcast by warp shuffles). Shared
+// rows are padded to DP + 1 floats so that lanes reading different rows hit different banks.
+//
+// The backward is two kernels, neither with atomics (deterministic, as every op here):
+//   1. dq kernel, per block of 32 queries: a first sweep over the key tiles computes D for its
+//      rows (stored for pass 2), a second sweep accumulates dQ;
+//   2. dkv kernel, per block of 32 keys: sweeps the query tiles from the diagonal on and
+//      accumulates dK and dV.
+// This recomputes S and dP in both kernels, and twice in the first (FlashAttention-2 computes
+// them once and adds dQ with atomics, which makes results depend on timing; it also keeps
+// the output O to get D = rowsum(dO * O), which backend.h's state does not hold).
+//
+// Head sizes: kernels are instantiated for DP = 32, 64, 128, 256 and run any HS <= DP with
+// the head dimension zero-padded in shared memory; larger heads are refused, and so are
+// those whose kernels need more shared memory than the device has (DP = 256 needs 194 KiB).
+#include "backend_cuda_internal.cuh"
+
+#include <math.h>
+
+#define ATT_WARPS 8
+#define ATT_RPW 4                     // rows per warp
+#define ATT_BR (ATT_WARPS * ATT_RPW)  // rows per block
+#define ATT_BC 64                     // rows per tile of the other side: 2 per lane
+#define ATT_THREADS (ATT_WARPS * 32)
+#define ATT_LOG2E 1.4426950408889634f
+
+// Tile rows [0, rows) of s (row stride DP + 1) from global rows g + r * gstride, the first
+// nvalid of them; elements past nvalid or past HS are zero, so that every shared value that
+// a dot product or a weighted sum reads is finite.
+template <int DP>
+__device__ void att_load(float *s, const float *g, size_t gstride, int nvalid, int rows, int HS) {
+    constexpr int LD = DP + 1;
+    for (int idx = threadIdx.x; idx < rows * DP; idx += ATT_THREADS) {
+        const int r = idx / DP, d = idx % DP;
+        s[r * LD + d] = r < nvalid && d < HS ? g[(size_t)r * gstride + d] : 0.0f;
+    }
+}
+
+// acc[rr][j2] = sum_d sA[rr][d] * sB[lane + 32 j2][d]: the warp's 4 rows (sA) against the
+// two tile rows this lane owns.
+template <int DP>
+__device__ __forceinline__ void att_dots(float acc[ATT_RPW][2], const float *sA, const float *sB,
+                                         int lane) {
+    constexpr int LD = DP + 1;
+#pragma unroll
+    for (int rr = 0; rr < ATT_RPW; rr++) acc[rr][0] = acc[rr][1] = 0.0f;
+    const float *b0 = sB + lane * LD, *b1 = sB + (lane + 32) * LD;
+#pragma unroll 8
+    for (int d = 0; d < DP; d++) {
+        const float k0 = b0[d], k1 = b1[d];
+#pragma unroll
+        for (int rr = 0; rr < ATT_RPW; rr++) {
+            const float a = sA[rr * LD + d];
+            acc[rr][0] = fmaf(a, k0, acc[rr][0]);
+            acc[rr][1] = fmaf(a, k1, acc[rr][1]);
+        }
+    }
+}
+
+// o[rr][k] += sum_{j < kn} p[rr][j] * sB[j][lane + 32 k], where lane j % 32 holds p[rr][j]
+// in p[rr][j / 32].
+template <int DP>
+__device__ __forceinline__ void att_accum(float o[ATT_RPW][DP / 32], const float p[ATT_RPW][2],
+                                          const float *sB, int lane, int kn) {
+    constexpr int LD = DP + 1;
+#pragma unroll
+    for (int j2 = 0; j2 < 2; j2++) {
+        const int jn = min(32, kn - 32 * j2);
+        for (int jl = 0; jl < jn; jl++) {
+            float pj[ATT_RPW];
+#pragma unroll
+            for (int rr = 0; rr < ATT_RPW; rr++) pj[rr] = __shfl_sync(0xffffffffu, p[rr][j2], jl);
+            const float *brow = sB + (32 * j2 + jl) * LD + lane;
+#pragma unroll
+            for (int k = 0; k < DP / 32; k++) {
+                const float bv = brow[32 * k];
+#pragma unroll
+                for (int rr = 0; rr < ATT_RPW; rr++) o[rr][k] = fmaf(pj[rr], bv, o[rr][k]);
+            }
+        }
+    }
+}
+
+// Writes the warp's 4 rows of o * mul to dst rows [row0, ...) (row stride ld), rows < T,
+// head dimensions < HS.
+template <int DP>
+__device__ __forceinline__ void att_store(float *dst, size_t ld, const float o[ATT_RPW][DP / 32],
+                                          const float mul[ATT_RPW], int row0, int T, int HS,
+                                          int lane) {
+#pragma unroll
+    for (int rr = 0; rr < ATT_RPW; rr++) {
+        if (row0 + rr >= T) continue;
+#pragma unroll
+        for (int k = 0; k < DP / 32; k++) {
+            const int d = lane + 32 * k;
+            if (d < HS) dst[(size_t)(row0 + rr) * ld + d] = o[rr][k] * mul[rr];
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Forward. Grid (query blocks, B * NH); the blocks with the most keys start first.
+
+template <int DP>
+__global__ void __launch_bounds__(ATT_THREADS)
+    att_fwd_kernel(float *out, float *lse, const float *qkv, int T, int NH, int HS, float sl2) {
+    constexpr int LD = DP + 1, NK = DP / 32;
+    extern __shared__ float smem[];
+    float *sQ = smem, *sK = sQ + ATT_BR * LD, *sV = sK + ATT_BC * LD;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * ATT_BR, bh = blockIdx.y;
+    const int C = NH * HS, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const size_t ld3 = 3 * (size_t)C;
+    const float *base = qkv + (size_t)(bh / NH) * T * ld3 + (size_t)(bh % NH) * HS;
+    const int qn = min(ATT_BR, T - q0), row0 = q0 + warp * ATT_RPW;
+    att_load<DP>(sQ, base + (size_t)q0 * ld3, ld3, qn, ATT_BR, HS);
+    const float *sQw = sQ + warp * ATT_RPW * LD;
+
+    float m[ATT_RPW], l[ATT_RPW], o[ATT_RPW][NK];
+#pragma unroll
+    for (int rr = 0; rr < ATT_RPW; rr++) {
+        m[rr] = -INFINITY, l[rr] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < NK; k++) o[rr][k] = 0.0f;
+    }
+    // Key tiles start at multiples of 64 <= q0 (q0 is a multiple of 32), so every row has an
+    // unmasked key in every tile it visits, and m is finite after the first.
+    const int kend = q0 + qn;
+    for (int k0 = 0; k0 < kend; k0 += ATT_BC) {
+        const int kn = min(ATT_BC, kend - k0);
+        __syncthreads(); // the previous tile is consumed
+        att_load<DP>(sK, base + C + (size_t)k0 * ld3, ld3, kn, ATT_BC, HS);
+        att_load<DP>(sV, base + 2 * C + (size_t)k0 * ld3, ld3, kn, ATT_BC, HS);
+        __syncthreads();
+        float s[ATT_RPW][2];
+        att_dots<DP>(s, sQw, sK, lane);
+#pragma unroll
+        for (int rr = 0; rr < ATT_RPW; rr++) {
+#pragma unroll
+            for (int j2 = 0; j2 < 2; j2++) {
+                const int j = lane + 32 * j2;
+                s[rr][j2] = j < kn && k0 + j <= row0 + rr ? s[rr][j2] * sl2 : -INFINITY;
+            }
+            const float mnew = fmaxf(m[rr], cuda_warp_max(fmaxf(s[rr][0], s[rr][1])));
+            const float alpha = exp2f(m[rr] - mnew); // 0 on the first tile (m = -inf)
+            s[rr][0] = exp2f(s[rr][0] - mnew);
+            s[rr][1] = exp2f(s[rr][1] - mnew);
+            l[rr] = l[rr] * alpha + s[rr][0] + s[rr][1]; // this lane's part of the sum
+#pragma unroll
+            for (int k = 0; k < NK; k++) o[rr][k] *= alpha;
+            m[rr] = mnew;
+        }
+        att_accum<DP>(o, s, sV, lane, kn);
+    }
+    float inv[ATT_RPW];
+#pragma unroll
+    for (int rr = 0; rr < ATT_RPW; rr++) {
+        const float lsum = cuda_warp_sum(l[rr]);
+        inv[rr] = 1.0f / lsum;
+        if (lane == 0 && row0 + rr < T) lse[(size_t)bh * T + row0 + rr] = m[rr] + log2f(lsum);
+    }
+    float *obase = out + (size_t)(bh / NH) * T * C + (size_t)(bh % NH) * HS;
+    att_store<DP>(obase, C, o, inv, row0, T, HS, lane);
+}
+
+// ---------------------------------------------------------------------------------------
+// Backward, pass 1: D and dQ per block of 32 queries.
+
+template <int DP>
+__global__ void __launch_bounds__(ATT_THREADS)
+    att_bwd_dq_kernel(float *dqkv, float *delta, const float *dout, const float *qkv,
+                      const float *lse, int T, int NH, int HS, float sl2, float scale) {
+    constexpr int LD = DP + 1, NK = DP / 32;
+    extern __shared__ float smem[];
+    float *sQ = smem, *sdO = sQ + ATT_BR * LD, *sK = sdO + ATT_BR * LD, *sV = sK + ATT_BC * LD;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * ATT_BR, bh = blockIdx.y;
+    const int C = NH * HS, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const size_t ld3 = 3 * (size_t)C, head = (size_t)(bh / NH) * T, hoff = (size_t)(bh % NH) * HS;
+    const float *base = qkv + head * ld3 + hoff;
+    const int qn = min(ATT_BR, T - q0), row0 = q0 + warp * ATT_RPW;
+    att_load<DP>(sQ, base + (size_t)q0 * ld3, ld3, qn, ATT_BR, HS);
+    att_load<DP>(sdO, dout + (head + q0) * C + hoff, C, qn, ATT_BR, HS);
+    const float *sQw = sQ + warp * ATT_RPW * LD, *sdOw = sdO + warp * ATT_RPW * LD;
+    float rl[ATT_RPW], rd[ATT_RPW]; // lse and D of the warp's rows
+#pragma unroll
+    for (int rr = 0; rr < ATT_RPW; rr++) {
+        rl[rr] = row0 + rr < T ? lse[(size_t)bh * T + row0 + rr] : 0.0f;
+        rd[rr] = 0.0f;
+    }
+    float dq[ATT_RPW][NK];
+#pragma unroll
+    for (int rr = 0; rr < ATT_RPW; rr++)
+#pragma unroll
+        for (int k = 0; k < NK; k++) dq[rr][k] = 0.0f;
+
+    const int kend = q0 + qn;
+    for (int sweep = 0; sweep < 2; sweep++) { // 0: D, 1: dQ
+        for (int k0 = 0; k0 < kend; k0 += ATT_BC) {
+            const int kn = min(ATT_BC, kend - k0);
+            __syncthreads();
+            att_load<DP>(sK, base + C + (size_t)k0 * ld3, ld3, kn, ATT_BC, HS);
+            att_load<DP>(sV, base + 2 * C + (size_t)k0 * ld3, ld3, kn, ATT_BC, HS);
+            __syncthreads();
+            float s[ATT_RPW][2], dp[ATT_RPW][2];
+            att_dots<DP>(s, sQw, sK, lane);
+            att_dots<DP>(dp, sdOw, sV, lane);
+#pragma unroll
+            for (int rr = 0; rr < ATT_RPW; rr++)
+#pragma unroll
+                for (int j2 = 0; j2 < 2; j2++) {
+                    const int j = lane + 32 * j2;
+                    const float p =
+                        j < kn && k0 + j <= row0 + rr ? exp2f(s[rr][j2] * sl2 - rl[rr]) : 0.0f;
+                    if (sweep == 0) rd[rr] += p * dp[rr][j2];
+                    else s[rr][j2] = p * (dp[rr][j2] - rd[rr]); // dS
+                }
+            if (sweep == 1) att_accum<DP>(dq, s, sK, lane, kn);
+        }
+        if (sweep == 0) {
+#pragma unroll
+            for (int rr = 0; rr < ATT_RPW; rr++) {
+                rd[rr] = cuda_warp_sum(rd[rr]);
+                if (lane == 0 && row0 + rr < T) delta[(size_t)bh * T + row0 + rr] = rd[rr];
+            }
+        }
+    }
+    const float mul[ATT_RPW] = {scale, scale, scale, scale};
+    att_store<DP>(dqkv + head * ld3 + hoff, ld3, dq, mul, row0, T, HS, lane);
+}
+
+// ---------------------------------------------------------------------------------------
+// Backward, pass 2: dK and dV per block of 32 keys. Block 0 (keys 0..31, the most queries)
+// starts first.
+
+template <int DP>
+__global__ void __launch_bounds__(ATT_THREADS)
+    att_bwd_dkv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
+                       const float *delta, int T, int NH, int HS, float sl2, float scale) {
+    constexpr int LD = DP + 1, NK = DP / 32;
+    extern __shared__ float smem[];
+    float *sK = smem, *sV = sK + ATT_BR * LD, *sQ = sV + ATT_BR * LD, *sdO = sQ + ATT_BC * LD;
+    float *sL = sdO + ATT_BC * LD, *sD = sL + ATT_BC;
+    const int k0 = blockIdx.x * ATT_BR, bh = blockIdx.y;
+    const int C = NH * HS, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const size_t ld3 = 3 * (size_t)C, head = (size_t)(bh / NH) * T, hoff = (size_t)(bh % NH) * HS;
+    const float *base = qkv + head * ld3 + hoff;
+    const int kn = min(ATT_BR, T - k0), key0 = k0 + warp * ATT_RPW;
+    att_load<DP>(sK, base + C + (size_t)k0 * ld3, ld3, kn, ATT_BR, HS);
+    att_load<DP>(sV, base + 2 * C + (size_t)k0 * ld3, ld3, kn, ATT_BR, HS);
+    const float *sKw = sK + warp * ATT_RPW * LD, *sVw = sV + warp * ATT_RPW * LD;
+    float dk[ATT_RPW][NK], dv[ATT_RPW][NK];
+#pragma unroll
+    for (int rr = 0; rr < ATT_RPW; rr++)
+#pragma unroll
+        for (int k = 0; k < NK; k++) dk[rr][k] = dv[rr][k] = 0.0f;
+
+    for (int q0 = k0 / ATT_BC * ATT_BC; q0 < T; q0 += ATT_BC) {
+        const int qn = min(ATT_BC, T - q0);
+        __syncthreads();
+        att_load<DP>(sQ, base + (size_t)q0 * ld3, ld3, qn, ATT_BC, HS);
+        att_load<DP>(sdO, dout + (head + q0) * C + hoff, C, qn, ATT_BC, HS);
+        for (int r = threadIdx.x; r < ATT_BC; r += ATT_THREADS) {
+            sL[r] = r < qn ? lse[(size_t)bh * T + q0 + r] : 0.0f;
+            sD[r] = r < qn ? delta[(size_t)bh * T + q0 + r] : 0.0f;
+        }
+        __syncthreads();
+        float s[ATT_RPW][2], dp[ATT_RPW][2];
+        att_dots<DP>(s, sKw, sQ, lane);  // [key][query]
+        att_dots<DP>(dp, sVw, sdO, lane);
+#pragma unroll
+        for (int rr = 0; rr < ATT_RPW; rr++)
+#pragma unroll
+            for (int j2 = 0; j2 < 2; j2++) {
+                const int i = lane + 32 * j2; // query q0 + i
+                const float p =
+                    i < qn && q0 + i >= key0 + rr ? exp2f(s[rr][j2] * sl2 - sL[i]) : 0.0f;
+                s[rr][j2] = p;
+                dp[rr][j2] = p * (dp[rr][j2] - sD[i]); // dS
+            }
+        att_accum<DP>(dv, s, sdO, lane, qn);
+        att_accum<DP>(dk, dp, sQ, lane, qn);
+    }
+    float *dbase = dqkv + head * ld3 + hoff;
+    const float one[ATT_RPW] = {1.0f, 1.0f, 1.0f, 1.0f};
+    const float mul[ATT_RPW] = {scale, scale, scale, scale};
+    att_store<DP>(dbase + C, ld3, dk, mul, key0, T, HS, lane);
+    att_store<DP>(dbase + 2 * C, ld3, dv, one, key0, T, HS, lane);
+}
+
+// ---------------------------------------------------------------------------------------
+// Dispatch
+
+template <int DP> struct att_smem {
+    static constexpr size_t LD = DP + 1;
+    static constexpr size_t fwd = (ATT_BR + 2 * ATT_BC) * LD * sizeof(float);
+    static constexpr size_t dq = (2 * ATT_BR + 2 * ATT_BC) * LD * sizeof(float);
+    static constexpr size_t dkv = ((2 * ATT_BR + 2 * ATT_BC) * LD + 2 * ATT_BC) * sizeof(float);
+};
+
+template <int DP> static tri_status att_allow_smem(void) {
+    CUDA_CHECK(cudaFuncSetAttribute(att_fwd_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)att_smem<DP>::fwd));
+    CUDA_CHECK(cudaFuncSetAttribute(att_bwd_dq_kernel<DP>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)att_smem<DP>::dq));
+    CUDA_CHECK(cudaFuncSetAttribute(att_bwd_dkv_kernel<DP>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)att_smem<DP>::dkv));
+    return TRI_OK;
+}
+
+// Kernels asking for more than 48 KiB of shared memory must say so once per device; head
+// sizes whose kernels need more than the device offers (smem_optin) are refused later.
+template <int DP> static tri_status att_enable(cuda_ctx *x, size_t smem_optin) {
+    if (att_smem<DP>::dkv > smem_optin) return TRI_OK; // the largest of the three
+    TRI_CHECK(att_allow_smem<DP>());
+    x->att_max_hs = DP;
+    return TRI_OK;
+}
+
+tri_status cuda_attention_init(cuda_ctx *x, size_t smem_optin) {
+    x->att_max_hs = 0;
+    TRI_CHECK(att_enable<32>(x, smem_optin));
+    TRI_CHECK(att_enable<64>(x, smem_optin));
+    TRI_CHECK(att_enable<128>(x, smem_optin));
+    TRI_CHECK(att_enable<256>(x, smem_optin));
+    return TRI_OK;
+}
+
+size_t cuda_attention_state_bytes(backend *b, int B, int T, int NH) {
+    (void)b;
+    return (size_t)B * NH * T * sizeof(float); // lse (B, NH, T)
+}
+
+static void att_check_head(const cuda_ctx *x, int HS) {
+    if (HS >= 1 && HS <= x->att_max_hs) return;
+    LOG_ERROR("attention: head size %d is outside what the CUDA kernels support on this device "
+              "(1..%d)", HS, x->att_max_hs);
+    cuda_op_fail("attention", "head size check", __FILE__, __LINE__);
+}
+
+template <int DP>
+static void att_fwd_launch(cuda_ctx *x, float *out, float *lse, const float *qkv, int B, int T,
+                           int NH, int HS) {
+    const float sl2 = 1.0f / sqrtf((float)HS) * ATT_LOG2E;
+    dim3 grid((T + ATT_BR - 1) / ATT_BR, B * NH);
+    att_fwd_kernel<DP><<<grid, ATT_THREADS, att_smem<DP>::fwd, x->stream>>>(out, lse, qkv, T, NH,
+                                                                           HS, sl2);
+    CUDA_LAUNCH_CHECK("att_fwd_kernel");
+}
+
+template <int DP>
+static void att_bwd_launch(cuda_ctx *x, float *dqkv, float *delta, const float *dout,
+                           const float *qkv, const float *lse, int B, int T, int NH, int HS) {
+    const float scale = 1.0f / sqrtf((float)HS), sl2 = scale * ATT_LOG2E;
+    dim3 grid((T + ATT_BR - 1) / ATT_BR, B * NH);
+    att_bwd_dq_kernel<DP><<<grid, ATT_THREADS, att_smem<DP>::dq, x->stream>>>(
+        dqkv, delta, dout, qkv, lse, T, NH, HS, sl2, scale);
+    CUDA_LAUNCH_CHECK("att_bwd_dq_kernel");
+    att_bwd_dkv_kernel<DP><<<grid, ATT_THREADS, att_smem<DP>::dkv, x->stream>>>(
+        dqkv, dout, qkv, lse, delta, T, NH, HS, sl2, scale);
+    CUDA_LAUNCH_CHECK("att_bwd_dkv_kernel");
+}
+
+void cuda_attention_fwd(backend *b, float *out, void *state, const float *qkv, int B, int T,
+                        int NH, int HS) {
+    cuda_ctx *x = cuda_ctx_of(b);
+    if (B <= 0 || T <= 0 || NH <= 0) return;
+    att_check_head(x, HS);
+    float *lse = (float *)state;
+    if (HS <= 32) att_fwd_launch<32>(x, out, lse, qkv, B, T, NH, HS);
+    else if (HS <= 64) att_fwd_launch<64>(x, out, lse, qkv, B, T, NH, HS);
+    else if (HS <= 128) att_fwd_launch<128>(x, out, lse, qkv, B, T, NH, HS);
+    else att_fwd_launch<256>(x, out, lse, qkv, B, T, NH, HS);
+}
+
+void cuda_attention_bwd(backend *b, float *dqkv, const float *dout, const float *qkv,
+                        const void *state, int B, int T, int NH, int HS) {
+    cuda_ctx *x = cuda_ctx_of(b);
+    if (B <= 0 || T <= 0 || NH <= 0) return;
+    att_check_head(x, HS);
+    const float *lse = (const float *)state;
+    float *delta = (float *)cuda_scratch(x, (size_t)B * NH * T * sizeof(float));
+    if (HS <= 32) att_bwd_launch<32>(x, dqkv, delta, dout, qkv, lse, B, T, NH, HS);
+    else if (HS <= 64) att_bwd_launch<64>(x, dqkv, delta, dout, qkv, lse, B, T, NH, HS);
+    else if (HS <= 128) att_bwd_launch<128>(x, dqkv, delta, dout, qkv, lse, B, T, NH, HS);
+    else att_bwd_launch<256>(x, dqkv, delta, dout, qkv, lse, B, T, NH, HS);
+}

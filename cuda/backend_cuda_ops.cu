@@ -1,0 +1,528 @@
+// backend_cuda_ops.cu: the CUDA backend's ops other than the matmuls and attention:
+// LayerNorm, pointwise, embeddings, the vocab-parallel cross-entropy, AdamW, sumsq, scale.
+// The semantics are backend.h's, formula for formula those of src/backend_cpu.c.
+//
+// Determinism (backend_cuda.cu): every reduction has a fixed shape that depends only on the
+// problem size, never on the device or on timing, and no float is accumulated atomically:
+//   LayerNorm dweight/dbias: partial column sums over fixed chunks of LN_CHUNK rows, summed
+//     chunk by chunk in order by a second kernel;
+//   embedding backward: the tokens are sorted by vocabulary row with CUB's stable radix sort,
+//     and one thread per (row, column) adds that row's tokens in their original order, the
+//     order in which the CPU backend adds them; dwpe sums the batch in order;
+//   cross-entropy and sumsq: block-wide trees in a fixed order, sumsq in double.
+#include "backend_cuda_internal.cuh"
+
+#include <cub/device/device_radix_sort.cuh>
+#include <math.h>
+
+#define OPS_THREADS 256
+#define LN_ROWS_PER_BLOCK 8 // one warp per row
+#define LN_CHUNK 128        // rows per partial column sum
+#define XENT_THREADS 512
+#define SUMSQ_MAX_BLOCKS 1024
+#define EMB_COLS 128 // columns per block of the embedding backward
+
+// gelu_tanh(x) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3), as in backend_cpu.c.
+#define GELU_K0 0.7978845608028654f
+#define GELU_K1 0.044715f
+#define LN_EPS 1e-5f
+
+// Block-wide reduction of one value per thread (blockDim.x a multiple of 32, at most 1024):
+// warps reduce by butterfly, then warp 0 reduces the warps' results; the same fixed order
+// every time. Every thread gets the result.
+template <typename V, typename F>
+__device__ V block_reduce(V v, F combine, V identity) {
+    __shared__ V partial[32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    for (int o = 16; o > 0; o >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, o));
+    __syncthreads(); // partial[] may still be read by an earlier call
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? partial[lane] : identity;
+    for (int o = 16; o > 0; o >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+struct op_sum {
+    template <typename V> __device__ V operator()(V a, V b) const { return a + b; }
+};
+struct op_max {
+    __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+#define GRID_STRIDE(i, n)                                                                    \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                  \
+         i += (size_t)gridDim.x * blockDim.x)
+
+// Launches `kernel` over n elements with OPS_THREADS-thread blocks on x's stream, checked.
+#define LAUNCH_N(kernel, x, n, ...)                                                          \
+    do {                                                                                     \
+        kernel<<<cuda_grid_for((n), OPS_THREADS), OPS_THREADS, 0, (x)->stream>>>(__VA_ARGS__); \
+        CUDA_LAUNCH_CHECK(#kernel);                                                          \
+    } while (0)
+
+// ---------------------------------------------------------------------------------------
+// Helpers of the matmul (backend_cuda_matmul.cu)
+
+__global__ void add_inplace_kernel(float *dst, const float *src, size_t n) {
+    GRID_STRIDE(i, n) dst[i] += src[i];
+}
+
+void cuda_add_inplace(cuda_ctx *x, float *dst, const float *src, size_t n) {
+    if (n) LAUNCH_N(add_inplace_kernel, x, n, dst, src, n);
+}
+
+__global__ void broadcast_rows_kernel(float *out, const float *bias, size_t n, int OC) {
+    GRID_STRIDE(i, n) out[i] = bias[i % (size_t)OC];
+}
+
+void cuda_broadcast_rows(cuda_ctx *x, float *out, const float *bias, int N, int OC) {
+    size_t n = (size_t)N * OC;
+    if (n) LAUNCH_N(broadcast_rows_kernel, x, n, out, bias, n, OC);
+}
+
+// ---------------------------------------------------------------------------------------
+// Column sums over rows in fixed chunks: pb (nchunks, C) = sum of dout over the chunk's rows;
+// with NORM also pw (nchunks, C) = sum of dout * norm, norm = (inp - mean) * rstd. A block is
+// 32 columns x 8 row lanes; the 8 lanes' sums are added in lane order.
+
+template <bool NORM>
+__global__ void col_partials_kernel(float *pw, float *pb, const float *dout, const float *inp,
+                                    const float *mean, const float *rstd, int N, int C) {
+    __shared__ float sw[8][33], sb[8][33];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int c = blockIdx.x * 32 + tx;
+    const int r0 = blockIdx.y * LN_CHUNK, r1 = min(r0 + LN_CHUNK, N);
+    float aw = 0.0f, ab = 0.0f;
+    if (c < C) {
+        for (int r = r0 + ty; r < r1; r += 8) {
+            const size_t at = (size_t)r * C + c;
+            const float dy = dout[at];
+            ab += dy;
+            if (NORM) aw += dy * ((inp[at] - mean[r]) * rstd[r]);
+        }
+    }
+    sw[ty][tx] = aw;
+    sb[ty][tx] = ab;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        float w = 0.0f, bsum = 0.0f;
+        for (int k = 0; k < 8; k++) {
+            w += sw[k][tx];
+            bsum += sb[k][tx];
+        }
+        pb[(size_t)blockIdx.y * C + c] = bsum;
+        if (NORM) pw[(size_t)blockIdx.y * C + c] = w;
+    }
+}
+
+// dweight (C) += sum over chunks of pw (when dweight), dbias (C) += sum of pb, chunk order.
+__global__ void col_finish_kernel(float *dweight, float *dbias, const float *pw, const float *pb,
+                                  int nchunks, int C) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float w = 0.0f, bsum = 0.0f;
+    for (int k = 0; k < nchunks; k++) {
+        bsum += pb[(size_t)k * C + c];
+        if (dweight) w += pw[(size_t)k * C + c];
+    }
+    dbias[c] += bsum;
+    if (dweight) dweight[c] += w;
+}
+
+// The two kernels above; inp/mean/rstd/dweight NULL for plain column sums.
+static void column_sums(cuda_ctx *x, float *dweight, float *dbias, const float *dout,
+                        const float *inp, const float *mean, const float *rstd, int N, int C) {
+    if (N <= 0 || C <= 0) return;
+    const int nchunks = (N + LN_CHUNK - 1) / LN_CHUNK;
+    const size_t part = cuda_align256((size_t)nchunks * C * sizeof(float));
+    float *pb = (float *)cuda_scratch(x, 2 * part);
+    float *pw = (float *)((char *)pb + part);
+    dim3 grid((C + 31) / 32, nchunks), block(32, 8);
+    if (dweight) {
+        col_partials_kernel<true><<<grid, block, 0, x->stream>>>(pw, pb, dout, inp, mean, rstd,
+                                                                 N, C);
+        CUDA_LAUNCH_CHECK("col_partials_kernel<true>");
+    } else {
+        col_partials_kernel<false><<<grid, block, 0, x->stream>>>(NULL, pb, dout, NULL, NULL,
+                                                                  NULL, N, C);
+        CUDA_LAUNCH_CHECK("col_partials_kernel<false>");
+    }
+    col_finish_kernel<<<(C + 255) / 256, 256, 0, x->stream>>>(dweight, dbias, pw, pb, nchunks, C);
+    CUDA_LAUNCH_CHECK("col_finish_kernel");
+}
+
+void cuda_column_sums_add(cuda_ctx *x, float *dbias, const float *dout, int N, int OC) {
+    column_sums(x, NULL, dbias, dout, NULL, NULL, NULL, N, OC);
+}
+
+// ---------------------------------------------------------------------------------------
+// LayerNorm: one warp per row; two passes over the row for the exact biased variance, as
+// the CPU backend does.
+
+__global__ void layernorm_fwd_kernel(float *out, float *mean, float *rstd, const float *inp,
+                                     const float *weight, const float *bias, int N, int C) {
+    const int row = blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const float *xr = inp + (size_t)row * C;
+    float *yr = out + (size_t)row * C;
+    float sum = 0.0f;
+    for (int i = lane; i < C; i += 32) sum += xr[i];
+    const float m = cuda_warp_sum(sum) / (float)C;
+    float var = 0.0f;
+    for (int i = lane; i < C; i += 32) var += (xr[i] - m) * (xr[i] - m);
+    const float s = 1.0f / sqrtf(cuda_warp_sum(var) / (float)C + LN_EPS);
+    for (int i = lane; i < C; i += 32) yr[i] = (xr[i] - m) * s * weight[i] + bias[i];
+    if (lane == 0) {
+        if (mean) mean[row] = m;
+        if (rstd) rstd[row] = s;
+    }
+}
+
+void cuda_layernorm_fwd(backend *b, float *out, float *mean, float *rstd, const float *inp,
+                        const float *weight, const float *bias, int N, int C) {
+    cuda_ctx *x = cuda_ctx_of(b);
+    if (N <= 0 || C <= 0) return;
+    layernorm_fwd_kernel<<<(N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK,
+                           32 * LN_ROWS_PER_BLOCK, 0, x->stream>>>(out, mean, rstd, inp, weight,
+                                                                   bias, N, C);
+    CUDA_LAUNCH_CHECK("layernorm_fwd_kernel");
+}
+
+// dinp (N, C) += s (dnorm - mean(dnorm) - norm mean(dnorm norm)), dnorm = dout * weight.
+__global__ void layernorm_bwd_dinp_kernel(float *dinp, const float *dout, const float *inp,
+                                          const float *weight, const float *mean,
+                                          const float *rstd, int N, int C) {
+    const int row = blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const float *xr = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+    float *dx = dinp + (size_t)row * C;
+    const float m = mean[row], s = rstd[row];
+    float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
+    for (int i = lane; i < C; i += 32) {
+        const float norm = (xr[i] - m) * s, dnorm = dy[i] * weight[i];
+        dnorm_sum += dnorm;
+        dnorm_norm_sum += dnorm * norm;
+    }
+    const float dnorm_mean = cuda_warp_sum(dnorm_sum) / (float)C;
+    const float dnorm_norm_mean = cuda_warp_sum(dnorm_norm_sum) / (float)C;
+    for (int i = lane; i < C; i += 32) {
+        const float norm = (xr[i] - m) * s, dnorm = dy[i] * weight[i];
+        dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+    }
+}
+
+void cuda_layernorm_bwd(backend *b, float *dinp, float *dweight, float *dbias, const float *dout,
+                        const float *inp, const float *weight, const float *mean,
+                        const float *rstd, int N, int C) {
+    cuda_ctx *x = cuda_ctx_of(b);
+    if (N <= 0 || C <= 0) return;
+    layernorm_bwd_dinp_kernel<<<(N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK,
+                                32 * LN_ROWS_PER_BLOCK, 0, x->stream>>>(dinp, dout, inp, weight,
+                                                                        mean, rstd, N, C);
+    CUDA_LAUNCH_CHECK("layernorm_bwd_dinp_kernel");
+    column_sums(x, dweight, dbias, dout, inp, mean, rstd, N, C);
+}
+
+// ---------------------------------------------------------------------------------------
+// Pointwise
+
+__global__ void residual_kernel(float *out, const float *a, const float *c, size_t n) {
+    GRID_STRIDE(i, n) out[i] = a[i] + c[i]; // out may alias a: element-wise, no hazard
+}
+
+void cuda_residual_fwd(backend *b, float *out, const float *a, const float *c, size_t n) {
+    if (n) LAUNCH_N(residual_kernel, cuda_ctx_of(b), n, out, a, c, n);
+}
+
+__global__ void gelu_fwd_kernel(float *out, const float *inp, size_t n) {
+    GRID_STRIDE(i, n) {
+        const float xi = inp[i], u = GELU_K0 * (xi + GELU_K1 * xi * xi * xi);
+        out[i] = xi * (1.0f / (1.0f + expf(-2.0f * u)));
+    }
+}
+
+void cuda_gelu_fwd(backend *b, float *out, const float *inp, size_t n) {
+    if (n) LAUNCH_N(gelu_fwd_kernel, cuda_ctx_of(b), n, out, inp, n);
+}
+
+// d/dx = s + 2 x s (1 - s) du/dx, s = sigmoid(2u); dinp may alias dout.
+__global__ void gelu_bwd_kernel(float *dinp, const float *inp, const float *dout, size_t n) {
+    GRID_STRIDE(i, n) {
+        const float xi = inp[i], u = GELU_K0 * (xi + GELU_K1 * xi * xi * xi);
+        const float du = GELU_K0 * (1.0f + 3.0f * GELU_K1 * xi * xi);
+        const float s = 1.0f / (1.0f + expf(-2.0f * u));
+        dinp[i] = (s + 2.0f * xi * s * (1.0f - s) * du) * dout[i];
+    }
+}
+
+void cuda_gelu_bwd(backend *b, float *dinp, const float *inp, const float *dout, size_t n) {
+    if (n) LAUNCH_N(gelu_bwd_kernel, cuda_ctx_of(b), n, dinp, inp, dout, n);
+}
+
+__global__ void scale_kernel(float *x, float s, size_t n) { GRID_STRIDE(i, n) x[i] *= s; }
+
+void cuda_scale(backend *b, float *x, float s, size_t n) {
+    if (n) LAUNCH_N(scale_kernel, cuda_ctx_of(b), n, x, s, n);
+}
+
+// ---------------------------------------------------------------------------------------
+// Embeddings
+
+// One block per token row.
+__global__ void embedding_fwd_kernel(float *out, const int *tokens, const float *wte,
+                                     const float *wpe, int T, int C, int vocab_start, int V_local,
+                                     int add_pos) {
+    const int bt = blockIdx.x;
+    const int local = tokens[bt] - vocab_start;
+    const float *e = local >= 0 && local < V_local ? wte + (size_t)local * C : NULL;
+    const float *p = add_pos ? wpe + (size_t)(bt % T) * C : NULL;
+    float *y = out + (size_t)bt * C;
+    for (int i = threadIdx.x; i < C; i += blockDim.x)
+        y[i] = e && p ? e[i] + p[i] : e ? e[i] : p ? p[i] : 0.0f;
+}
+
+void cuda_embedding_fwd(backend *b, float *out, const int *tokens, const float *wte,
+                        const float *wpe, int B, int T, int C, int vocab_start, int V_local,
+                        int add_pos) {
+    cuda_ctx *x = cuda_ctx_of(b);
+    if (B * T <= 0 || C <= 0) return;
+    embedding_fwd_kernel<<<B * T, C < OPS_THREADS ? 32 * ((C + 31) / 32) : OPS_THREADS, 0,
+                           x->stream>>>(out, tokens, wte, wpe, T, C, vocab_start, V_local,
+                                        add_pos);
+    CUDA_LAUNCH_CHECK("embedding_fwd_kernel");
+}
+
+// Sort keys: the token's local row, or V_local (after every real row) when not owned here.
+__global__ void embedding_keys_kernel(unsigned *keys, int *order, const int *tokens, int n,
+                                      int vocab_start, int V_local) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const int local = tokens[i] - vocab_start;
+    keys[i] = local >= 0 && local < V_local ? (unsigned)local : (unsigned)V_local;
+    order[i] = i;
+}
+
+// Block (i, column slice): when sorted position i starts the run of a row, adds the dout rows
+// of the run (token order, the sort being stable) to that row of dwte.
+__global__ void embedding_bwd_runs_kernel(float *dwte, const float *dout, const unsigned *keys,
+                                          const int *order, int n, int C, unsigned V_local) {
+    const int i = blockIdx.x, c = blockIdx.y * EMB_COLS + threadIdx.x;
+    const unsigned row = keys[i];
+    if (row >= V_local || (i > 0 && keys[i - 1] == row) || c >= C) return;
+    float acc = dwte[(size_t)row * C + c];
+    int j = i;
+    // Four rows in flight at a time (a frequent token has thousands), added in order; the
+    // keys are sorted, so keys[j + 3] == row means all four belong to the run.
+    for (; j + 3 < n && keys[j + 3] == row; j += 4) {
+        const float v0 = dout[(size_t)order[j] * C + c];
+        const float v1 = dout[(size_t)order[j + 1] * C + c];
+        const float v2 = dout[(size_t)order[j + 2] * C + c];
+        const float v3 = dout[(size_t)order[j + 3] * C + c];
+        acc += v0;
+        acc += v1;
+        acc += v2;
+        acc += v3;
+    }
+    for (; j < n && keys[j] == row; j++) acc += dout[(size_t)order[j] * C + c];
+    dwte[(size_t)row * C + c] = acc;
+}
+
+// dwpe (T, C) += sum over the batch, in batch order.
+__global__ void embedding_bwd_pos_kernel(float *dwpe, const float *dout, int B, size_t TC) {
+    GRID_STRIDE(i, TC) {
+        float acc = dwpe[i];
+        for (int bb = 0; bb < B; bb++) acc += dout[(size_t)bb * TC + i];
+        dwpe[i] = acc;
+    }
+}
+
+void cuda_embedding_bwd(backend *b, float *dwte, float *dwpe, const float *dout,
+                        const int *tokens, int B, int T, int C, int vocab_start, int V_local) {
+    cuda_ctx *x = cuda_ctx_of(b);
+    const int n = B * T;
+    if (n <= 0 || C <= 0) return;
+    if (V_local > 0) {
+        int end_bit = 1;
+        while (end_bit < 32 && (1u << end_bit) <= (unsigned)V_local) end_bit++;
+        size_t sort_bytes = 0;
+        CUDA_OP_CHECK(cub::DeviceRadixSort::SortPairs(NULL, sort_bytes, (const unsigned *)NULL,
+                                                      (unsigned *)NULL, (const int *)NULL,
+                                                      (int *)NULL, n, 0, end_bit, x->stream));
+        const size_t arr = cuda_align256((size_t)n * sizeof(int));
+        char *ws = (char *)cuda_scratch(x, 4 * arr + sort_bytes);
+        unsigned *keys_in = (unsigned *)ws, *keys = (unsigned *)(ws + arr);
+        int *order_in = (int *)(ws + 2 * arr), *order = (int *)(ws + 3 * arr);
+        embedding_keys_kernel<<<(n + OPS_THREADS - 1) / OPS_THREADS, OPS_THREADS, 0, x->stream>>>(
+            keys_in, order_in, tokens, n, vocab_start, V_local);
+        CUDA_LAUNCH_CHECK("embedding_keys_kernel");
+        CUDA_OP_CHECK(cub::DeviceRadixSort::SortPairs(ws + 4 * arr, sort_bytes, keys_in, keys,
+                                                      order_in, order, n, 0, end_bit, x->stream));
+        dim3 grid(n, (C + EMB_COLS - 1) / EMB_COLS);
+        embedding_bwd_runs_kernel<<<grid, EMB_COLS, 0, x->stream>>>(dwte, dout, keys, order, n, C,
+                                                                    (unsigned)V_local);
+        CUDA_LAUNCH_CHECK("embedding_bwd_runs_kernel");
+    }
+    if (dwpe) LAUNCH_N(embedding_bwd_pos_kernel, x, (size_t)T * C, dwpe, dout, B, (size_t)T * C);
+}
+
+// ---------------------------------------------------------------------------------------
+// Vocab-parallel softmax cross-entropy: one block per row.
+
+// Columns of this rank that are real vocabulary entries.
+static inline int xent_real_cols(int Vp_local, int vocab_start, int V_valid) {
+    int n = V_valid - vocab_start;
+    return n < 0 ? 0 : n > Vp_local ? Vp_local : n;
+}
+
+__global__ void xent_max_kernel(float *rowmax, const float *logits, int Vp_local, int nreal) {
+    const float *row = logits + (size_t)blockIdx.x * Vp_local;
+    float m = -INFINITY;
+    for (int c = threadIdx.x; c < nreal; c += blockDim.x) m = fmaxf(m, row[c]);
+    m = block_reduce(m, op_max(), -INFINITY);
+    if (threadIdx.x == 0) rowmax[blockIdx.x] = m;
+}
+
+void cuda_xent_max(backend *b, float *rowmax, const float *logits, int N, int Vp_local,
+                   int vocab_start, int V_valid) {
+    if (N <= 0) return;
+    xent_max_kernel<<<N, XENT_THREADS, 0, cuda_ctx_of(b)->stream>>>(
+        rowmax, logits, Vp_local, xent_real_cols(Vp_local, vocab_start, V_valid));
+    CUDA_LAUNCH_CHECK("xent_max_kernel");
+}
+
+// Each thread sums its columns in float; the block adds the threads' sums in double.
+__global__ void xent_sumexp_kernel(float *sumexp, float *target_logit, const float *logits,
+                                   const float *rowmax, const int *targets, int Vp_local,
+                                   int nreal, int vocab_start) {
+    const float *row = logits + (size_t)blockIdx.x * Vp_local;
+    const float m = rowmax[blockIdx.x];
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < nreal; c += blockDim.x) s += expf(row[c] - m);
+    const double total = block_reduce((double)s, op_sum(), 0.0);
+    if (threadIdx.x == 0) {
+        sumexp[blockIdx.x] = (float)total;
+        const int local = targets[blockIdx.x] - vocab_start;
+        target_logit[blockIdx.x] = local >= 0 && local < nreal ? row[local] : 0.0f;
+    }
+}
+
+void cuda_xent_sumexp(backend *b, float *sumexp, float *target_logit, const float *logits,
+                      const float *rowmax, const int *targets, int N, int Vp_local,
+                      int vocab_start, int V_valid) {
+    if (N <= 0) return;
+    xent_sumexp_kernel<<<N, XENT_THREADS, 0, cuda_ctx_of(b)->stream>>>(
+        sumexp, target_logit, logits, rowmax, targets, Vp_local,
+        xent_real_cols(Vp_local, vocab_start, V_valid), vocab_start);
+    CUDA_LAUNCH_CHECK("xent_sumexp_kernel");
+}
+
+__global__ void xent_loss_kernel(float *losses, const float *rowmax, const float *sumexp,
+                                 const float *target_logit, int N) {
+    const int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n < N) losses[n] = logf(sumexp[n]) + rowmax[n] - target_logit[n];
+}
+
+void cuda_xent_loss(backend *b, float *losses, const float *rowmax, const float *sumexp,
+                    const float *target_logit, int N) {
+    if (N <= 0) return;
+    xent_loss_kernel<<<(N + OPS_THREADS - 1) / OPS_THREADS, OPS_THREADS, 0,
+                       cuda_ctx_of(b)->stream>>>(losses, rowmax, sumexp, target_logit, N);
+    CUDA_LAUNCH_CHECK("xent_loss_kernel");
+}
+
+// In place: dloss * softmax over real columns, minus dloss at the target, 0 over padding.
+__global__ void xent_bwd_kernel(float *logits, const float *rowmax, const float *sumexp,
+                                const int *targets, float dloss, int Vp_local, int nreal,
+                                int vocab_start) {
+    float *row = logits + (size_t)blockIdx.x * Vp_local;
+    const float m = rowmax[blockIdx.x], scale = dloss / sumexp[blockIdx.x];
+    const int local = targets[blockIdx.x] - vocab_start;
+    for (int c = threadIdx.x; c < Vp_local; c += blockDim.x) {
+        float g = 0.0f;
+        if (c < nreal) {
+            g = expf(row[c] - m) * scale;
+            if (c == local) g -= dloss;
+        }
+        row[c] = g;
+    }
+}
+
+void cuda_xent_bwd(backend *b, float *logits, const float *rowmax, const float *sumexp,
+                   const int *targets, float dloss, int N, int Vp_local, int vocab_start,
+                   int V_valid) {
+    if (N <= 0) return;
+    xent_bwd_kernel<<<N, XENT_THREADS, 0, cuda_ctx_of(b)->stream>>>(
+        logits, rowmax, sumexp, targets, dloss, Vp_local,
+        xent_real_cols(Vp_local, vocab_start, V_valid), vocab_start);
+    CUDA_LAUNCH_CHECK("xent_bwd_kernel");
+}
+
+// ---------------------------------------------------------------------------------------
+// Optimizer and reductions
+
+// Per block: the sum of squares, in double, of its grid-stride elements, as a fixed tree.
+__global__ void sumsq_partial_kernel(double *partial, const float *x, size_t n) {
+    double acc = 0.0;
+    GRID_STRIDE(i, n) {
+        const double v = x[i];
+        acc += v * v;
+    }
+    acc = block_reduce(acc, op_sum(), 0.0);
+    if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+__global__ void sumsq_final_kernel(double *out, const double *partial, int nblocks) {
+    double v = (int)threadIdx.x < nblocks ? partial[threadIdx.x] : 0.0;
+    v = block_reduce(v, op_sum(), 0.0);
+    if (threadIdx.x == 0) *out = v;
+}
+
+double cuda_sumsq(backend *b, const float *xs, size_t n) {
+    cuda_ctx *x = cuda_ctx_of(b);
+    if (!n) return 0.0;
+    // The grid depends on n alone, so the order of the additions does too.
+    size_t want = (n + (size_t)OPS_THREADS * 16 - 1) / ((size_t)OPS_THREADS * 16);
+    const int nblocks = want > SUMSQ_MAX_BLOCKS ? SUMSQ_MAX_BLOCKS : (int)want;
+    double *partial = (double *)cuda_scratch(x, (SUMSQ_MAX_BLOCKS + 1) * sizeof(double));
+    sumsq_partial_kernel<<<nblocks, OPS_THREADS, 0, x->stream>>>(partial, xs, n);
+    CUDA_LAUNCH_CHECK("sumsq_partial_kernel");
+    sumsq_final_kernel<<<1, SUMSQ_MAX_BLOCKS, 0, x->stream>>>(partial + SUMSQ_MAX_BLOCKS, partial,
+                                                             nblocks);
+    CUDA_LAUNCH_CHECK("sumsq_final_kernel");
+    CUDA_OP_CHECK(cudaMemcpyAsync(x->host_result, partial + SUMSQ_MAX_BLOCKS, sizeof(double),
+                                  cudaMemcpyDeviceToHost, x->stream));
+    CUDA_OP_CHECK(cudaStreamSynchronize(x->stream)); // the contract returns a host value
+    return *x->host_result;
+}
+
+struct adamw_coef {
+    float lr, beta1, beta2, eps, wd, grad_scale, inv_bc1, inv_bc2;
+};
+
+// The expression of backend_cpu.c's adamw_scalar, element for element.
+__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n,
+                             adamw_coef k) {
+    GRID_STRIDE(i, n) {
+        const float gi = g[i] * k.grad_scale;
+        const float mi = k.beta1 * m[i] + (1.0f - k.beta1) * gi;
+        const float vi = k.beta2 * v[i] + (1.0f - k.beta2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        const float update = (mi * k.inv_bc1) / (sqrtf(vi * k.inv_bc2) + k.eps);
+        p[i] -= k.lr * (update + k.wd * p[i]);
+    }
+}
+
+void cuda_adamw(backend *b, float *param, const float *grad, float *m, float *v, size_t n,
+                float lr, float beta1, float beta2, float eps, float weight_decay,
+                float grad_scale, int t) {
+    if (!n) return;
+    adamw_coef k;
+    k.lr = lr, k.beta1 = beta1, k.beta2 = beta2, k.eps = eps, k.wd = weight_decay;
+    k.grad_scale = grad_scale;
+    // Bias corrections in double, as on the CPU: 1 - beta2^t is ~1e-3 at t = 1.
+    k.inv_bc1 = (float)(1.0 / (1.0 - pow((double)beta1, (double)t)));
+    k.inv_bc2 = (float)(1.0 / (1.0 - pow((double)beta2, (double)t)));
+    LAUNCH_N(adamw_kernel, cuda_ctx_of(b), n, param, grad, m, v, n, k);
+}

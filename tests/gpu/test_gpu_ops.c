@@ -1,0 +1,772 @@
+// test_gpu_ops.c: every op of the CUDA backend against the CPU backend on the same random
+// inputs, and its backward passes against finite differences of the double-precision
+// references of tests/ops_ref.h. Needs a GPU: it is not one of the tests/test_*.c that
+// `make test` runs; `make test-gpu` runs it (tests/gpu/run.sh).
+//
+//   build/tests/gpu/test_gpu_ops               the checks, then a table of the largest error
+//                                              of each op against the CPU
+//   build/tests/gpu/test_gpu_ops --bench       op timings at GPT-2 124M sizes (not a test)
+//   build/tests/gpu/test_gpu_ops --self-test   the same checks with a 1-thread CPU backend in
+//                                              place of CUDA: proves the harness without a GPU
+//
+// Tolerances. Against the CPU: max |cuda - cpu| / max |cpu| <= 1e-5 per tensor (fp32: both
+// round at ~6e-8 per operation, and the backends sum in different orders, which moves a sum
+// of K terms by ~sqrt(K) roundings; the shapes here keep that two orders below 1e-5, while a
+// wrong index or formula is O(1) off). sumsq is double on both: 1e-10. Against finite
+// differences: 1e-4, as tests/ops_ref.h explains. The accumulating ops run on buffers
+// pre-filled with random values (+=), the overwriting ones on buffers pre-filled with junk.
+// Backward ops also run twice on the device, which must give bitwise the same result.
+// TRIDENT_CUDA_TF32=1 must be unset: TF32 matmuls are ~1e-3 off by design.
+#include "../ops_ref.h"
+#include "backend.h"
+#include "device_api.h"
+#include "../testlib.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static backend *dut, *cpu; // the device under test, the CPU reference
+static int self_test;
+
+// ---------------------------------------------------------------------------------------
+// A float array held by both backends, with the same contents.
+
+typedef struct {
+    float *d, *c; // on the device under test, on the CPU
+    size_t n;
+} twin;
+
+static twin twin_new(const float *host, size_t n) {
+    twin t = {dev_f(dut, host, n), dev_f(cpu, host, n), n};
+    return t;
+}
+static twin twin_rand(size_t n, double lo, double hi) {
+    float *h = rand_f(n, lo, hi);
+    twin t = twin_new(h, n);
+    free(h);
+    return t;
+}
+static void twin_free(twin t) {
+    dut->free(dut, t.d);
+    cpu->free(cpu, t.c);
+}
+
+typedef struct {
+    int *d, *c;
+} twin_i;
+static twin_i twin_ints(const int *host, size_t n) {
+    twin_i t = {dev_i(dut, host, n), dev_i(cpu, host, n)};
+    return t;
+}
+
+// The table of largest errors, printed at the end.
+#define MAX_ROWS 160
+static struct {
+    char name[112];
+    double err, tol;
+} rows[MAX_ROWS];
+static int nrows;
+
+static void record(const char *name, double err, double tol) {
+    if (nrows < MAX_ROWS) {
+        snprintf(rows[nrows].name, sizeof rows[nrows].name, "%s", name);
+        rows[nrows].err = err, rows[nrows].tol = tol;
+        nrows++;
+    }
+}
+
+// max |a - b| / max |b|; equal values (infinities included) count 0, a NaN counts infinity.
+static double rel_diff(const float *a, const float *b, size_t n) {
+    double e = 0.0, m = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (isfinite(b[i])) m = fmax(m, fabs(b[i]));
+        if (a[i] == b[i]) continue;
+        double d = fabs((double)a[i] - (double)b[i]);
+        e = d == d ? fmax(e, d) : INFINITY;
+    }
+    return e / (m > 0.0 ? m : 1.0);
+}
+
+// The device's copy of t against the CPU's.
+static void compare(const char *op, const char *what, twin t, double tol) {
+    char name[112];
+    snprintf(name, sizeof name, "%s %s", op, what);
+    float *a = host_of(dut, t.d, t.n), *b = host_of(cpu, t.c, t.n);
+    double e = rel_diff(a, b, t.n);
+    record(name, e, tol);
+    TEST_CHECK(e <= tol, name, "max |dut - cpu| / max |cpu| = %.3g > %.1g", e, tol);
+    free(a), free(b);
+}
+
+// Bitwise equality of two device arrays of n floats (a rerun of the same op).
+static void check_same(const char *op, const float *x, const float *y, size_t n) {
+    char name[112];
+    snprintf(name, sizeof name, "%s repeatable (bitwise)", op);
+    float *a = host_of(dut, x, n), *b = host_of(dut, y, n);
+    TEST_CHECK(!memcmp(a, b, n * sizeof(float)), name, "two runs of the same op differ");
+    free(a), free(b);
+}
+
+// Saves the device copy of t (to rerun an op from the same inputs and compare).
+static float *save(twin t) { return host_of(dut, t.d, t.n); }
+
+// ---------------------------------------------------------------------------------------
+// Memory
+
+static void test_memory(void) {
+    const size_t n = 1 << 20;
+    size_t peak0 = dut->mem_peak_bytes(dut);
+    float *p = dut->alloc(dut, n * sizeof(float) + 12);
+    TEST_CHECK(p != NULL, "alloc 4 MiB", "NULL");
+    if (!p) return;
+    float *h = host_of(dut, p, n);
+    int zero = 1;
+    for (size_t i = 0; i < n; i++) zero &= h[i] == 0.0f;
+    TEST_CHECK(zero, "alloc zero-fills", "nonzero bytes in a fresh block");
+    TEST_CHECK(dut->mem_peak_bytes(dut) >= peak0 + n * sizeof(float) + 12, "mem_peak_bytes counts",
+               "peak %zu after %zu + %zu", dut->mem_peak_bytes(dut), peak0, n * sizeof(float) + 12);
+    float *src = rand_f(n, -1, 1), *q = dut->alloc(dut, n * sizeof(float));
+    dut->copy_to_device(dut, p, src, n * sizeof(float));
+    dut->copy(dut, q, p, n * sizeof(float));
+    dut->memset_zero(dut, q + 100, 50 * sizeof(float));
+    free(h);
+    h = host_of(dut, q, n);
+    int ok = 1;
+    for (size_t i = 0; i < n; i++) ok &= h[i] == (i >= 100 && i < 150 ? 0.0f : src[i]);
+    TEST_CHECK(ok, "copy_to_device, copy, memset_zero, copy_to_host", "round trip differs");
+    size_t peak1 = dut->mem_peak_bytes(dut);
+    dut->free(dut, p), dut->free(dut, q);
+    float *z = dut->alloc(dut, 0);
+    TEST_CHECK(z != NULL, "alloc 0 bytes", "NULL");
+    dut->free(dut, z);
+    TEST_CHECK(dut->mem_peak_bytes(dut) == peak1, "free keeps the high-water mark", "changed");
+    free(h), free(src);
+}
+
+// ---------------------------------------------------------------------------------------
+// Linear. `offset` shifts the weight and bias pointers by that many floats, off the 16-byte
+// alignment the cuBLASLt epilogues want (the CUDA fallback paths).
+
+static void test_matmul(int N, int IC, int OC, int with_bias, int offset) {
+    char op[96];
+    snprintf(op, sizeof op, "matmul N=%d IC=%d OC=%d%s%s", N, IC, OC, with_bias ? " bias" : "",
+             offset ? " unaligned" : "");
+    twin inp = twin_rand((size_t)N * IC, -1, 1), w = twin_rand((size_t)OC * IC + offset, -1, 1);
+    twin bias = twin_rand((size_t)OC + offset, -1, 1), out = twin_new(NULL, (size_t)N * OC);
+    dut->matmul_fwd(dut, out.d, inp.d, w.d + offset, with_bias ? bias.d + offset : NULL, N, IC, OC);
+    cpu->matmul_fwd(cpu, out.c, inp.c, w.c + offset, with_bias ? bias.c + offset : NULL, N, IC, OC);
+    compare(op, "fwd out", out, 1e-5);
+
+    float *junk = rand_f((size_t)N * IC, 100, 200);
+    twin dout = twin_rand((size_t)N * OC, -1, 1), dinp = twin_new(junk, (size_t)N * IC);
+    twin dw = twin_rand((size_t)OC * IC + offset, -1, 1);
+    twin db = twin_rand((size_t)OC + offset, -1, 1);
+    float *dw0 = save(dw), *db0 = save(db);
+    float *dbias_d = with_bias ? db.d + offset : NULL, *dbias_c = with_bias ? db.c + offset : NULL;
+    dut->matmul_bwd(dut, dinp.d, dw.d + offset, dbias_d, dout.d, inp.d, w.d + offset, N, IC, OC);
+    cpu->matmul_bwd(cpu, dinp.c, dw.c + offset, dbias_c, dout.c, inp.c, w.c + offset, N, IC, OC);
+    compare(op, "bwd dinp (overwritten)", dinp, 1e-5);
+    compare(op, "bwd dweight (accumulated)", dw, 1e-5);
+    compare(op, with_bias ? "bwd dbias (accumulated)" : "bwd dbias untouched", db, 1e-5);
+    // Again from the same state, without dinp: the same dweight and dbias, bitwise.
+    float *dw1 = save(dw), *db1 = save(db);
+    twin dw_again = twin_new(dw0, dw.n), db_again = twin_new(db0, db.n);
+    dut->matmul_bwd(dut, NULL, dw_again.d + offset, with_bias ? db_again.d + offset : NULL, dout.d,
+                    inp.d, w.d + offset, N, IC, OC);
+    float *dw2 = save(dw_again), *db2 = save(db_again);
+    TEST_CHECK(!memcmp(dw1, dw2, dw.n * sizeof(float)) && !memcmp(db1, db2, db.n * sizeof(float)),
+               "matmul_bwd repeatable (bitwise), dinp NULL", "dweight or dbias differ");
+    twin_free(inp), twin_free(w), twin_free(bias), twin_free(out), twin_free(dout);
+    twin_free(dinp), twin_free(dw), twin_free(db), twin_free(dw_again), twin_free(db_again);
+    free(junk), free(dw0), free(db0), free(dw1), free(db1), free(dw2), free(db2);
+}
+
+// ---------------------------------------------------------------------------------------
+// LayerNorm and pointwise
+
+static void test_layernorm(int N, int C) {
+    char op[64];
+    snprintf(op, sizeof op, "layernorm N=%d C=%d", N, C);
+    const size_t n = (size_t)N * C;
+    twin inp = twin_rand(n, -2, 3), w = twin_rand(C, 0.5, 1.5), bias = twin_rand(C, -1, 1);
+    twin out = twin_new(NULL, n), mean = twin_new(NULL, N), rstd = twin_new(NULL, N);
+    dut->layernorm_fwd(dut, out.d, mean.d, rstd.d, inp.d, w.d, bias.d, N, C);
+    cpu->layernorm_fwd(cpu, out.c, mean.c, rstd.c, inp.c, w.c, bias.c, N, C);
+    compare(op, "fwd out", out, 1e-5);
+    compare(op, "fwd mean", mean, 1e-5);
+    compare(op, "fwd rstd", rstd, 1e-5);
+    twin dout = twin_rand(n, -1, 1), dinp = twin_rand(n, -1, 1);
+    twin dw = twin_rand(C, -1, 1), db = twin_rand(C, -1, 1);
+    float *dinp0 = save(dinp), *dw0 = save(dw), *db0 = save(db);
+    dut->layernorm_bwd(dut, dinp.d, dw.d, db.d, dout.d, inp.d, w.d, mean.d, rstd.d, N, C);
+    cpu->layernorm_bwd(cpu, dinp.c, dw.c, db.c, dout.c, inp.c, w.c, mean.c, rstd.c, N, C);
+    compare(op, "bwd dinp (accumulated)", dinp, 1e-5);
+    compare(op, "bwd dweight (accumulated)", dw, 1e-5);
+    compare(op, "bwd dbias (accumulated)", db, 1e-5);
+    twin dinp2 = twin_new(dinp0, n), dw2 = twin_new(dw0, C), db2 = twin_new(db0, C);
+    dut->layernorm_bwd(dut, dinp2.d, dw2.d, db2.d, dout.d, inp.d, w.d, mean.d, rstd.d, N, C);
+    check_same("layernorm_bwd dinp", dinp.d, dinp2.d, n);
+    check_same("layernorm_bwd dweight", dw.d, dw2.d, C);
+    check_same("layernorm_bwd dbias", db.d, db2.d, C);
+    twin_free(inp), twin_free(w), twin_free(bias), twin_free(out), twin_free(mean);
+    twin_free(rstd), twin_free(dout), twin_free(dinp), twin_free(dw), twin_free(db);
+    twin_free(dinp2), twin_free(dw2), twin_free(db2);
+    free(dinp0), free(dw0), free(db0);
+}
+
+static void test_pointwise(size_t n) {
+    twin a = twin_rand(n, -6, 6), c = twin_rand(n, -1, 1), out = twin_new(NULL, n);
+    dut->residual_fwd(dut, out.d, a.d, c.d, n);
+    cpu->residual_fwd(cpu, out.c, a.c, c.c, n);
+    compare("residual_fwd", "out", out, 1e-6);
+    dut->gelu_fwd(dut, out.d, a.d, n);
+    cpu->gelu_fwd(cpu, out.c, a.c, n);
+    compare("gelu_fwd", "out", out, 1e-5);
+    dut->gelu_bwd(dut, c.d, a.d, c.d, n); // dinp aliases dout
+    cpu->gelu_bwd(cpu, c.c, a.c, c.c, n);
+    compare("gelu_bwd", "dinp aliasing dout", c, 1e-5);
+    dut->residual_fwd(dut, a.d, a.d, c.d, n); // out aliases a
+    cpu->residual_fwd(cpu, a.c, a.c, c.c, n);
+    compare("residual_fwd", "out aliasing a", a, 1e-6);
+    dut->scale(dut, a.d, 0.37f, n);
+    cpu->scale(cpu, a.c, 0.37f, n);
+    compare("scale", "x", a, 1e-6);
+    twin_free(a), twin_free(c), twin_free(out);
+}
+
+// ---------------------------------------------------------------------------------------
+// Attention. Each backend keeps its own state (probabilities on the CPU, log-sum-exp rows
+// on CUDA), so only out and dqkv are compared.
+
+static void test_attention(int B, int T, int NH, int HS) {
+    char op[96];
+    snprintf(op, sizeof op, "attention B=%d T=%d NH=%d HS=%d", B, T, NH, HS);
+    const int C = NH * HS;
+    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
+    if (!self_test) {
+        char name[128];
+        snprintf(name, sizeof name, "%s state is B*NH*T floats", op);
+        size_t got = dut->attention_state_bytes(dut, B, T, NH);
+        TEST_CHECK(got == (size_t)B * NH * T * sizeof(float), name, "%zu bytes", got);
+    }
+    void *st_d = dut->alloc(dut, dut->attention_state_bytes(dut, B, T, NH));
+    void *st_c = cpu->alloc(cpu, cpu->attention_state_bytes(cpu, B, T, NH));
+    twin qkv = twin_rand(nqkv, -2, 2), out = twin_new(NULL, nout);
+    dut->attention_fwd(dut, out.d, st_d, qkv.d, B, T, NH, HS);
+    cpu->attention_fwd(cpu, out.c, st_c, qkv.c, B, T, NH, HS);
+    compare(op, "fwd out", out, 1e-5);
+    float *junk = rand_f(nqkv, 100, 200);
+    twin dout = twin_rand(nout, -1, 1), dqkv = twin_new(junk, nqkv);
+    dut->attention_bwd(dut, dqkv.d, dout.d, qkv.d, st_d, B, T, NH, HS);
+    cpu->attention_bwd(cpu, dqkv.c, dout.c, qkv.c, st_c, B, T, NH, HS);
+    compare(op, "bwd dqkv (overwritten)", dqkv, 1e-5);
+    float *again = dev_f(dut, junk, nqkv);
+    dut->attention_bwd(dut, again, dout.d, qkv.d, st_d, B, T, NH, HS);
+    check_same("attention_bwd dqkv", dqkv.d, again, nqkv);
+    dut->free(dut, again), dut->free(dut, st_d), cpu->free(cpu, st_c);
+    twin_free(qkv), twin_free(out), twin_free(dout), twin_free(dqkv);
+    free(junk);
+}
+
+// ---------------------------------------------------------------------------------------
+// Embeddings: two vocabulary-parallel "ranks" of V/2 rows; tokens repeat a lot (a few rows
+// hold most of them), some fall outside each rank's rows.
+
+static void test_embedding(int B, int T, int C, int V) {
+    const int n = B * T, Vl = V / 2;
+    int *tok = xmalloc((size_t)n * sizeof(int));
+    for (int i = 0; i < n; i++) {
+        double u = 0.5 * (rnd() + 1.0);
+        tok[i] = u < 0.5 ? (int)(u * 8) : (int)(u * V) % V; // rows 0..3 take half the tokens
+    }
+    twin_i t = twin_ints(tok, n);
+    twin wpe = twin_rand((size_t)T * C, -1, 1), out = twin_new(NULL, (size_t)n * C);
+    twin dout = twin_rand((size_t)n * C, -1, 1);
+    for (int rank = 0; rank < 2; rank++) {
+        const int vs = rank * Vl;
+        twin wte = twin_rand((size_t)Vl * C, -1, 1);
+        char op[96];
+        for (int ap = 0; ap < 2; ap++) {
+            snprintf(op, sizeof op, "embedding B=%d T=%d C=%d vocab_start=%d add_pos=%d", B, T, C,
+                     vs, ap);
+            dut->embedding_fwd(dut, out.d, t.d, wte.d, wpe.d, B, T, C, vs, Vl, ap);
+            cpu->embedding_fwd(cpu, out.c, t.c, wte.c, wpe.c, B, T, C, vs, Vl, ap);
+            compare(op, "fwd out", out, 1e-6);
+        }
+        snprintf(op, sizeof op, "embedding B=%d T=%d C=%d vocab_start=%d", B, T, C, vs);
+        twin dwte = twin_rand((size_t)Vl * C, -1, 1), dwpe = twin_rand((size_t)T * C, -1, 1);
+        float *dwte0 = save(dwte), *dwpe0 = save(dwpe);
+        float *dwpe_d = rank == 0 ? dwpe.d : NULL, *dwpe_c = rank == 0 ? dwpe.c : NULL;
+        dut->embedding_bwd(dut, dwte.d, dwpe_d, dout.d, t.d, B, T, C, vs, Vl);
+        cpu->embedding_bwd(cpu, dwte.c, dwpe_c, dout.c, t.c, B, T, C, vs, Vl);
+        compare(op, "bwd dwte (accumulated)", dwte, 1e-5);
+        compare(op, rank == 0 ? "bwd dwpe (accumulated)" : "bwd dwpe NULL", dwpe, 1e-5);
+        twin dwte2 = twin_new(dwte0, dwte.n), dwpe2 = twin_new(dwpe0, dwpe.n);
+        dut->embedding_bwd(dut, dwte2.d, rank == 0 ? dwpe2.d : NULL, dout.d, t.d, B, T, C, vs, Vl);
+        check_same("embedding_bwd dwte", dwte.d, dwte2.d, dwte.n);
+        check_same("embedding_bwd dwpe", dwpe.d, dwpe2.d, dwpe.n);
+        twin_free(wte), twin_free(dwte), twin_free(dwpe), twin_free(dwte2), twin_free(dwpe2);
+        free(dwte0), free(dwpe0);
+    }
+    dut->free(dut, t.d), cpu->free(cpu, t.c);
+    twin_free(wpe), twin_free(out), twin_free(dout);
+    free(tok);
+}
+
+// ---------------------------------------------------------------------------------------
+// Vocab-parallel cross-entropy on one "rank" holding columns [vocab_start, vocab_start +
+// Vp_local) of a vocabulary with V_valid real entries. Targets cover the whole vocabulary,
+// so some are owned here and some are not.
+
+static void test_xent(int N, int Vp_local, int vocab_start, int V_valid) {
+    char op[96];
+    snprintf(op, sizeof op, "xent N=%d Vp_local=%d vocab_start=%d V_valid=%d", N, Vp_local,
+             vocab_start, V_valid);
+    int *tg = xmalloc((size_t)N * sizeof(int));
+    for (int i = 0; i < N; i++) tg[i] = (int)((0.5 * (rnd() + 1.0)) * V_valid) % V_valid;
+    twin_i t = twin_ints(tg, N);
+    twin logits = twin_rand((size_t)N * Vp_local, -8, 8);
+    twin rowmax = twin_new(NULL, N), sumexp = twin_new(NULL, N), tl = twin_new(NULL, N);
+    twin losses = twin_new(NULL, N);
+    dut->xent_max(dut, rowmax.d, logits.d, N, Vp_local, vocab_start, V_valid);
+    cpu->xent_max(cpu, rowmax.c, logits.c, N, Vp_local, vocab_start, V_valid);
+    compare(op, "rowmax", rowmax, 1e-6);
+    dut->xent_sumexp(dut, sumexp.d, tl.d, logits.d, rowmax.d, t.d, N, Vp_local, vocab_start,
+                     V_valid);
+    cpu->xent_sumexp(cpu, sumexp.c, tl.c, logits.c, rowmax.c, t.c, N, Vp_local, vocab_start,
+                     V_valid);
+    compare(op, "sumexp", sumexp, 1e-5);
+    compare(op, "target_logit", tl, 1e-6);
+    if (vocab_start < V_valid) { // a rank with real columns (else log(0))
+        dut->xent_loss(dut, losses.d, rowmax.d, sumexp.d, tl.d, N);
+        cpu->xent_loss(cpu, losses.c, rowmax.c, sumexp.c, tl.c, N);
+        compare(op, "losses", losses, 1e-5);
+        const float dloss = 1.0f / (float)N;
+        dut->xent_bwd(dut, logits.d, rowmax.d, sumexp.d, t.d, dloss, N, Vp_local, vocab_start,
+                      V_valid);
+        cpu->xent_bwd(cpu, logits.c, rowmax.c, sumexp.c, t.c, dloss, N, Vp_local, vocab_start,
+                      V_valid);
+        compare(op, "bwd dlogits (in place)", logits, 1e-5);
+    }
+    dut->free(dut, t.d), cpu->free(cpu, t.c);
+    twin_free(logits), twin_free(rowmax), twin_free(sumexp), twin_free(tl), twin_free(losses);
+    free(tg);
+}
+
+// ---------------------------------------------------------------------------------------
+// Optimizer and reductions
+
+static void test_sumsq(size_t n) {
+    float *x = rand_f(n, -1, 1);
+    twin t = twin_new(x, n);
+    double a = dut->sumsq(dut, t.d, n), b = cpu->sumsq(cpu, t.c, n), a2 = dut->sumsq(dut, t.d, n);
+    double e = fabs(a - b) / (b > 0.0 ? b : 1.0);
+    char name[96];
+    snprintf(name, sizeof name, "sumsq n=%zu", n);
+    record(name, e, 1e-10);
+    TEST_CHECK(e <= 1e-10, name, "dut %.17g cpu %.17g", a, b);
+    snprintf(name, sizeof name, "sumsq n=%zu repeatable (bitwise)", n);
+    TEST_CHECK(a == a2, name, "%.17g then %.17g", a, a2);
+    twin_free(t), free(x);
+}
+
+static void test_adamw(size_t n, int t) {
+    char op[64];
+    snprintf(op, sizeof op, "adamw n=%zu t=%d", n, t);
+    twin p = twin_rand(n, -1, 1), g = twin_rand(n, -1, 1), m = twin_rand(n, -0.1, 0.1);
+    twin v = twin_rand(n, 0, 0.01);
+    dut->adamw(dut, p.d, g.d, m.d, v.d, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
+    cpu->adamw(cpu, p.c, g.c, m.c, v.c, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
+    compare(op, "param", p, 1e-6);
+    compare(op, "m", m, 1e-6);
+    compare(op, "v", v, 1e-6);
+    twin_free(p), twin_free(g), twin_free(m), twin_free(v);
+}
+
+// ---------------------------------------------------------------------------------------
+// Gradient checks on the device under test: finite differences of the double references.
+
+// The device's gradient (minus base, for accumulating ops) against finite differences of
+// L = sum(f(args) * R) with respect to x (n elements).
+static void fd_check(const char *name, const float *d_grad, const float *base, ref_forward f,
+                     void *args, size_t nout, const double *R, double *x, size_t n) {
+    double *fd = xmalloc(n * sizeof(double));
+    fd_grad(f, args, nout, R, x, NULL, n, fd);
+    float *h = host_of(dut, d_grad, n);
+    char tag[64];
+    name_of(tag, sizeof tag, "vs finite differences");
+    check_rel(name, tag, h, base, fd, n, 1e-4);
+    free(h), free(fd);
+}
+
+static void test_gradients(void) {
+    { // matmul
+        const int N = 5, IC = 7, OC = 6;
+        float *inp = rand_f((size_t)N * IC, -1, 1), *w = rand_f((size_t)OC * IC, -1, 1);
+        float *bias = rand_f(OC, -1, 1), *R = rand_f((size_t)N * OC, -1, 1);
+        float *g0w = rand_f((size_t)OC * IC, -1, 1), *g0b = rand_f(OC, -1, 1);
+        matmul_args a = {to_d(inp, (size_t)N * IC), to_d(w, (size_t)OC * IC), to_d(bias, OC),
+                         N, IC, OC};
+        double *Rd = to_d(R, (size_t)N * OC);
+        float *d_inp = dev_f(dut, inp, (size_t)N * IC), *d_w = dev_f(dut, w, (size_t)OC * IC);
+        float *d_R = dev_f(dut, R, (size_t)N * OC), *d_dinp = dev_f(dut, NULL, (size_t)N * IC);
+        float *d_dw = dev_f(dut, g0w, (size_t)OC * IC), *d_db = dev_f(dut, g0b, OC);
+        dut->matmul_bwd(dut, d_dinp, d_dw, d_db, d_R, d_inp, d_w, N, IC, OC);
+        fd_check("grad matmul dinp", d_dinp, NULL, fwd_matmul, &a, (size_t)N * OC, Rd, a.inp,
+                 (size_t)N * IC);
+        fd_check("grad matmul dweight", d_dw, g0w, fwd_matmul, &a, (size_t)N * OC, Rd, a.w,
+                 (size_t)OC * IC);
+        fd_check("grad matmul dbias", d_db, g0b, fwd_matmul, &a, (size_t)N * OC, Rd, a.bias, OC);
+        dut->free(dut, d_inp), dut->free(dut, d_w), dut->free(dut, d_R), dut->free(dut, d_dinp);
+        dut->free(dut, d_dw), dut->free(dut, d_db);
+        free(inp), free(w), free(bias), free(R), free(g0w), free(g0b);
+        free(a.inp), free(a.w), free(a.bias), free(Rd);
+    }
+    { // layernorm
+        const int N = 4, C = 10;
+        const size_t n = (size_t)N * C;
+        float *inp = rand_f(n, -2, 3), *w = rand_f(C, 0.5, 1.5), *bias = rand_f(C, -1, 1);
+        float *R = rand_f(n, -1, 1), *g0i = rand_f(n, -1, 1), *g0w = rand_f(C, -1, 1);
+        float *g0b = rand_f(C, -1, 1);
+        ln_args a = {to_d(inp, n), to_d(w, C), to_d(bias, C), N, C};
+        double *Rd = to_d(R, n);
+        float *d_inp = dev_f(dut, inp, n), *d_w = dev_f(dut, w, C), *d_b = dev_f(dut, bias, C);
+        float *d_out = dev_f(dut, NULL, n), *d_m = dev_f(dut, NULL, N), *d_r = dev_f(dut, NULL, N);
+        float *d_R = dev_f(dut, R, n), *d_di = dev_f(dut, g0i, n), *d_dw = dev_f(dut, g0w, C);
+        float *d_db = dev_f(dut, g0b, C);
+        dut->layernorm_fwd(dut, d_out, d_m, d_r, d_inp, d_w, d_b, N, C);
+        dut->layernorm_bwd(dut, d_di, d_dw, d_db, d_R, d_inp, d_w, d_m, d_r, N, C);
+        fd_check("grad layernorm dinp", d_di, g0i, fwd_ln, &a, n, Rd, a.inp, n);
+        fd_check("grad layernorm dweight", d_dw, g0w, fwd_ln, &a, n, Rd, a.w, C);
+        fd_check("grad layernorm dbias", d_db, g0b, fwd_ln, &a, n, Rd, a.bias, C);
+        float *all[] = {d_inp, d_w, d_b, d_out, d_m, d_r, d_R, d_di, d_dw, d_db};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dut->free(dut, all[i]);
+        free(inp), free(w), free(bias), free(R), free(g0i), free(g0w), free(g0b);
+        free(a.inp), free(a.w), free(a.bias), free(Rd);
+    }
+    { // gelu
+        const size_t n = 101;
+        float *x = rand_f(n, -6, 6), *R = rand_f(n, -1, 1);
+        gelu_args a = {to_d(x, n), n};
+        double *Rd = to_d(R, n);
+        float *d_x = dev_f(dut, x, n), *d_R = dev_f(dut, R, n), *d_di = dev_f(dut, NULL, n);
+        dut->gelu_bwd(dut, d_di, d_x, d_R, n);
+        fd_check("grad gelu dinp", d_di, NULL, fwd_gelu, &a, n, Rd, a.x, n);
+        dut->free(dut, d_x), dut->free(dut, d_R), dut->free(dut, d_di);
+        free(x), free(R), free(a.x), free(Rd);
+    }
+    { // attention: a T that is not a multiple of the tiles, HS below the padded width
+        const int B = 2, T = 37, NH = 2, HS = 5, C = NH * HS;
+        const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
+        float *qkv = rand_f(nqkv, -2, 2), *R = rand_f(nout, -1, 1);
+        attn_args a = {to_d(qkv, nqkv), B, T, NH, HS};
+        double *Rd = to_d(R, nout);
+        float *d_qkv = dev_f(dut, qkv, nqkv), *d_out = dev_f(dut, NULL, nout);
+        float *d_R = dev_f(dut, R, nout), *d_dqkv = dev_f(dut, NULL, nqkv);
+        void *st = dut->alloc(dut, dut->attention_state_bytes(dut, B, T, NH));
+        dut->attention_fwd(dut, d_out, st, d_qkv, B, T, NH, HS);
+        dut->attention_bwd(dut, d_dqkv, d_R, d_qkv, st, B, T, NH, HS);
+        fd_check("grad attention dqkv", d_dqkv, NULL, fwd_attn, &a, nout, Rd, a.qkv, nqkv);
+        dut->free(dut, d_qkv), dut->free(dut, d_out), dut->free(dut, d_R);
+        dut->free(dut, d_dqkv), dut->free(dut, st);
+        free(qkv), free(R), free(a.qkv), free(Rd);
+    }
+    { // embedding
+        const int B = 2, T = 5, C = 6, V = 7;
+        int tok[10] = {3, 6, 6, 0, 2, 5, 4, 3, 3, 1};
+        const size_t n = (size_t)B * T * C;
+        float *wte = rand_f((size_t)V * C, -1, 1), *wpe = rand_f((size_t)T * C, -1, 1);
+        float *R = rand_f(n, -1, 1), *g0e = rand_f((size_t)V * C, -1, 1);
+        float *g0p = rand_f((size_t)T * C, -1, 1);
+        emb_args a = {tok, to_d(wte, (size_t)V * C), to_d(wpe, (size_t)T * C), B, T, C, 0, V, 1};
+        double *Rd = to_d(R, n);
+        int *d_tok = dev_i(dut, tok, (size_t)B * T);
+        float *d_R = dev_f(dut, R, n), *d_dwte = dev_f(dut, g0e, (size_t)V * C);
+        float *d_dwpe = dev_f(dut, g0p, (size_t)T * C);
+        dut->embedding_bwd(dut, d_dwte, d_dwpe, d_R, d_tok, B, T, C, 0, V);
+        fd_check("grad embedding dwte", d_dwte, g0e, fwd_emb, &a, n, Rd, a.wte, (size_t)V * C);
+        fd_check("grad embedding dwpe", d_dwpe, g0p, fwd_emb, &a, n, Rd, a.wpe, (size_t)T * C);
+        dut->free(dut, d_tok), dut->free(dut, d_R), dut->free(dut, d_dwte);
+        dut->free(dut, d_dwpe);
+        free(wte), free(wpe), free(R), free(g0e), free(g0p), free(a.wte), free(a.wpe), free(Rd);
+    }
+    { // cross-entropy over one rank: 11 columns, 9 of them real
+        const int N = 3, Vp = 11, V = 9;
+        int tg[3] = {0, 8, 4};
+        float *lg = rand_f((size_t)N * Vp, -3, 3);
+        xent_args a = {to_d(lg, (size_t)N * Vp), tg, N, Vp, V};
+        const float dloss = 1.0f / 3.0f;
+        double Rd[3] = {dloss, dloss, dloss};
+        int *d_t = dev_i(dut, tg, N);
+        float *d_l = dev_f(dut, lg, (size_t)N * Vp), *d_m = dev_f(dut, NULL, N);
+        float *d_s = dev_f(dut, NULL, N), *d_tl = dev_f(dut, NULL, N);
+        dut->xent_max(dut, d_m, d_l, N, Vp, 0, V);
+        dut->xent_sumexp(dut, d_s, d_tl, d_l, d_m, d_t, N, Vp, 0, V);
+        dut->xent_bwd(dut, d_l, d_m, d_s, d_t, dloss, N, Vp, 0, V);
+        fd_check("grad xent dlogits", d_l, NULL, fwd_xent, &a, N, Rd, a.logits, (size_t)N * Vp);
+        dut->free(dut, d_t), dut->free(dut, d_l), dut->free(dut, d_m), dut->free(dut, d_s);
+        dut->free(dut, d_tl);
+        free(lg), free(a.logits);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// --bench: op timings at GPT-2 124M sizes (B 8, T 1024, C 768, 12 heads, vocabulary 50304).
+
+static double time_op(void (*op)(void *), void *args) {
+    op(args); // warm-up (plans, workspace)
+    dut->synchronize(dut);
+    int reps = 0;
+    double t0 = time_now_s(), t;
+    do {
+        op(args);
+        dut->synchronize(dut);
+        reps++;
+        t = time_now_s() - t0;
+    } while (t < 0.2 && reps < 50);
+    return t / reps;
+}
+
+// The buffers and sizes of one timed op (each op uses those it names).
+typedef struct {
+    float *inp, *w, *bias, *out, *dinp, *dw, *db, *mean, *rstd;
+    int *tok;
+    void *state;
+    int N, IC, OC, B, T, NH, HS;
+} bench_args;
+
+static void b_mm_fwd(void *p) {
+    bench_args *x = p;
+    dut->matmul_fwd(dut, x->out, x->inp, x->w, x->bias, x->N, x->IC, x->OC);
+}
+static void b_mm_bwd(void *p) {
+    bench_args *x = p;
+    dut->matmul_bwd(dut, x->dinp, x->dw, x->db, x->out, x->inp, x->w, x->N, x->IC, x->OC);
+}
+static void b_att_fwd(void *p) {
+    bench_args *x = p;
+    dut->attention_fwd(dut, x->out, x->state, x->inp, x->B, x->T, x->NH, x->HS);
+}
+static void b_att_bwd(void *p) {
+    bench_args *x = p;
+    dut->attention_bwd(dut, x->dinp, x->out, x->inp, x->state, x->B, x->T, x->NH, x->HS);
+}
+static void b_ln_fwd(void *p) {
+    bench_args *x = p;
+    dut->layernorm_fwd(dut, x->out, x->mean, x->rstd, x->inp, x->w, x->bias, x->N, x->IC);
+}
+static void b_ln_bwd(void *p) {
+    bench_args *x = p;
+    dut->layernorm_bwd(dut, x->dinp, x->dw, x->db, x->out, x->inp, x->w, x->mean, x->rstd, x->N,
+                       x->IC);
+}
+static void b_gelu(void *p) {
+    bench_args *x = p;
+    dut->gelu_fwd(dut, x->out, x->inp, (size_t)x->N * x->OC);
+}
+static void b_xent(void *p) { // inp: logits; mean, rstd, db, out: rowmax, sumexp, target, losses
+    bench_args *x = p;
+    const int V_valid = x->OC - 47;
+    dut->xent_max(dut, x->mean, x->inp, x->N, x->OC, 0, V_valid);
+    dut->xent_sumexp(dut, x->rstd, x->db, x->inp, x->mean, x->tok, x->N, x->OC, 0, V_valid);
+    dut->xent_loss(dut, x->out, x->mean, x->rstd, x->db, x->N);
+    dut->xent_bwd(dut, x->inp, x->mean, x->rstd, x->tok, 1e-4f, x->N, x->OC, 0, V_valid);
+}
+static void b_emb_bwd(void *p) {
+    bench_args *x = p;
+    dut->embedding_bwd(dut, x->dw, x->db, x->out, x->tok, x->B, x->T, x->IC, 0, x->OC);
+}
+static void b_adamw(void *p) { // inp, dinp, mean, rstd: param, grad, m, v
+    bench_args *x = p;
+    dut->adamw(dut, x->inp, x->dinp, x->mean, x->rstd, (size_t)x->N, 1e-4f, 0.9f, 0.95f, 1e-8f,
+               0.1f, 1.0f, 3);
+}
+static void b_sumsq(void *p) {
+    bench_args *x = p;
+    (void)dut->sumsq(dut, x->dinp, (size_t)x->N);
+}
+
+// A device buffer of n random floats in [-1, 1).
+static float *bench_buf(size_t n) {
+    float *h = rand_f(n, -1, 1), *d = dev_f(dut, h, n);
+    free(h);
+    return d;
+}
+
+static void bench_free(bench_args *a) {
+    float *bufs[] = {a->inp, a->w, a->bias, a->out, a->dinp, a->dw, a->db, a->mean, a->rstd};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
+        if (bufs[k]) dut->free(dut, bufs[k]);
+    if (a->tok) dut->free(dut, a->tok);
+    if (a->state) dut->free(dut, a->state);
+}
+
+// small: tiny sizes, to run the bench code itself quickly (--self-test --bench-small).
+static void bench(int small) {
+    const int B = small ? 2 : 8, T = small ? 64 : 1024, C = small ? 64 : 768, NH = small ? 2 : 12;
+    const int HS = C / NH, V = small ? 512 : 50304, N = B * T;
+    printf("bench: %s sizes, B=%d T=%d C=%d NH=%d Vp=%d on %s (%s)\n",
+           small ? "small" : "GPT-2 124M", B, T, C, NH, V, dut->name,
+           getenv("TRIDENT_CUDA_TF32") ? "TRIDENT_CUDA_TF32 set" : "fp32 matmuls");
+    const struct {
+        const char *name;
+        int IC, OC, per_step; // per_step: how many of these one 12-layer step runs
+    } lin[] = {{"qkv", C, 3 * C, 12}, {"attproj", C, C, 12}, {"fc", C, 4 * C, 12},
+               {"fcproj", 4 * C, C, 12}, {"lm head", C, V, 1}};
+    double total = 0.0; // estimated time of the ops of one step
+    for (size_t i = 0; i < sizeof lin / sizeof lin[0]; i++) {
+        const int IC = lin[i].IC, OC = lin[i].OC, has_bias = lin[i].per_step > 1;
+        bench_args a = {.inp = bench_buf((size_t)N * IC), .w = bench_buf((size_t)OC * IC),
+                        .bias = has_bias ? bench_buf(OC) : NULL, .out = bench_buf((size_t)N * OC),
+                        .dinp = bench_buf((size_t)N * IC), .dw = bench_buf((size_t)OC * IC),
+                        .db = has_bias ? bench_buf(OC) : NULL, .N = N, .IC = IC, .OC = OC};
+        double tf = time_op(b_mm_fwd, &a), tb = time_op(b_mm_bwd, &a);
+        double fl = 2.0 * N * IC * OC;
+        printf("bench: matmul %-8s (%d x %d x %d): fwd %.3f ms %.1f TFLOP/s, bwd %.3f ms %.1f "
+               "TFLOP/s\n", lin[i].name, N, IC, OC, tf * 1e3, fl / tf / 1e12, tb * 1e3,
+               2 * fl / tb / 1e12);
+        total += lin[i].per_step * (tf + tb);
+        bench_free(&a);
+    }
+    {
+        bench_args a = {.inp = bench_buf((size_t)N * 3 * C), .out = bench_buf((size_t)N * C),
+                        .dinp = bench_buf((size_t)N * 3 * C),
+                        .state = dut->alloc(dut, dut->attention_state_bytes(dut, B, T, NH)),
+                        .B = B, .T = T, .NH = NH, .HS = HS};
+        double tf = time_op(b_att_fwd, &a), tb = time_op(b_att_bwd, &a);
+        double fl = 2.0 * B * NH * (double)T * T * HS; // causal half of 2 products of 2 T^2 HS
+        printf("bench: attention B=%d T=%d NH=%d HS=%d: fwd %.3f ms %.1f TFLOP/s, bwd %.3f ms "
+               "%.1f TFLOP/s (causal FLOPs, backward counted as 2.5x forward)\n", B, T, NH, HS,
+               tf * 1e3, fl / tf / 1e12, tb * 1e3, 2.5 * fl / tb / 1e12);
+        total += 12.0 * (tf + tb);
+        bench_free(&a);
+    }
+    {
+        bench_args a = {.inp = bench_buf((size_t)N * C), .w = bench_buf(C), .bias = bench_buf(C),
+                        .out = bench_buf((size_t)N * C), .dinp = bench_buf((size_t)N * C),
+                        .dw = bench_buf(C), .db = bench_buf(C), .mean = bench_buf(N),
+                        .rstd = bench_buf(N), .N = N, .IC = C};
+        double tf = time_op(b_ln_fwd, &a), tb = time_op(b_ln_bwd, &a);
+        printf("bench: layernorm N=%d C=%d: fwd %.3f ms %.0f GB/s, bwd %.3f ms %.0f GB/s\n", N, C,
+               tf * 1e3, (double)N * C * 8 / tf / 1e9, tb * 1e3, (double)N * C * 16 / tb / 1e9);
+        total += 25.0 * (tf + tb);
+        bench_free(&a);
+    }
+    {
+        bench_args a = {.inp = bench_buf((size_t)N * 4 * C), .out = bench_buf((size_t)N * 4 * C),
+                        .N = N, .OC = 4 * C};
+        double t = time_op(b_gelu, &a);
+        printf("bench: gelu_fwd n=%d: %.3f ms %.0f GB/s\n", N * 4 * C, t * 1e3,
+               (double)N * 4 * C * 8 / t / 1e9);
+        total += 12.0 * 2.5 * t; // the backward moves 1.5 times the bytes
+        bench_free(&a);
+    }
+    {
+        int *tg = xmalloc((size_t)N * sizeof(int));
+        for (int i = 0; i < N; i++) tg[i] = (int)((0.5 * (rnd() + 1.0)) * (V - 47)) % (V - 47);
+        bench_args a = {.inp = bench_buf((size_t)N * V), .out = bench_buf(N), .db = bench_buf(N),
+                        .mean = bench_buf(N), .rstd = bench_buf(N), .tok = dev_i(dut, tg, N),
+                        .N = N, .OC = V};
+        double t = time_op(b_xent, &a);
+        printf("bench: cross-entropy, 4 passes, N=%d V=%d: %.3f ms %.0f GB/s\n", N, V, t * 1e3,
+               (double)N * V * 4 * 4 / t / 1e9);
+        total += t;
+        bench_free(&a);
+        for (int i = 0; i < N; i++) tg[i] = (int)((0.5 * (rnd() + 1.0)) * 256) % 256;
+        bench_args e = {.out = bench_buf((size_t)N * C), .dw = bench_buf((size_t)V * C),
+                        .db = bench_buf((size_t)T * C), .tok = dev_i(dut, tg, N), .B = B, .T = T,
+                        .IC = C, .OC = V};
+        t = time_op(b_emb_bwd, &e);
+        printf("bench: embedding_bwd B=%d T=%d C=%d (byte-level tokens): %.3f ms\n", B, T, C,
+               t * 1e3);
+        total += t;
+        bench_free(&e);
+        free(tg);
+    }
+    {
+        const int P = small ? 1000 * 1000 : 124 * 1000 * 1000;
+        bench_args a = {.inp = bench_buf(P), .dinp = bench_buf(P), .mean = bench_buf(P),
+                        .rstd = dev_f(dut, NULL, P), .N = P};
+        double t = time_op(b_adamw, &a), ts = time_op(b_sumsq, &a);
+        printf("bench: adamw n=%d: %.3f ms %.0f GB/s; sumsq: %.3f ms %.0f GB/s\n", P, t * 1e3,
+               (double)P * 28 / t / 1e9, ts * 1e3, (double)P * 4 / ts / 1e9);
+        total += t + ts;
+        bench_free(&a);
+    }
+    printf("bench: these ops of one 12-layer step of B=%d (no residuals, no comm): %.1f ms, "
+           "%.0f tokens/s\n", B, total * 1e3, N / total);
+}
+
+// ---------------------------------------------------------------------------------------
+
+int main(int argc, char **argv) {
+    backend_cpu_prepare_process(argv); // OpenBLAS's fast kernels for the CPU reference
+    log_init();
+    int do_bench = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--bench")) do_bench = 1;
+        else if (!strcmp(argv[i], "--bench-small")) do_bench = 2;
+        else if (!strcmp(argv[i], "--self-test")) self_test = 1;
+        else {
+            fprintf(stderr, "usage: %s [--bench | --bench-small] [--self-test]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (backend_cpu_create(&cpu, 0) != TRI_OK) return 1;
+    if (self_test) {
+        if (backend_cpu_create(&dut, 1) != TRI_OK) return 1;
+        snprintf(test_tag, sizeof test_tag, " (cpu 1 thread)");
+    } else {
+        int device = -1;
+        if (cuda_device_count() <= 0 || cuda_device_select(0, &device) != TRI_OK ||
+            backend_cuda_create(&dut, device) != TRI_OK) {
+            printf("FAIL test_gpu_ops: no usable CUDA device (this test needs a GPU; "
+                   "--self-test runs the harness on the CPU)\n");
+            return 1;
+        }
+        snprintf(test_tag, sizeof test_tag, " (cuda)");
+        if (getenv("TRIDENT_CUDA_TF32"))
+            printf("note: TRIDENT_CUDA_TF32 is set; fp32 tolerances will not hold\n");
+    }
+    if (do_bench) {
+        bench(do_bench == 2);
+        dut->destroy(dut), cpu->destroy(cpu);
+        return 0;
+    }
+    test_memory();
+    test_matmul(512, 768, 2304, 1, 0);
+    test_matmul(256, 3072, 768, 1, 0);
+    test_matmul(300, 768, 1000, 0, 0);
+    test_matmul(37, 29, 53, 1, 0);
+    test_matmul(37, 29, 53, 1, 1);
+    test_matmul(64, 96, 80, 1, 3);
+    test_layernorm(1000, 768);
+    test_layernorm(77, 33);
+    test_pointwise(1000003);
+    test_attention(2, 256, 4, 64);
+    test_attention(1, 100, 3, 32);
+    test_attention(2, 77, 2, 80);
+    test_attention(1, 130, 2, 128);
+    test_attention(1, 70, 1, 256);
+    test_attention(3, 19, 2, 7);
+    test_embedding(4, 64, 96, 300);
+    test_embedding(2, 33, 130, 10);
+    test_xent(64, 384, 0, 700);
+    test_xent(64, 384, 384, 700);
+    test_xent(16, 384, 768, 700); // no real column on this rank
+    test_xent(8, 50304, 0, 50257);
+    test_sumsq(1000003);
+    test_sumsq(5);
+    test_sumsq(0);
+    test_adamw(100003, 1);
+    test_adamw(100003, 7);
+    test_gradients();
+
+    printf("\n%-80s %10s %9s\n", "max |dut - cpu| / max |cpu|", "error", "tolerance");
+    for (int i = 0; i < nrows; i++)
+        printf("%-80s %10.3g %9.1g%s\n", rows[i].name, rows[i].err, rows[i].tol,
+               rows[i].err <= rows[i].tol ? "" : "  FAIL");
+    dut->destroy(dut), cpu->destroy(cpu);
+    TEST_EXIT();
+}
