@@ -219,6 +219,7 @@ static ncclDataType_t nccl_dtype(comm_dtype dt) {
     case COMM_DTYPE_F32: return ncclFloat32;
     case COMM_DTYPE_F64: return ncclFloat64;
     case COMM_DTYPE_I64: return ncclInt64;
+    case COMM_DTYPE_BF16: return ncclBfloat16;
     }
     return ncclFloat32; // unreachable: check_call rejects other values
 }

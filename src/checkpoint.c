@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <yaml.h>
 
+#include "bf16.h"
 #include "crc32c.h"
 
 #define CKPT_FORMAT "trident-checkpoint"
@@ -851,12 +852,6 @@ static int overlap(rect a, rect b, rect *out) {
     return 1;
 }
 
-static float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 // Reads region g (checking its CRC) into ld->buf.
 static tri_status read_region(loader *ld, const region *g) {

@@ -8,6 +8,7 @@ size_t comm_dtype_size(comm_dtype dt) {
     case COMM_DTYPE_F32: return 4;
     case COMM_DTYPE_F64: return 8;
     case COMM_DTYPE_I64: return 8;
+    case COMM_DTYPE_BF16: return 2;
     }
     return 0;
 }

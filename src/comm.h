@@ -28,7 +28,14 @@ typedef enum {
 } comm_op_id;
 
 typedef enum { COMM_REDUCE_SUM = 0, COMM_REDUCE_MAX = 1 } comm_reduce_op;
-typedef enum { COMM_DTYPE_F32 = 0, COMM_DTYPE_F64 = 1, COMM_DTYPE_I64 = 2 } comm_dtype;
+// COMM_DTYPE_BF16: bfloat16 (bf16.h); a reduction adds in fp32 and rounds each partial sum
+// to bf16 (to nearest, ties to even), as a bf16 reduction on the wire does.
+typedef enum {
+    COMM_DTYPE_F32 = 0,
+    COMM_DTYPE_F64 = 1,
+    COMM_DTYPE_I64 = 2,
+    COMM_DTYPE_BF16 = 3,
+} comm_dtype;
 
 typedef struct {
     int size;  // ranks in the group

@@ -31,6 +31,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bf16.h"
 #include "mesh.h"
 
 // Every MPI call goes through this: on failure it prints the statement, file:line, rank and
@@ -65,6 +66,7 @@ typedef struct {
     mpi_group groups[COMM_GROUP_COUNT];
     mesh_coord me;
     int owns_mpi;     // MPI_Init was ours: destroy finalises
+    MPI_Op bf16_sum, bf16_max; // MPI has no bfloat16: user ops over 2-byte elements
     int group_depth;  // > 0 between group_start and group_end
     // send/recv posted inside a group, completed at group_end
     MPI_Request *pending;
@@ -79,9 +81,33 @@ static MPI_Datatype mpi_dtype(comm_dtype dt) {
     case COMM_DTYPE_F32: return MPI_FLOAT;
     case COMM_DTYPE_F64: return MPI_DOUBLE;
     case COMM_DTYPE_I64: return MPI_INT64_T;
+    case COMM_DTYPE_BF16: return MPI_UINT16_T;
     }
     TRI_ASSERT(!"unknown comm_dtype");
     return MPI_DATATYPE_NULL;
+}
+
+// inout[i] = bf16(in[i] + inout[i]) (or the max), for MPI_Op_create.
+static void bf16_reduce(void *in, void *inout, int *len, int is_max) {
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++) {
+        float x = bf16_to_f32(a[i]), y = bf16_to_f32(b[i]);
+        b[i] = bf16_from_f32(is_max ? (x > y ? x : y) : x + y);
+    }
+}
+static void bf16_sum_fn(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    (void)dt;
+    bf16_reduce(in, inout, len, 0);
+}
+static void bf16_max_fn(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    (void)dt;
+    bf16_reduce(in, inout, len, 1);
+}
+
+static MPI_Op mpi_op(const comm *c, comm_dtype dt, comm_reduce_op op) {
+    if (dt == COMM_DTYPE_BF16) return op == COMM_REDUCE_MAX ? ctx_of((comm *)c)->bf16_max : ctx_of((comm *)c)->bf16_sum;
+    return op == COMM_REDUCE_MAX ? MPI_MAX : MPI_SUM;
 }
 
 // MPI counts are int: a larger buffer is a caller's job to split.
@@ -208,8 +234,7 @@ static tri_status mpi_all_reduce(comm *c, comm_group_id g, void *buf, size_t cou
     size_t bytes = count * comm_dtype_size(dt);
     comm_count(c, g, COMM_OP_ALL_REDUCE, bytes);
     MPI_Request req;
-    MPI_CHECK(c, MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, mpi_dtype(dt),
-                                op == COMM_REDUCE_MAX ? MPI_MAX : MPI_SUM,
+    MPI_CHECK(c, MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, mpi_dtype(dt), mpi_op(c, dt, op),
                                 ctx_of(c)->groups[g].mpi, &req));
     return mpi_wait_one(c, &req, "all_reduce", g, bytes);
 }
@@ -237,15 +262,15 @@ static tri_status mpi_reduce_scatter(comm *c, comm_group_id g, const void *send,
     if (send == recv) {
         // In place: the input is the whole buffer, the result lands in its first block.
         MPI_CHECK(c, MPI_Ireduce_scatter_block(MPI_IN_PLACE, recv, (int)count, mpi_dtype(dt),
-                                               MPI_SUM, mc, &req));
+                                               mpi_op(c, dt, COMM_REDUCE_SUM), mc, &req));
     } else {
         if (overlaps(send, bytes, recv, block)) { // e.g. recv = send + rank * count
             copy = xmalloc(bytes);
             memcpy(copy, send, bytes);
             send = copy;
         }
-        int rc = MPI_Ireduce_scatter_block(send, recv, (int)count, mpi_dtype(dt), MPI_SUM, mc,
-                                           &req);
+        int rc = MPI_Ireduce_scatter_block(send, recv, (int)count, mpi_dtype(dt),
+                                           mpi_op(c, dt, COMM_REDUCE_SUM), mc, &req);
         if (rc != MPI_SUCCESS) free(copy);
         MPI_CHECK(c, rc);
     }
@@ -388,6 +413,8 @@ static void mpi_destroy(comm *c) {
     }
     free(x->pending);
     free(x->pending_desc);
+    if (x->bf16_sum != MPI_OP_NULL) MPI_Op_free(&x->bf16_sum);
+    if (x->bf16_max != MPI_OP_NULL) MPI_Op_free(&x->bf16_max);
     if (x->owns_mpi) {
         int finalized = 0;
         MPI_Finalized(&finalized);
@@ -459,6 +486,7 @@ tri_status comm_mpi_create(comm **out, const run_config *cfg, const launch_info 
     }
     comm *c = xcalloc(1, sizeof *c);
     mpi_ctx *x = xcalloc(1, sizeof *x);
+    x->bf16_sum = x->bf16_max = MPI_OP_NULL;
     *c = (comm){
         /* .name           = */ "mpi",
         /* .ctx            = */ x,
@@ -512,6 +540,8 @@ tri_status comm_mpi_create(comm **out, const run_config *cfg, const launch_info 
             goto fail;
         }
     }
+    MPI_Op_create(bf16_sum_fn, 1, &x->bf16_sum);
+    MPI_Op_create(bf16_max_fn, 1, &x->bf16_max);
     int world_size = 0, world_rank = -1;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);

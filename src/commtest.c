@@ -14,9 +14,11 @@
 #include "commtest.h"
 
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "bf16.h"
 #include "comm.h"
 #include "comm_mpi.h"
 #include "config.h"
@@ -447,6 +449,37 @@ static tri_status ct_in_place(ct_state *s, comm_group_id g, size_t count, long l
     return st;
 }
 
+// bfloat16 (COMM_DTYPE_BF16): all_reduce sum and max, and reduce_scatter, of the same small
+// integers (exact in bf16 for any world here). Returns the wrong elements.
+static tri_status ct_bf16(ct_state *s, comm_group_id g, size_t count, long long *wrong) {
+    const int n = s->n_members[g], k = s->my_index[g], *m = s->members[g];
+    if (n <= 1 || count == 0) return TRI_OK;
+    comm *c = s->c;
+    uint16_t *sum = xmalloc(count * sizeof *sum), *max = xmalloc(count * sizeof *max);
+    uint16_t *all = xmalloc(count * (size_t)n * sizeof *all), *mine = xmalloc(count * sizeof *mine);
+    for (size_t i = 0; i < count; i++) sum[i] = max[i] = bf16_from_f32(ct_value(s->rank, i));
+    for (size_t j = 0; j < count * (size_t)n; j++) all[j] = bf16_from_f32(ct_value(s->rank, j));
+    tri_status st = c->all_reduce(c, g, sum, count, COMM_DTYPE_BF16, COMM_REDUCE_SUM);
+    if (st == TRI_OK) st = c->all_reduce(c, g, max, count, COMM_DTYPE_BF16, COMM_REDUCE_MAX);
+    if (st == TRI_OK) st = c->reduce_scatter(c, g, all, mine, count, COMM_DTYPE_BF16);
+    long long bad = 0;
+    for (size_t i = 0; st == TRI_OK && i < count; i++) {
+        float want_sum = 0, want_max = -INFINITY, want_rs = 0;
+        for (int j = 0; j < n; j++) {
+            want_sum += ct_value(m[j], i);
+            want_max = fmaxf(want_max, ct_value(m[j], i));
+            want_rs += ct_value(m[j], (size_t)k * count + i);
+        }
+        bad += (bf16_to_f32(sum[i]) != want_sum) + (bf16_to_f32(max[i]) != want_max) +
+               (bf16_to_f32(mine[i]) != want_rs);
+    }
+    if (bad) LOG_ERROR("comm-test: bf16 collectives on group %s: %lld wrong elements",
+                       comm_group_name(g), bad);
+    *wrong += bad;
+    free(sum), free(max), free(all), free(mine);
+    return st;
+}
+
 static double ct_busbw_factor(ct_op op, int n) {
     switch (op) {
     case CT_ALL_REDUCE_SUM:
@@ -520,21 +553,24 @@ static tri_status ct_run(ct_state *s, const ct_options *o, long long *total_wron
         printf("# average bus bandwidth: %.3f GB/s over %d rows\n", busbw_sum / rows, rows);
     // In-place forms, and bitwise reproducibility of all_reduce on non-integer floats, at
     // the largest size (untimed; a middle pipeline stage skips the embedding group).
-    long long in_place = 0, nondet = 0;
+    long long in_place = 0, nondet = 0, bf16 = 0;
     for (int g = 0; g < COMM_GROUP_COUNT; g++) {
         if (s->max_size[g] == 1 || s->n_members[g] == 0) continue;
         size_t elems = o->max_bytes / sizeof(float);
         TRI_CHECK(ct_in_place(s, (comm_group_id)g, elems / (size_t)s->max_size[g], &in_place));
         TRI_CHECK(ct_determinism(s, (comm_group_id)g, elems, &nondet));
+        TRI_CHECK(ct_bf16(s, (comm_group_id)g, elems / (size_t)s->max_size[g], &bf16));
     }
-    local_wrong += in_place + nondet;
-    int64_t extra[2] = {in_place, nondet};
-    TRI_CHECK(c->all_reduce(c, COMM_GROUP_WORLD, extra, 2, COMM_DTYPE_I64, COMM_REDUCE_SUM));
+    local_wrong += in_place + nondet + bf16;
+    int64_t extra[3] = {in_place, nondet, bf16};
+    TRI_CHECK(c->all_reduce(c, COMM_GROUP_WORLD, extra, 3, COMM_DTYPE_I64, COMM_REDUCE_SUM));
     if (print && s->world > 1) {
         printf("# in-place reduce_scatter and all_gather on every group: %lld wrong\n",
                (long long)extra[0]);
         printf("# all_reduce of non-integer floats, twice, on every group: %s\n",
                extra[1] ? "NOT bitwise identical" : "bitwise identical on every rank and run");
+        printf("# bf16 all_reduce (sum, max) and reduce_scatter on every group: %lld wrong\n",
+               (long long)extra[2]);
     }
     int64_t totals[2] = {local_wrong, s->bad_counters};
     TRI_CHECK(c->all_reduce(c, COMM_GROUP_WORLD, totals, 2, COMM_DTYPE_I64, COMM_REDUCE_SUM));

@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <string.h>
 
+#include "bf16.h"
+
 // The file's tensors in order, as the per-layer kinds of params.h (or -1 for wte, wpe,
 // lnfw, lnfb which are not per layer).
 static const int llmc_kinds[] = {PARAM_LN1W,  PARAM_LN1B,    PARAM_QKVW, PARAM_QKVB,
@@ -46,13 +48,6 @@ static size_t llmc_offset(const param_entry *e, int maxT, int L, int C, int Vp) 
     if (!strcmp(e->name, "lnfw")) return off;
     TRI_ASSERT(!strcmp(e->name, "lnfb"));
     return off + (size_t)C;
-}
-
-static float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
 }
 
 tri_status llmc_read(const char *path, llmc_model *out) {
