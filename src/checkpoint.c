@@ -286,7 +286,8 @@ static tri_status write_rank_files(ckpt_writer *w) {
                     sp->hi - w->s.pt->entries[sp->entry].offset, write_idx_line, &c);
         off += (sp->hi - sp->lo) * sizeof(float);
     }
-    int bad = ferror(idx) | fflush(idx) | fsync(fileno(idx));
+    int bad = fflush(idx) != 0; // flush, then sync: in this order
+    bad |= ferror(idx) || fsync(fileno(idx)) != 0;
     if (fclose(idx) != 0 || bad) {
         pathf(path, "%s", idx_path);
         goto io_error;
@@ -402,7 +403,8 @@ static tri_status write_manifest(ckpt_writer *w) {
         while ((n = fread(buf, 1, sizeof buf, idx)) > 0) fwrite(buf, 1, n, f);
         fclose(idx);
     }
-    int bad = ferror(f) | fflush(f) | fsync(fileno(f));
+    int bad = fflush(f) != 0; // flush, then sync: in this order
+    bad |= ferror(f) || fsync(fileno(f)) != 0;
     if (fclose(f) != 0 || bad) goto io_error;
     for (int r = 0; r < s->world; r++) {
         pathf(tmp_path, "%s/rank_%05d.idx", w->tmp, r);
@@ -436,7 +438,8 @@ static tri_status write_manifest(ckpt_writer *w) {
         goto io_error;
     }
     fprintf(l, "%s\n", base);
-    bad = fflush(l) | fsync(fileno(l));
+    bad = fflush(l) != 0;
+    bad |= fsync(fileno(l)) != 0;
     if (fclose(l) != 0 || bad || rename(tmp_path, path) != 0) goto io_error;
     fsync_path(w->dir);
     pathf(tmp_path, "%s.old", w->final);
