@@ -179,6 +179,8 @@ static const backend cuda_backend_table = {
     /* .xent_bwd              = */ cuda_xent_bwd,
     /* .sumsq                 = */ cuda_sumsq,
     /* .scale                 = */ cuda_scale,
+    /* .to_bf16               = */ cuda_to_bf16,
+    /* .from_bf16             = */ cuda_from_bf16,
     /* .adamw                 = */ cuda_adamw,
     /* .destroy               = */ cuda_destroy,
 };

@@ -266,6 +266,21 @@ void cuda_scale(backend *b, float *x, float s, size_t n) {
     if (n) LAUNCH_N(scale_kernel, cuda_ctx_of(b), n, x, s, n);
 }
 
+// bf16 storage: __float2bfloat16_rn rounds to nearest even, as bf16.h does on the host.
+__global__ void to_bf16_kernel(uint16_t *dst, const float *src, size_t n) {
+    GRID_STRIDE(i, n) dst[i] = __bfloat16_as_ushort(__float2bfloat16_rn(src[i]));
+}
+__global__ void from_bf16_kernel(float *dst, const uint16_t *src, size_t n) {
+    GRID_STRIDE(i, n) dst[i] = __bfloat162float(__ushort_as_bfloat16(src[i]));
+}
+
+void cuda_to_bf16(backend *b, uint16_t *dst, const float *src, size_t n) {
+    if (n) LAUNCH_N(to_bf16_kernel, cuda_ctx_of(b), n, dst, src, n);
+}
+void cuda_from_bf16(backend *b, float *dst, const uint16_t *src, size_t n) {
+    if (n) LAUNCH_N(from_bf16_kernel, cuda_ctx_of(b), n, dst, src, n);
+}
+
 // ---------------------------------------------------------------------------------------
 // Embeddings
 

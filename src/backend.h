@@ -106,6 +106,11 @@ struct backend {
     double (*sumsq)(backend *b, const float *x, size_t n);
     // x *= s
     void (*scale)(backend *b, float *x, float s, size_t n);
+    // bf16 storage (bf16.h): dst (n bf16) = src rounded to nearest even; dst (n floats) =
+    // src widened exactly. The mixed-precision path keeps parameters in bf16 and computes
+    // in fp32.
+    void (*to_bf16)(backend *b, uint16_t *dst, const float *src, size_t n);
+    void (*from_bf16)(backend *b, float *dst, const uint16_t *src, size_t n);
     // AdamW over n elements: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
     // p -= lr * (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd * p).
     // grad is multiplied by grad_scale first (clipping). t counts from 1.

@@ -22,6 +22,8 @@
 #include <immintrin.h>
 #endif
 
+#include "bf16.h"
+
 static inline cpu_ctx *ctx_of(backend *b) { return (cpu_ctx *)b->ctx; }
 
 // Rows [*r0, *r1) of a static partition of n rows over nth threads.
@@ -500,6 +502,16 @@ static void cpu_scale(backend *b, float *x, float s, size_t n) {
     for (size_t i = 0; i < n; i++) xs[i] *= s;
 }
 
+static void cpu_to_bf16(backend *b, uint16_t *dst, const float *src, size_t n) {
+#pragma omp parallel for schedule(static) num_threads(ctx_of(b)->threads)
+    for (size_t i = 0; i < n; i++) dst[i] = bf16_from_f32(src[i]);
+}
+
+static void cpu_from_bf16(backend *b, float *dst, const uint16_t *src, size_t n) {
+#pragma omp parallel for schedule(static) num_threads(ctx_of(b)->threads)
+    for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(src[i]);
+}
+
 typedef struct {
     float lr, beta1, beta2, eps, wd, grad_scale, inv_bc1, inv_bc2;
 } adamw_coef;
@@ -614,6 +626,8 @@ static const backend cpu_backend_table = {
     /* .xent_bwd              = */ cpu_xent_bwd,
     /* .sumsq                 = */ cpu_sumsq,
     /* .scale                 = */ cpu_scale,
+    /* .to_bf16               = */ cpu_to_bf16,
+    /* .from_bf16             = */ cpu_from_bf16,
     /* .adamw                 = */ cpu_adamw,
     /* .destroy               = */ cpu_destroy,
 };

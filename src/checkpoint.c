@@ -63,20 +63,27 @@ typedef struct {
     int entry;
     size_t lo, hi;     // flat local offsets in the table layout
     ckpt_kind kind;
-    float *dev;        // device address of element lo
+    void *dev;         // device address of element lo
+    size_t elem;       // its bytes: 4 (fp32), or 2 for bf16 parameters
 } span;
 
-// Where element lo of a piece lives, per kind.
-static float *piece_dev(const ckpt_state *s, const optim_piece *pc, ckpt_kind kind, size_t lo) {
+// Where element lo of a piece lives, per kind, and its size.
+static span piece_span(const ckpt_state *s, const optim_piece *pc, ckpt_kind kind, size_t lo,
+                       size_t hi) {
     const optim_state *o = s->optim;
     size_t off = pc->pos + (lo - pc->lo);
+    span sp = {pc->entry, lo, hi, kind, NULL, sizeof(float)};
     switch (kind) {
-    case KIND_PARAM: return o->zero == 3 ? o->param_shard + off : s->params + lo;
-    case KIND_ADAM_M: return o->m + off;
-    case KIND_ADAM_V: return o->v + off;
+    case KIND_PARAM:
+        sp.elem = o->pelem;
+        sp.dev = o->zero == 3 ? (char *)o->param_shard + off * o->pelem : (char *)s->params + lo * o->pelem;
+        break;
+    case KIND_MASTER: sp.dev = o->master + off; break;
+    case KIND_ADAM_M: sp.dev = o->m + off; break;
+    case KIND_ADAM_V: sp.dev = o->v + off; break;
     default: TRI_ASSERT(0);
     }
-    return NULL;
+    return sp;
 }
 
 // The spans this rank writes: its pieces, without copies that another rank stores.
@@ -90,7 +97,8 @@ static int stored_spans(const ckpt_state *s, span *out) {
         cut_lo = share * (size_t)o->dp_rank, cut_hi = cut_lo + share;
     }
     int n = 0;
-    const ckpt_kind kinds[] = {KIND_PARAM, KIND_ADAM_M, KIND_ADAM_V};
+    // Mixed precision stores the fp32 master weights: the bf16 parameters are their rounding.
+    const ckpt_kind kinds[] = {o->bf16 ? KIND_MASTER : KIND_PARAM, KIND_ADAM_M, KIND_ADAM_V};
     for (int k = 0; k < 3; k++) {
         for (int p = 0; p < o->n_pieces; p++) {
             const optim_piece *pc = &o->pieces[p];
@@ -99,7 +107,7 @@ static int stored_spans(const ckpt_state *s, span *out) {
             if (pc->entry == pt->wte && pt->wte_is_copy) continue;
             size_t lo = pc->lo > cut_lo ? pc->lo : cut_lo, hi = pc->hi < cut_hi ? pc->hi : cut_hi;
             if (lo >= hi) continue;
-            if (out) out[n] = (span){pc->entry, lo, hi, kinds[k], piece_dev(s, pc, kinds[k], lo)};
+            if (out) out[n] = piece_span(s, pc, kinds[k], lo, hi);
             n++;
         }
     }
@@ -107,7 +115,7 @@ static int stored_spans(const ckpt_state *s, span *out) {
 }
 
 // The spans this rank must fill on load: every parameter it holds (its shards under
-// ZeRO-3), and the moments of all its pieces.
+// ZeRO-3), and the moments (and, in mixed precision, the master weights) of all its pieces.
 static int needed_spans(const ckpt_state *s, span *out) {
     const optim_state *o = s->optim;
     const param_table *pt = s->pt;
@@ -116,14 +124,15 @@ static int needed_spans(const ckpt_state *s, span *out) {
         for (int i = 0; i < pt->n_entries; i++, n++) {
             const param_entry *e = &pt->entries[i];
             if (out) out[n] = (span){i, e->offset, e->offset + (size_t)e->local_numel, KIND_PARAM,
-                                     s->params + e->offset};
+                                     (char *)s->params + e->offset * o->pelem, o->pelem};
         }
     }
-    for (int k = o->zero < 3 ? 1 : 0; k < 3; k++) {
-        ckpt_kind kind = k == 0 ? KIND_PARAM : k == 1 ? KIND_ADAM_M : KIND_ADAM_V;
+    const ckpt_kind kinds[] = {KIND_PARAM, KIND_MASTER, KIND_ADAM_M, KIND_ADAM_V};
+    for (int k = 0; k < 4; k++) {
+        if ((kinds[k] == KIND_PARAM && o->zero < 3) || (kinds[k] == KIND_MASTER && !o->bf16)) continue;
         for (int p = 0; p < o->n_pieces; p++, n++) {
             const optim_piece *pc = &o->pieces[p];
-            if (out) out[n] = (span){pc->entry, pc->lo, pc->hi, kind, piece_dev(s, pc, kind, pc->lo)};
+            if (out) out[n] = piece_span(s, pc, kinds[k], pc->lo, pc->hi);
         }
     }
     return n;
@@ -917,8 +926,10 @@ static tri_status load_span(loader *ld, const param_table *pt, const param_entry
         if (ld->need[q].row + ld->need[q].rows > from)
             ld->filled += (ld->need[q].row + ld->need[q].rows - from) * ld->need[q].cols;
     }
-    ckpt_kind want = kind;
-    if (kind == KIND_PARAM) // prefer the fp32 master when there is one
+    // Parameters and master weights both come from the fp32 master copy when the checkpoint
+    // has one (a bf16 run's), else from the parameters (an fp32 run's).
+    ckpt_kind want = kind == KIND_MASTER ? KIND_PARAM : kind;
+    if (kind == KIND_PARAM || kind == KIND_MASTER)
         for (int i = 0; i < m->n_regions; i++)
             if (m->regions[i].tensor == t && m->regions[i].kind == KIND_MASTER) want = KIND_MASTER;
     for (int i = 0; i < m->n_regions; i++) {
@@ -1006,9 +1017,14 @@ static tri_status load_rank(const char *path, const ckpt_state *s, manifest *m) 
     for (int i = 0; i < n && rc == TRI_OK; i++) {
         const span *sp = &spans[i];
         const param_entry *e = &s->pt->entries[sp->entry];
-        float *host = xmalloc((sp->hi - sp->lo) * sizeof(float) + 1);
+        const size_t count = sp->hi - sp->lo;
+        float *host = xmalloc(count * sizeof(float) + 1);
         rc = load_span(&ld, s->pt, e, sp->lo - e->offset, sp->hi - e->offset, sp->kind, host);
-        if (rc == TRI_OK) s->be->copy_to_device(s->be, sp->dev, host, (sp->hi - sp->lo) * sizeof(float));
+        if (rc == TRI_OK && sp->elem == sizeof(uint16_t)) { // bf16 parameters: rounded in place
+            uint16_t *h16 = (uint16_t *)host;
+            for (size_t i = 0; i < count; i++) h16[i] = bf16_from_f32(host[i]);
+        }
+        if (rc == TRI_OK) s->be->copy_to_device(s->be, sp->dev, host, count * sp->elem);
         free(host);
     }
     loader_free(&ld);
@@ -1048,6 +1064,15 @@ tri_status ckpt_read_model(const char *path, run_config *cfg, param_table *full,
     for (int i = 0; i < full->n_entries && rc == TRI_OK; i++) {
         const param_entry *e = &full->entries[i];
         rc = load_span(&ld, full, e, 0, (size_t)e->local_numel, KIND_PARAM, out + e->offset);
+        // A bf16 run's checkpoint holds its fp32 master weights; the model it trained
+        // computes with their bf16 rounding, which is what its model.bin holds too.
+        for (int g = 0; rc == TRI_OK && g < m.n_regions; g++) {
+            if (m.regions[g].kind != KIND_MASTER || strcmp(m.tensors[m.regions[g].tensor].name, e->name))
+                continue;
+            for (int64_t k = 0; k < e->local_numel; k++)
+                out[e->offset + k] = bf16_to_f32(bf16_from_f32(out[e->offset + k]));
+            break;
+        }
     }
     loader_free(&ld);
     manifest_free(&m);

@@ -36,7 +36,8 @@ typedef struct {
     const run_config *cfg;
     const param_table *pt;
     optim_state *optim;
-    float *params;     // the model's parameter buffer (NULL under ZeRO-3: optim's shards)
+    void *params;      // the model's parameter buffer, fp32 or bf16 (NULL under ZeRO-3:
+                       // the optimizer's shards)
     backend *be;
     comm *cm;
     int rank, world, tp_rank;

@@ -14,9 +14,10 @@
 #include <math.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "llmc.h"
 
-#define P(m, idx) ((m)->param_of[idx])
+#define P(m, idx) param_in_f32(m, idx)
 #define G(m, idx) ((m)->grad_of[idx])
 
 static tri_status tp_all_reduce(model *m, float *x, size_t n) {
@@ -137,17 +138,31 @@ head_buffers:
     return TRI_OK;
 }
 
+// An entry's parameters as fp32 for an op: in place (fp32 training), or widened from bf16
+// into its staging region.
+static const float *param_in_f32(model *m, int idx) {
+    if (!m->bf16) return m->param_of[idx];
+    float *dst = m->stage + m->stage_off[idx];
+    m->be->from_bf16(m->be, dst, m->param16_of[idx], (size_t)m->table.entries[idx].local_numel);
+    return dst;
+}
+
 static tri_status alloc_scratch(model *m) {
     const model_dims *d = &m->d;
     const size_t N = d->N, C = d->C, f = sizeof(float);
     size_t total = 0;
+    if (m->bf16) {
+        m->stage_off = xcalloc((size_t)m->table.n_entries, sizeof(size_t));
+        m->stage = alloc_counted(m, params_stage_layout(&m->table, m->stage_off) * f, &total);
+    }
     m->dln = alloc_counted(m, N * C * f, &total);
     m->dqkv = alloc_counted(m, N * d->C3_local * f, &total);
     m->datty = alloc_counted(m, N * d->C_local * f, &total);
     m->dfch = alloc_counted(m, N * d->C4_local * f, &total);
     if (d->sp) m->rows_full = alloc_counted(m, N * C * f, &total);
     m->scratch_bytes = total;
-    void *all[] = {m->dln, m->dqkv, m->datty, m->dfch, d->sp ? m->rows_full : m->dln};
+    void *all[] = {m->dln, m->dqkv, m->datty, m->dfch, d->sp ? m->rows_full : m->dln,
+                   m->bf16 ? (void *)m->stage : m->dln};
     return check_allocated(m, all, sizeof all / sizeof all[0]);
 }
 
@@ -189,15 +204,20 @@ tri_status model_create(model *m, const run_config *cfg, int B, int n_slots, int
     const size_t pad = (size_t)pad_multiple;
     m->capacity = (m->table.local_numel + pad - 1) / pad * pad + (!full_grads && pad > 1 ? pad : 0);
     size_t bytes = m->table.local_numel * sizeof(float);
-    m->params = shard_params ? NULL : be->alloc(be, m->capacity * sizeof(float));
+    m->bf16 = cfg->train.precision == DTYPE_BF16;
+    if (m->bf16 && !shard_params) m->params16 = be->alloc(be, m->capacity * sizeof(uint16_t));
+    else if (!shard_params) m->params = be->alloc(be, m->capacity * sizeof(float));
     m->grads = full_grads ? be->alloc(be, m->capacity * sizeof(float)) : NULL;
     m->grad_of = xcalloc((size_t)m->table.n_entries, sizeof(float *));
     m->param_of = xcalloc((size_t)m->table.n_entries, sizeof(float *));
-    for (int i = 0; !shard_params && i < m->table.n_entries; i++)
-        m->param_of[i] = m->params + m->table.entries[i].offset;
+    m->param16_of = xcalloc((size_t)m->table.n_entries, sizeof(uint16_t *));
+    for (int i = 0; !shard_params && i < m->table.n_entries; i++) {
+        if (m->bf16) m->param16_of[i] = m->params16 + m->table.entries[i].offset;
+        else m->param_of[i] = m->params + m->table.entries[i].offset;
+    }
     for (int i = 0; full_grads && i < m->table.n_entries; i++)
         m->grad_of[i] = m->grads + m->table.entries[i].offset;
-    if ((!shard_params && !m->params) || (full_grads && !m->grads)) {
+    if ((!shard_params && !m->params && !m->params16) || (full_grads && !m->grads)) {
         LOG_ERROR("out of %s memory for %zu parameters", be->name, m->table.local_numel);
         return TRI_ERR_INTERNAL;
     }
@@ -215,8 +235,16 @@ tri_status model_create(model *m, const run_config *cfg, int B, int n_slots, int
     } else {
         params_init_host(&m->table, cfg->run.seed, host);
     }
+    if (m->bf16) // every layout starts from the same bf16 model (the master copies too)
+        for (size_t i = 0; i < m->table.local_numel; i++) host[i] = bf16_to_f32(bf16_from_f32(host[i]));
     if (shard_params) {
         m->init_host = host; // the optimizer takes its shards from it
+    } else if (m->bf16) {
+        uint16_t *h16 = xmalloc(m->table.local_numel * sizeof(uint16_t) + 1);
+        for (size_t i = 0; i < m->table.local_numel; i++) h16[i] = bf16_from_f32(host[i]);
+        be->copy_to_device(be, m->params16, h16, m->table.local_numel * sizeof(uint16_t));
+        free(h16);
+        free(host);
     } else {
         be->copy_to_device(be, m->params, host, bytes);
         free(host);
@@ -244,7 +272,10 @@ void model_free(model *m) {
     free(m->slots);
     free(m->grad_of);
     free(m->param_of);
-    void *all[] = {m->params, m->grads, m->dln, m->dqkv, m->datty, m->dfch, m->rows_full};
+    free(m->param16_of);
+    free(m->stage_off);
+    void *all[] = {m->params, m->params16, m->stage, m->grads, m->dln, m->dqkv, m->datty, m->dfch,
+                   m->rows_full};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i]) be->free(be, all[i]);
     params_free(&m->table);

@@ -54,6 +54,15 @@ typedef struct {
     float *init_host;  // ZeRO-3 (shard_params): the initial local parameters in host memory,
                        // until the optimizer has taken its shards (the caller frees it)
     float **param_of;  // (table.n_entries): where each entry's parameters are read from
+    // train.precision bf16: the parameters are stored as bf16 (params16, or the optimizer's
+    // shards under ZeRO-3, through param16_of) and widened into `stage` (fp32, one layer's
+    // entries plus the embeddings and final LayerNorm, at stage_off) each time an op reads
+    // them; params and param_of are unused. Math stays in fp32.
+    int bf16;
+    uint16_t *params16;
+    uint16_t **param16_of;
+    float *stage;
+    size_t *stage_off;
     float *grads;      // (capacity), accumulated over micro-batches; NULL when the
                        // optimizer keeps only gradient buckets (ZeRO-2)
     size_t capacity;
@@ -97,6 +106,10 @@ typedef struct {
 tri_status model_create(model *m, const run_config *cfg, int B, int n_slots, int pad_multiple,
                         int full_grads, int shard_params, backend *be, comm *cm);
 void model_free(model *m);
+
+// The parameter buffer the optimizer updates: params (fp32) or params16 (bf16); NULL under
+// ZeRO-3, where the optimizer holds the parameters as shards.
+static inline void *model_params(model *m) { return m->bf16 ? (void *)m->params16 : (void *)m->params; }
 
 // Forward of chunk `chunk` (0..chunks-1) of one micro-batch into activation slot `slot`.
 // inputs/targets are host (B*T) token ids, the same on every tp rank: the first chunk of

@@ -5,6 +5,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "bf16.h"
+
 size_t optim_capacity(const run_config *cfg, int dp, size_t local_numel) {
     if (cfg->parallel.zero == 0 || dp == 1) return local_numel;
     // A multiple of dp (stage 1's equal shards); stage 2 adds dp elements: a bucket's last
@@ -124,10 +126,13 @@ static int bucket_chunk(const optim_state *o, const param_table *pt, const optim
     return o->chunks - 1;
 }
 
-static tri_status create_param_shards(optim_state *o, const param_table *pt, const float *params,
-                                      float **param_of) {
+// Element i of a parameter buffer (fp32, or bf16 in mixed precision).
+static void *pel(const optim_state *o, const void *base, size_t i) {
+    return (char *)base + i * o->pelem;
+}
+
+static tri_status create_param_shards(optim_state *o, const param_table *pt, const float *init_host) {
     backend *be = o->be;
-    o->param_of = param_of;
     o->chunks = pt->pp == 1 ? 1 : pt->virtual_stages;
     o->chunk_buckets = xcalloc((size_t)o->chunks, sizeof(int *));
     o->chunk_gathered = xcalloc((size_t)o->chunks, sizeof(int));
@@ -149,12 +154,18 @@ static tri_status create_param_shards(optim_state *o, const param_table *pt, con
         ws = used > ws ? used : ws;
         total = used;
     }
-    o->param_ws = be->alloc(be, (ws ? ws : 1) * sizeof(float));
-    o->param_shard = be->alloc(be, (o->arena_len ? o->arena_len : 1) * sizeof(float));
+    o->param_ws = be->alloc(be, (ws ? ws : 1) * o->pelem);
+    o->param_shard = be->alloc(be, (o->arena_len ? o->arena_len : 1) * o->pelem);
     if (!o->param_ws || !o->param_shard) return TRI_ERR_INTERNAL;
-    for (int p = 0; p < o->n_pieces; p++) {
+    for (int p = 0; p < o->n_pieces; p++) { // bf16: the master copy from the same values
         const optim_piece *pc = &o->pieces[p];
-        be->copy_to_device(be, o->param_shard + pc->pos, params + pc->lo, (pc->hi - pc->lo) * sizeof(float));
+        const size_t n = pc->hi - pc->lo;
+        if (!o->bf16) {
+            be->copy_to_device(be, pel(o, o->param_shard, pc->pos), init_host + pc->lo, n * sizeof(float));
+            continue;
+        }
+        be->copy_to_device(be, o->master + pc->pos, init_host + pc->lo, n * sizeof(float));
+        be->to_bf16(be, pel(o, o->param_shard, pc->pos), o->master + pc->pos, n);
     }
     return TRI_OK;
 }
@@ -165,36 +176,55 @@ tri_status optim_params_needed(void *ctx, int chunk) {
     o->chunk_gathered[chunk] = o->keep_gathered;
     for (const int *k = o->chunk_buckets[chunk]; *k >= 0; k++) {
         const optim_bucket *b = &o->buckets[*k];
-        float *dst = o->param_ws + o->bucket_ws_offset[*k];
-        TRI_CHECK(o->cm->all_gather(o->cm, COMM_GROUP_DP, o->param_shard + b->arena, dst, b->shard,
-                                    COMM_DTYPE_F32));
-        for (int e = b->first; e < b->first + b->count; e++)
-            o->param_of[e] = dst + (o->param_entry_offset[e] - b->begin);
+        void *dst = pel(o, o->param_ws, o->bucket_ws_offset[*k]);
+        TRI_CHECK(o->cm->all_gather(o->cm, COMM_GROUP_DP, pel(o, o->param_shard, b->arena), dst,
+                                    b->shard, o->pdt));
+        for (int e = b->first; e < b->first + b->count; e++) {
+            void *at = pel(o, dst, o->param_entry_offset[e] - b->begin);
+            if (o->bf16) o->param16_of[e] = at;
+            else o->param_of[e] = at;
+        }
     }
     return TRI_OK;
 }
 
-tri_status optim_local_params(optim_state *o, const param_table *pt, const float *params,
+// n parameters from device `src` (fp32 or bf16) into host fp32.
+static void params_to_host(const optim_state *o, float *host, const void *src, size_t n) {
+    if (!o->bf16) {
+        o->be->copy_to_host(o->be, host, src, n * sizeof(float));
+        return;
+    }
+    uint16_t *h16 = xmalloc(n * sizeof(uint16_t) + 1);
+    o->be->copy_to_host(o->be, h16, src, n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) host[i] = bf16_to_f32(h16[i]);
+    free(h16);
+}
+
+tri_status optim_local_params(optim_state *o, const param_table *pt, const void *params,
                               float *host) {
-    backend *be = o->be;
     if (o->zero < 3) {
-        be->copy_to_host(be, host, params, pt->local_numel * sizeof(float));
+        params_to_host(o, host, params, pt->local_numel);
         return TRI_OK;
     }
     for (int k = 0; k < o->n_buckets; k++) {
         const optim_bucket *b = &o->buckets[k];
-        TRI_CHECK(o->cm->all_gather(o->cm, COMM_GROUP_DP, o->param_shard + b->arena, o->scratch,
-                                    b->shard, COMM_DTYPE_F32));
-        be->copy_to_host(be, host + b->begin, o->scratch, b->numel * sizeof(float));
+        TRI_CHECK(o->cm->all_gather(o->cm, COMM_GROUP_DP, pel(o, o->param_shard, b->arena), o->scratch,
+                                    b->shard, o->pdt));
+        params_to_host(o, host + b->begin, o->scratch, b->numel);
     }
     return TRI_OK;
 }
 
 tri_status optim_create(optim_state *o, backend *be, comm *cm, const run_config *cfg,
                         const param_table *pt, int dp, int dp_rank, float **grad_of,
-                        const float *params, float **param_of) {
+                        const void *params, const float *init_host, float **param_of,
+                        uint16_t **param16_of) {
     memset(o, 0, sizeof *o);
     o->be = be, o->cm = cm;
+    o->bf16 = cfg->train.precision == DTYPE_BF16;
+    o->pelem = o->bf16 ? sizeof(uint16_t) : sizeof(float);
+    o->pdt = o->bf16 ? COMM_DTYPE_BF16 : COMM_DTYPE_F32;
+    o->param_of = param_of, o->param16_of = param16_of;
     o->zero = dp > 1 ? cfg->parallel.zero : 0;
     o->dp = dp, o->dp_rank = dp_rank;
     o->bucket_mb = cfg->parallel.bucket_mb;
@@ -219,12 +249,19 @@ tri_status optim_create(optim_state *o, backend *be, comm *cm, const run_config 
         rc = create_buckets(o, pt, grad_of);
         o->param_entry_offset = xcalloc((size_t)pt->n_entries, sizeof(size_t));
         for (int i = 0; i < pt->n_entries; i++) o->param_entry_offset[i] = pt->entries[i].offset;
-        if (rc == TRI_OK && o->zero == 3) rc = create_param_shards(o, pt, params, param_of);
     }
     size_t bytes = o->arena_len * sizeof(float);
     o->m = be->alloc(be, bytes);
     o->v = be->alloc(be, bytes);
-    if (rc != TRI_OK || !o->m || !o->v) {
+    // Mixed precision: the fp32 master copy of this rank's pieces (AdamW updates it; the bf16
+    // parameters are its rounding), from the bf16 parameters it starts equal to.
+    if (o->bf16) o->master = be->alloc(be, bytes ? bytes : sizeof(float));
+    if (rc == TRI_OK && o->zero == 3 && (!o->bf16 || o->master)) rc = create_param_shards(o, pt, init_host);
+    for (int p = 0; rc == TRI_OK && o->bf16 && o->master && o->zero < 3 && p < o->n_pieces; p++) {
+        const optim_piece *pc = &o->pieces[p];
+        be->from_bf16(be, o->master + pc->pos, (const uint16_t *)params + pc->lo, pc->hi - pc->lo);
+    }
+    if (rc != TRI_OK || !o->m || !o->v || (o->bf16 && !o->master)) {
         LOG_ERROR("out of %s memory for the optimizer state (%zu bytes of Adam moments)",
                   be->name, 2 * bytes);
         return TRI_ERR_INTERNAL;
@@ -237,7 +274,8 @@ void optim_free(optim_state *o) {
     if (!be) return;
     for (int k = 0; k < o->n_buckets; k++)
         if (o->buckets[k].ws && o->buckets[k].ws != o->layer_ws) be->free(be, o->buckets[k].ws);
-    void *bufs[] = {o->m, o->v, o->grad_shard, o->scratch, o->layer_ws, o->param_shard, o->param_ws};
+    void *bufs[] = {o->m, o->v, o->master, o->grad_shard, o->scratch, o->layer_ws, o->param_shard,
+                    o->param_ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->free(be, bufs[i]);
     for (int c = 0; o->chunk_buckets && c < o->chunks; c++) free(o->chunk_buckets[c]);
@@ -340,7 +378,7 @@ tri_status optim_grad_norm(optim_state *o, const param_table *pt, const float *g
 }
 
 tri_status optim_step(optim_state *o, const run_config *cfg, const param_table *pt,
-                      float *params, const float *grads, double lr, double grad_norm) {
+                      void *params, const float *grads, double lr, double grad_norm) {
     backend *be = o->be;
     comm *cm = o->cm;
     double clip = cfg->train.grad_clip;
@@ -350,20 +388,24 @@ tri_status optim_step(optim_state *o, const run_config *cfg, const param_table *
     for (int p = 0; p < o->n_pieces; p++) {
         const optim_piece *pc = &o->pieces[p];
         float wd = pt->entries[pc->entry].decay ? (float)cfg->optim.weight_decay : 0.0f;
-        float *w = o->zero == 3 ? o->param_shard + pc->pos : params + pc->lo;
+        // The weights AdamW updates: the fp32 master (then rounded into the bf16 parameters),
+        // or the fp32 parameters themselves.
+        void *param = o->zero == 3 ? pel(o, o->param_shard, pc->pos) : pel(o, params, pc->lo);
+        float *w = o->bf16 ? o->master + pc->pos : param;
         be->adamw(be, w, g + pc->pos, o->m + pc->pos, o->v + pc->pos,
                   pc->hi - pc->lo, (float)lr, (float)cfg->optim.beta1, (float)cfg->optim.beta2,
                   (float)cfg->optim.eps, wd, grad_scale, o->t);
+        if (o->bf16) be->to_bf16(be, param, w, pc->hi - pc->lo);
     }
     for (int c = 0; o->chunk_gathered && c < o->chunks; c++) o->chunk_gathered[c] = 0;
     if (o->zero == 1) // every rank's updated shard to every replica (this rank's in place)
-        return cm->all_gather(cm, COMM_GROUP_DP, params + o->shard_begin, params, o->shard_len,
-                              COMM_DTYPE_F32);
+        return cm->all_gather(cm, COMM_GROUP_DP, pel(o, params, o->shard_begin), params,
+                              o->shard_len, o->pdt);
     for (int k = 0; o->zero == 2 && k < o->n_buckets; k++) {
         const optim_bucket *b = &o->buckets[k];
-        const float *own = params + b->begin + (size_t)o->dp_rank * b->shard;
-        TRI_CHECK(cm->all_gather(cm, COMM_GROUP_DP, own, o->scratch, b->shard, COMM_DTYPE_F32));
-        be->copy(be, params + b->begin, o->scratch, b->numel * sizeof(float));
+        const void *own = pel(o, params, b->begin + (size_t)o->dp_rank * b->shard);
+        TRI_CHECK(cm->all_gather(cm, COMM_GROUP_DP, own, o->scratch, b->shard, o->pdt));
+        be->copy(be, pel(o, params, b->begin), o->scratch, b->numel * o->pelem);
     }
     return TRI_OK;
 }

@@ -60,8 +60,8 @@ typedef struct {
     float *grad_shard;      // stage 2: (arena_len) reduced gradients, accumulated
     float *scratch;         // stage 2: one bucket's shard / a gathered bucket
     float *layer_ws;        // stage 2: the workspace every layer's bucket shares
-    float *param_shard;     // stage 3: (arena_len) this rank's parameter shards
-    float *param_ws;        // stage 3: one chunk's gathered parameters
+    void *param_shard;      // stage 3: (arena_len) this rank's parameter shards (pelem bytes each)
+    void *param_ws;         // stage 3: one chunk's gathered parameters
     int **chunk_buckets;    // stage 3: (chunks) bucket indices of each chunk, -1 ended
     int *chunk_gathered;    // stage 3, zero3_gather step: (chunks) gathered since the update
     int keep_gathered;      // parallel.zero3_gather == step
@@ -69,6 +69,11 @@ typedef struct {
     int chunks;
     size_t *param_entry_offset; // stages 2, 3: each entry's flat offset
     float **param_of;       // the model's parameter pointers (stage 3 repoints them)
+    uint16_t **param16_of;  // the same for bf16 parameters (train.precision bf16)
+    int bf16;               // mixed precision: bf16 parameters, fp32 master and moments
+    size_t pelem;           // bytes of a parameter element: 4, or 2 under bf16
+    comm_dtype pdt;         // and its comm dtype (parameter all-gathers)
+    float *master;          // bf16: (arena_len) fp32 master weights of this rank's pieces
     size_t workspace_bytes; // stage 2: the gradient workspaces and scratch
     float *m, *v;           // Adam moments (arena_len) on the device
     backend *be;
@@ -88,19 +93,23 @@ int optim_bucket_span(const param_table *pt, int i, double bucket_bytes, int *la
 size_t optim_capacity(const run_config *cfg, int dp, size_t local_numel);
 
 // Stage 2 and 3 also point the model's gradients (grad_of, n_entries pointers) at their
-// bucket workspaces; stages 0 and 1 leave them in the model's gradient buffer. Stage 3 takes
-// its parameter shards from `params` (host memory: the model's initial local parameters,
-// model.init_host, which the caller then frees) and repoints param_of on each gather.
+// bucket workspaces; stages 0 and 1 leave them in the model's gradient buffer. Stages 0-2
+// update the model's parameter buffer `params` (fp32, or bf16 under train.precision bf16,
+// whose fp32 master copy the optimizer takes from it). Stage 3 takes its parameter shards
+// (and master copy) from `init_host` (host memory: the model's initial local parameters,
+// model.init_host, which the caller then frees) and repoints param_of (param16_of under
+// bf16) on each gather.
 tri_status optim_create(optim_state *o, backend *be, comm *cm, const run_config *cfg,
                         const param_table *pt, int dp, int dp_rank, float **grad_of,
-                        const float *params, float **param_of);
+                        const void *params, const float *init_host, float **param_of,
+                        uint16_t **param16_of);
 
 // Stage 3: the model's params_needed callback (ctx = the optim_state).
 tri_status optim_params_needed(void *ctx, int chunk);
 
 // This rank's parameters in table layout (host, table.local_numel floats), whatever the
 // stage: a copy of `params`, or for stage 3 every bucket gathered over dp.
-tri_status optim_local_params(optim_state *o, const param_table *pt, const float *params,
+tri_status optim_local_params(optim_state *o, const param_table *pt, const void *params,
                               float *host);
 void optim_free(optim_state *o);
 
@@ -130,4 +139,4 @@ tri_status optim_grad_norm(optim_state *o, const param_table *pt, const float *g
 // Clips (grad_clip > 0), applies AdamW to this rank's pieces (weight decay on the table's
 // decay entries only), then all-gathers the updated parameters over dp (stages 1, 2).
 tri_status optim_step(optim_state *o, const run_config *cfg, const param_table *pt,
-                      float *params, const float *grads, double lr, double grad_norm);
+                      void *params, const float *grads, double lr, double grad_norm);

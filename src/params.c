@@ -147,6 +147,25 @@ int params_find(const param_table *pt, const char *name) {
     return -1;
 }
 
+size_t params_stage_layout(const param_table *pt, size_t *off) {
+    size_t layer_max = 0, rest = 0;
+    for (int l = 0; l < pt->n_layer; l++) {
+        int first = pt->layer_first[l];
+        if (first < 0) continue;
+        const param_entry *last = &pt->entries[first + PARAM_PER_LAYER - 1];
+        size_t n = last->offset + (size_t)last->local_numel - pt->entries[first].offset;
+        layer_max = n > layer_max ? n : layer_max;
+        for (int k = 0; off && k < PARAM_PER_LAYER; k++)
+            off[first + k] = pt->entries[first + k].offset - pt->entries[first].offset;
+    }
+    for (int i = 0; i < pt->n_entries; i++) {
+        if (pt->entries[i].layer >= 0) continue;
+        if (off) off[i] = layer_max + rest;
+        rest += (size_t)pt->entries[i].local_numel;
+    }
+    return layer_max + rest;
+}
+
 int64_t params_global_index(const param_table *pt, const param_entry *e, int64_t r, int64_t c) {
     int64_t gr = r, gc = c;
     switch (e->split) {

@@ -9,11 +9,12 @@
 #include "params.h"
 #include "sched.h"
 
-// Bytes per element of each kind of buffer and message under the config's precision. The
-// bf16 model state follows issue 6's ZeRO formulas; bf16 activations, tp and pipeline
-// messages and gathers in 2 bytes, bucket workspaces in train.grad_dtype and the dp gradient
-// reduction in train.reduce_dtype are what the bf16 path is expected to do: the bf16 layouts
-// of tests/test_plan.sh check them once the trainer runs bf16.
+// Bytes per element of each kind of buffer and message under the config's precision, as
+// this build trains: bf16 parameters (and their dp all-gathers) with an fp32 master copy
+// sharded like the Adam state, issue 6's ZeRO formulas; activations and the tp and pipeline
+// messages that carry them stay fp32 (bf16 activation storage is not in this build), as do
+// the gradients (grad_dtype and reduce_dtype bf16 are refused by train), which the fields
+// below still follow.
 typedef struct {
     size_t param;  // parameters (and their dp all-gathers)
     size_t grad;   // gradient buffers, shards and bucket workspaces
@@ -30,7 +31,7 @@ static elem_sizes elem_sizes_of(const run_config *cfg) {
         .grad = cfg->train.grad_dtype == DTYPE_BF16 ? 2 : 4,
         .master = bf16 ? 4 : 0,
         .adam = 8,
-        .act = bf16 ? 2 : 4,
+        .act = 4,
         .reduce = cfg->train.reduce_dtype == DTYPE_BF16 ? 2 : 4,
     };
 }
@@ -161,6 +162,8 @@ static void stage_memory(plan_stage *s, const layout *lo, const stage_tables *st
     const uint64_t N = lo->N, C = lo->C;
     mem[PLAN_MEM_SCRATCH] = (N * C + N * 3 * lo->C_local + N * lo->C_local + N * 4 * lo->C_local +
                              (lo->sp ? N * C : 0)) * lo->es.act; // dln, dqkv, datty, dfch, rows_full
+    if (lo->es.master) // bf16: the fp32 staging of the parameters an op reads (model.c)
+        mem[PLAN_MEM_SCRATCH] += params_stage_layout(pt, NULL) * sizeof(float);
     s->mem_total = 0;
     for (int k = 0; k < PLAN_MEM_COUNT; k++) s->mem_total += mem[k];
 }

@@ -117,10 +117,9 @@ static tri_status trainer_open_data(trainer *tr) {
 // refused here with a message, never silently ignored.
 static tri_status check_supported(const run_config *cfg) {
     int bad = 0;
-    if (cfg->train.precision != DTYPE_FP32 || cfg->train.grad_dtype != DTYPE_FP32 ||
-        cfg->train.reduce_dtype != DTYPE_FP32) {
-        LOG_ERROR("train.precision/grad_dtype/reduce_dtype: bf16 is not available in this build "
-                  "yet; set them to fp32");
+    if (cfg->train.grad_dtype != DTYPE_FP32 || cfg->train.reduce_dtype != DTYPE_FP32) {
+        LOG_ERROR("train.grad_dtype/reduce_dtype: bf16 gradients are not available in this build "
+                  "yet (train.precision: bf16 is, with fp32 gradients); set them to fp32");
         bad = 1;
     }
     return bad ? TRI_ERR_CONFIG : TRI_OK;
@@ -167,12 +166,12 @@ static size_t params_gather_bytes(const optim_state *o) {
         most = n > most ? n : most;
         all += n;
     }
-    return (o->keep_gathered ? all : most) * sizeof(float);
+    return (o->keep_gathered ? all : most) * o->pelem;
 }
 
 static ckpt_state checkpoint_view(trainer *tr) {
     return (ckpt_state){.cfg = tr->cfg, .pt = &tr->model.table, .optim = &tr->optim,
-                        .params = tr->model.params, .be = tr->be, .cm = tr->cm,
+                        .params = model_params(&tr->model), .be = tr->be, .cm = tr->cm,
                         .rank = tr->li->rank, .world = tr->li->world, .tp_rank = tr->coord.tp};
 }
 
@@ -201,8 +200,9 @@ static void allocated_memory(const trainer *tr, uint64_t mem[PLAN_MEM_COUNT]) {
     const model *m = &tr->model;
     const optim_state *o = &tr->optim;
     memset(mem, 0, PLAN_MEM_COUNT * sizeof mem[0]);
-    mem[PLAN_MEM_PARAM] = (o->zero == 3 ? o->arena_len : m->capacity) * sizeof(float);
+    mem[PLAN_MEM_PARAM] = (o->zero == 3 ? o->arena_len : m->capacity) * o->pelem;
     mem[PLAN_MEM_GRAD] = (m->grads ? m->capacity : o->arena_len) * sizeof(float);
+    mem[PLAN_MEM_MASTER] = o->master ? o->arena_len * sizeof(float) : 0;
     mem[PLAN_MEM_ADAM] = 2 * o->arena_len * sizeof(float);
     mem[PLAN_MEM_ACTIVATION] = m->activation_bytes;
     mem[PLAN_MEM_GRAD_BUCKET] = o->workspace_bytes;
@@ -273,7 +273,8 @@ static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     TRI_CHECK(model_create(&tr->model, cfg, cfg->train.micro_batch, tr->sched.max_in_flight,
                            zero > 0 ? tr->dp : 1, zero < 2, zero == 3, tr->be, tr->cm));
     TRI_CHECK(optim_create(&tr->optim, tr->be, tr->cm, cfg, &tr->model.table, tr->dp, tr->dp_rank,
-                           tr->model.grad_of, tr->model.init_host, tr->model.param_of));
+                           tr->model.grad_of, model_params(&tr->model), tr->model.init_host,
+                           tr->model.param_of, tr->model.param16_of));
     free(tr->model.init_host);
     tr->model.init_host = NULL;
     TRI_ASSERT(tr->optim.capacity == tr->model.capacity);
@@ -446,7 +447,7 @@ static tri_status save_model(trainer *tr) {
     model *m = &tr->model;
     // Every dp rank takes part when the parameters are sharded over dp (ZeRO-3).
     float *local = xmalloc(m->table.local_numel * sizeof(float));
-    tri_status rc = optim_local_params(&tr->optim, &m->table, m->params, local);
+    tri_status rc = optim_local_params(&tr->optim, &m->table, model_params(m), local);
     if (rc != TRI_OK || tr->coord.dp != 0) {
         free(local);
         return rc;
@@ -525,7 +526,7 @@ static tri_status train_loop(trainer *tr) {
         }
         TRI_CHECK(rc);
         double lr = optim_lr(cfg, step);
-        TRI_CHECK(optim_step(&tr->optim, cfg, &m->table, m->params, m->grads, lr, norm));
+        TRI_CHECK(optim_step(&tr->optim, cfg, &m->table, model_params(m), m->grads, lr, norm));
         tr->be->synchronize(tr->be);
         double dt = time_now_s() - t0;
         total_s += dt;
