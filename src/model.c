@@ -81,6 +81,8 @@ static tri_status check_allocated(model *m, void **ptrs, size_t n) {
     (a)->residual, (a)->residual2, (a)->ln1, (a)->ln2, (a)->ln1_mean, (a)->ln1_rstd,          \
         (a)->ln2_mean, (a)->ln2_rstd, (a)->qkv, (a)->att_state, (a)->atty, (a)->fch,          \
         (a)->fch_gelu, (a)->dres, (a)->inputs, (a)->targets
+#define ACT16_POINTERS(a)                                                                    \
+    (a)->ln1_16, (a)->ln2_16, (a)->qkv16, (a)->atty16, (a)->fch16, (a)->fch_gelu16
 #define HEAD_POINTERS(a)                                                                     \
     (a)->lnf, (a)->lnf_mean, (a)->lnf_rstd, (a)->logits, (a)->rowmax, (a)->sumexp,            \
         (a)->target_logit, (a)->losses
@@ -102,25 +104,35 @@ static tri_status alloc_acts(model *m, model_acts *a, int layers, int head) {
         TRI_CHECK(check_allocated(m, some, sizeof some / sizeof some[0]));
         goto head_buffers;
     }
-    a->residual = alloc_counted(m, (L + 1) * Nl * C * f, &total);
-    a->output = a->residual ? a->residual + L * Nl * C : NULL;
-    a->residual2 = alloc_counted(m, L * Nl * C * f, &total);
-    a->ln1 = alloc_counted(m, L * N * C * f, &total);
-    a->ln2 = alloc_counted(m, L * N * C * f, &total);
-    a->ln1_mean = alloc_counted(m, L * Nl * f, &total);
-    a->ln1_rstd = alloc_counted(m, L * Nl * f, &total);
-    a->ln2_mean = alloc_counted(m, L * Nl * f, &total);
-    a->ln2_rstd = alloc_counted(m, L * Nl * f, &total);
-    a->qkv = alloc_counted(m, L * N * d->C3_local * f, &total);
-    a->att_state = alloc_counted(m, L * m->att_state_bytes, &total);
-    a->atty = alloc_counted(m, L * N * d->C_local * f, &total);
-    a->fch = alloc_counted(m, L * N * d->C4_local * f, &total);
-    a->fch_gelu = alloc_counted(m, L * N * d->C4_local * f, &total);
-    a->dres = alloc_counted(m, Nl * C * f, &total);
-    a->inputs = alloc_counted(m, N * sizeof(int), &total);
-    a->targets = alloc_counted(m, N * sizeof(int), &total);
-    void *all[] = {ACT_POINTERS(a)};
-    TRI_CHECK(check_allocated(m, all, sizeof all / sizeof all[0]));
+    // bf16 without recompute: the work activations are only the wide ones a layer computes
+    // in fp32; its residual stream, statistics and attention state stay in the slot.
+    const int lean = a == &m->work && !m->recompute;
+    if (!lean) {
+        a->residual = alloc_counted(m, (L + 1) * Nl * C * f, &total);
+        a->output = a->residual ? a->residual + L * Nl * C : NULL;
+        a->residual2 = alloc_counted(m, L * Nl * C * f, &total);
+        a->ln1_mean = alloc_counted(m, L * Nl * f, &total);
+        a->ln1_rstd = alloc_counted(m, L * Nl * f, &total);
+        a->ln2_mean = alloc_counted(m, L * Nl * f, &total);
+        a->ln2_rstd = alloc_counted(m, L * Nl * f, &total);
+        a->att_state = alloc_counted(m, L * m->att_state_bytes, &total);
+        a->dres = alloc_counted(m, Nl * C * f, &total);
+        a->inputs = alloc_counted(m, N * sizeof(int), &total);
+        a->targets = alloc_counted(m, N * sizeof(int), &total);
+    }
+    const size_t wide[6] = {N * C, N * C, N * d->C3_local, N * d->C_local, N * d->C4_local, N * d->C4_local};
+    if (m->bf16 && a != &m->work) { // the wide activations as bf16 (the layer computes in work)
+        uint16_t **w16[6] = {&a->ln1_16, &a->ln2_16, &a->qkv16, &a->atty16, &a->fch16, &a->fch_gelu16};
+        for (int k = 0; k < 6; k++) *w16[k] = alloc_counted(m, L * wide[k] * sizeof(uint16_t), &total);
+        void *all16[] = {ACT16_POINTERS(a)};
+        TRI_CHECK(check_allocated(m, all16, sizeof all16 / sizeof all16[0]));
+    } else {
+        float **w32[6] = {&a->ln1, &a->ln2, &a->qkv, &a->atty, &a->fch, &a->fch_gelu};
+        for (int k = 0; k < 6; k++) *w32[k] = alloc_counted(m, L * wide[k] * f, &total);
+        void *all[] = {ACT_POINTERS(a)}, *some[] = {a->ln1, a->ln2, a->qkv, a->atty, a->fch, a->fch_gelu};
+        if (lean) TRI_CHECK(check_allocated(m, some, sizeof some / sizeof some[0]));
+        else TRI_CHECK(check_allocated(m, all, sizeof all / sizeof all[0]));
+    }
 head_buffers:
     if (head) {
         a->lnf = alloc_counted(m, N * C * f, &total);
@@ -255,7 +267,12 @@ tri_status model_create(model *m, const run_config *cfg, int B, int n_slots, int
     m->recompute = cfg->parallel.recompute == RECOMPUTE_FULL;
     for (int s = 0; s < n_slots; s++)
         TRI_CHECK(alloc_acts(m, &m->slots[s], m->recompute ? 0 : d->Lc, d->has_head));
-    if (m->recompute) TRI_CHECK(alloc_acts(m, &m->work, 1, 0));
+    if (m->recompute || m->bf16) TRI_CHECK(alloc_acts(m, &m->work, 1, 0));
+    if (m->recompute && m->bf16) { // the widest activation, rounded through bf16 in place
+        size_t widest = (size_t)d->N * (size_t)(d->C4_local > d->C ? d->C4_local : d->C);
+        m->round16 = alloc_counted(m, widest * sizeof(uint16_t), &m->activation_bytes);
+        if (!m->round16) return TRI_ERR_INTERNAL;
+    }
     return alloc_scratch(m);
 }
 
@@ -265,7 +282,7 @@ void model_free(model *m) {
     free(m->init_host);
     for (int s = 0; s <= m->n_slots; s++) {
         model_acts *a = s < m->n_slots ? &m->slots[s] : &m->work;
-        void *acts[] = {ACT_POINTERS(a), HEAD_POINTERS(a)};
+        void *acts[] = {ACT_POINTERS(a), HEAD_POINTERS(a), ACT16_POINTERS(a)};
         for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
             if (acts[i]) be->free(be, acts[i]);
     }
@@ -275,7 +292,7 @@ void model_free(model *m) {
     free(m->param16_of);
     free(m->stage_off);
     void *all[] = {m->params, m->params16, m->stage, m->grads, m->dln, m->dqkv, m->datty, m->dfch,
-                   m->rows_full};
+                   m->rows_full, m->round16};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i]) be->free(be, all[i]);
     params_free(&m->table);
@@ -296,13 +313,58 @@ typedef struct {
 static layer_acts layer_acts_in(model *m, model_acts *a, int i);
 
 static layer_acts layer_acts_of(model *m, model_acts *a, int i) {
-    if (!m->recompute) return layer_acts_in(m, a, i);
+    if (!m->recompute && !m->bf16) return layer_acts_in(m, a, i);
     const size_t NlC = (size_t)m->d.N_local * m->d.C;
     layer_acts w = layer_acts_in(m, &m->work, 0);
     w.in = a->residual + i * NlC;
     w.out = a->residual + (i + 1) * NlC;
+    if (!m->recompute) { // bf16: the fp32 residual stream, LayerNorm statistics and
+                         // attention state stay in the slot; the wide ones compute in work
+        layer_acts s = layer_acts_in(m, a, i);
+        w.res2 = s.res2, w.att_state = s.att_state;
+        w.ln1_mean = s.ln1_mean, w.ln1_rstd = s.ln1_rstd, w.ln2_mean = s.ln2_mean, w.ln2_rstd = s.ln2_rstd;
+    }
     return w;
 }
+
+// The wide activations of a layer, in the order of model_acts' bf16 fields: their sizes,
+// the layer's fp32 copies in `w`, and where slot `a` keeps layer i's bf16 rounding.
+enum { ACT_LN1 = 0, ACT_LN2, ACT_QKV, ACT_ATTY, ACT_FCH, ACT_FCH_GELU, ACT_WIDE };
+
+static size_t wide_numel(const model *m, int which) {
+    const model_dims *d = &m->d;
+    const int cols[ACT_WIDE] = {d->C, d->C, d->C3_local, d->C_local, d->C4_local, d->C4_local};
+    return (size_t)d->N * (size_t)cols[which];
+}
+
+static float *wide_f32(layer_acts *w, int which) {
+    float *p[ACT_WIDE] = {w->ln1, w->ln2, w->qkv, w->atty, w->fch, w->fch_gelu};
+    return p[which];
+}
+
+static uint16_t *wide_bf16(model *m, model_acts *a, int i, int which) {
+    if (m->recompute) return m->round16;
+    uint16_t *p[ACT_WIDE] = {a->ln1_16, a->ln2_16, a->qkv16, a->atty16, a->fch16, a->fch_gelu16};
+    return p[which] + (size_t)i * wide_numel(m, which);
+}
+
+// bf16: an activation just computed becomes its bf16 rounding (kept in the slot), so that
+// the ops after it, and the backward, read what bf16 storage holds.
+static void keep_bf16(model *m, model_acts *a, layer_acts *w, int i, int which) {
+    if (!m->bf16) return;
+    uint16_t *keep = wide_bf16(m, a, i, which);
+    m->be->to_bf16(m->be, keep, wide_f32(w, which), wide_numel(m, which));
+    m->be->from_bf16(m->be, wide_f32(w, which), keep, wide_numel(m, which));
+}
+
+// bf16 without recompute: layer i's stored activations back into the fp32 work buffers.
+static void load_bf16(model *m, model_acts *a, layer_acts *w, int i) {
+    for (int k = 0; k < ACT_WIDE; k++)
+        m->be->from_bf16(m->be, wide_f32(w, k), wide_bf16(m, a, i, k), wide_numel(m, k));
+}
+
+// Element n of an activation buffer, or NULL for one a slot does not hold in fp32 (bf16).
+#define AT(p, n) ((p) ? (p) + (n) : NULL)
 
 static layer_acts layer_acts_in(model *m, model_acts *a, int l) {
     const model_dims *d = &m->d;
@@ -311,16 +373,16 @@ static layer_acts layer_acts_in(model *m, model_acts *a, int l) {
         .in = a->residual + l * Nl * C,
         .res2 = a->residual2 + l * Nl * C,
         .out = a->residual + (l + 1) * Nl * C,
-        .ln1 = a->ln1 + l * N * C,
-        .ln2 = a->ln2 + l * N * C,
+        .ln1 = AT(a->ln1, l * N * C),
+        .ln2 = AT(a->ln2, l * N * C),
         .ln1_mean = a->ln1_mean + l * Nl,
         .ln1_rstd = a->ln1_rstd + l * Nl,
         .ln2_mean = a->ln2_mean + l * Nl,
         .ln2_rstd = a->ln2_rstd + l * Nl,
-        .qkv = a->qkv + l * N * d->C3_local,
-        .atty = a->atty + l * N * d->C_local,
-        .fch = a->fch + l * N * d->C4_local,
-        .fch_gelu = a->fch_gelu + l * N * d->C4_local,
+        .qkv = AT(a->qkv, l * N * d->C3_local),
+        .atty = AT(a->atty, l * N * d->C_local),
+        .fch = AT(a->fch, l * N * d->C4_local),
+        .fch_gelu = AT(a->fch_gelu, l * N * d->C4_local),
         .att_state = (char *)a->att_state + l * m->att_state_bytes,
     };
 }
@@ -355,12 +417,18 @@ static tri_status layer_forward(model *m, model_acts *acts, int l, int i) {
     const param_table *pt = &m->table;
 #define LP(which) P(m, params_layer(pt, l, which))
     TRI_CHECK(layernorm_to_all_rows(m, a.ln1, a.ln1_mean, a.ln1_rstd, a.in, LP(PARAM_LN1W), LP(PARAM_LN1B)));
+    keep_bf16(m, acts, &a, i, ACT_LN1);
     be->matmul_fwd(be, a.qkv, a.ln1, LP(PARAM_QKVW), LP(PARAM_QKVB), N, C, d->C3_local);
+    keep_bf16(m, acts, &a, i, ACT_QKV);
     be->attention_fwd(be, a.atty, a.att_state, a.qkv, d->B, d->T, d->NH_local, d->HS);
+    keep_bf16(m, acts, &a, i, ACT_ATTY);
     TRI_CHECK(rowpar_residual(m, a.res2, a.in, a.atty, LP(PARAM_ATTPROJW), LP(PARAM_ATTPROJB), d->C_local));
     TRI_CHECK(layernorm_to_all_rows(m, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, LP(PARAM_LN2W), LP(PARAM_LN2B)));
+    keep_bf16(m, acts, &a, i, ACT_LN2);
     be->matmul_fwd(be, a.fch, a.ln2, LP(PARAM_FCW), LP(PARAM_FCB), N, C, d->C4_local);
+    keep_bf16(m, acts, &a, i, ACT_FCH);
     be->gelu_fwd(be, a.fch_gelu, a.fch, (size_t)N * d->C4_local);
+    keep_bf16(m, acts, &a, i, ACT_FCH_GELU);
     TRI_CHECK(rowpar_residual(m, a.out, a.res2, a.fch_gelu, LP(PARAM_FCPROJW), LP(PARAM_FCPROJB), d->C4_local));
 #undef LP
     return TRI_OK;
@@ -386,6 +454,7 @@ static tri_status layer_backward(model *m, model_acts *acts, int l, int i) {
     const model_dims *d = &m->d;
     const int N = d->N, C = d->C;
     layer_acts a = layer_acts_of(m, acts, i);
+    if (m->bf16 && !m->recompute) load_bf16(m, acts, &a, i);
     const param_table *pt = &m->table;
     float *dout;
 #define LP(which) P(m, params_layer(pt, l, which))

@@ -42,6 +42,10 @@ typedef struct {
     float *logits;     // (N, Vp/tp), overwritten by its gradient in the backward
     float *rowmax, *sumexp, *target_logit, *losses; // (N)
     int *inputs, *targets; // (N) on the device
+    // train.precision bf16 (without recompute): ln1, ln2, qkv, atty, fch and fch_gelu are
+    // stored here as bf16 (the float pointers above stay NULL); each layer computes in the
+    // model's fp32 `work` activations and keeps their bf16 rounding.
+    uint16_t *ln1_16, *ln2_16, *qkv16, *atty16, *fch16, *fch_gelu16;
 } model_acts;
 
 typedef struct {
@@ -82,7 +86,8 @@ typedef struct {
     int recompute;     // parallel.recompute full: slots keep each layer's input only; the
                        // rest of a layer's activations lives in `work` (one layer's worth),
                        // filled by the forward and again, identically, before its backward
-    model_acts work;
+    model_acts work;   // also under bf16, where slots keep the wide activations as bf16
+    uint16_t *round16; // bf16 with recompute: where activations are rounded through
     // Scratch shared by all layers and slots:
     float *dln;        // (N, C): d(LayerNorm output), partial over tp before its reduction
     float *dqkv;       // (N, 3C/tp)

@@ -11,10 +11,10 @@
 
 // Bytes per element of each kind of buffer and message under the config's precision, as
 // this build trains: bf16 parameters (and their dp all-gathers) with an fp32 master copy
-// sharded like the Adam state, issue 6's ZeRO formulas; activations and the tp and pipeline
-// messages that carry them stay fp32 (bf16 activation storage is not in this build), as do
-// the gradients (grad_dtype and reduce_dtype bf16 are refused by train), which the fields
-// below still follow.
+// sharded like the Adam state, issue 6's ZeRO formulas; the wide activations a slot keeps
+// for the backward in bf16 (activation_bytes); the residual stream, the tp and pipeline
+// messages and the gradients in fp32 (grad_dtype and reduce_dtype bf16 are refused by train,
+// which the fields below still follow).
 typedef struct {
     size_t param;  // parameters (and their dp all-gathers)
     size_t grad;   // gradient buffers, shards and bucket workspaces
@@ -102,25 +102,44 @@ static size_t arena_len(const layout *lo, const stage_tables *st, size_t capacit
     return n;
 }
 
-// One activation slot (alloc_acts): `layers` layers with everything the backward reads, or
-// with layers 0 (a recompute slot) only each of the chunk's Lc layer inputs and its output;
-// `head`: the final LayerNorm, logits and loss buffers.
-static uint64_t slot_bytes(const layout *lo, int layers, int Lc, int head) {
-    const uint64_t N = lo->N, Nl = lo->Nl, C = lo->C, a = lo->es.act, f = 4, L = (uint64_t)layers;
+// The wide activations of `layers` layers (ln1, ln2, qkv, atty, fch, fch_gelu) at `elem`
+// bytes each.
+static uint64_t wide_bytes(const layout *lo, uint64_t layers, uint64_t elem) {
+    const uint64_t N = lo->N, C = lo->C;
+    return layers * (2 * N * C + N * 3 * lo->C_local + N * lo->C_local + 2 * N * 4 * lo->C_local) * elem;
+}
+
+// One activation slot (alloc_acts): `layers` layers with everything the backward reads (the
+// wide activations at `wide_elem` bytes: 2 under bf16), or with layers 0 (a recompute slot)
+// only each of the chunk's Lc layer inputs and its output; `head`: the final LayerNorm,
+// logits and loss buffers.
+static uint64_t slot_bytes(const layout *lo, int layers, int Lc, int head, uint64_t wide_elem) {
+    const uint64_t Nl = lo->Nl, C = lo->C, N = lo->N, a = lo->es.act, f = 4, L = (uint64_t)layers;
     uint64_t att = lo->B * lo->NH_local * lo->T * (lo->dev->attn == PLAN_ATTN_PROBS ? lo->T : 1) * f;
     uint64_t n = Nl * C * a + 2 * N * sizeof(int); // dres, inputs, targets
     if (!layers) {
         n += ((uint64_t)Lc + 1) * Nl * C * a;
     } else {
         n += (L + 1) * Nl * C * a + L * Nl * C * a        // residual, residual2
-             + 2 * L * N * C * a + 4 * L * Nl * f        // ln1, ln2; their means and rstds
-             + L * N * 3 * lo->C_local * a + L * att     // qkv, attention state
-             + L * N * lo->C_local * a                   // atty
-             + 2 * L * N * 4 * lo->C_local * a;          // fch, fch_gelu
+             + 4 * L * Nl * f + L * att                  // LayerNorm statistics, attention state
+             + wide_bytes(lo, L, wide_elem);             // ln1, ln2, qkv, atty, fch, fch_gelu
     }
     if (head)
         n += N * C * a + 2 * Nl * f + N * lo->Vp_local * a + 4 * N * f; // lnf, stats, logits, loss
     return n;
+}
+
+// Activations of a stage: the slots; with recompute the one-layer work activations (and
+// under bf16 the buffer activations are rounded through); under bf16 without recompute the
+// fp32 wide activations of the layer being computed (model.c's lean work).
+static uint64_t activation_bytes(const layout *lo, int n_slots, int Lc, int head) {
+    const int bf16 = lo->es.master != 0;
+    if (lo->recompute) {
+        uint64_t widest = lo->N * (lo->C > 4 * lo->C_local ? lo->C : 4 * lo->C_local);
+        return (uint64_t)n_slots * slot_bytes(lo, 0, Lc, head, 4) + slot_bytes(lo, 1, Lc, 0, 4) +
+               (bf16 ? widest * 2 : 0);
+    }
+    return (uint64_t)n_slots * slot_bytes(lo, Lc, Lc, head, bf16 ? 2 : 4) + (bf16 ? wide_bytes(lo, 1, 4) : 0);
 }
 
 static void stage_memory(plan_stage *s, const layout *lo, const stage_tables *st) {
@@ -135,8 +154,7 @@ static void stage_memory(plan_stage *s, const layout *lo, const stage_tables *st
     mem[PLAN_MEM_GRAD] = (lo->zero < 2 ? capacity : arena) * es->grad;
     mem[PLAN_MEM_MASTER] = arena * es->master;
     mem[PLAN_MEM_ADAM] = arena * es->adam;
-    mem[PLAN_MEM_ACTIVATION] = (uint64_t)s->n_slots * slot_bytes(lo, lo->recompute ? 0 : Lc, Lc, head) +
-                               (lo->recompute ? slot_bytes(lo, 1, Lc, 0) : 0);
+    mem[PLAN_MEM_ACTIVATION] = activation_bytes(lo, s->n_slots, Lc, head);
     if (lo->zero >= 2) { // one workspace all layer buckets share, one per other bucket, scratch
         size_t layer_ws = 0, others = 0, scratch = 0;
         for (int k = 0; k < st->n_buckets; k++) {

@@ -69,9 +69,10 @@ static int assumptions(const plan_result *p, const run_config *cfg, char out[][3
         snprintf(out[n++], 320, "cpu: one rank per core; memory per rank is this machine's RAM "
                  "divided by min(world, cores)");
     if (cfg->train.precision == DTYPE_BF16)
-        snprintf(out[n++], 320, "bf16 as this build trains it: parameters and their all-gathers "
-                 "2 bytes, master weights 4, Adam m + v 8, an fp32 staging copy of one layer's "
-                 "parameters; activations, their messages and gradients stay 4 bytes");
+        snprintf(out[n++], 320, "bf16 as this build trains it: parameters, their all-gathers and "
+                 "the activations kept for the backward 2 bytes; master weights 4, Adam m + v 8; "
+                 "fp32 staging of one layer's parameters and activations; the residual stream, "
+                 "messages and gradients 4 bytes");
     snprintf(out[n++], 320, "steady-state steps: no evaluation, no checkpoint (under zero3_gather "
              "step, a step after an evaluation gathers nothing before its first pass)");
     return n;

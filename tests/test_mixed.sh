@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Mixed precision (train.precision: bf16; bf16 parameters, fp32 master weights and Adam
-# state, fp32 gradients): against the fp32 single-process run on the same global batch for
+# Mixed precision (train.precision: bf16; bf16 parameters and stored activations, fp32
+# master weights and Adam state, fp32 gradients): against the fp32 single-process run on the same global batch for
 # 20 steps (losses within 2e-2 relative at every step) on one process, dp 2 and 4 with ZeRO
 # 0-3 and tp2 x pp2 x dp2 interleaved with ZeRO 1 and 3; the four stages against each other
 # at dp 4; the memory of each against the ZeRO formulas (2P + 4P + 12P/N, 2P + 16P/N,
@@ -72,6 +72,15 @@ untimed() { sed -E 's/"(step_ms|tokens_per_s|mfu|mfu_peak_flops)":[^,}]*//g' "$1
 if cmp -s <(untimed $W/single/metrics.jsonl | grep -v '"type":"run"') <(untimed $W/again/metrics.jsonl | grep -v '"type":"run"') &&
     cmp -s $W/single/model.bin $W/again/model.bin; then pass mixed_deterministic
 else fail mixed_deterministic "two bf16 runs differ"; fi
+
+# Stored activations: bf16 slots take less than fp32's (the fp32 work buffers of one layer
+# included); recompute with bf16 is bitwise identical to bf16 without it.
+act() { head -1 "$1/metrics.jsonl" | grep -o '"activation_bytes":[0-9]*' | head -1 | cut -d: -f2; }
+$T train $CFG "${COMMON[@]}" "${BF16[@]}" --set parallel.recompute=full --set run.out_dir=$W/rc >$W/rc.log 2>&1
+a32=$(act $W/fp32) a16=$(act $W/single)
+if [ -n "$a16" ] && [ "$a16" -lt "$a32" ] && cmp -s $W/single/model.bin $W/rc/model.bin; then
+    pass "mixed_activations fp32 $a32 -> bf16 $a16 bytes; recompute full bitwise identical"
+else fail mixed_activations "fp32 $a32, bf16 $a16; recompute $(cmp $W/single/model.bin $W/rc/model.bin 2>&1)"; fi
 
 # bf16 checkpoints: the master weights are stored; bitwise resume; resume on dp2 zero3;
 # export equal to the run's model.bin (the bf16 parameters).
