@@ -181,6 +181,7 @@ static const backend cuda_backend_table = {
     /* .scale                 = */ cuda_scale,
     /* .to_bf16               = */ cuda_to_bf16,
     /* .from_bf16             = */ cuda_from_bf16,
+    /* .add_to_bf16           = */ cuda_add_to_bf16,
     /* .adamw                 = */ cuda_adamw,
     /* .destroy               = */ cuda_destroy,
 };

@@ -274,6 +274,17 @@ __global__ void from_bf16_kernel(float *dst, const uint16_t *src, size_t n) {
     GRID_STRIDE(i, n) dst[i] = __bfloat162float(__ushort_as_bfloat16(src[i]));
 }
 
+__global__ void add_to_bf16_kernel(uint16_t *dst, const float *src, size_t n) {
+    GRID_STRIDE(i, n) {
+        float sum = __bfloat162float(__ushort_as_bfloat16(dst[i])) + src[i];
+        dst[i] = __bfloat16_as_ushort(__float2bfloat16_rn(sum));
+    }
+}
+
+void cuda_add_to_bf16(backend *b, uint16_t *dst, const float *src, size_t n) {
+    if (n) LAUNCH_N(add_to_bf16_kernel, cuda_ctx_of(b), n, dst, src, n);
+}
+
 void cuda_to_bf16(backend *b, uint16_t *dst, const float *src, size_t n) {
     if (n) LAUNCH_N(to_bf16_kernel, cuda_ctx_of(b), n, dst, src, n);
 }

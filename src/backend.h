@@ -111,6 +111,8 @@ struct backend {
     // in fp32.
     void (*to_bf16)(backend *b, uint16_t *dst, const float *src, size_t n);
     void (*from_bf16)(backend *b, float *dst, const uint16_t *src, size_t n);
+    // dst (n bf16) = round(dst + src): a bf16 gradient buffer accumulating an fp32 one.
+    void (*add_to_bf16)(backend *b, uint16_t *dst, const float *src, size_t n);
     // AdamW over n elements: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
     // p -= lr * (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd * p).
     // grad is multiplied by grad_scale first (clipping). t counts from 1.

@@ -512,6 +512,11 @@ static void cpu_from_bf16(backend *b, float *dst, const uint16_t *src, size_t n)
     for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(src[i]);
 }
 
+static void cpu_add_to_bf16(backend *b, uint16_t *dst, const float *src, size_t n) {
+#pragma omp parallel for schedule(static) num_threads(ctx_of(b)->threads)
+    for (size_t i = 0; i < n; i++) dst[i] = bf16_from_f32(bf16_to_f32(dst[i]) + src[i]);
+}
+
 typedef struct {
     float lr, beta1, beta2, eps, wd, grad_scale, inv_bc1, inv_bc2;
 } adamw_coef;
@@ -628,6 +633,7 @@ static const backend cpu_backend_table = {
     /* .scale                 = */ cpu_scale,
     /* .to_bf16               = */ cpu_to_bf16,
     /* .from_bf16             = */ cpu_from_bf16,
+    /* .add_to_bf16           = */ cpu_add_to_bf16,
     /* .adamw                 = */ cpu_adamw,
     /* .destroy               = */ cpu_destroy,
 };

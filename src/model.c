@@ -18,7 +18,7 @@
 #include "llmc.h"
 
 #define P(m, idx) param_in_f32(m, idx)
-#define G(m, idx) ((m)->grad_of[idx])
+#define G(m, idx) ((m)->g16 ? (m)->gstage + (m)->stage_off[idx] : (m)->grad_of[idx])
 
 static tri_status tp_all_reduce(model *m, float *x, size_t n) {
     if (m->d.tp == 1) return TRI_OK;
@@ -163,9 +163,11 @@ static tri_status alloc_scratch(model *m) {
     const model_dims *d = &m->d;
     const size_t N = d->N, C = d->C, f = sizeof(float);
     size_t total = 0;
-    if (m->bf16) {
+    if (m->bf16 || m->g16) {
         m->stage_off = xcalloc((size_t)m->table.n_entries, sizeof(size_t));
-        m->stage = alloc_counted(m, params_stage_layout(&m->table, m->stage_off) * f, &total);
+        const size_t staged = params_stage_layout(&m->table, m->stage_off);
+        if (m->bf16) m->stage = alloc_counted(m, staged * f, &total);
+        if (m->g16) m->gstage = alloc_counted(m, staged * f, &total); // zero-filled
     }
     m->dln = alloc_counted(m, N * C * f, &total);
     m->dqkv = alloc_counted(m, N * d->C3_local * f, &total);
@@ -174,7 +176,7 @@ static tri_status alloc_scratch(model *m) {
     if (d->sp) m->rows_full = alloc_counted(m, N * C * f, &total);
     m->scratch_bytes = total;
     void *all[] = {m->dln, m->dqkv, m->datty, m->dfch, d->sp ? m->rows_full : m->dln,
-                   m->bf16 ? (void *)m->stage : m->dln};
+                   m->bf16 ? (void *)m->stage : m->dln, m->g16 ? (void *)m->gstage : m->dln};
     return check_allocated(m, all, sizeof all / sizeof all[0]);
 }
 
@@ -219,7 +221,10 @@ tri_status model_create(model *m, const run_config *cfg, int B, int n_slots, int
     m->bf16 = cfg->train.precision == DTYPE_BF16;
     if (m->bf16 && !shard_params) m->params16 = be->alloc(be, m->capacity * sizeof(uint16_t));
     else if (!shard_params) m->params = be->alloc(be, m->capacity * sizeof(float));
-    m->grads = full_grads ? be->alloc(be, m->capacity * sizeof(float)) : NULL;
+    m->g16 = cfg->train.grad_dtype == DTYPE_BF16;
+    if (full_grads && m->g16) m->grads16 = be->alloc(be, m->capacity * sizeof(uint16_t));
+    else if (full_grads) m->grads = be->alloc(be, m->capacity * sizeof(float));
+    m->grad16_of = xcalloc((size_t)m->table.n_entries, sizeof(uint16_t *));
     m->grad_of = xcalloc((size_t)m->table.n_entries, sizeof(float *));
     m->param_of = xcalloc((size_t)m->table.n_entries, sizeof(float *));
     m->param16_of = xcalloc((size_t)m->table.n_entries, sizeof(uint16_t *));
@@ -227,9 +232,11 @@ tri_status model_create(model *m, const run_config *cfg, int B, int n_slots, int
         if (m->bf16) m->param16_of[i] = m->params16 + m->table.entries[i].offset;
         else m->param_of[i] = m->params + m->table.entries[i].offset;
     }
-    for (int i = 0; full_grads && i < m->table.n_entries; i++)
-        m->grad_of[i] = m->grads + m->table.entries[i].offset;
-    if ((!shard_params && !m->params && !m->params16) || (full_grads && !m->grads)) {
+    for (int i = 0; full_grads && i < m->table.n_entries; i++) {
+        if (m->g16) m->grad16_of[i] = m->grads16 + m->table.entries[i].offset;
+        else m->grad_of[i] = m->grads + m->table.entries[i].offset;
+    }
+    if ((!shard_params && !m->params && !m->params16) || (full_grads && !m->grads && !m->grads16)) {
         LOG_ERROR("out of %s memory for %zu parameters", be->name, m->table.local_numel);
         return TRI_ERR_INTERNAL;
     }
@@ -290,9 +297,10 @@ void model_free(model *m) {
     free(m->grad_of);
     free(m->param_of);
     free(m->param16_of);
+    free(m->grad16_of);
     free(m->stage_off);
-    void *all[] = {m->params, m->params16, m->stage, m->grads, m->dln, m->dqkv, m->datty, m->dfch,
-                   m->rows_full, m->round16};
+    void *all[] = {m->params, m->params16, m->stage, m->grads, m->grads16, m->gstage, m->dln,
+                   m->dqkv, m->datty, m->dfch, m->rows_full, m->round16};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i]) be->free(be, all[i]);
     params_free(&m->table);
@@ -532,7 +540,19 @@ tri_status model_forward(model *m, int slot, int chunk, const int *inputs, const
     return TRI_OK;
 }
 
+// bf16 gradients: what the backward accumulated in fp32 staging for entries [first, first +
+// count) is added into their bf16 buffers (rounded once per micro-batch), and the staging
+// is zeroed for the next.
+static void flush_bf16_grads(model *m, int first, int count) {
+    for (int e = first; e < first + count; e++) {
+        const size_t n = (size_t)m->table.entries[e].local_numel;
+        m->be->add_to_bf16(m->be, m->grad16_of[e], m->gstage + m->stage_off[e], n);
+        m->be->memset_zero(m->be, m->gstage + m->stage_off[e], n * sizeof(float));
+    }
+}
+
 static tri_status grads_ready(model *m, int first, int count) {
+    if (m->g16) flush_bf16_grads(m, first, count);
     return m->grads_ready ? m->grads_ready(m->grads_ready_ctx, first, count) : TRI_OK;
 }
 
@@ -583,17 +603,22 @@ float *model_chunk_grad(model *m, int slot) { return m->slots[slot].dres; }
 
 tri_status model_finish_grads(model *m) {
     const param_table *pt = &m->table;
-    if (!m->grads) return TRI_OK;
+    if (!m->grads && !m->grads16) return TRI_OK;
+    comm *cm = m->cm;
+    const comm_dtype dt = m->g16 ? COMM_DTYPE_BF16 : COMM_DTYPE_F32;
+#define GRADS_AT(e) (m->g16 ? (void *)(m->grads16 + (e)->offset) : (void *)(m->grads + (e)->offset))
     for (int i = 0; m->d.sp && i < pt->n_entries; i++) {
         const param_entry *e = &pt->entries[i];
-        if (e->layernorm)
-            TRI_CHECK(tp_all_reduce(m, m->grads + e->offset, (size_t)e->local_numel));
+        if (e->layernorm && cm->groups[COMM_GROUP_TP].size > 1)
+            TRI_CHECK(cm->all_reduce(cm, COMM_GROUP_TP, GRADS_AT(e), (size_t)e->local_numel, dt,
+                                     COMM_REDUCE_SUM));
     }
     if (m->d.pp > 1 && pt->wte >= 0) { // first and last stage: the two copies of wte
         const param_entry *e = &pt->entries[pt->wte];
-        TRI_CHECK(m->cm->all_reduce(m->cm, COMM_GROUP_EMBED, m->grads + e->offset,
-                                    (size_t)e->local_numel, COMM_DTYPE_F32, COMM_REDUCE_SUM));
+        TRI_CHECK(cm->all_reduce(cm, COMM_GROUP_EMBED, GRADS_AT(e), (size_t)e->local_numel, dt,
+                                 COMM_REDUCE_SUM));
     }
+#undef GRADS_AT
     return TRI_OK;
 }
 

@@ -67,6 +67,13 @@ typedef struct {
     uint16_t **param16_of;
     float *stage;
     size_t *stage_off;
+    // train.grad_dtype bf16: gradients accumulate in bf16 (grads16, or the optimizer's bucket
+    // workspaces under ZeRO-2/3, through grad16_of); the backward adds into fp32 staging
+    // (gstage, at stage_off), which each grads_ready point adds into them, rounded, and zeroes.
+    int g16;
+    uint16_t *grads16;
+    uint16_t **grad16_of;
+    float *gstage;
     float *grads;      // (capacity), accumulated over micro-batches; NULL when the
                        // optimizer keeps only gradient buckets (ZeRO-2)
     size_t capacity;
@@ -115,6 +122,8 @@ void model_free(model *m);
 // The parameter buffer the optimizer updates: params (fp32) or params16 (bf16); NULL under
 // ZeRO-3, where the optimizer holds the parameters as shards.
 static inline void *model_params(model *m) { return m->bf16 ? (void *)m->params16 : (void *)m->params; }
+// The full gradient buffer (ZeRO 0-1): grads (fp32) or grads16 (bf16); NULL at ZeRO 2-3.
+static inline void *model_grads(model *m) { return m->g16 ? (void *)m->grads16 : (void *)m->grads; }
 
 // Forward of chunk `chunk` (0..chunks-1) of one micro-batch into activation slot `slot`.
 // inputs/targets are host (B*T) token ids, the same on every tp rank: the first chunk of

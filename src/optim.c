@@ -96,24 +96,29 @@ static tri_status create_buckets(optim_state *o, const param_table *pt, float **
         if (pt->entries[b->first].layer >= 0) layer_ws = b->padded > layer_ws ? b->padded : layer_ws;
         scratch = b->padded > scratch ? b->padded : scratch;
     }
-    float *shared = layer_ws ? be->alloc(be, layer_ws * sizeof(float)) : NULL;
+    void *shared = layer_ws ? be->alloc(be, layer_ws * o->gelem) : NULL;
     o->layer_ws = shared;
-    o->workspace_bytes = layer_ws * sizeof(float);
+    o->workspace_bytes = layer_ws * o->gelem;
     for (int k = 0; k < o->n_buckets; k++) {
         optim_bucket *b = &o->buckets[k];
         if (pt->entries[b->first].layer >= 0) {
             b->ws = shared;
         } else {
-            b->ws = be->alloc(be, b->padded * sizeof(float));
-            o->workspace_bytes += b->padded * sizeof(float);
+            b->ws = be->alloc(be, b->padded * o->gelem);
+            o->workspace_bytes += b->padded * o->gelem;
         }
         if (!b->ws) return TRI_ERR_INTERNAL;
-        for (int e = b->first; e < b->first + b->count; e++)
-            grad_of[e] = b->ws + (pt->entries[e].offset - b->begin);
+        for (int e = b->first; e < b->first + b->count; e++) {
+            size_t at = pt->entries[e].offset - b->begin;
+            if (o->g16) o->grad16_of[e] = (uint16_t *)b->ws + at;
+            else grad_of[e] = (float *)b->ws + at;
+        }
     }
-    o->grad_shard = be->alloc(be, (arena ? arena : 1) * sizeof(float));
-    o->scratch = be->alloc(be, scratch * sizeof(float));
-    o->workspace_bytes += scratch * sizeof(float);
+    o->grad_shard = be->alloc(be, (arena ? arena : 1) * o->gelem);
+    // Gradient shards, and (stage 2) the parameter all-gathers: the wider of the two.
+    const size_t scratch_elem = o->gelem > o->pelem ? o->gelem : o->pelem;
+    o->scratch = be->alloc(be, scratch * scratch_elem);
+    o->workspace_bytes += scratch * scratch_elem;
     return o->grad_shard && o->scratch ? TRI_OK : TRI_ERR_INTERNAL;
 }
 
@@ -218,13 +223,17 @@ tri_status optim_local_params(optim_state *o, const param_table *pt, const void 
 tri_status optim_create(optim_state *o, backend *be, comm *cm, const run_config *cfg,
                         const param_table *pt, int dp, int dp_rank, float **grad_of,
                         const void *params, const float *init_host, float **param_of,
-                        uint16_t **param16_of) {
+                        uint16_t **param16_of, uint16_t **grad16_of) {
     memset(o, 0, sizeof *o);
     o->be = be, o->cm = cm;
     o->bf16 = cfg->train.precision == DTYPE_BF16;
     o->pelem = o->bf16 ? sizeof(uint16_t) : sizeof(float);
     o->pdt = o->bf16 ? COMM_DTYPE_BF16 : COMM_DTYPE_F32;
     o->param_of = param_of, o->param16_of = param16_of;
+    o->g16 = cfg->train.grad_dtype == DTYPE_BF16;
+    o->gelem = o->g16 ? sizeof(uint16_t) : sizeof(float);
+    o->gdt = o->g16 ? COMM_DTYPE_BF16 : COMM_DTYPE_F32;
+    o->grad16_of = grad16_of;
     o->zero = dp > 1 ? cfg->parallel.zero : 0;
     o->dp = dp, o->dp_rank = dp_rank;
     o->bucket_mb = cfg->parallel.bucket_mb;
@@ -256,6 +265,16 @@ tri_status optim_create(optim_state *o, backend *be, comm *cm, const run_config 
     // Mixed precision: the fp32 master copy of this rank's pieces (AdamW updates it; the bf16
     // parameters are its rounding), from the bf16 parameters it starts equal to.
     if (o->bf16) o->master = be->alloc(be, bytes ? bytes : sizeof(float));
+    if (o->g16) { // a piece or bucket shard widened for the norm and AdamW: the widest entry
+        size_t widest = 1; // (stages 0-1) or bucket shard (2-3), the same on every dp rank
+        for (int i = 0; o->zero < 2 && i < pt->n_entries; i++)
+            widest = (size_t)pt->entries[i].local_numel > widest ? (size_t)pt->entries[i].local_numel : widest;
+        for (int k = 0; o->zero >= 2 && k < o->n_buckets; k++)
+            widest = o->buckets[k].shard > widest ? o->buckets[k].shard : widest;
+        o->gtmp = be->alloc(be, widest * sizeof(float));
+        o->workspace_bytes += widest * sizeof(float);
+        if (!o->gtmp) rc = TRI_ERR_INTERNAL;
+    }
     if (rc == TRI_OK && o->zero == 3 && (!o->bf16 || o->master)) rc = create_param_shards(o, pt, init_host);
     for (int p = 0; rc == TRI_OK && o->bf16 && o->master && o->zero < 3 && p < o->n_pieces; p++) {
         const optim_piece *pc = &o->pieces[p];
@@ -274,8 +293,8 @@ void optim_free(optim_state *o) {
     if (!be) return;
     for (int k = 0; k < o->n_buckets; k++)
         if (o->buckets[k].ws && o->buckets[k].ws != o->layer_ws) be->free(be, o->buckets[k].ws);
-    void *bufs[] = {o->m, o->v, o->master, o->grad_shard, o->scratch, o->layer_ws, o->param_shard,
-                    o->param_ws};
+    void *bufs[] = {o->m, o->v, o->master, o->gtmp, o->grad_shard, o->scratch, o->layer_ws,
+                    o->param_shard, o->param_ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->free(be, bufs[i]);
     for (int c = 0; o->chunk_buckets && c < o->chunks; c++) free(o->chunk_buckets[c]);
@@ -300,20 +319,25 @@ tri_status optim_bucket_ready(void *ctx, int first, int count) {
         // The step's gradients of this bucket are final after its last micro-batch: the
         // all-reduce is issued then, while the backward of the other buckets goes on.
         if (!o->last_micro) return TRI_OK;
-        return o->cm->all_reduce(o->cm, COMM_GROUP_DP, o->grad_of[first], b->numel,
-                                 COMM_DTYPE_F32, COMM_REDUCE_SUM);
+        void *g = o->g16 ? (void *)o->grad16_of[first] : (void *)o->grad_of[first];
+        return o->cm->all_reduce(o->cm, COMM_GROUP_DP, g, b->numel, o->gdt, COMM_REDUCE_SUM);
     }
     // This micro-batch's gradients of the bucket, summed over dp, into this rank's shard.
-    TRI_CHECK(o->cm->reduce_scatter(o->cm, COMM_GROUP_DP, b->ws, o->scratch, b->shard, COMM_DTYPE_F32));
-    float *acc = o->grad_shard + b->arena;
-    o->be->residual_fwd(o->be, acc, acc, o->scratch, b->shard);
-    o->be->memset_zero(o->be, b->ws, b->padded * sizeof(float));
+    TRI_CHECK(o->cm->reduce_scatter(o->cm, COMM_GROUP_DP, b->ws, o->scratch, b->shard, o->gdt));
+    if (o->g16) {
+        o->be->from_bf16(o->be, o->gtmp, o->scratch, b->shard);
+        o->be->add_to_bf16(o->be, (uint16_t *)o->grad_shard + b->arena, o->gtmp, b->shard);
+    } else {
+        float *acc = (float *)o->grad_shard + b->arena;
+        o->be->residual_fwd(o->be, acc, acc, o->scratch, b->shard);
+    }
+    o->be->memset_zero(o->be, b->ws, b->padded * o->gelem);
     return TRI_OK;
 }
 
-void optim_zero_grads(optim_state *o, float *grads) {
-    if (o->zero >= 2) o->be->memset_zero(o->be, o->grad_shard, o->arena_len * sizeof(float));
-    else o->be->memset_zero(o->be, grads, o->capacity * sizeof(float));
+void optim_zero_grads(optim_state *o, void *grads) {
+    if (o->zero >= 2) o->be->memset_zero(o->be, o->grad_shard, o->arena_len * o->gelem);
+    else o->be->memset_zero(o->be, grads, o->capacity * o->gelem);
 }
 
 double optim_lr(const run_config *cfg, int step) {
@@ -329,43 +353,47 @@ double optim_lr(const run_config *cfg, int step) {
 }
 
 tri_status optim_reduce_grads(optim_state *o, const param_table *pt, int sequence_parallel,
-                              float *grads) {
+                              void *grads) {
     comm *cm = o->cm;
     if (o->zero == 0)
         return TRI_OK; // dp == 1, or already all-reduced bucket by bucket (optim_bucket_ready)
     if (o->zero == 1) // in place: the summed shard of this rank lands in the first block
-        return cm->reduce_scatter(cm, COMM_GROUP_DP, grads, grads, o->shard_len, COMM_DTYPE_F32);
+        return cm->reduce_scatter(cm, COMM_GROUP_DP, grads, grads, o->shard_len, o->gdt);
     // Stages 2 and 3: the model could not sum these on a full buffer; the pieces line up on every
     // rank of the tp group and of the embedding group (same tables, same dp rank).
     for (int p = 0; p < o->n_pieces; p++) {
         const optim_piece *pc = &o->pieces[p];
         const param_entry *e = &pt->entries[pc->entry];
-        float *g = o->grad_shard + pc->pos;
+        void *g = (char *)o->grad_shard + pc->pos * o->gelem;
         if (sequence_parallel && e->layernorm && cm->groups[COMM_GROUP_TP].size > 1)
-            TRI_CHECK(cm->all_reduce(cm, COMM_GROUP_TP, g, pc->hi - pc->lo, COMM_DTYPE_F32, COMM_REDUCE_SUM));
+            TRI_CHECK(cm->all_reduce(cm, COMM_GROUP_TP, g, pc->hi - pc->lo, o->gdt, COMM_REDUCE_SUM));
         if (pt->pp > 1 && pc->entry == pt->wte)
-            TRI_CHECK(cm->all_reduce(cm, COMM_GROUP_EMBED, g, pc->hi - pc->lo, COMM_DTYPE_F32, COMM_REDUCE_SUM));
+            TRI_CHECK(cm->all_reduce(cm, COMM_GROUP_EMBED, g, pc->hi - pc->lo, o->gdt, COMM_REDUCE_SUM));
     }
     return TRI_OK;
 }
 
-static const float *grad_base(const optim_state *o, const float *grads) {
-    return o->zero >= 2 ? o->grad_shard : grads;
+// A piece's reduced gradients as fp32: in place, or (bf16 gradients) widened into gtmp.
+static const float *piece_grads(const optim_state *o, const void *grads, const optim_piece *pc) {
+    const char *base = o->zero >= 2 ? (const char *)o->grad_shard : (const char *)grads;
+    const void *g = base + pc->pos * o->gelem;
+    if (!o->g16) return g;
+    o->be->from_bf16(o->be, o->gtmp, g, pc->hi - pc->lo);
+    return o->gtmp;
 }
 
-tri_status optim_grad_norm(optim_state *o, const param_table *pt, const float *grads,
+tri_status optim_grad_norm(optim_state *o, const param_table *pt, const void *grads,
                            double *norm) {
     // Sum of squares per piece, in table order. Replicated entries are counted by tp rank 0
     // only and the tied embedding by the first stage only, so that the sums over the shards
     // (dp) and the model-parallel group (tp x pp) count each unique element once.
-    const float *g = grad_base(o, grads);
     double sumsq = 0.0;
     for (int p = 0; p < o->n_pieces; p++) {
         const optim_piece *pc = &o->pieces[p];
         const param_entry *e = &pt->entries[pc->entry];
         if (e->split == SPLIT_REPLICATED && pt->tp_rank != 0) continue;
         if (pc->entry == pt->wte && pt->wte_is_copy) continue;
-        sumsq += o->be->sumsq(o->be, g + pc->pos, pc->hi - pc->lo);
+        sumsq += o->be->sumsq(o->be, piece_grads(o, grads, pc), pc->hi - pc->lo);
     }
     comm *cm = o->cm;
     if (o->zero)
@@ -378,12 +406,11 @@ tri_status optim_grad_norm(optim_state *o, const param_table *pt, const float *g
 }
 
 tri_status optim_step(optim_state *o, const run_config *cfg, const param_table *pt,
-                      void *params, const float *grads, double lr, double grad_norm) {
+                      void *params, const void *grads, double lr, double grad_norm) {
     backend *be = o->be;
     comm *cm = o->cm;
     double clip = cfg->train.grad_clip;
     float grad_scale = (clip > 0 && grad_norm > clip) ? (float)(clip / grad_norm) : 1.0f;
-    const float *g = grad_base(o, grads);
     o->t++;
     for (int p = 0; p < o->n_pieces; p++) {
         const optim_piece *pc = &o->pieces[p];
@@ -392,7 +419,7 @@ tri_status optim_step(optim_state *o, const run_config *cfg, const param_table *
         // or the fp32 parameters themselves.
         void *param = o->zero == 3 ? pel(o, o->param_shard, pc->pos) : pel(o, params, pc->lo);
         float *w = o->bf16 ? o->master + pc->pos : param;
-        be->adamw(be, w, g + pc->pos, o->m + pc->pos, o->v + pc->pos,
+        be->adamw(be, w, piece_grads(o, grads, pc), o->m + pc->pos, o->v + pc->pos,
                   pc->hi - pc->lo, (float)lr, (float)cfg->optim.beta1, (float)cfg->optim.beta2,
                   (float)cfg->optim.eps, wd, grad_scale, o->t);
         if (o->bf16) be->to_bf16(be, param, w, pc->hi - pc->lo);

@@ -40,7 +40,7 @@ typedef struct {
     size_t begin, numel;    // their flat range
     size_t padded, shard;   // numel rounded up to a multiple of dp; padded / dp
     size_t arena;           // where this rank's shard of the bucket starts in the shard arrays
-    float *ws;              // gradient workspace (padded floats); layers share one
+    void *ws;               // gradient workspace (padded elements); layers share one
 } optim_bucket;
 
 typedef struct {
@@ -57,9 +57,17 @@ typedef struct {
     optim_bucket *buckets;  // stage 2
     int n_buckets;
     int *bucket_of_entry;   // stage 2: (n_entries)
-    float *grad_shard;      // stage 2: (arena_len) reduced gradients, accumulated
-    float *scratch;         // stage 2: one bucket's shard / a gathered bucket
-    float *layer_ws;        // stage 2: the workspace every layer's bucket shares
+    void *grad_shard;       // stage 2: (arena_len) reduced gradients, accumulated
+    void *scratch;          // stage 2: one bucket's shard / a gathered bucket
+    void *layer_ws;         // stage 2: the workspace every layer's bucket shares
+    // train.grad_dtype (= reduce_dtype) bf16: gradient buffers, workspaces, shards and their
+    // dp reductions in bf16 (gelem 2, gdt); the norm and AdamW read each piece widened into
+    // gtmp (fp32, the largest piece or bucket shard).
+    int g16;
+    size_t gelem;
+    comm_dtype gdt;
+    uint16_t **grad16_of;   // the model's bf16 gradient pointers
+    float *gtmp;
     void *param_shard;      // stage 3: (arena_len) this rank's parameter shards (pelem bytes each)
     void *param_ws;         // stage 3: one chunk's gathered parameters
     int **chunk_buckets;    // stage 3: (chunks) bucket indices of each chunk, -1 ended
@@ -102,7 +110,7 @@ size_t optim_capacity(const run_config *cfg, int dp, size_t local_numel);
 tri_status optim_create(optim_state *o, backend *be, comm *cm, const run_config *cfg,
                         const param_table *pt, int dp, int dp_rank, float **grad_of,
                         const void *params, const float *init_host, float **param_of,
-                        uint16_t **param16_of);
+                        uint16_t **param16_of, uint16_t **grad16_of);
 
 // Stage 3: the model's params_needed callback (ctx = the optim_state).
 tri_status optim_params_needed(void *ctx, int chunk);
@@ -117,7 +125,7 @@ void optim_free(optim_state *o);
 tri_status optim_bucket_ready(void *ctx, int first, int count);
 
 // Zeroes what accumulates gradients over a step (stage 0/1: the model's buffer `grads`).
-void optim_zero_grads(optim_state *o, float *grads);
+void optim_zero_grads(optim_state *o, void *grads);
 
 // Learning rate of step `step` (0-based): linear warmup over warmup_steps from lr/warmup to
 // lr, then decay (cosine, linear or constant) from lr to min_lr at the last step.
@@ -128,15 +136,15 @@ double optim_lr(const run_config *cfg, int step);
 // the sums the model leaves to the optimizer: LayerNorm gradients over tp under sequence
 // parallelism, the tied embedding's two copies over the embedding group.
 tri_status optim_reduce_grads(optim_state *o, const param_table *pt, int sequence_parallel,
-                              float *grads);
+                              void *grads);
 
 // Global L2 norm of the reduced gradients: each unique parameter element counted once,
 // summed over the shards (dp) and the model-parallel group (tp x pp). Returns
 // TRI_ERR_NONFINITE when it is not finite.
-tri_status optim_grad_norm(optim_state *o, const param_table *pt, const float *grads,
+tri_status optim_grad_norm(optim_state *o, const param_table *pt, const void *grads,
                            double *norm);
 
 // Clips (grad_clip > 0), applies AdamW to this rank's pieces (weight decay on the table's
 // decay entries only), then all-gathers the updated parameters over dp (stages 1, 2).
 tri_status optim_step(optim_state *o, const run_config *cfg, const param_table *pt,
-                      void *params, const float *grads, double lr, double grad_norm);
+                      void *params, const void *grads, double lr, double grad_norm);

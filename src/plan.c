@@ -12,9 +12,9 @@
 // Bytes per element of each kind of buffer and message under the config's precision, as
 // this build trains: bf16 parameters (and their dp all-gathers) with an fp32 master copy
 // sharded like the Adam state, issue 6's ZeRO formulas; the wide activations a slot keeps
-// for the backward in bf16 (activation_bytes); the residual stream, the tp and pipeline
-// messages and the gradients in fp32 (grad_dtype and reduce_dtype bf16 are refused by train,
-// which the fields below still follow).
+// for the backward in bf16 (activation_bytes); the residual stream and the tp and pipeline
+// messages in fp32; gradients, their workspaces and their dp reduction in train.grad_dtype
+// (= train.reduce_dtype).
 typedef struct {
     size_t param;  // parameters (and their dp all-gathers)
     size_t grad;   // gradient buffers, shards and bucket workspaces
@@ -155,6 +155,7 @@ static void stage_memory(plan_stage *s, const layout *lo, const stage_tables *st
     mem[PLAN_MEM_MASTER] = arena * es->master;
     mem[PLAN_MEM_ADAM] = arena * es->adam;
     mem[PLAN_MEM_ACTIVATION] = activation_bytes(lo, s->n_slots, Lc, head);
+    size_t widest = 1; // bf16 gradients: the widest piece or bucket shard, widened (optim.c)
     if (lo->zero >= 2) { // one workspace all layer buckets share, one per other bucket, scratch
         size_t layer_ws = 0, others = 0, scratch = 0;
         for (int k = 0; k < st->n_buckets; k++) {
@@ -162,9 +163,15 @@ static void stage_memory(plan_stage *s, const layout *lo, const stage_tables *st
             if (b->is_layer) layer_ws = b->padded > layer_ws ? b->padded : layer_ws;
             else others += b->padded;
             scratch = b->padded > scratch ? b->padded : scratch;
+            widest = b->shard > widest ? b->shard : widest;
         }
-        mem[PLAN_MEM_GRAD_BUCKET] = (layer_ws + others + scratch) * es->grad;
+        mem[PLAN_MEM_GRAD_BUCKET] = (layer_ws + others) * es->grad +
+                                    scratch * (es->grad > es->param ? es->grad : es->param);
+    } else { // pieces lie within entries: the widest entry
+        for (int i = 0; i < pt->n_entries; i++)
+            widest = (size_t)pt->entries[i].local_numel > widest ? (size_t)pt->entries[i].local_numel : widest;
     }
+    if (es->grad == 2) mem[PLAN_MEM_GRAD_BUCKET] += widest * sizeof(float);
     if (lo->zero == 3) { // the largest chunk's buckets ("pass"), or every chunk's ("step")
         size_t most = 0, all = 0;
         for (int c = 0; c < st->chunks; c++) {
@@ -181,6 +188,8 @@ static void stage_memory(plan_stage *s, const layout *lo, const stage_tables *st
     mem[PLAN_MEM_SCRATCH] = (N * C + N * 3 * lo->C_local + N * lo->C_local + N * 4 * lo->C_local +
                              (lo->sp ? N * C : 0)) * lo->es.act; // dln, dqkv, datty, dfch, rows_full
     if (lo->es.master) // bf16: the fp32 staging of the parameters an op reads (model.c)
+        mem[PLAN_MEM_SCRATCH] += params_stage_layout(pt, NULL) * sizeof(float);
+    if (lo->es.grad == 2) // bf16 gradients: the fp32 staging the backward accumulates into
         mem[PLAN_MEM_SCRATCH] += params_stage_layout(pt, NULL) * sizeof(float);
     s->mem_total = 0;
     for (int k = 0; k < PLAN_MEM_COUNT; k++) s->mem_total += mem[k];

@@ -71,8 +71,8 @@ static int assumptions(const plan_result *p, const run_config *cfg, char out[][3
     if (cfg->train.precision == DTYPE_BF16)
         snprintf(out[n++], 320, "bf16 as this build trains it: parameters, their all-gathers and "
                  "the activations kept for the backward 2 bytes; master weights 4, Adam m + v 8; "
-                 "fp32 staging of one layer's parameters and activations; the residual stream, "
-                 "messages and gradients 4 bytes");
+                 "fp32 staging of one layer's parameters and activations; the residual stream "
+                 "and messages 4 bytes; gradients per train.grad_dtype");
     snprintf(out[n++], 320, "steady-state steps: no evaluation, no checkpoint (under zero3_gather "
              "step, a step after an evaluation gathers nothing before its first pass)");
     return n;

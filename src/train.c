@@ -117,9 +117,10 @@ static tri_status trainer_open_data(trainer *tr) {
 // refused here with a message, never silently ignored.
 static tri_status check_supported(const run_config *cfg) {
     int bad = 0;
-    if (cfg->train.grad_dtype != DTYPE_FP32 || cfg->train.reduce_dtype != DTYPE_FP32) {
-        LOG_ERROR("train.grad_dtype/reduce_dtype: bf16 gradients are not available in this build "
-                  "yet (train.precision: bf16 is, with fp32 gradients); set them to fp32");
+    if (cfg->train.grad_dtype != cfg->train.reduce_dtype) {
+        LOG_ERROR("train.grad_dtype is %s but train.reduce_dtype is %s: this build reduces the "
+                  "gradients in the dtype they accumulate in; set both to fp32 or both to bf16",
+                  config_dtype_name(cfg->train.grad_dtype), config_dtype_name(cfg->train.reduce_dtype));
         bad = 1;
     }
     return bad ? TRI_ERR_CONFIG : TRI_OK;
@@ -201,7 +202,7 @@ static void allocated_memory(const trainer *tr, uint64_t mem[PLAN_MEM_COUNT]) {
     const optim_state *o = &tr->optim;
     memset(mem, 0, PLAN_MEM_COUNT * sizeof mem[0]);
     mem[PLAN_MEM_PARAM] = (o->zero == 3 ? o->arena_len : m->capacity) * o->pelem;
-    mem[PLAN_MEM_GRAD] = (m->grads ? m->capacity : o->arena_len) * sizeof(float);
+    mem[PLAN_MEM_GRAD] = (m->grads || m->grads16 ? m->capacity : o->arena_len) * o->gelem;
     mem[PLAN_MEM_MASTER] = o->master ? o->arena_len * sizeof(float) : 0;
     mem[PLAN_MEM_ADAM] = 2 * o->arena_len * sizeof(float);
     mem[PLAN_MEM_ACTIVATION] = m->activation_bytes;
@@ -274,7 +275,7 @@ static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
                            zero > 0 ? tr->dp : 1, zero < 2, zero == 3, tr->be, tr->cm));
     TRI_CHECK(optim_create(&tr->optim, tr->be, tr->cm, cfg, &tr->model.table, tr->dp, tr->dp_rank,
                            tr->model.grad_of, model_params(&tr->model), tr->model.init_host,
-                           tr->model.param_of, tr->model.param16_of));
+                           tr->model.param_of, tr->model.param16_of, tr->model.grad16_of));
     free(tr->model.init_host);
     tr->model.init_host = NULL;
     TRI_ASSERT(tr->optim.capacity == tr->model.capacity);
@@ -507,17 +508,17 @@ static tri_status train_loop(trainer *tr) {
         double t0 = time_now_s();
         tr->cm->step = step + 1;
         comm_counters_reset(tr->cm);
-        optim_zero_grads(&tr->optim, m->grads);
+        optim_zero_grads(&tr->optim, model_grads(m));
         double loss_sum = 0.0, waited = 0.0;
         TRI_CHECK(run_schedule(tr, step, &loss_sum, &waited));
         TRI_CHECK(model_finish_grads(m));
-        TRI_CHECK(optim_reduce_grads(&tr->optim, &m->table, m->d.sp, m->grads));
+        TRI_CHECK(optim_reduce_grads(&tr->optim, &m->table, m->d.sp, model_grads(m)));
         if (tr->dp > 1)
             TRI_CHECK(tr->cm->all_reduce(tr->cm, COMM_GROUP_DP, &loss_sum, 1, COMM_DTYPE_F64,
                                          COMM_REDUCE_SUM));
         double loss = loss_sum / (double)tokens_per_step;
         double norm = 0.0;
-        tri_status rc = optim_grad_norm(&tr->optim, &m->table, m->grads, &norm);
+        tri_status rc = optim_grad_norm(&tr->optim, &m->table, model_grads(m), &norm);
         if (!isfinite(loss) || rc == TRI_ERR_NONFINITE) {
             LOG_ERROR("step %d: non-finite %s (loss %g, grad norm %g)", step + 1,
                       isfinite(loss) ? "gradients" : "loss", loss, norm);
@@ -526,7 +527,7 @@ static tri_status train_loop(trainer *tr) {
         }
         TRI_CHECK(rc);
         double lr = optim_lr(cfg, step);
-        TRI_CHECK(optim_step(&tr->optim, cfg, &m->table, model_params(m), m->grads, lr, norm));
+        TRI_CHECK(optim_step(&tr->optim, cfg, &m->table, model_params(m), model_grads(m), lr, norm));
         tr->be->synchronize(tr->be);
         double dt = time_now_s() - t0;
         total_s += dt;

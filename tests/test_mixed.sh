@@ -31,10 +31,11 @@ rec = rows(run, 'run')[0]
 m, P = rec['memory'], rec['rank_params']
 zero = rec['config']['parallel']['zero'] if rec['mesh']['dp'] > 1 else 0
 N = rec['mesh']['dp']
-# ZeRO formulas with fp32 gradients (bytes): params 2P (2P/N at 3), grads 4P (4P/N at 2, 3),
-# master 4P/N and Adam 8P/N (4P and 8P at 0); padding of shard boundaries allowed.
-want = {0: (2 * P, 4 * P, 4 * P, 8 * P), 1: (2 * P, 4 * P, 4 * P / N, 8 * P / N),
-        2: (2 * P, 4 * P / N, 4 * P / N, 8 * P / N), 3: (2 * P / N, 4 * P / N, 4 * P / N, 8 * P / N)}[zero]
+# ZeRO formulas (bytes): params 2P (2P/N at 3), grads gP (gP/N at 2, 3; g = 4, or 2 for bf16
+# gradients), master 4P/N and Adam 8P/N (4P and 8P at 0); padding of shard boundaries allowed.
+g = 2 if rec['config']['train']['grad_dtype'] == 'bf16' else 4
+want = {0: (2 * P, g * P, 4 * P, 8 * P), 1: (2 * P, g * P, 4 * P / N, 8 * P / N),
+        2: (2 * P, g * P / N, 4 * P / N, 8 * P / N), 3: (2 * P / N, g * P / N, 4 * P / N, 8 * P / N)}[zero]
 got = (m['param_bytes'], m['grad_bytes'], m['master_bytes'], m['adam_bytes'])
 slack = 18 * N * 64  # bytes: a shard's padding per bucket, over every bucket
 mem_ok = all(abs(g - w) <= slack for g, w in zip(got, want))
@@ -53,6 +54,13 @@ run 3d_zero1 8 --set parallel.tp=2 --set parallel.pp=2 --set parallel.schedule=i
     --set parallel.virtual_stages=2 --set parallel.zero=1
 run 3d_zero3 8 --set parallel.tp=2 --set parallel.pp=2 --set parallel.schedule=interleaved \
     --set parallel.virtual_stages=2 --set parallel.zero=3
+# bf16 gradients, accumulated and reduced over dp in bf16: 16P, 4P + 12P/N, 2P + 14P/N, 16P/N.
+G16=(--set train.grad_dtype=bf16 --set train.reduce_dtype=bf16)
+for zero in 0 1 2 3; do run dp4_zero${zero}_g16 4 "${G16[@]}" --set parallel.zero=$zero; done
+run 3d_zero1_g16 8 "${G16[@]}" --set parallel.tp=2 --set parallel.pp=2 --set parallel.schedule=interleaved \
+    --set parallel.virtual_stages=2 --set parallel.zero=1 --set parallel.sequence_parallel=true
+run 3d_zero3_g16 8 "${G16[@]}" --set parallel.tp=2 --set parallel.pp=2 --set parallel.schedule=interleaved \
+    --set parallel.virtual_stages=2 --set parallel.zero=3
 
 # The four stages against each other at dp 4 (all bf16).
 if out=$(/usr/bin/python3 - $W <<'PY'
@@ -61,7 +69,10 @@ W = sys.argv[1]
 loss = lambda d: [r['loss'] for r in map(json.loads, open(W + '/' + d + '/metrics.jsonl')) if r['type'] == 'step']
 runs = [loss('dp4_zero%d' % z) for z in range(4)]
 err = max(abs(x - y) / x for r in runs[1:] for x, y in zip(runs[0], r))
-print('max rel loss difference between zero 0, 1, 2, 3: %.2e' % err)
+g16 = [loss('dp4_zero%d_g16' % z) for z in range(4)]
+err16 = max(abs(x - y) / x for r in g16[1:] for x, y in zip(g16[0], r))
+print('max rel loss difference between zero 0, 1, 2, 3: %.2e (fp32 gradients), %.2e (bf16)' % (err, err16))
+err = max(err, err16)
 sys.exit(0 if err <= 2e-2 else 1)
 PY
 ); then pass "mixed_stages_agree_dp4 $out"; else fail mixed_stages_agree_dp4 "$out"; fi
