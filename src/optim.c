@@ -234,6 +234,9 @@ tri_status optim_create(optim_state *o, backend *be, comm *cm, const run_config 
     o->gelem = o->g16 ? sizeof(uint16_t) : sizeof(float);
     o->gdt = o->g16 ? COMM_DTYPE_BF16 : COMM_DTYPE_F32;
     o->grad16_of = grad16_of;
+    const int rd16 = cfg->train.reduce_dtype == DTYPE_BF16;
+    o->rdt = rd16 ? COMM_DTYPE_BF16 : COMM_DTYPE_F32;
+    o->relem = rd16 ? sizeof(uint16_t) : sizeof(float);
     o->zero = dp > 1 ? cfg->parallel.zero : 0;
     o->dp = dp, o->dp_rank = dp_rank;
     o->bucket_mb = cfg->parallel.bucket_mb;
@@ -265,7 +268,15 @@ tri_status optim_create(optim_state *o, backend *be, comm *cm, const run_config 
     // Mixed precision: the fp32 master copy of this rank's pieces (AdamW updates it; the bf16
     // parameters are its rounding), from the bf16 parameters it starts equal to.
     if (o->bf16) o->master = be->alloc(be, bytes ? bytes : sizeof(float));
-    if (o->g16) { // a piece or bucket shard widened for the norm and AdamW: the widest entry
+    if (o->rdt != o->gdt && dp > 1) { // the reduction's own buffer, in reduce_dtype
+        o->rtmp_len = o->zero == 1 ? o->capacity : 1;
+        for (int k = 0; o->zero != 1 && k < o->n_buckets; k++)
+            o->rtmp_len = o->buckets[k].padded > o->rtmp_len ? o->buckets[k].padded : o->rtmp_len;
+        o->rtmp = be->alloc(be, o->rtmp_len * o->relem);
+        o->workspace_bytes += o->rtmp_len * o->relem;
+        if (!o->rtmp) rc = TRI_ERR_INTERNAL;
+    }
+    if (o->g16 || o->rtmp) { // a piece or bucket shard widened to fp32: the widest entry
         size_t widest = 1; // (stages 0-1) or bucket shard (2-3), the same on every dp rank
         for (int i = 0; o->zero < 2 && i < pt->n_entries; i++)
             widest = (size_t)pt->entries[i].local_numel > widest ? (size_t)pt->entries[i].local_numel : widest;
@@ -293,8 +304,8 @@ void optim_free(optim_state *o) {
     if (!be) return;
     for (int k = 0; k < o->n_buckets; k++)
         if (o->buckets[k].ws && o->buckets[k].ws != o->layer_ws) be->free(be, o->buckets[k].ws);
-    void *bufs[] = {o->m, o->v, o->master, o->gtmp, o->grad_shard, o->scratch, o->layer_ws,
-                    o->param_shard, o->param_ws};
+    void *bufs[] = {o->m, o->v, o->master, o->gtmp, o->rtmp, o->grad_shard, o->scratch,
+                    o->layer_ws, o->param_shard, o->param_ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->free(be, bufs[i]);
     for (int c = 0; o->chunk_buckets && c < o->chunks; c++) free(o->chunk_buckets[c]);
@@ -306,6 +317,16 @@ void optim_free(optim_state *o) {
     free(o->buckets);
     free(o->bucket_of_entry);
     memset(o, 0, sizeof *o);
+}
+
+// Gradients between their accumulation dtype (gdt) and the reduction's (rdt): n elements.
+static void grads_to_reduce(optim_state *o, void *dst, const void *src, size_t n) {
+    if (o->gdt == COMM_DTYPE_BF16) o->be->from_bf16(o->be, dst, src, n);
+    else o->be->to_bf16(o->be, dst, src, n);
+}
+static void grads_from_reduce(optim_state *o, void *dst, const void *src, size_t n) {
+    if (o->gdt == COMM_DTYPE_BF16) o->be->to_bf16(o->be, dst, src, n);
+    else o->be->from_bf16(o->be, dst, src, n);
 }
 
 tri_status optim_bucket_ready(void *ctx, int first, int count) {
@@ -320,9 +341,26 @@ tri_status optim_bucket_ready(void *ctx, int first, int count) {
         // all-reduce is issued then, while the backward of the other buckets goes on.
         if (!o->last_micro) return TRI_OK;
         void *g = o->g16 ? (void *)o->grad16_of[first] : (void *)o->grad_of[first];
-        return o->cm->all_reduce(o->cm, COMM_GROUP_DP, g, b->numel, o->gdt, COMM_REDUCE_SUM);
+        if (!o->rtmp) return o->cm->all_reduce(o->cm, COMM_GROUP_DP, g, b->numel, o->gdt, COMM_REDUCE_SUM);
+        grads_to_reduce(o, o->rtmp, g, b->numel);
+        TRI_CHECK(o->cm->all_reduce(o->cm, COMM_GROUP_DP, o->rtmp, b->numel, o->rdt, COMM_REDUCE_SUM));
+        grads_from_reduce(o, g, o->rtmp, b->numel);
+        return TRI_OK;
     }
     // This micro-batch's gradients of the bucket, summed over dp, into this rank's shard.
+    if (o->rtmp) { // reduced in reduce_dtype (in place: the shard lands first), added widened
+        grads_to_reduce(o, o->rtmp, b->ws, b->padded);
+        TRI_CHECK(o->cm->reduce_scatter(o->cm, COMM_GROUP_DP, o->rtmp, o->rtmp, b->shard, o->rdt));
+        if (o->rdt == COMM_DTYPE_F32) {
+            o->be->add_to_bf16(o->be, (uint16_t *)o->grad_shard + b->arena, o->rtmp, b->shard);
+        } else {
+            float *acc = (float *)o->grad_shard + b->arena;
+            o->be->from_bf16(o->be, o->gtmp, o->rtmp, b->shard);
+            o->be->residual_fwd(o->be, acc, acc, o->gtmp, b->shard);
+        }
+        o->be->memset_zero(o->be, b->ws, b->padded * o->gelem);
+        return TRI_OK;
+    }
     TRI_CHECK(o->cm->reduce_scatter(o->cm, COMM_GROUP_DP, b->ws, o->scratch, b->shard, o->gdt));
     if (o->g16) {
         o->be->from_bf16(o->be, o->gtmp, o->scratch, b->shard);
@@ -358,7 +396,13 @@ tri_status optim_reduce_grads(optim_state *o, const param_table *pt, int sequenc
     if (o->zero == 0)
         return TRI_OK; // dp == 1, or already all-reduced bucket by bucket (optim_bucket_ready)
     if (o->zero == 1) // in place: the summed shard of this rank lands in the first block
-        return cm->reduce_scatter(cm, COMM_GROUP_DP, grads, grads, o->shard_len, o->gdt);
+    {
+        if (!o->rtmp) return cm->reduce_scatter(cm, COMM_GROUP_DP, grads, grads, o->shard_len, o->gdt);
+        grads_to_reduce(o, o->rtmp, grads, o->capacity);
+        TRI_CHECK(cm->reduce_scatter(cm, COMM_GROUP_DP, o->rtmp, o->rtmp, o->shard_len, o->rdt));
+        grads_from_reduce(o, grads, o->rtmp, o->shard_len);
+        return TRI_OK;
+    }
     // Stages 2 and 3: the model could not sum these on a full buffer; the pieces line up on every
     // rank of the tp group and of the embedding group (same tables, same dp rank).
     for (int p = 0; p < o->n_pieces; p++) {

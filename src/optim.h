@@ -68,6 +68,12 @@ typedef struct {
     comm_dtype gdt;
     uint16_t **grad16_of;   // the model's bf16 gradient pointers
     float *gtmp;
+    // train.reduce_dtype: the dp reduction's dtype (rdt, relem bytes). When it differs from
+    // grad_dtype the gradients are converted into rtmp (rtmp_len elements: a bucket, or at
+    // stage 1 the whole buffer), reduced there, and converted back.
+    comm_dtype rdt;
+    size_t relem, rtmp_len;
+    void *rtmp;
     void *param_shard;      // stage 3: (arena_len) this rank's parameter shards (pelem bytes each)
     void *param_ws;         // stage 3: one chunk's gathered parameters
     int **chunk_buckets;    // stage 3: (chunks) bucket indices of each chunk, -1 ended

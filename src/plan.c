@@ -171,7 +171,16 @@ static void stage_memory(plan_stage *s, const layout *lo, const stage_tables *st
         for (int i = 0; i < pt->n_entries; i++)
             widest = (size_t)pt->entries[i].local_numel > widest ? (size_t)pt->entries[i].local_numel : widest;
     }
-    if (es->grad == 2) mem[PLAN_MEM_GRAD_BUCKET] += widest * sizeof(float);
+    // reduce_dtype other than grad_dtype: the reduction's buffer (a bucket, or at stage 1
+    // the whole buffer); then, or with bf16 gradients, the fp32 widening buffer.
+    const int mixed = es->reduce != es->grad && lo->dp > 1;
+    if (mixed) {
+        size_t n = lo->zero == 1 ? capacity : 1;
+        for (int k = 0; lo->zero != 1 && k < st->n_buckets; k++)
+            n = st->buckets[k].padded > n ? st->buckets[k].padded : n;
+        mem[PLAN_MEM_GRAD_BUCKET] += n * es->reduce;
+    }
+    if (es->grad == 2 || mixed) mem[PLAN_MEM_GRAD_BUCKET] += widest * sizeof(float);
     if (lo->zero == 3) { // the largest chunk's buckets ("pass"), or every chunk's ("step")
         size_t most = 0, all = 0;
         for (int c = 0; c < st->chunks; c++) {

@@ -113,19 +113,6 @@ static tri_status trainer_open_data(trainer *tr) {
     return TRI_OK;
 }
 
-// Keys this build accepts (they are part of the config contract) but cannot honour yet are
-// refused here with a message, never silently ignored.
-static tri_status check_supported(const run_config *cfg) {
-    int bad = 0;
-    if (cfg->train.grad_dtype != cfg->train.reduce_dtype) {
-        LOG_ERROR("train.grad_dtype is %s but train.reduce_dtype is %s: this build reduces the "
-                  "gradients in the dtype they accumulate in; set both to fp32 or both to bf16",
-                  config_dtype_name(cfg->train.grad_dtype), config_dtype_name(cfg->train.reduce_dtype));
-        bad = 1;
-    }
-    return bad ? TRI_ERR_CONFIG : TRI_OK;
-}
-
 // The comm backend of the mesh: a world of one needs none; otherwise MPI on the CPU path.
 static void synchronize_backend(void *be) { ((backend *)be)->synchronize(be); }
 
@@ -243,7 +230,6 @@ static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     // Every rank validates the same config; only rank 0 prints what is wrong.
     int mute = log_mute_if_not_rank0();
     tri_status rc = config_resolve_world(cfg, li->world);
-    if (rc == TRI_OK) rc = check_supported(cfg);
     log_unmute(mute);
     TRI_CHECK(rc);
     tr->coord = mesh_coord_of(cfg, li->rank);

@@ -110,7 +110,6 @@ expect cli_missing_config 2 "cannot open config" $T train $W/none.yaml
 expect cli_bad_set 2 "model.n_layr" $T train $CFG --set model.n_layr=3
 expect cli_check_world 2 "parallel" $T check $CFG --world 3 --set parallel.tp=2
 expect cli_check_ok 0 "mesh: world 4" $T check $CFG --world 4 --set parallel.tp=2
-expect cli_grad_reduce_dtype_differ 2 "train.grad_dtype is bf16 but train.reduce_dtype is fp32" $T train $CFG --set run.out_dir=$W/e --set train.grad_dtype=bf16
 expect cli_help 0 "usage" $T --help
 expect cli_version 0 "trident [0-9]" $T --version
 

@@ -61,6 +61,12 @@ run 3d_zero1_g16 8 "${G16[@]}" --set parallel.tp=2 --set parallel.pp=2 --set par
     --set parallel.virtual_stages=2 --set parallel.zero=1 --set parallel.sequence_parallel=true
 run 3d_zero3_g16 8 "${G16[@]}" --set parallel.tp=2 --set parallel.pp=2 --set parallel.schedule=interleaved \
     --set parallel.virtual_stages=2 --set parallel.zero=3
+# The reduction in another dtype than the accumulation: fp32 gradients reduced in bf16, and
+# bf16 gradients reduced in fp32.
+run dp2_zero1_reduce_bf16 2 --set parallel.zero=1 --set train.reduce_dtype=bf16
+run dp2_zero2_reduce_bf16 2 --set parallel.zero=2 --set train.reduce_dtype=bf16
+run dp2_zero0_g16_reduce_fp32 2 --set parallel.zero=0 --set train.grad_dtype=bf16
+run dp2_zero3_g16_reduce_fp32 2 --set parallel.zero=3 --set train.grad_dtype=bf16
 
 # The four stages against each other at dp 4 (all bf16).
 if out=$(/usr/bin/python3 - $W <<'PY'

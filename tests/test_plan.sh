@@ -91,6 +91,8 @@ check bf16_3d_zero3_bf16grads 8 "${L4[@]}" "${BF16[@]}" --set parallel.tp=2 --se
     --set parallel.sequence_parallel=true --set train.global_batch=16 --set train.grad_dtype=bf16 --set train.reduce_dtype=bf16
 check bf16_dp2_zero0_bf16grads 2 "${BF16[@]}" --set parallel.zero=0 --set train.grad_dtype=bf16 --set train.reduce_dtype=bf16 \
     --set parallel.bucket_mb=0.01
+check bf16_dp2_zero1_reduce_bf16 2 "${BF16[@]}" --set parallel.zero=1 --set train.reduce_dtype=bf16
+check bf16_dp2_zero2_grads_bf16_reduce_fp32 2 "${BF16[@]}" --set parallel.zero=2 --set train.grad_dtype=bf16
 check tp2_pp2_zero3_step_gpipe 8 "${L4[@]}" --set parallel.tp=2 --set parallel.pp=2 --set parallel.schedule=gpipe \
     --set parallel.zero=3 --set parallel.zero3_gather=step --set train.global_batch=8 --set train.micro_batch=1
 
