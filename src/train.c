@@ -113,7 +113,6 @@ static tri_status trainer_open_data(trainer *tr) {
     return TRI_OK;
 }
 
-// The comm backend of the mesh: a world of one needs none; otherwise MPI on the CPU path.
 static void synchronize_backend(void *be) { ((backend *)be)->synchronize(be); }
 
 // The comm backend of the mesh: a world of one needs none; MPI moves host memory (the CPU
@@ -204,8 +203,8 @@ static void allocated_memory(const trainer *tr, uint64_t mem[PLAN_MEM_COUNT]) {
 static void memory_json(const trainer *tr, char *out, size_t n) {
     uint64_t mem[PLAN_MEM_COUNT];
     allocated_memory(tr, mem);
-    plan_device dev;
-    plan_device_lookup(plan_device_default(tr->cfg), tr->li->world, &dev);
+    plan_device dev; // the backend this run computes on (attention state differs between them)
+    plan_device_lookup(strcmp(tr->be->name, "cuda") ? "cpu" : "h100", tr->li->world, &dev);
     plan_result p;
     int planned = plan_compute(&p, tr->cfg, &dev) == TRI_OK;
     const plan_stage *st = planned ? &p.stages[tr->coord.pp] : NULL;
