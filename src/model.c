@@ -16,6 +16,7 @@
 
 #include "bf16.h"
 #include "llmc.h"
+#include "mempool.h"
 
 #define P(m, idx) param_in_f32(m, idx)
 #define G(m, idx) ((m)->g16 ? (m)->gstage + (m)->stage_off[idx] : (m)->grad_of[idx])
@@ -61,9 +62,11 @@ static tri_status dresidual_all_rows(model *m, float *dres, float **out) {
                              (size_t)d->N_local * d->C, COMM_DTYPE_F32);
 }
 
-static void *alloc_counted(model *m, size_t bytes, size_t *total) {
-    *total += bytes;
-    return m->be->alloc(m->be, bytes);
+// A buffer of kind `kind` from the rank's memory pool (or the backend), counted in *total
+// as the pool counts it.
+static void *alloc_counted(model *m, plan_mem_kind kind, size_t bytes, size_t *total) {
+    *total += mem_round(bytes);
+    return mem_take(m->pool, m->be, kind, bytes);
 }
 
 static tri_status check_allocated(model *m, void **ptrs, size_t n) {
@@ -95,11 +98,11 @@ static tri_status alloc_acts(model *m, model_acts *a, int layers, int head) {
     const size_t N = d->N, Nl = d->N_local, L = (size_t)layers, C = d->C, f = sizeof(float);
     size_t total = 0;
     if (!layers) {
-        a->residual = alloc_counted(m, ((size_t)d->Lc + 1) * Nl * C * f, &total);
+        a->residual = alloc_counted(m, PLAN_MEM_ACTIVATION, ((size_t)d->Lc + 1) * Nl * C * f, &total);
         a->output = a->residual ? a->residual + (size_t)d->Lc * Nl * C : NULL;
-        a->dres = alloc_counted(m, Nl * C * f, &total);
-        a->inputs = alloc_counted(m, N * sizeof(int), &total);
-        a->targets = alloc_counted(m, N * sizeof(int), &total);
+        a->dres = alloc_counted(m, PLAN_MEM_ACTIVATION, Nl * C * f, &total);
+        a->inputs = alloc_counted(m, PLAN_MEM_ACTIVATION, N * sizeof(int), &total);
+        a->targets = alloc_counted(m, PLAN_MEM_ACTIVATION, N * sizeof(int), &total);
         void *some[] = {a->residual, a->dres, a->inputs, a->targets};
         TRI_CHECK(check_allocated(m, some, sizeof some / sizeof some[0]));
         goto head_buffers;
@@ -108,41 +111,41 @@ static tri_status alloc_acts(model *m, model_acts *a, int layers, int head) {
     // in fp32; its residual stream, statistics and attention state stay in the slot.
     const int lean = a == &m->work && !m->recompute;
     if (!lean) {
-        a->residual = alloc_counted(m, (L + 1) * Nl * C * f, &total);
+        a->residual = alloc_counted(m, PLAN_MEM_ACTIVATION, (L + 1) * Nl * C * f, &total);
         a->output = a->residual ? a->residual + L * Nl * C : NULL;
-        a->residual2 = alloc_counted(m, L * Nl * C * f, &total);
-        a->ln1_mean = alloc_counted(m, L * Nl * f, &total);
-        a->ln1_rstd = alloc_counted(m, L * Nl * f, &total);
-        a->ln2_mean = alloc_counted(m, L * Nl * f, &total);
-        a->ln2_rstd = alloc_counted(m, L * Nl * f, &total);
-        a->att_state = alloc_counted(m, L * m->att_state_bytes, &total);
-        a->dres = alloc_counted(m, Nl * C * f, &total);
-        a->inputs = alloc_counted(m, N * sizeof(int), &total);
-        a->targets = alloc_counted(m, N * sizeof(int), &total);
+        a->residual2 = alloc_counted(m, PLAN_MEM_ACTIVATION, L * Nl * C * f, &total);
+        a->ln1_mean = alloc_counted(m, PLAN_MEM_ACTIVATION, L * Nl * f, &total);
+        a->ln1_rstd = alloc_counted(m, PLAN_MEM_ACTIVATION, L * Nl * f, &total);
+        a->ln2_mean = alloc_counted(m, PLAN_MEM_ACTIVATION, L * Nl * f, &total);
+        a->ln2_rstd = alloc_counted(m, PLAN_MEM_ACTIVATION, L * Nl * f, &total);
+        a->att_state = alloc_counted(m, PLAN_MEM_ACTIVATION, L * m->att_state_bytes, &total);
+        a->dres = alloc_counted(m, PLAN_MEM_ACTIVATION, Nl * C * f, &total);
+        a->inputs = alloc_counted(m, PLAN_MEM_ACTIVATION, N * sizeof(int), &total);
+        a->targets = alloc_counted(m, PLAN_MEM_ACTIVATION, N * sizeof(int), &total);
     }
     const size_t wide[6] = {N * C, N * C, N * d->C3_local, N * d->C_local, N * d->C4_local, N * d->C4_local};
     if (m->bf16 && a != &m->work) { // the wide activations as bf16 (the layer computes in work)
         uint16_t **w16[6] = {&a->ln1_16, &a->ln2_16, &a->qkv16, &a->atty16, &a->fch16, &a->fch_gelu16};
-        for (int k = 0; k < 6; k++) *w16[k] = alloc_counted(m, L * wide[k] * sizeof(uint16_t), &total);
+        for (int k = 0; k < 6; k++) *w16[k] = alloc_counted(m, PLAN_MEM_ACTIVATION, L * wide[k] * sizeof(uint16_t), &total);
         void *all16[] = {ACT16_POINTERS(a)};
         TRI_CHECK(check_allocated(m, all16, sizeof all16 / sizeof all16[0]));
     } else {
         float **w32[6] = {&a->ln1, &a->ln2, &a->qkv, &a->atty, &a->fch, &a->fch_gelu};
-        for (int k = 0; k < 6; k++) *w32[k] = alloc_counted(m, L * wide[k] * f, &total);
+        for (int k = 0; k < 6; k++) *w32[k] = alloc_counted(m, PLAN_MEM_ACTIVATION, L * wide[k] * f, &total);
         void *all[] = {ACT_POINTERS(a)}, *some[] = {a->ln1, a->ln2, a->qkv, a->atty, a->fch, a->fch_gelu};
         if (lean) TRI_CHECK(check_allocated(m, some, sizeof some / sizeof some[0]));
         else TRI_CHECK(check_allocated(m, all, sizeof all / sizeof all[0]));
     }
 head_buffers:
     if (head) {
-        a->lnf = alloc_counted(m, N * C * f, &total);
-        a->lnf_mean = alloc_counted(m, Nl * f, &total);
-        a->lnf_rstd = alloc_counted(m, Nl * f, &total);
-        a->logits = alloc_counted(m, N * d->Vp_local * f, &total);
-        a->rowmax = alloc_counted(m, N * f, &total);
-        a->sumexp = alloc_counted(m, N * f, &total);
-        a->target_logit = alloc_counted(m, N * f, &total);
-        a->losses = alloc_counted(m, N * f, &total);
+        a->lnf = alloc_counted(m, PLAN_MEM_ACTIVATION, N * C * f, &total);
+        a->lnf_mean = alloc_counted(m, PLAN_MEM_ACTIVATION, Nl * f, &total);
+        a->lnf_rstd = alloc_counted(m, PLAN_MEM_ACTIVATION, Nl * f, &total);
+        a->logits = alloc_counted(m, PLAN_MEM_ACTIVATION, N * d->Vp_local * f, &total);
+        a->rowmax = alloc_counted(m, PLAN_MEM_ACTIVATION, N * f, &total);
+        a->sumexp = alloc_counted(m, PLAN_MEM_ACTIVATION, N * f, &total);
+        a->target_logit = alloc_counted(m, PLAN_MEM_ACTIVATION, N * f, &total);
+        a->losses = alloc_counted(m, PLAN_MEM_ACTIVATION, N * f, &total);
         void *head[] = {HEAD_POINTERS(a)};
         TRI_CHECK(check_allocated(m, head, sizeof head / sizeof head[0]));
     }
@@ -166,14 +169,14 @@ static tri_status alloc_scratch(model *m) {
     if (m->bf16 || m->g16) {
         m->stage_off = xcalloc((size_t)m->table.n_entries, sizeof(size_t));
         const size_t staged = params_stage_layout(&m->table, m->stage_off);
-        if (m->bf16) m->stage = alloc_counted(m, staged * f, &total);
-        if (m->g16) m->gstage = alloc_counted(m, staged * f, &total); // zero-filled
+        if (m->bf16) m->stage = alloc_counted(m, PLAN_MEM_SCRATCH, staged * f, &total);
+        if (m->g16) m->gstage = alloc_counted(m, PLAN_MEM_SCRATCH, staged * f, &total); // zero-filled
     }
-    m->dln = alloc_counted(m, N * C * f, &total);
-    m->dqkv = alloc_counted(m, N * d->C3_local * f, &total);
-    m->datty = alloc_counted(m, N * d->C_local * f, &total);
-    m->dfch = alloc_counted(m, N * d->C4_local * f, &total);
-    if (d->sp) m->rows_full = alloc_counted(m, N * C * f, &total);
+    m->dln = alloc_counted(m, PLAN_MEM_SCRATCH, N * C * f, &total);
+    m->dqkv = alloc_counted(m, PLAN_MEM_SCRATCH, N * d->C3_local * f, &total);
+    m->datty = alloc_counted(m, PLAN_MEM_SCRATCH, N * d->C_local * f, &total);
+    m->dfch = alloc_counted(m, PLAN_MEM_SCRATCH, N * d->C4_local * f, &total);
+    if (d->sp) m->rows_full = alloc_counted(m, PLAN_MEM_SCRATCH, N * C * f, &total);
     m->scratch_bytes = total;
     void *all[] = {m->dln, m->dqkv, m->datty, m->dfch, d->sp ? m->rows_full : m->dln,
                    m->bf16 ? (void *)m->stage : m->dln, m->g16 ? (void *)m->gstage : m->dln};
@@ -203,7 +206,7 @@ static void set_dims(model_dims *d, const run_config *cfg, int B, const comm *cm
 }
 
 tri_status model_create(model *m, const run_config *cfg, int B, int n_slots, int pad_multiple,
-                        int full_grads, int shard_params, backend *be, comm *cm) {
+                        int full_grads, int shard_params, backend *be, comm *cm, mem_pool *pool) {
     memset(m, 0, sizeof *m);
     m->be = be;
     m->cm = cm;
@@ -219,11 +222,12 @@ tri_status model_create(model *m, const run_config *cfg, int B, int n_slots, int
     m->capacity = (m->table.local_numel + pad - 1) / pad * pad + (!full_grads && pad > 1 ? pad : 0);
     size_t bytes = m->table.local_numel * sizeof(float);
     m->bf16 = cfg->train.precision == DTYPE_BF16;
-    if (m->bf16 && !shard_params) m->params16 = be->alloc(be, m->capacity * sizeof(uint16_t));
-    else if (!shard_params) m->params = be->alloc(be, m->capacity * sizeof(float));
+    m->pool = pool;
+    if (m->bf16 && !shard_params) m->params16 = mem_take(pool, be, PLAN_MEM_PARAM, m->capacity * sizeof(uint16_t));
+    else if (!shard_params) m->params = mem_take(pool, be, PLAN_MEM_PARAM, m->capacity * sizeof(float));
     m->g16 = cfg->train.grad_dtype == DTYPE_BF16;
-    if (full_grads && m->g16) m->grads16 = be->alloc(be, m->capacity * sizeof(uint16_t));
-    else if (full_grads) m->grads = be->alloc(be, m->capacity * sizeof(float));
+    if (full_grads && m->g16) m->grads16 = mem_take(pool, be, PLAN_MEM_GRAD, m->capacity * sizeof(uint16_t));
+    else if (full_grads) m->grads = mem_take(pool, be, PLAN_MEM_GRAD, m->capacity * sizeof(float));
     m->grad16_of = xcalloc((size_t)m->table.n_entries, sizeof(uint16_t *));
     m->grad_of = xcalloc((size_t)m->table.n_entries, sizeof(float *));
     m->param_of = xcalloc((size_t)m->table.n_entries, sizeof(float *));
@@ -277,7 +281,7 @@ tri_status model_create(model *m, const run_config *cfg, int B, int n_slots, int
     if (m->recompute || m->bf16) TRI_CHECK(alloc_acts(m, &m->work, 1, 0));
     if (m->recompute && m->bf16) { // the widest activation, rounded through bf16 in place
         size_t widest = (size_t)d->N * (size_t)(d->C4_local > d->C ? d->C4_local : d->C);
-        m->round16 = alloc_counted(m, widest * sizeof(uint16_t), &m->activation_bytes);
+        m->round16 = alloc_counted(m, PLAN_MEM_ACTIVATION, widest * sizeof(uint16_t), &m->activation_bytes);
         if (!m->round16) return TRI_ERR_INTERNAL;
     }
     return alloc_scratch(m);
@@ -291,7 +295,7 @@ void model_free(model *m) {
         model_acts *a = s < m->n_slots ? &m->slots[s] : &m->work;
         void *acts[] = {ACT_POINTERS(a), HEAD_POINTERS(a), ACT16_POINTERS(a)};
         for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
-            if (acts[i]) be->free(be, acts[i]);
+            mem_give(m->pool, be, acts[i]);
     }
     free(m->slots);
     free(m->grad_of);
@@ -302,7 +306,7 @@ void model_free(model *m) {
     void *all[] = {m->params, m->params16, m->stage, m->grads, m->grads16, m->gstage, m->dln,
                    m->dqkv, m->datty, m->dfch, m->rows_full, m->round16};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (all[i]) be->free(be, all[i]);
+        mem_give(m->pool, be, all[i]);
     params_free(&m->table);
     memset(m, 0, sizeof *m);
 }

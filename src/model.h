@@ -9,6 +9,7 @@
 #include "backend.h"
 #include "comm.h"
 #include "config.h"
+#include "mempool.h"
 #include "params.h"
 
 typedef struct {
@@ -53,6 +54,7 @@ typedef struct {
     param_table table;
     backend *be;
     comm *cm;
+    mem_pool *pool;    // where the buffers come from (NULL: the backend)
     float *params;     // (capacity) on the device: table.local_numel, padded for ZeRO shards;
                        // NULL under ZeRO-3, where the optimizer holds parameter shards
     float *init_host;  // ZeRO-3 (shard_params): the initial local parameters in host memory,
@@ -115,8 +117,10 @@ typedef struct {
 // With shard_params 1 (ZeRO-3) no parameter buffer is allocated on the device either: the
 // initial values stay in host memory (init_host) for the optimizer's shards, so that no rank
 // ever holds all of its parameters on the device.
+// Every device buffer comes from `pool` (the rank's arenas, sized by the planner), or from
+// the backend when pool is NULL.
 tri_status model_create(model *m, const run_config *cfg, int B, int n_slots, int pad_multiple,
-                        int full_grads, int shard_params, backend *be, comm *cm);
+                        int full_grads, int shard_params, backend *be, comm *cm, mem_pool *pool);
 void model_free(model *m);
 
 // The parameter buffer the optimizer updates: params (fp32) or params16 (bf16); NULL under

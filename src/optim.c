@@ -96,16 +96,16 @@ static tri_status create_buckets(optim_state *o, const param_table *pt, float **
         if (pt->entries[b->first].layer >= 0) layer_ws = b->padded > layer_ws ? b->padded : layer_ws;
         scratch = b->padded > scratch ? b->padded : scratch;
     }
-    void *shared = layer_ws ? be->alloc(be, layer_ws * o->gelem) : NULL;
+    void *shared = layer_ws ? mem_take(o->pool, be, PLAN_MEM_GRAD_BUCKET, layer_ws * o->gelem) : NULL;
     o->layer_ws = shared;
-    o->workspace_bytes = layer_ws * o->gelem;
+    o->workspace_bytes = mem_round(layer_ws * o->gelem);
     for (int k = 0; k < o->n_buckets; k++) {
         optim_bucket *b = &o->buckets[k];
         if (pt->entries[b->first].layer >= 0) {
             b->ws = shared;
         } else {
-            b->ws = be->alloc(be, b->padded * o->gelem);
-            o->workspace_bytes += b->padded * o->gelem;
+            b->ws = mem_take(o->pool, be, PLAN_MEM_GRAD_BUCKET, b->padded * o->gelem);
+            o->workspace_bytes += mem_round(b->padded * o->gelem);
         }
         if (!b->ws) return TRI_ERR_INTERNAL;
         for (int e = b->first; e < b->first + b->count; e++) {
@@ -114,11 +114,11 @@ static tri_status create_buckets(optim_state *o, const param_table *pt, float **
             else grad_of[e] = (float *)b->ws + at;
         }
     }
-    o->grad_shard = be->alloc(be, (arena ? arena : 1) * o->gelem);
+    o->grad_shard = mem_take(o->pool, be, PLAN_MEM_GRAD, (arena ? arena : 1) * o->gelem);
     // Gradient shards, and (stage 2) the parameter all-gathers: the wider of the two.
     const size_t scratch_elem = o->gelem > o->pelem ? o->gelem : o->pelem;
-    o->scratch = be->alloc(be, scratch * scratch_elem);
-    o->workspace_bytes += scratch * scratch_elem;
+    o->scratch = mem_take(o->pool, be, PLAN_MEM_GRAD_BUCKET, scratch * scratch_elem);
+    o->workspace_bytes += mem_round(scratch * scratch_elem);
     return o->grad_shard && o->scratch ? TRI_OK : TRI_ERR_INTERNAL;
 }
 
@@ -159,8 +159,8 @@ static tri_status create_param_shards(optim_state *o, const param_table *pt, con
         ws = used > ws ? used : ws;
         total = used;
     }
-    o->param_ws = be->alloc(be, (ws ? ws : 1) * o->pelem);
-    o->param_shard = be->alloc(be, (o->arena_len ? o->arena_len : 1) * o->pelem);
+    o->param_ws = mem_take(o->pool, be, PLAN_MEM_PARAM_GATHER, (ws ? ws : 1) * o->pelem);
+    o->param_shard = mem_take(o->pool, be, PLAN_MEM_PARAM, (o->arena_len ? o->arena_len : 1) * o->pelem);
     if (!o->param_ws || !o->param_shard) return TRI_ERR_INTERNAL;
     for (int p = 0; p < o->n_pieces; p++) { // bf16: the master copy from the same values
         const optim_piece *pc = &o->pieces[p];
@@ -223,9 +223,9 @@ tri_status optim_local_params(optim_state *o, const param_table *pt, const void 
 tri_status optim_create(optim_state *o, backend *be, comm *cm, const run_config *cfg,
                         const param_table *pt, int dp, int dp_rank, float **grad_of,
                         const void *params, const float *init_host, float **param_of,
-                        uint16_t **param16_of, uint16_t **grad16_of) {
+                        uint16_t **param16_of, uint16_t **grad16_of, mem_pool *pool) {
     memset(o, 0, sizeof *o);
-    o->be = be, o->cm = cm;
+    o->be = be, o->cm = cm, o->pool = pool;
     o->bf16 = cfg->train.precision == DTYPE_BF16;
     o->pelem = o->bf16 ? sizeof(uint16_t) : sizeof(float);
     o->pdt = o->bf16 ? COMM_DTYPE_BF16 : COMM_DTYPE_F32;
@@ -263,17 +263,17 @@ tri_status optim_create(optim_state *o, backend *be, comm *cm, const run_config 
         for (int i = 0; i < pt->n_entries; i++) o->param_entry_offset[i] = pt->entries[i].offset;
     }
     size_t bytes = o->arena_len * sizeof(float);
-    o->m = be->alloc(be, bytes);
-    o->v = be->alloc(be, bytes);
+    o->m = mem_take(o->pool, be, PLAN_MEM_ADAM, bytes);
+    o->v = mem_take(o->pool, be, PLAN_MEM_ADAM, bytes);
     // Mixed precision: the fp32 master copy of this rank's pieces (AdamW updates it; the bf16
     // parameters are its rounding), from the bf16 parameters it starts equal to.
-    if (o->bf16) o->master = be->alloc(be, bytes ? bytes : sizeof(float));
+    if (o->bf16) o->master = mem_take(o->pool, be, PLAN_MEM_MASTER, bytes ? bytes : sizeof(float));
     if (o->rdt != o->gdt && dp > 1) { // the reduction's own buffer, in reduce_dtype
         o->rtmp_len = o->zero == 1 ? o->capacity : 1;
         for (int k = 0; o->zero != 1 && k < o->n_buckets; k++)
             o->rtmp_len = o->buckets[k].padded > o->rtmp_len ? o->buckets[k].padded : o->rtmp_len;
-        o->rtmp = be->alloc(be, o->rtmp_len * o->relem);
-        o->workspace_bytes += o->rtmp_len * o->relem;
+        o->rtmp = mem_take(o->pool, be, PLAN_MEM_GRAD_BUCKET, o->rtmp_len * o->relem);
+        o->workspace_bytes += mem_round(o->rtmp_len * o->relem);
         if (!o->rtmp) rc = TRI_ERR_INTERNAL;
     }
     if (o->g16 || o->rtmp) { // a piece or bucket shard widened to fp32: the widest entry
@@ -282,8 +282,8 @@ tri_status optim_create(optim_state *o, backend *be, comm *cm, const run_config 
             widest = (size_t)pt->entries[i].local_numel > widest ? (size_t)pt->entries[i].local_numel : widest;
         for (int k = 0; o->zero >= 2 && k < o->n_buckets; k++)
             widest = o->buckets[k].shard > widest ? o->buckets[k].shard : widest;
-        o->gtmp = be->alloc(be, widest * sizeof(float));
-        o->workspace_bytes += widest * sizeof(float);
+        o->gtmp = mem_take(o->pool, be, PLAN_MEM_GRAD_BUCKET, widest * sizeof(float));
+        o->workspace_bytes += mem_round(widest * sizeof(float));
         if (!o->gtmp) rc = TRI_ERR_INTERNAL;
     }
     if (rc == TRI_OK && o->zero == 3 && (!o->bf16 || o->master)) rc = create_param_shards(o, pt, init_host);
@@ -303,11 +303,11 @@ void optim_free(optim_state *o) {
     backend *be = o->be;
     if (!be) return;
     for (int k = 0; k < o->n_buckets; k++)
-        if (o->buckets[k].ws && o->buckets[k].ws != o->layer_ws) be->free(be, o->buckets[k].ws);
+        if (o->buckets[k].ws != o->layer_ws) mem_give(o->pool, be, o->buckets[k].ws);
     void *bufs[] = {o->m, o->v, o->master, o->gtmp, o->rtmp, o->grad_shard, o->scratch,
                     o->layer_ws, o->param_shard, o->param_ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        if (bufs[i]) be->free(be, bufs[i]);
+        mem_give(o->pool, be, bufs[i]);
     for (int c = 0; o->chunk_buckets && c < o->chunks; c++) free(o->chunk_buckets[c]);
     free(o->chunk_buckets);
     free(o->chunk_gathered);

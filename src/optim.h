@@ -26,6 +26,7 @@
 #include "backend.h"
 #include "comm.h"
 #include "config.h"
+#include "mempool.h"
 #include "params.h"
 
 typedef struct {
@@ -92,6 +93,7 @@ typedef struct {
     float *m, *v;           // Adam moments (arena_len) on the device
     backend *be;
     comm *cm;
+    mem_pool *pool;         // where the buffers come from (NULL: the backend)
     int t;                  // optimizer steps taken
 } optim_state;
 
@@ -116,7 +118,7 @@ size_t optim_capacity(const run_config *cfg, int dp, size_t local_numel);
 tri_status optim_create(optim_state *o, backend *be, comm *cm, const run_config *cfg,
                         const param_table *pt, int dp, int dp_rank, float **grad_of,
                         const void *params, const float *init_host, float **param_of,
-                        uint16_t **param16_of, uint16_t **grad16_of);
+                        uint16_t **param16_of, uint16_t **grad16_of, mem_pool *pool);
 
 // Stage 3: the model's params_needed callback (ctx = the optim_state).
 tri_status optim_params_needed(void *ctx, int chunk);

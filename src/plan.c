@@ -5,6 +5,7 @@
 
 #include <string.h>
 
+#include "mempool.h"
 #include "optim.h"
 #include "params.h"
 #include "sched.h"
@@ -102,30 +103,34 @@ static size_t arena_len(const layout *lo, const stage_tables *st, size_t capacit
     return n;
 }
 
-// The wide activations of `layers` layers (ln1, ln2, qkv, atty, fch, fch_gelu) at `elem`
-// bytes each.
+// Every buffer is carved from the rank's arenas in whole granules (mempool.h): R(bytes).
+#define R(bytes) ((uint64_t)mem_round((size_t)(bytes)))
+
+// The wide activations of `layers` layers (ln1, ln2, qkv, atty, fch, fch_gelu), each its own
+// buffer, at `elem` bytes.
 static uint64_t wide_bytes(const layout *lo, uint64_t layers, uint64_t elem) {
-    const uint64_t N = lo->N, C = lo->C;
-    return layers * (2 * N * C + N * 3 * lo->C_local + N * lo->C_local + 2 * N * 4 * lo->C_local) * elem;
+    const uint64_t N = lo->N, C = lo->C, Cl = lo->C_local;
+    return 2 * R(layers * N * C * elem) + R(layers * N * 3 * Cl * elem) + R(layers * N * Cl * elem) +
+           2 * R(layers * N * 4 * Cl * elem);
 }
 
-// One activation slot (alloc_acts): `layers` layers with everything the backward reads (the
-// wide activations at `wide_elem` bytes: 2 under bf16), or with layers 0 (a recompute slot)
-// only each of the chunk's Lc layer inputs and its output; `head`: the final LayerNorm,
-// logits and loss buffers.
+// One activation slot (alloc_acts), buffer by buffer: `layers` layers with everything the
+// backward reads (the wide activations at `wide_elem` bytes: 2 under bf16), or with layers 0
+// (a recompute slot) only each of the chunk's Lc layer inputs and its output; `head`: the
+// final LayerNorm, logits and loss buffers.
 static uint64_t slot_bytes(const layout *lo, int layers, int Lc, int head, uint64_t wide_elem) {
     const uint64_t Nl = lo->Nl, C = lo->C, N = lo->N, a = lo->es.act, f = 4, L = (uint64_t)layers;
     uint64_t att = lo->B * lo->NH_local * lo->T * (lo->dev->attn == PLAN_ATTN_PROBS ? lo->T : 1) * f;
-    uint64_t n = Nl * C * a + 2 * N * sizeof(int); // dres, inputs, targets
+    uint64_t n = R(Nl * C * a) + 2 * R(N * sizeof(int)); // dres, inputs, targets
     if (!layers) {
-        n += ((uint64_t)Lc + 1) * Nl * C * a;
+        n += R(((uint64_t)Lc + 1) * Nl * C * a);
     } else {
-        n += (L + 1) * Nl * C * a + L * Nl * C * a        // residual, residual2
-             + 4 * L * Nl * f + L * att                  // LayerNorm statistics, attention state
-             + wide_bytes(lo, L, wide_elem);             // ln1, ln2, qkv, atty, fch, fch_gelu
+        n += R((L + 1) * Nl * C * a) + R(L * Nl * C * a) // residual, residual2
+             + 4 * R(L * Nl * f) + R(L * att)          // LayerNorm statistics, attention state
+             + wide_bytes(lo, L, wide_elem);           // ln1, ln2, qkv, atty, fch, fch_gelu
     }
-    if (head)
-        n += N * C * a + 2 * Nl * f + N * lo->Vp_local * a + 4 * N * f; // lnf, stats, logits, loss
+    if (head) // lnf, its statistics, logits, rowmax, sumexp, target logit, losses
+        n += R(N * C * a) + 2 * R(Nl * f) + R(N * lo->Vp_local * a) + 4 * R(N * f);
     return n;
 }
 
@@ -137,11 +142,13 @@ static uint64_t activation_bytes(const layout *lo, int n_slots, int Lc, int head
     if (lo->recompute) {
         uint64_t widest = lo->N * (lo->C > 4 * lo->C_local ? lo->C : 4 * lo->C_local);
         return (uint64_t)n_slots * slot_bytes(lo, 0, Lc, head, 4) + slot_bytes(lo, 1, Lc, 0, 4) +
-               (bf16 ? widest * 2 : 0);
+               (bf16 ? R(widest * 2) : 0);
     }
     return (uint64_t)n_slots * slot_bytes(lo, Lc, Lc, head, bf16 ? 2 : 4) + (bf16 ? wide_bytes(lo, 1, 4) : 0);
 }
 
+// The arenas of one stage (tp rank 0, dp rank 0; every rank of a stage needs the same), each
+// the sum of the buffers model.c and optim.c carve from it.
 static void stage_memory(plan_stage *s, const layout *lo, const stage_tables *st) {
     const param_table *pt = &st->pt;
     const elem_sizes *es = &lo->es;
@@ -149,24 +156,26 @@ static void stage_memory(plan_stage *s, const layout *lo, const stage_tables *st
     const size_t arena = arena_len(lo, st, capacity);
     const int Lc = params_chunk_layers(pt), head = s->pp_rank == lo->pp - 1;
     uint64_t *mem = s->mem;
+    memset(mem, 0, sizeof s->mem);
     s->rank_params = (int64_t)pt->local_numel;
-    mem[PLAN_MEM_PARAM] = (lo->zero == 3 ? arena : capacity) * es->param;
-    mem[PLAN_MEM_GRAD] = (lo->zero < 2 ? capacity : arena) * es->grad;
-    mem[PLAN_MEM_MASTER] = arena * es->master;
-    mem[PLAN_MEM_ADAM] = arena * es->adam;
+    mem[PLAN_MEM_PARAM] = R((lo->zero == 3 ? (arena ? arena : 1) : capacity) * es->param);
+    mem[PLAN_MEM_GRAD] = R(lo->zero < 2 ? capacity * es->grad : (arena ? arena : 1) * es->grad);
+    mem[PLAN_MEM_MASTER] = es->master ? R((arena ? arena : 1) * es->master) : 0;
+    mem[PLAN_MEM_ADAM] = 2 * R(arena * es->adam / 2); // m and v
     mem[PLAN_MEM_ACTIVATION] = activation_bytes(lo, s->n_slots, Lc, head);
     size_t widest = 1; // bf16 gradients: the widest piece or bucket shard, widened (optim.c)
     if (lo->zero >= 2) { // one workspace all layer buckets share, one per other bucket, scratch
-        size_t layer_ws = 0, others = 0, scratch = 0;
+        size_t layer_ws = 0, scratch = 0;
+        uint64_t others = 0;
         for (int k = 0; k < st->n_buckets; k++) {
             const bucket *b = &st->buckets[k];
             if (b->is_layer) layer_ws = b->padded > layer_ws ? b->padded : layer_ws;
-            else others += b->padded;
+            else others += R(b->padded * es->grad);
             scratch = b->padded > scratch ? b->padded : scratch;
             widest = b->shard > widest ? b->shard : widest;
         }
-        mem[PLAN_MEM_GRAD_BUCKET] = (layer_ws + others) * es->grad +
-                                    scratch * (es->grad > es->param ? es->grad : es->param);
+        mem[PLAN_MEM_GRAD_BUCKET] = (layer_ws ? R(layer_ws * es->grad) : 0) + others +
+                                    R(scratch * (es->grad > es->param ? es->grad : es->param));
     } else { // pieces lie within entries: the widest entry
         for (int i = 0; i < pt->n_entries; i++)
             widest = (size_t)pt->entries[i].local_numel > widest ? (size_t)pt->entries[i].local_numel : widest;
@@ -178,9 +187,9 @@ static void stage_memory(plan_stage *s, const layout *lo, const stage_tables *st
         size_t n = lo->zero == 1 ? capacity : 1;
         for (int k = 0; lo->zero != 1 && k < st->n_buckets; k++)
             n = st->buckets[k].padded > n ? st->buckets[k].padded : n;
-        mem[PLAN_MEM_GRAD_BUCKET] += n * es->reduce;
+        mem[PLAN_MEM_GRAD_BUCKET] += R(n * es->reduce);
     }
-    if (es->grad == 2 || mixed) mem[PLAN_MEM_GRAD_BUCKET] += widest * sizeof(float);
+    if (es->grad == 2 || mixed) mem[PLAN_MEM_GRAD_BUCKET] += R(widest * sizeof(float));
     if (lo->zero == 3) { // the largest chunk's buckets ("pass"), or every chunk's ("step")
         size_t most = 0, all = 0;
         for (int c = 0; c < st->chunks; c++) {
@@ -190,16 +199,16 @@ static void stage_memory(plan_stage *s, const layout *lo, const stage_tables *st
             most = n > most ? n : most;
             all += n;
         }
-        mem[PLAN_MEM_PARAM_GATHER] =
-            (lo->cfg->parallel.zero3_gather == ZERO3_GATHER_STEP ? all : most) * es->param;
+        size_t ws = lo->cfg->parallel.zero3_gather == ZERO3_GATHER_STEP ? all : most;
+        mem[PLAN_MEM_PARAM_GATHER] = R((ws ? ws : 1) * es->param);
     }
-    const uint64_t N = lo->N, C = lo->C;
-    mem[PLAN_MEM_SCRATCH] = (N * C + N * 3 * lo->C_local + N * lo->C_local + N * 4 * lo->C_local +
-                             (lo->sp ? N * C : 0)) * lo->es.act; // dln, dqkv, datty, dfch, rows_full
+    const uint64_t N = lo->N, C = lo->C, a = lo->es.act; // dln, dqkv, datty, dfch, rows_full
+    mem[PLAN_MEM_SCRATCH] = R(N * C * a) + R(N * 3 * lo->C_local * a) + R(N * lo->C_local * a) +
+                            R(N * 4 * lo->C_local * a) + (lo->sp ? R(N * C * a) : 0);
     if (lo->es.master) // bf16: the fp32 staging of the parameters an op reads (model.c)
-        mem[PLAN_MEM_SCRATCH] += params_stage_layout(pt, NULL) * sizeof(float);
+        mem[PLAN_MEM_SCRATCH] += R(params_stage_layout(pt, NULL) * sizeof(float));
     if (lo->es.grad == 2) // bf16 gradients: the fp32 staging the backward accumulates into
-        mem[PLAN_MEM_SCRATCH] += params_stage_layout(pt, NULL) * sizeof(float);
+        mem[PLAN_MEM_SCRATCH] += R(params_stage_layout(pt, NULL) * sizeof(float));
     s->mem_total = 0;
     for (int k = 0; k < PLAN_MEM_COUNT; k++) s->mem_total += mem[k];
 }

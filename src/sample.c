@@ -58,7 +58,7 @@ tri_status sample_run(const sample_options *opt) {
     tri_status rc;
     TRI_CHECK_GOTO(comm_self_create(&cm), rc, done);
     TRI_CHECK_GOTO(backend_cpu_create(&be, opt->threads), rc, done);
-    TRI_CHECK_GOTO(model_create(&m, &cfg, 1, 1, 1, 1, 0, be, cm), rc, done);
+    TRI_CHECK_GOTO(model_create(&m, &cfg, 1, 1, 1, 1, 0, be, cm, NULL), rc, done);
     { // the file's (or checkpoint's) parameters over the initial ones
         float *host = xmalloc(m.table.local_numel * sizeof(float));
         llmc_load_params(&f, &m.table, host);

@@ -31,6 +31,7 @@ typedef struct {
     mesh_coord coord; // this rank's (tp, dp, pp)
     backend *be;
     comm *cm;
+    mem_pool pool;          // this rank's device memory: one arena per kind, sized by the planner
     model model;
     optim_state optim;
     data_stream train, val;
@@ -143,19 +144,6 @@ static tri_status create_comm(trainer *tr) {
     return TRI_OK;
 }
 
-// ZeRO-3's gather workspace: the largest chunk's buckets, or every chunk's when they stay
-// gathered for the step.
-static size_t params_gather_bytes(const optim_state *o) {
-    size_t most = 0, all = 0;
-    for (int c = 0; c < o->chunks; c++) {
-        size_t n = 0;
-        for (const int *k = o->chunk_buckets[c]; *k >= 0; k++) n += o->buckets[*k].padded;
-        most = n > most ? n : most;
-        all += n;
-    }
-    return (o->keep_gathered ? all : most) * o->pelem;
-}
-
 static ckpt_state checkpoint_view(trainer *tr) {
     return (ckpt_state){.cfg = tr->cfg, .pt = &tr->model.table, .optim = &tr->optim,
                         .params = model_params(&tr->model), .be = tr->be, .cm = tr->cm,
@@ -181,46 +169,34 @@ static tri_status trainer_checkpoints(trainer *tr) {
     return TRI_OK;
 }
 
-// This rank's device memory by kind as the model and optimizer allocated it (fp32 training:
-// the parameters are the master weights), in the planner's kinds.
-static void allocated_memory(const trainer *tr, uint64_t mem[PLAN_MEM_COUNT]) {
-    const model *m = &tr->model;
-    const optim_state *o = &tr->optim;
-    memset(mem, 0, PLAN_MEM_COUNT * sizeof mem[0]);
-    mem[PLAN_MEM_PARAM] = (o->zero == 3 ? o->arena_len : m->capacity) * o->pelem;
-    mem[PLAN_MEM_GRAD] = (m->grads || m->grads16 ? m->capacity : o->arena_len) * o->gelem;
-    mem[PLAN_MEM_MASTER] = o->master ? o->arena_len * sizeof(float) : 0;
-    mem[PLAN_MEM_ADAM] = 2 * o->arena_len * sizeof(float);
-    mem[PLAN_MEM_ACTIVATION] = m->activation_bytes;
-    mem[PLAN_MEM_GRAD_BUCKET] = o->workspace_bytes;
-    mem[PLAN_MEM_PARAM_GATHER] = o->param_ws ? params_gather_bytes(o) : 0;
-    mem[PLAN_MEM_SCRATCH] = m->scratch_bytes;
+// The planner's figures for this rank's stage, on the device of the backend in use (the
+// attention state differs between them).
+static tri_status plan_of_rank(const trainer *tr, plan_result *p) {
+    plan_device dev;
+    plan_device_lookup(strcmp(tr->be->name, "cuda") ? "cpu" : "h100", tr->li->world, &dev);
+    return plan_compute(p, tr->cfg, &dev);
 }
 
-// The run record's "memory" (allocated) and "memory_planned" (what `trident plan` computes
-// for this rank's stage, without allocating). Every rank checks that the two agree: the
-// planner is what users size their runs with.
-static void memory_json(const trainer *tr, char *out, size_t n) {
-    uint64_t mem[PLAN_MEM_COUNT];
-    allocated_memory(tr, mem);
-    plan_device dev; // the backend this run computes on (attention state differs between them)
-    plan_device_lookup(strcmp(tr->be->name, "cuda") ? "cpu" : "h100", tr->li->world, &dev);
-    plan_result p;
-    int planned = plan_compute(&p, tr->cfg, &dev) == TRI_OK;
-    const plan_stage *st = planned ? &p.stages[tr->coord.pp] : NULL;
+// The run record's "memory" (what the model and optimizer carved from the rank's arenas) and
+// "memory_planned" (the arenas: what `trident plan` computes for this rank's stage). A
+// carve past its arena fails at startup; every rank checks that it used its arenas whole.
+static tri_status memory_json(const trainer *tr, char *out, size_t n) {
+    const mem_pool *pool = &tr->pool;
     size_t len = 0;
-    for (int which = 0; which < 1 + planned; which++) {
+    for (int which = 0; which < 2; which++) {
         len += (size_t)snprintf(out + len, n - len, ",\"%s\":{", which ? "memory_planned" : "memory");
         for (int k = 0; k < PLAN_MEM_COUNT; k++)
-            len += (size_t)snprintf(out + len, n - len, "%s\"%s\":%llu", k ? "," : "", plan_mem_name(k),
-                                    (unsigned long long)(which ? st->mem[k] : mem[k]));
+            len += (size_t)snprintf(out + len, n - len, "%s\"%s\":%zu", k ? "," : "", plan_mem_name(k),
+                                    which ? pool->size[k] : pool->used[k]);
         len += (size_t)snprintf(out + len, n - len, "}");
     }
-    for (int k = 0; planned && k < PLAN_MEM_COUNT; k++)
-        if (st->mem[k] != mem[k])
-            LOG_WARN("memory: %s is %llu bytes, the planner says %llu; please report this as a bug",
-                     plan_mem_name(k), (unsigned long long)mem[k], (unsigned long long)st->mem[k]);
-    if (planned) plan_free(&p);
+    for (int k = 0; k < PLAN_MEM_COUNT; k++) {
+        if (pool->used[k] == pool->size[k]) continue;
+        LOG_ERROR("memory: %s used %zu bytes of the %zu the planner gave it; please report this "
+                  "as a bug", plan_mem_name(k), pool->used[k], pool->size[k]);
+        return TRI_ERR_INTERNAL;
+    }
+    return TRI_OK;
 }
 
 static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
@@ -256,11 +232,17 @@ static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     TRI_CHECK(sched_build(&tr->sched, cfg->parallel.schedule, cfg->parallel.pp,
                           cfg->parallel.virtual_stages, tr->n_micro, tr->coord.pp));
     const int zero = tr->dp > 1 ? cfg->parallel.zero : 0;
+    plan_result plan;
+    TRI_CHECK(plan_of_rank(tr, &plan));
+    tri_status prc = mem_pool_create(&tr->pool, tr->be, plan.stages[tr->coord.pp].mem);
+    plan_free(&plan);
+    TRI_CHECK(prc);
     TRI_CHECK(model_create(&tr->model, cfg, cfg->train.micro_batch, tr->sched.max_in_flight,
-                           zero > 0 ? tr->dp : 1, zero < 2, zero == 3, tr->be, tr->cm));
+                           zero > 0 ? tr->dp : 1, zero < 2, zero == 3, tr->be, tr->cm, &tr->pool));
     TRI_CHECK(optim_create(&tr->optim, tr->be, tr->cm, cfg, &tr->model.table, tr->dp, tr->dp_rank,
                            tr->model.grad_of, model_params(&tr->model), tr->model.init_host,
-                           tr->model.param_of, tr->model.param16_of, tr->model.grad16_of));
+                           tr->model.param_of, tr->model.param16_of, tr->model.grad16_of,
+                           &tr->pool));
     free(tr->model.init_host);
     tr->model.init_host = NULL;
     TRI_ASSERT(tr->optim.capacity == tr->model.capacity);
@@ -279,7 +261,7 @@ static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     if (li->rank == 0) TRI_CHECK(make_dirs(cfg->run.out_dir));
     tr->flops_per_token = plan_flops_per_token(cfg);
     char memory[1024], extra[1536];
-    memory_json(tr, memory, sizeof memory);
+    TRI_CHECK(memory_json(tr, memory, sizeof memory));
     snprintf(extra, sizeof extra,
              ",\"n_params\":%lld,\"threads\":%d,\"micro_batches\":%d,\"flops_per_token\":%.0f,"
              "\"mfu_peak_flops\":%.4g,\"rank_params\":%zu%s",
@@ -299,6 +281,7 @@ static void trainer_free(trainer *tr) {
     if (tr->be) {
         optim_free(&tr->optim);
         model_free(&tr->model);
+        mem_pool_free(&tr->pool);
         tr->be->destroy(tr->be);
     }
     sched_free(&tr->sched);

@@ -47,7 +47,7 @@ int main(int argc, char **argv) {
     model m;
     data_stream ds;
     if (backend_cpu_create(&be, cfg.system.threads) || comm_self_create(&cm) ||
-        model_create(&m, &cfg, B, 1, 1, 1, 0, be, cm) ||
+        model_create(&m, &cfg, B, 1, 1, 1, 0, be, cm, NULL) ||
         data_open(&ds, cfg.data.train, T, cfg.model.vocab_size, GB, "data.train"))
         return 1;
 

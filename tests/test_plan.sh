@@ -4,8 +4,8 @@
 # recompute, and their 3D combinations) train 2 steps under mpirun and require
 # `trident plan --json` (same config, --world and --set) to give exactly the run record's
 # "memory" fields, its rank_params and n_params, and every step line's comm_bytes; the run
-# record's own "memory_planned" (the planner run inside the trainer) to equal its allocated
-# "memory"; and the backend's measured peak to be the planned total (or the trainer's
+# record's own "memory_planned" (the arenas the trainer sized with the planner) to equal what
+# its model and optimizer carved from them ("memory"); and the backend's measured peak to be the planned total (or the trainer's
 # matmul-rate probe, allocated and freed before the model, when that is larger).
 # Then the command itself: text and JSON for a 70B model on 512 GPUs, --search, and its
 # errors. Prints PASS/FAIL lines.
