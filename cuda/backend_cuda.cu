@@ -83,7 +83,9 @@ static size_t cuda_mem_peak_bytes(backend *b) {
 static void cuda_copy_to_device(backend *b, void *dst, const void *host_src, size_t bytes) {
     if (!bytes) return;
     cuda_ctx *x = cuda_ctx_of(b);
-    CUDA_OP_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, x->stream));
+    // cudaMemcpyDefault (unified addressing): either side may be host or device memory, as
+    // the staged comm backend (src/comm_staged.c) passes host pointers through here too.
+    CUDA_OP_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyDefault, x->stream));
     cudaPointerAttributes attr;
     if (cudaPointerGetAttributes(&attr, host_src) != cudaSuccess) {
         (void)cudaGetLastError();
@@ -95,7 +97,7 @@ static void cuda_copy_to_device(backend *b, void *dst, const void *host_src, siz
 static void cuda_copy_to_host(backend *b, void *host_dst, const void *src, size_t bytes) {
     if (!bytes) return;
     cuda_ctx *x = cuda_ctx_of(b);
-    CUDA_OP_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, x->stream));
+    CUDA_OP_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDefault, x->stream));
     CUDA_OP_CHECK(cudaStreamSynchronize(x->stream));
 }
 

@@ -15,6 +15,7 @@
 #include "checkpoint.h"
 #include "comm.h"
 #include "comm_mpi.h"
+#include "comm_staged.h"
 #include "data.h"
 #include "device_api.h"
 #include "llmc.h"
@@ -117,7 +118,8 @@ static tri_status trainer_open_data(trainer *tr) {
 static void synchronize_backend(void *be) { ((backend *)be)->synchronize(be); }
 
 // The comm backend of the mesh: a world of one needs none; MPI moves host memory (the CPU
-// backend's), NCCL device memory (the CUDA backend's).
+// backend's, or the CUDA backend's staged through the host), NCCL device memory (the CUDA
+// backend's; what system.comm auto picks with it).
 static tri_status create_comm(trainer *tr) {
     const run_config *cfg = tr->cfg;
     if (tr->li->world == 1) return comm_self_create(&tr->cm);
@@ -127,12 +129,7 @@ static tri_status create_comm(trainer *tr) {
                   "use mpi (or auto)", tr->be->name);
         return TRI_ERR_CONFIG;
     }
-    if (cfg->system.comm == COMM_MPI && cuda) {
-        LOG_ERROR("system.comm: mpi moves host memory, but the CUDA backend keeps its buffers "
-                  "on the GPU; use nccl (or auto)");
-        return TRI_ERR_CONFIG;
-    }
-    if (cuda) {
+    if (cuda && cfg->system.comm != COMM_MPI) {
         TRI_CHECK(comm_nccl_create(&tr->cm, cfg, tr->li, cfg->system.comm_timeout_s));
         // NCCL runs on streams of its own: the backend's stream must have written a buffer
         // before a collective reads it.
@@ -141,6 +138,15 @@ static tri_status create_comm(trainer *tr) {
         return TRI_OK;
     }
     TRI_CHECK(comm_mpi_create(&tr->cm, cfg, tr->li, cfg->system.comm_timeout_s));
+    // MPI moves host memory: with the CUDA backend (several ranks sharing a GPU, which NCCL
+    // refuses) every call is staged through host buffers. TRIDENT_COMM_STAGED=1 does it on
+    // the CPU path too, for the tests.
+    const char *force = getenv("TRIDENT_COMM_STAGED");
+    if (cuda || (force && !strcmp(force, "1"))) {
+        comm *staged;
+        TRI_CHECK(comm_staged_create(&staged, tr->cm, tr->be));
+        tr->cm = staged;
+    }
     return TRI_OK;
 }
 

@@ -5,7 +5,8 @@
 # step, and the evaluation losses too. Gradient norms and the final parameters are printed
 # (not checked: 10 AdamW steps amplify rounding differences in tiny gradient components).
 # Then a second CUDA run must write the same lines bitwise, timing fields aside (DESIGN.md
-# "Metrics"). Prints PASS/FAIL lines. TRIDENT_BIN names the binary (default build/trident).
+# "Metrics"), and 4 ranks sharing the GPU over MPI (tp2 x dp2, ZeRO-2, bf16) must follow the
+# single-GPU run within bf16's tolerance. Prints PASS/FAIL lines. TRIDENT_BIN names the binary (default build/trident).
 set -u
 source "$(dirname "$0")/../lib.sh"
 # A python3 with numpy (tests/parity.py): Debian's here, the PyTorch environment's there.
@@ -40,4 +41,21 @@ PY
 if cmp -s <(untimed $W/cuda/metrics.jsonl) <(untimed $W/cuda2/metrics.jsonl) &&
         cmp -s $W/cuda/model.bin $W/cuda2/model.bin; then pass gpu_train_repeatable_bitwise
 else fail gpu_train_repeatable_bitwise "two CUDA runs differ (metrics or model.bin)"; fi
+
+# Several ranks on the one GPU (NCCL refuses that): system.comm mpi, staged through the host.
+# tp2 x dp2 with ZeRO-2 and bf16 against the single-GPU run of the same config.
+MULTI=("${COMMON[@]}" --set model.n_head=2 --set train.precision=bf16 --set system.backend=cuda)
+if $T train $CFG "${MULTI[@]}" --set run.out_dir=$W/one >$W/one.log 2>&1 &&
+        "${MPIRUN[@]}" -np 4 $T train $CFG "${MULTI[@]}" --set system.comm=mpi --set parallel.tp=2 \
+        --set parallel.zero=2 --set run.out_dir=$W/four >$W/four.log 2>&1; then
+    if out=$("$PY" - $W/one $W/four <<'PY'
+import sys
+sys.path.insert(0, 'tests')
+from parity import errors
+loss, norm, ev, param, b, run = errors(sys.argv[1], sys.argv[2], steps=10)
+print('4 ranks on one GPU (%s) vs 1: loss %.2e, val_loss %.2e' % (run.get('comm'), loss, ev))
+sys.exit(0 if loss <= 2e-2 and ev <= 2e-2 else 1)
+PY
+    ); then pass "gpu_multirank_one_gpu $out"; else fail gpu_multirank_one_gpu "$out"; fi
+else fail gpu_multirank_one_gpu "$(tail -3 $W/four.log | tr '\n' ' ')"; fi
 [ $fails = 0 ]
