@@ -18,6 +18,12 @@ struct backend {
     const char *name; // "cpu", "cuda"
     void *ctx;
     int threads;      // compute threads (cpu) or 0
+    // What the trainer needs to know of a backend, so that it never names one:
+    int device_memory;       // buffers live off the host: MPI must stage them (comm_staged.h),
+                             // and the comm backend of choice is NCCL
+    double peak_flops;       // the MFU denominator: a datasheet peak, or 0 to measure the
+                             // backend's matmul rate at start
+    const char *plan_device; // the planner's device whose attention state this backend keeps
 
     // ---- memory ----
     void *(*alloc)(backend *b, size_t bytes); // zero-filled; NULL on failure

@@ -117,19 +117,19 @@ static tri_status trainer_open_data(trainer *tr) {
 
 static void synchronize_backend(void *be) { ((backend *)be)->synchronize(be); }
 
-// The comm backend of the mesh: a world of one needs none; MPI moves host memory (the CPU
-// backend's, or the CUDA backend's staged through the host), NCCL device memory (the CUDA
-// backend's; what system.comm auto picks with it).
+// The comm backend of the mesh: a world of one needs none; MPI moves host memory (a host
+// backend's, or a device backend's staged through the host), NCCL device memory (what
+// system.comm auto picks for a device backend).
 static tri_status create_comm(trainer *tr) {
     const run_config *cfg = tr->cfg;
     if (tr->li->world == 1) return comm_self_create(&tr->cm);
-    const int cuda = !strcmp(tr->be->name, "cuda");
-    if (cfg->system.comm == COMM_NCCL && !cuda) {
+    const int device = tr->be->device_memory;
+    if (cfg->system.comm == COMM_NCCL && !device) {
         LOG_ERROR("system.comm: nccl moves GPU memory, but this run computes on the %s backend; "
                   "use mpi (or auto)", tr->be->name);
         return TRI_ERR_CONFIG;
     }
-    if (cuda && cfg->system.comm != COMM_MPI) {
+    if (device && cfg->system.comm != COMM_MPI) {
         TRI_CHECK(comm_nccl_create(&tr->cm, cfg, tr->li, cfg->system.comm_timeout_s));
         // NCCL runs on streams of its own: the backend's stream must have written a buffer
         // before a collective reads it.
@@ -138,11 +138,11 @@ static tri_status create_comm(trainer *tr) {
         return TRI_OK;
     }
     TRI_CHECK(comm_mpi_create(&tr->cm, cfg, tr->li, cfg->system.comm_timeout_s));
-    // MPI moves host memory: with the CUDA backend (several ranks sharing a GPU, which NCCL
+    // MPI moves host memory: with a device backend (several ranks sharing a GPU, which NCCL
     // refuses) every call is staged through host buffers. TRIDENT_COMM_STAGED=1 does it on
     // the CPU path too, for the tests.
     const char *force = getenv("TRIDENT_COMM_STAGED");
-    if (cuda || (force && !strcmp(force, "1"))) {
+    if (device || (force && !strcmp(force, "1"))) {
         comm *staged;
         TRI_CHECK(comm_staged_create(&staged, tr->cm, tr->be));
         tr->cm = staged;
@@ -179,7 +179,7 @@ static tri_status trainer_checkpoints(trainer *tr) {
 // attention state differs between them).
 static tri_status plan_of_rank(const trainer *tr, plan_result *p) {
     plan_device dev;
-    plan_device_lookup(strcmp(tr->be->name, "cuda") ? "cpu" : "h100", tr->li->world, &dev);
+    plan_device_lookup(tr->be->plan_device, tr->li->world, &dev);
     return plan_compute(p, tr->cfg, &dev);
 }
 
@@ -231,9 +231,8 @@ static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     TRI_CHECK(backend_create_for(cfg, li->local_rank, threads, &tr->be));
     TRI_CHECK(create_comm(tr));
     // Before the model exists, so that the peak memory is the model's and optimizer's alone.
-    // On a GPU the MFU denominator is the datasheet's dense bf16 peak of an H100/H200 (989
-    // TFLOP/s), as the benchmarks report it; on the CPU the measured sgemm rate.
-    tr->peak_flops = strcmp(tr->be->name, "cuda") ? measure_matmul_rate(tr->be) : 989e12;
+    // The MFU denominator: the backend's datasheet peak, or its measured matmul rate.
+    tr->peak_flops = tr->be->peak_flops > 0 ? tr->be->peak_flops : measure_matmul_rate(tr->be);
     TRI_CHECK(trainer_open_data(tr));
     TRI_CHECK(sched_build(&tr->sched, cfg->parallel.schedule, cfg->parallel.pp,
                           cfg->parallel.virtual_stages, tr->n_micro, tr->coord.pp));
