@@ -171,18 +171,6 @@ static int write_all(int fd, const void *buf, size_t n) {
     return 0;
 }
 
-static int mkdir_p(const char *path) {
-    char buf[PATH_BYTES];
-    pathf(buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
-}
-
 // rm -r of a directory of plain files (a checkpoint's).
 static int remove_dir(const char *path) {
     DIR *d = opendir(path);
@@ -525,7 +513,7 @@ tri_status ckpt_save(ckpt_writer *w, const ckpt_progress *p, int async, double *
     tri_status rc = TRI_OK;
     if (w->s.rank == 0) { // a fresh temporary directory (a killed run may have left one)
         remove_dir(w->tmp);
-        if (mkdir_p(w->dir) != 0 || mkdir(w->tmp, 0755) != 0) {
+        if (make_dirs(w->dir) != 0 || mkdir(w->tmp, 0755) != 0) {
             LOG_ERROR("checkpoint: cannot create %s: %s", w->tmp, strerror(errno));
             LOG_HINT("check checkpoint.dir");
             rc = TRI_ERR_CKPT;

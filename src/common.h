@@ -76,3 +76,6 @@ void *xcalloc(size_t count, size_t size);
 char *xstrdup(const char *s);
 
 double time_now_s(void); // monotonic seconds
+
+// mkdir -p (mode 0755): 0, or -1 with errno set.
+int make_dirs(const char *path);

@@ -61,24 +61,6 @@ static void install_stop_handlers(void) {
     sigaction(SIGUSR1, &sa, NULL);
 }
 
-// mkdir -p
-static tri_status make_dirs(const char *path) {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST) goto fail;
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST) goto fail;
-    return TRI_OK;
-fail:
-    LOG_ERROR("cannot create directory %s: %s", buf, strerror(errno));
-    LOG_HINT("check run.out_dir");
-    return TRI_ERR_CONFIG;
-}
-
 // The backend's practical matmul rate, measured once (about 0.1 s) as the MFU denominator
 // on the CPU, where no datasheet peak applies.
 static double measure_matmul_rate(backend *be) {
@@ -263,7 +245,11 @@ static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     size_t N = (size_t)cfg->train.micro_batch * cfg->model.seq_len;
     tr->inputs = xmalloc(N * sizeof(int));
     tr->targets = xmalloc(N * sizeof(int));
-    if (li->rank == 0) TRI_CHECK(make_dirs(cfg->run.out_dir));
+    if (li->rank == 0 && make_dirs(cfg->run.out_dir) != 0) {
+        LOG_ERROR("cannot create directory %s: %s", cfg->run.out_dir, strerror(errno));
+        LOG_HINT("check run.out_dir");
+        return TRI_ERR_CONFIG;
+    }
     tr->flops_per_token = plan_flops_per_token(cfg);
     char memory[1024], extra[1536];
     TRI_CHECK(memory_json(tr, memory, sizeof memory));
