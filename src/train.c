@@ -194,6 +194,9 @@ static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     int mute = log_mute_if_not_rank0();
     tri_status rc = config_resolve_world(cfg, li->world);
     log_unmute(mute);
+    // The launcher ends the job at the first failing exit: the other ranks give rank 0 time
+    // to report first, so that the message is never cut off.
+    if (rc != TRI_OK && li->rank != 0) sleep(2);
     TRI_CHECK(rc);
     tr->coord = mesh_coord_of(cfg, li->rank);
     log_set_rank(li->rank, tr->coord.tp, tr->coord.dp, tr->coord.pp);
