@@ -48,15 +48,22 @@ static void *stage(staged_ctx *x, int which, size_t bytes) {
         TRI_CHECK(rc_);                                                                       \
     } while (0)
 
-static tri_status staged_all_reduce(comm *c, comm_group_id g, void *buf, size_t count,
-                                    comm_dtype dt, comm_reduce_op op) {
+// all_reduce (root < 0) and broadcast: one buffer staged in and back out.
+static tri_status staged_in_place(comm *c, comm_group_id g, void *buf, size_t count,
+                                  comm_dtype dt, comm_reduce_op op, int root) {
     staged_ctx *x = ctx_of(c);
     const size_t n = count * comm_dtype_size(dt);
     void *h = stage(x, 0, n);
     x->be->copy_to_host(x->be, h, buf, n);
-    INNER(c, g, x->inner->all_reduce(x->inner, g, h, count, dt, op));
+    if (root < 0) INNER(c, g, x->inner->all_reduce(x->inner, g, h, count, dt, op));
+    else INNER(c, g, x->inner->broadcast(x->inner, g, h, count, dt, root));
     x->be->copy_to_device(x->be, buf, h, n);
     return TRI_OK;
+}
+
+static tri_status staged_all_reduce(comm *c, comm_group_id g, void *buf, size_t count,
+                                    comm_dtype dt, comm_reduce_op op) {
+    return staged_in_place(c, g, buf, count, dt, op, -1);
 }
 
 // reduce_scatter (all blocks in, this rank's block out) and all_gather (the reverse).
@@ -86,13 +93,7 @@ static tri_status staged_all_gather(comm *c, comm_group_id g, const void *send, 
 
 static tri_status staged_broadcast(comm *c, comm_group_id g, void *buf, size_t count,
                                    comm_dtype dt, int root) {
-    staged_ctx *x = ctx_of(c);
-    const size_t n = count * comm_dtype_size(dt);
-    void *h = stage(x, 0, n);
-    x->be->copy_to_host(x->be, h, buf, n);
-    INNER(c, g, x->inner->broadcast(x->inner, g, h, count, dt, root));
-    x->be->copy_to_device(x->be, buf, h, n);
-    return TRI_OK;
+    return staged_in_place(c, g, buf, count, dt, COMM_REDUCE_SUM, root);
 }
 
 static tri_status staged_barrier(comm *c, comm_group_id g) {
