@@ -109,6 +109,11 @@ void cuda_matmul_fwd(backend *b, float *out, const float *inp, const float *weig
                      const float *bias, int N, int IC, int OC);
 void cuda_matmul_bwd(backend *b, float *dinp, float *dweight, float *dbias, const float *dout,
                      const float *inp, const float *weight, int N, int IC, int OC);
+void cuda_matmul_fwd_bf16(backend *b, float *out, const uint16_t *inp, const uint16_t *weight,
+                          const float *bias, int N, int IC, int OC);
+void cuda_matmul_bwd_bf16(backend *b, float *dinp, float *dweight, float *dbias,
+                          const uint16_t *dout, const uint16_t *inp, const uint16_t *weight,
+                          int N, int IC, int OC);
 
 // ---- attention (backend_cuda_attn.cu) ----
 // Sets x->att_max_hs from the device's opt-in shared memory per block.
@@ -124,6 +129,8 @@ void cuda_attention_bwd(backend *b, float *dqkv, const float *dout, const float 
 void cuda_add_inplace(cuda_ctx *x, float *dst, const float *src, size_t n);
 // dbias (OC) += column sums of dout (N, OC), rows in order (without the cuBLASLt epilogue).
 void cuda_column_sums_add(cuda_ctx *x, float *dbias, const float *dout, int N, int OC);
+// The same over bf16 dout (the bf16 matmul's fallback), widened as it is read.
+void cuda_column_sums_add_bf16(cuda_ctx *x, float *dbias, const uint16_t *dout, int N, int OC);
 // out (N, OC) = bias broadcast over the rows (the matmul's fallback bias path).
 void cuda_broadcast_rows(cuda_ctx *x, float *out, const float *bias, int N, int OC);
 

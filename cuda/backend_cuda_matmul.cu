@@ -22,6 +22,11 @@
 //
 // Compute type: CUBLAS_COMPUTE_32F (full fp32 FMA) by default; TRIDENT_CUDA_TF32=1 selects
 // CUBLAS_COMPUTE_32F_FAST_TF32 (see backend_cuda.cu).
+//
+// bf16 operands (matmul_fwd_bf16, matmul_bwd_bf16; train.precision bf16): A and B are
+// CUDA_R_16BF, D (and C, the accumulated one) stays CUDA_R_32F, with CUBLAS_COMPUTE_32F:
+// tensor-core products accumulated in fp32. The bias (BIAS) and the bias gradient (BGRADB)
+// are of D's type, fp32, as the fp32 path's are.
 #include "backend_cuda_internal.cuh"
 
 #include <stdint.h>
@@ -33,6 +38,7 @@
 struct cuda_lt_plan {
     // key
     cublasOperation_t ta, tb;
+    cudaDataType_t ab; // A's and B's element type: CUDA_R_32F or CUDA_R_16BF
     int m, n, k, lda, ldb, ldd;
     cublasLtEpilogue_t epilogue;
     int align_a, align_b, align_d;
@@ -57,11 +63,11 @@ static void lt_op_check(cublasStatus_t st, const char *stmt, const char *file, i
 }
 #define LT_OP_CHECK(call) lt_op_check((call), #call, __FILE__, __LINE__)
 
-// Largest power of two <= 256 dividing the address (floats: at least 4).
+// Largest power of two <= 256 dividing the address (at least 2: a bf16 element's size).
 static int ptr_alignment(const void *p) {
     uintptr_t a = (uintptr_t)p;
     int al = 256;
-    while (al > 4 && a % (uintptr_t)al) al /= 2;
+    while (al > 2 && a % (uintptr_t)al) al /= 2;
     return al;
 }
 
@@ -101,7 +107,9 @@ void cuda_matmul_free(cuda_ctx *x) {
 
 // Descriptors of a new plan and the heuristic's choice for it.
 static void plan_build(cuda_ctx *x, cuda_lt_plan *p) {
-    LT_OP_CHECK(cublasLtMatmulDescCreate(&p->desc, x->compute, CUDA_R_32F));
+    // bf16 operands accumulate in plain fp32 (TF32 applies to fp32 operands only).
+    const cublasComputeType_t compute = p->ab == CUDA_R_16BF ? CUBLAS_COMPUTE_32F : x->compute;
+    LT_OP_CHECK(cublasLtMatmulDescCreate(&p->desc, compute, CUDA_R_32F));
     LT_OP_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &p->ta,
                                                sizeof p->ta));
     LT_OP_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &p->tb,
@@ -110,9 +118,9 @@ static void plan_build(cuda_ctx *x, cuda_lt_plan *p) {
                                                &p->epilogue, sizeof p->epilogue));
     // op(A) is (m, k), op(B) is (k, n), D is (m, n); the stored shapes follow the transposes.
     const int ta = p->ta == CUBLAS_OP_T, tb = p->tb == CUBLAS_OP_T;
-    LT_OP_CHECK(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_32F, ta ? p->k : p->m, ta ? p->m : p->k,
+    LT_OP_CHECK(cublasLtMatrixLayoutCreate(&p->la, p->ab, ta ? p->k : p->m, ta ? p->m : p->k,
                                            p->lda));
-    LT_OP_CHECK(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_32F, tb ? p->n : p->k, tb ? p->k : p->n,
+    LT_OP_CHECK(cublasLtMatrixLayoutCreate(&p->lb, p->ab, tb ? p->n : p->k, tb ? p->k : p->n,
                                            p->ldb));
     LT_OP_CHECK(cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_32F, p->m, p->n, p->ldd));
 
@@ -137,8 +145,9 @@ static void plan_build(cuda_ctx *x, cuda_lt_plan *p) {
     p->supported = st == CUBLAS_STATUS_SUCCESS && found > 0;
     if (p->supported) p->algo = result.algo;
     else if (p->epilogue == CUBLASLT_EPILOGUE_DEFAULT) {
-        LOG_ERROR("cuBLASLt has no fp32 algorithm for a (%d x %d x %d) GEMM with alignments "
-                  "%d/%d/%d bytes (%s)", p->m, p->n, p->k, p->align_a, p->align_b, p->align_d,
+        LOG_ERROR("cuBLASLt has no %s algorithm for a (%d x %d x %d) GEMM with alignments "
+                  "%d/%d/%d bytes (%s)", p->ab == CUDA_R_16BF ? "bf16" : "fp32", p->m, p->n, p->k,
+                  p->align_a, p->align_b, p->align_d,
                   st == CUBLAS_STATUS_SUCCESS ? "no result" : cublasLtGetStatusString(st));
         cuda_op_fail("choosing a GEMM algorithm", "cublasLtMatmulAlgoGetHeuristic", __FILE__,
                      __LINE__);
@@ -151,7 +160,7 @@ static void plan_build(cuda_ctx *x, cuda_lt_plan *p) {
 static cuda_lt_plan *plan_get(cuda_ctx *x, const cuda_lt_plan *key) {
     for (int i = 0; i < x->n_plans; i++) {
         cuda_lt_plan *p = &x->plans[i];
-        if (p->ta == key->ta && p->tb == key->tb && p->m == key->m && p->n == key->n &&
+        if (p->ta == key->ta && p->tb == key->tb && p->ab == key->ab && p->m == key->m && p->n == key->n &&
             p->k == key->k && p->lda == key->lda && p->ldb == key->ldb && p->ldd == key->ldd &&
             p->epilogue == key->epilogue && p->align_a == key->align_a &&
             p->align_b == key->align_b && p->align_d == key->align_d)
@@ -168,14 +177,15 @@ static cuda_lt_plan *plan_get(cuda_ctx *x, const cuda_lt_plan *key) {
     return p;
 }
 
-// D (m, n) = op(A) op(B) + beta D, column-major, with `epilogue` (bias: its vector).
-// Returns 0, having done nothing, when cuBLASLt has no algorithm for that epilogue.
-static int lt_matmul(cuda_ctx *x, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                     const float *A, int lda, const float *B, int ldb, float *D, int ldd,
-                     float beta, cublasLtEpilogue_t epilogue, const float *bias) {
+// D (m, n) = op(A) op(B) + beta D, column-major, A and B of type `ab`, with `epilogue`
+// (bias: its vector). Returns 0, having done nothing, when cuBLASLt has no algorithm for that
+// epilogue.
+static int lt_matmul(cuda_ctx *x, cudaDataType_t ab, cublasOperation_t ta, cublasOperation_t tb,
+                     int m, int n, int k, const void *A, int lda, const void *B, int ldb, float *D,
+                     int ldd, float beta, cublasLtEpilogue_t epilogue, const float *bias) {
     cuda_lt_plan key;
     memset(&key, 0, sizeof key);
-    key.ta = ta, key.tb = tb, key.m = m, key.n = n, key.k = k;
+    key.ta = ta, key.tb = tb, key.ab = ab, key.m = m, key.n = n, key.k = k;
     key.lda = lda, key.ldb = ldb, key.ldd = ldd, key.epilogue = epilogue;
     key.align_a = ptr_alignment(A), key.align_b = ptr_alignment(B), key.align_d = ptr_alignment(D);
     cuda_lt_plan *p = plan_get(x, &key);
@@ -198,9 +208,9 @@ static int lt_matmul(cuda_ctx *x, cublasOperation_t ta, cublasOperation_t tb, in
     return 1;
 }
 
-void cuda_matmul_fwd(backend *b, float *out, const float *inp, const float *weight,
-                     const float *bias, int N, int IC, int OC) {
-    cuda_ctx *x = cuda_ctx_of(b);
+// The forward for operands of type ab.
+static void matmul_fwd(cuda_ctx *x, cudaDataType_t ab, float *out, const void *inp,
+                       const void *weight, const float *bias, int N, int IC, int OC) {
     if (N <= 0 || OC <= 0) return;
     if (IC <= 0) { // an empty product: the bias alone
         if (bias) cuda_broadcast_rows(x, out, bias, N, OC);
@@ -209,7 +219,7 @@ void cuda_matmul_fwd(backend *b, float *out, const float *inp, const float *weig
     }
     // The epilogue reads the bias with vector loads: only a 16-byte aligned one is offered.
     if (bias && ptr_alignment(bias) >= 16 &&
-        lt_matmul(x, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight, IC, inp, IC, out, OC, 0.0f,
+        lt_matmul(x, ab, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight, IC, inp, IC, out, OC, 0.0f,
                   CUBLASLT_EPILOGUE_BIAS, bias))
         return;
     float beta = 0.0f;
@@ -217,13 +227,14 @@ void cuda_matmul_fwd(backend *b, float *out, const float *inp, const float *weig
         cuda_broadcast_rows(x, out, bias, N, OC);
         beta = 1.0f;
     }
-    lt_matmul(x, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight, IC, inp, IC, out, OC, beta,
+    lt_matmul(x, ab, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight, IC, inp, IC, out, OC, beta,
               CUBLASLT_EPILOGUE_DEFAULT, NULL);
 }
 
-void cuda_matmul_bwd(backend *b, float *dinp, float *dweight, float *dbias, const float *dout,
-                     const float *inp, const float *weight, int N, int IC, int OC) {
-    cuda_ctx *x = cuda_ctx_of(b);
+// The backward for operands of type ab.
+static void matmul_bwd(cuda_ctx *x, cudaDataType_t ab, float *dinp, float *dweight, float *dbias,
+                       const void *dout, const void *inp, const void *weight, int N, int IC,
+                       int OC) {
     if (N <= 0 || OC <= 0 || IC <= 0) {
         // Nothing accumulates; dinp (overwritten) is all zero when OC is 0.
         if (dinp && N > 0 && IC > 0)
@@ -231,17 +242,39 @@ void cuda_matmul_bwd(backend *b, float *dinp, float *dweight, float *dbias, cons
         return;
     }
     if (dinp)
-        lt_matmul(x, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC, dout, OC, dinp, IC, 0.0f,
+        lt_matmul(x, ab, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC, dout, OC, dinp, IC, 0.0f,
                   CUBLASLT_EPILOGUE_DEFAULT, NULL);
     if (dbias) {
         float *dbias_step = (float *)cuda_scratch(x, (size_t)OC * sizeof(float));
-        if (lt_matmul(x, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, dout, OC, dweight, IC,
+        if (lt_matmul(x, ab, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, dout, OC, dweight, IC,
                       1.0f, CUBLASLT_EPILOGUE_BGRADB, dbias_step)) {
             cuda_add_inplace(x, dbias, dbias_step, (size_t)OC);
             return;
         }
     }
-    lt_matmul(x, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, dout, OC, dweight, IC, 1.0f,
+    lt_matmul(x, ab, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, dout, OC, dweight, IC, 1.0f,
               CUBLASLT_EPILOGUE_DEFAULT, NULL);
-    if (dbias) cuda_column_sums_add(x, dbias, dout, N, OC);
+    if (dbias && ab == CUDA_R_16BF) cuda_column_sums_add_bf16(x, dbias, (const uint16_t *)dout, N, OC);
+    else if (dbias) cuda_column_sums_add(x, dbias, (const float *)dout, N, OC);
+}
+
+void cuda_matmul_fwd(backend *b, float *out, const float *inp, const float *weight,
+                     const float *bias, int N, int IC, int OC) {
+    matmul_fwd(cuda_ctx_of(b), CUDA_R_32F, out, inp, weight, bias, N, IC, OC);
+}
+
+void cuda_matmul_bwd(backend *b, float *dinp, float *dweight, float *dbias, const float *dout,
+                     const float *inp, const float *weight, int N, int IC, int OC) {
+    matmul_bwd(cuda_ctx_of(b), CUDA_R_32F, dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+}
+
+void cuda_matmul_fwd_bf16(backend *b, float *out, const uint16_t *inp, const uint16_t *weight,
+                          const float *bias, int N, int IC, int OC) {
+    matmul_fwd(cuda_ctx_of(b), CUDA_R_16BF, out, inp, weight, bias, N, IC, OC);
+}
+
+void cuda_matmul_bwd_bf16(backend *b, float *dinp, float *dweight, float *dbias,
+                          const uint16_t *dout, const uint16_t *inp, const uint16_t *weight,
+                          int N, int IC, int OC) {
+    matmul_bwd(cuda_ctx_of(b), CUDA_R_16BF, dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
 }

@@ -84,10 +84,16 @@ void cuda_broadcast_rows(cuda_ctx *x, float *out, const float *bias, int N, int 
 // ---------------------------------------------------------------------------------------
 // Column sums over rows in fixed chunks: pb (nchunks, C) = sum of dout over the chunk's rows;
 // with NORM also pw (nchunks, C) = sum of dout * norm, norm = (inp - mean) * rstd. A block is
-// 32 columns x 8 row lanes; the 8 lanes' sums are added in lane order.
+// 32 columns x 8 row lanes; the 8 lanes' sums are added in lane order. dout is fp32, or bf16
+// (uint16_t) for the bf16 matmul's bias gradient.
 
-template <bool NORM>
-__global__ void col_partials_kernel(float *pw, float *pb, const float *dout, const float *inp,
+__device__ __forceinline__ float load_f32(const float *p) { return *p; }
+__device__ __forceinline__ float load_f32(const uint16_t *p) {
+    return __bfloat162float(__ushort_as_bfloat16(*p));
+}
+
+template <bool NORM, typename T>
+__global__ void col_partials_kernel(float *pw, float *pb, const T *dout, const float *inp,
                                     const float *mean, const float *rstd, int N, int C) {
     __shared__ float sw[8][33], sb[8][33];
     const int tx = threadIdx.x, ty = threadIdx.y;
@@ -97,7 +103,7 @@ __global__ void col_partials_kernel(float *pw, float *pb, const float *dout, con
     if (c < C) {
         for (int r = r0 + ty; r < r1; r += 8) {
             const size_t at = (size_t)r * C + c;
-            const float dy = dout[at];
+            const float dy = load_f32(dout + at);
             ab += dy;
             if (NORM) aw += dy * ((inp[at] - mean[r]) * rstd[r]);
         }
@@ -131,7 +137,8 @@ __global__ void col_finish_kernel(float *dweight, float *dbias, const float *pw,
 }
 
 // The two kernels above; inp/mean/rstd/dweight NULL for plain column sums.
-static void column_sums(cuda_ctx *x, float *dweight, float *dbias, const float *dout,
+template <typename T>
+static void column_sums(cuda_ctx *x, float *dweight, float *dbias, const T *dout,
                         const float *inp, const float *mean, const float *rstd, int N, int C) {
     if (N <= 0 || C <= 0) return;
     const int nchunks = (N + LN_CHUNK - 1) / LN_CHUNK;
@@ -140,12 +147,12 @@ static void column_sums(cuda_ctx *x, float *dweight, float *dbias, const float *
     float *pw = (float *)((char *)pb + part);
     dim3 grid((C + 31) / 32, nchunks), block(32, 8);
     if (dweight) {
-        col_partials_kernel<true><<<grid, block, 0, x->stream>>>(pw, pb, dout, inp, mean, rstd,
-                                                                 N, C);
+        col_partials_kernel<true, T><<<grid, block, 0, x->stream>>>(pw, pb, dout, inp, mean,
+                                                                    rstd, N, C);
         CUDA_LAUNCH_CHECK("col_partials_kernel<true>");
     } else {
-        col_partials_kernel<false><<<grid, block, 0, x->stream>>>(NULL, pb, dout, NULL, NULL,
-                                                                  NULL, N, C);
+        col_partials_kernel<false, T><<<grid, block, 0, x->stream>>>(NULL, pb, dout, NULL, NULL,
+                                                                     NULL, N, C);
         CUDA_LAUNCH_CHECK("col_partials_kernel<false>");
     }
     col_finish_kernel<<<(C + 255) / 256, 256, 0, x->stream>>>(dweight, dbias, pw, pb, nchunks, C);
@@ -153,6 +160,10 @@ static void column_sums(cuda_ctx *x, float *dweight, float *dbias, const float *
 }
 
 void cuda_column_sums_add(cuda_ctx *x, float *dbias, const float *dout, int N, int OC) {
+    column_sums(x, NULL, dbias, dout, NULL, NULL, NULL, N, OC);
+}
+
+void cuda_column_sums_add_bf16(cuda_ctx *x, float *dbias, const uint16_t *dout, int N, int OC) {
     column_sums(x, NULL, dbias, dout, NULL, NULL, NULL, N, OC);
 }
 

@@ -3,14 +3,16 @@
 # and token stream, in the same run.
 #   scripts/bench-gpu.sh [CONFIG...]   default: configs/bench-gpu-124m.yaml configs/bench-gpu-350m.yaml
 # For each config:
-#   trident fp32  `trident train CONFIG --set system.backend=cuda` (fp32 storage and matmuls)
-#   trident tf32  the same with TRIDENT_CUDA_TF32=1 (TF32 tensor-core matmuls)
+#   trident bf16  `trident train CONFIG --set system.backend=cuda --set train.precision=bf16`
+#                 (bf16 parameters and stored activations, bf16 tensor-core matmuls with fp32
+#                 accumulation, fp32 master weights and Adam state)
+#   trident tf32  fp32 storage with TRIDENT_CUDA_TF32=1 (TF32 tensor-core matmuls)
 #   torch bf16    scripts/bench_gpu_torch.py CONFIG: bf16 autocast, torch.compile,
 #                 scaled_dot_product_attention, fused AdamW
 # tokens/s is the median of steps 3..N (1-2 are warm-up: cuBLASLt plans, torch.compile).
 # MFU = flops_per_token (trident's run record: 6 x matmul parameters + 12 L T C, the same
 # model FLOPs for both) x tokens/s / PEAK_TFLOPS (989: dense bf16 of an H100/H200 SXM, the
-# issue's yardstick, also for trident's fp32 and TF32 runs). Memory: trident's mem_peak_bytes
+# issue's yardstick, also for trident's TF32 run). Memory: trident's mem_peak_bytes
 # (its allocations) against `trident plan --device h200`'s total, and torch's
 # max_memory_allocated. No thresholds: it prints numbers.
 # Environment: TRIDENT_BIN (default build/trident), PYTHON (python3 with torch, numpy, yaml),
@@ -55,12 +57,14 @@ for cfg in "${CONFIGS[@]}"; do
     plan=$("$T" plan "$cfg" --device h200 --json 2>/dev/null | tail -n 1)
     [ -n "$plan" ] || plan="{}"
     declare -A res=()
-    for mode in fp32 tf32; do
+    for mode in bf16 tf32; do
         dir="$OUTD/$name-$mode"
         rm -rf "$dir"
         echo "bench-gpu: $name: trident $mode ..." >&2
-        if [ $mode = tf32 ]; then tf32=(env TRIDENT_CUDA_TF32=1); else tf32=(env -u TRIDENT_CUDA_TF32); fi
+        if [ $mode = tf32 ]; then tf32=(env TRIDENT_CUDA_TF32=1); prec=fp32
+        else tf32=(env -u TRIDENT_CUDA_TF32); prec=bf16; fi
         if ! "${tf32[@]}" "$T" train "$cfg" --set system.backend=cuda --set run.out_dir="$dir" \
+                --set train.precision=$prec \
                 --set log.every=1 "${STEP_SET[@]}" >"$OUTD/$name-$mode.log" 2>&1; then
             echo "bench-gpu: trident $mode failed on $cfg; see $OUTD/$name-$mode.log:" >&2
             tail -n 3 "$OUTD/$name-$mode.log" >&2
@@ -77,7 +81,7 @@ for cfg in "${CONFIGS[@]}"; do
         torch_json="{}"
     fi
     echo "bench-gpu: $name: torch $torch_json" >&2
-    ROWS+=("$name|${res[fp32]}|${res[tf32]}|$torch_json|$plan")
+    ROWS+=("$name|${res[bf16]}|${res[tf32]}|$torch_json|$plan")
     unset res
 done
 
@@ -85,20 +89,21 @@ done
 import json, sys
 peak = float(sys.argv[1]) * 1e12
 gb = lambda b: f"{b / 1e9:.2f} GB" if b else "-"
-hdr = ("config", "trident fp32 tok/s (MFU)", "trident tf32 tok/s (MFU)", "torch bf16 tok/s (MFU)",
-       "tf32/torch", "fp32/torch", "trident mem peak", "plan total", "torch mem peak")
+hdr = ("config", "trident bf16 tok/s (MFU)", "trident tf32 tok/s (MFU)", "torch bf16 tok/s (MFU)",
+       "bf16/torch", "tf32/torch", "trident bf16 mem peak", "plan total", "torch mem peak")
 print("| " + " | ".join(hdr) + " |")
 print("|" + "|".join("---" for _ in hdr) + "|")
 for row in sys.argv[2:]:
-    name, f32, t32, tor, plan = (json.loads(x) if i else x for i, x in enumerate(row.split("|", 4)))
-    fpt = f32.get("flops_per_token") or t32.get("flops_per_token") or plan.get("flops_per_token")
+    name, b16, t32, tor, plan = (json.loads(x) if i else x for i, x in enumerate(row.split("|", 4)))
+    fpt = b16.get("flops_per_token") or t32.get("flops_per_token") or plan.get("flops_per_token")
     def cell(tok):
         return f"{tok:.0f} ({100 * fpt * tok / peak:.1f}%)" if tok and fpt else "-"
     tt = tor.get("tokens_per_s_median")
     ratio = lambda r: f"{r['tok_s'] / tt:.2f}" if r.get("tok_s") and tt else "-"
-    print(f"| {name} | {cell(f32.get('tok_s'))} | {cell(t32.get('tok_s'))} | {cell(tt)} | "
-          f"{ratio(t32)} | {ratio(f32)} | {gb(f32.get('mem_peak'))} | {gb(plan.get('total_bytes'))} | "
+    print(f"| {name} | {cell(b16.get('tok_s'))} | {cell(t32.get('tok_s'))} | {cell(tt)} | "
+          f"{ratio(b16)} | {ratio(t32)} | {gb(b16.get('mem_peak'))} | {gb(plan.get('total_bytes'))} | "
           f"{gb(tor.get('peak_mem_bytes'))} |")
 print(f"tok/s: median of steps 3..N; MFU against {peak / 1e12:.0f} TFLOP/s with trident's "
-      "flops_per_token for both; trident runs in fp32 storage (bf16 is not in this build yet)")
+      "flops_per_token for both; plan total: `trident plan --device h200` for the config as "
+      "written (bf16)")
 EOF

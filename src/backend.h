@@ -43,6 +43,15 @@ struct backend {
     // dweight (OC, IC) += dout^T @ inp;  dbias (OC) += column sums of dout (skipped if NULL)
     void (*matmul_bwd)(backend *b, float *dinp, float *dweight, float *dbias, const float *dout,
                        const float *inp, const float *weight, int N, int IC, int OC);
+    // The same two with bf16 operands (train.precision bf16): inp, weight and dout are bf16,
+    // the products accumulate in fp32, and out, dinp, dweight, dbias and bias are fp32. A
+    // product of two bf16 values is exact in fp32, so backends differ only in the order of
+    // the sums: tensor cores on CUDA, the operands widened into fp32 on the CPU.
+    void (*matmul_fwd_bf16)(backend *b, float *out, const uint16_t *inp, const uint16_t *weight,
+                            const float *bias, int N, int IC, int OC);
+    void (*matmul_bwd_bf16)(backend *b, float *dinp, float *dweight, float *dbias,
+                            const uint16_t *dout, const uint16_t *inp, const uint16_t *weight,
+                            int N, int IC, int OC);
 
     // ---- normalisation and pointwise ----
     // out (N, C) = (inp - mean) * rstd * weight + bias; saves mean (N), rstd (N). eps 1e-5.

@@ -517,6 +517,29 @@ static void cpu_add_to_bf16(backend *b, uint16_t *dst, const float *src, size_t 
     for (size_t i = 0; i < n; i++) dst[i] = bf16_from_f32(bf16_to_f32(dst[i]) + src[i]);
 }
 
+// bf16 operands: widened exactly into the backend's scratch, then the fp32 products above
+// (backend.h: a product of two bf16 values is exact in fp32, so this is what a bf16 GEMM
+// with fp32 accumulation computes, up to the order of the sums).
+static void cpu_matmul_fwd_bf16(backend *b, float *out, const uint16_t *inp,
+                                const uint16_t *weight, const float *bias, int N, int IC, int OC) {
+    const size_t ni = (size_t)N * IC, nw = (size_t)OC * IC;
+    float *w_inp = cpu_scratch(ctx_of(b), ni + nw), *w_weight = w_inp + ni;
+    cpu_from_bf16(b, w_inp, inp, ni);
+    cpu_from_bf16(b, w_weight, weight, nw);
+    cpu_matmul_fwd(b, out, w_inp, w_weight, bias, N, IC, OC);
+}
+
+static void cpu_matmul_bwd_bf16(backend *b, float *dinp, float *dweight, float *dbias,
+                                const uint16_t *dout, const uint16_t *inp, const uint16_t *weight,
+                                int N, int IC, int OC) {
+    const size_t no = (size_t)N * OC, ni = (size_t)N * IC, nw = (size_t)OC * IC;
+    float *w_dout = cpu_scratch(ctx_of(b), no + ni + nw), *w_inp = w_dout + no, *w_weight = w_inp + ni;
+    cpu_from_bf16(b, w_dout, dout, no);
+    cpu_from_bf16(b, w_inp, inp, ni);
+    cpu_from_bf16(b, w_weight, weight, nw);
+    cpu_matmul_bwd(b, dinp, dweight, dbias, w_dout, w_inp, w_weight, N, IC, OC);
+}
+
 typedef struct {
     float lr, beta1, beta2, eps, wd, grad_scale, inv_bc1, inv_bc2;
 } adamw_coef;
@@ -618,6 +641,8 @@ static const backend cpu_backend_table = {
     /* .mem_peak_bytes        = */ cpu_mem_peak_bytes,
     /* .matmul_fwd            = */ cpu_matmul_fwd,
     /* .matmul_bwd            = */ cpu_matmul_bwd,
+    /* .matmul_fwd_bf16       = */ cpu_matmul_fwd_bf16,
+    /* .matmul_bwd_bf16       = */ cpu_matmul_bwd_bf16,
     /* .layernorm_fwd         = */ cpu_layernorm_fwd,
     /* .layernorm_bwd         = */ cpu_layernorm_bwd,
     /* .residual_fwd          = */ cpu_residual_fwd,

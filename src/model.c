@@ -20,6 +20,7 @@
 
 #define P(m, idx) param_in_f32(m, idx)
 #define G(m, idx) ((m)->g16 ? (m)->gstage + (m)->stage_off[idx] : (m)->grad_of[idx])
+#define P16(m, idx) ((const uint16_t *)(m)->param16_of[idx])
 
 static tri_status tp_all_reduce(model *m, float *x, size_t n) {
     if (m->d.tp == 1) return TRI_OK;
@@ -177,9 +178,12 @@ static tri_status alloc_scratch(model *m) {
     m->datty = alloc_counted(m, PLAN_MEM_SCRATCH, N * d->C_local * f, &total);
     m->dfch = alloc_counted(m, PLAN_MEM_SCRATCH, N * d->C4_local * f, &total);
     if (d->sp) m->rows_full = alloc_counted(m, PLAN_MEM_SCRATCH, N * C * f, &total);
+    if (m->bf16)
+        m->mm16 = alloc_counted(m, PLAN_MEM_SCRATCH, model_mm16_numel(N, C, d->C_local, d->Vp_local, d->has_head) * sizeof(uint16_t), &total);
     m->scratch_bytes = total;
     void *all[] = {m->dln, m->dqkv, m->datty, m->dfch, d->sp ? m->rows_full : m->dln,
-                   m->bf16 ? (void *)m->stage : m->dln, m->g16 ? (void *)m->gstage : m->dln};
+                   m->bf16 ? (void *)m->stage : m->dln, m->g16 ? (void *)m->gstage : m->dln,
+                   m->bf16 ? (void *)m->mm16 : m->dln};
     return check_allocated(m, all, sizeof all / sizeof all[0]);
 }
 
@@ -304,7 +308,7 @@ void model_free(model *m) {
     free(m->grad16_of);
     free(m->stage_off);
     void *all[] = {m->params, m->params16, m->stage, m->grads, m->grads16, m->gstage, m->dln,
-                   m->dqkv, m->datty, m->dfch, m->rows_full, m->round16};
+                   m->dqkv, m->datty, m->dfch, m->rows_full, m->round16, m->mm16};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         mem_give(m->pool, be, all[i]);
     params_free(&m->table);
@@ -369,10 +373,44 @@ static void keep_bf16(model *m, model_acts *a, layer_acts *w, int i, int which) 
     m->be->from_bf16(m->be, wide_f32(w, which), keep, wide_numel(m, which));
 }
 
-// bf16 without recompute: layer i's stored activations back into the fp32 work buffers.
+// bf16 without recompute: layer i's stored activations that the backward reads in fp32 (the
+// attention's qkv and GELU's input) back into the work buffers; ln1, ln2, atty and fch_gelu
+// are read only as bf16 matmul operands (stored_bf16).
 static void load_bf16(model *m, model_acts *a, layer_acts *w, int i) {
-    for (int k = 0; k < ACT_WIDE; k++)
-        m->be->from_bf16(m->be, wide_f32(w, k), wide_bf16(m, a, i, k), wide_numel(m, k));
+    static const int fp32_read[] = {ACT_QKV, ACT_FCH};
+    for (int k = 0; k < 2; k++)
+        m->be->from_bf16(m->be, wide_f32(w, fp32_read[k]), wide_bf16(m, a, i, fp32_read[k]),
+                         wide_numel(m, fp32_read[k]));
+}
+
+// bf16, in the backward: layer i's activation `which` as a matmul operand. Without recompute
+// the slot's bf16 copy; with it, the work copy (bf16 values already) rounded into round16.
+static const uint16_t *stored_bf16(model *m, model_acts *a, layer_acts *w, int i, int which) {
+    uint16_t *p = wide_bf16(m, a, i, which);
+    if (m->recompute) m->be->to_bf16(m->be, p, wide_f32(w, which), wide_numel(m, which));
+    return p;
+}
+
+// A linear layer's forward, out (N, OC) = inp @ W^T + bias with W the parameters of table
+// entry `w`: in fp32, or under bf16 on the bf16 operands (inp16, inp's rounding, and the
+// bf16 parameters).
+static void linear_fwd(model *m, float *out, const float *inp, const uint16_t *inp16, int w,
+                       const float *bias, int N, int IC, int OC) {
+    if (m->bf16) m->be->matmul_fwd_bf16(m->be, out, inp16, P16(m, w), bias, N, IC, OC);
+    else m->be->matmul_fwd(m->be, out, inp, P(m, w), bias, N, IC, OC);
+}
+
+// Its backward into dinp and the gradients of entry w (dbias: its bias's, or NULL). Under
+// bf16 dout is rounded into mm16 first.
+static void linear_bwd(model *m, float *dinp, int w, float *dbias, const float *dout,
+                       const float *inp, const uint16_t *inp16, int N, int IC, int OC) {
+    backend *be = m->be;
+    if (!m->bf16) {
+        be->matmul_bwd(be, dinp, G(m, w), dbias, dout, inp, P(m, w), N, IC, OC);
+        return;
+    }
+    be->to_bf16(be, m->mm16, dout, (size_t)N * OC);
+    be->matmul_bwd_bf16(be, dinp, G(m, w), dbias, m->mm16, inp16, P16(m, w), N, IC, OC);
 }
 
 // Element n of an activation buffer, or NULL for one a slot does not hold in fp32 (bf16).
@@ -408,13 +446,13 @@ static tri_status layernorm_to_all_rows(model *m, float *full, float *mean, floa
     return tp_gather_rows(m, full);
 }
 
-// A row-parallel linear whose reduced output is added to the residual stream:
+// A row-parallel linear (entry w) whose reduced output is added to the residual stream:
 // out (Nl, C) = residual (Nl, C) + reduce_over_tp(inp (N, IC_local) @ w^T) + bias.
 static tri_status rowpar_residual(model *m, float *out, const float *residual, const float *inp,
-                                  const float *w, const float *bias, int IC_local) {
+                                  const uint16_t *inp16, int w, const float *bias, int IC_local) {
     const model_dims *d = &m->d;
     float *partial = d->sp ? m->rows_full : out;
-    m->be->matmul_fwd(m->be, partial, inp, w, d->tp_rank == 0 ? bias : NULL, d->N, IC_local, d->C);
+    linear_fwd(m, partial, inp, inp16, w, d->tp_rank == 0 ? bias : NULL, d->N, IC_local, d->C);
     TRI_CHECK(tp_reduce_rows(m, partial, out));
     m->be->residual_fwd(m->be, out, out, residual, (size_t)d->N_local * d->C);
     return TRI_OK;
@@ -428,21 +466,26 @@ static tri_status layer_forward(model *m, model_acts *acts, int l, int i) {
     layer_acts a = layer_acts_of(m, acts, i);
     const param_table *pt = &m->table;
 #define LP(which) P(m, params_layer(pt, l, which))
+#define LW(which) params_layer(pt, l, which)
+// bf16: the matmul input `which` just rounded by keep_bf16 (unused in fp32)
+#define IN16(which) (m->bf16 ? wide_bf16(m, acts, i, which) : NULL)
     TRI_CHECK(layernorm_to_all_rows(m, a.ln1, a.ln1_mean, a.ln1_rstd, a.in, LP(PARAM_LN1W), LP(PARAM_LN1B)));
     keep_bf16(m, acts, &a, i, ACT_LN1);
-    be->matmul_fwd(be, a.qkv, a.ln1, LP(PARAM_QKVW), LP(PARAM_QKVB), N, C, d->C3_local);
+    linear_fwd(m, a.qkv, a.ln1, IN16(ACT_LN1), LW(PARAM_QKVW), LP(PARAM_QKVB), N, C, d->C3_local);
     keep_bf16(m, acts, &a, i, ACT_QKV);
     be->attention_fwd(be, a.atty, a.att_state, a.qkv, d->B, d->T, d->NH_local, d->HS);
     keep_bf16(m, acts, &a, i, ACT_ATTY);
-    TRI_CHECK(rowpar_residual(m, a.res2, a.in, a.atty, LP(PARAM_ATTPROJW), LP(PARAM_ATTPROJB), d->C_local));
+    TRI_CHECK(rowpar_residual(m, a.res2, a.in, a.atty, IN16(ACT_ATTY), LW(PARAM_ATTPROJW), LP(PARAM_ATTPROJB), d->C_local));
     TRI_CHECK(layernorm_to_all_rows(m, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, LP(PARAM_LN2W), LP(PARAM_LN2B)));
     keep_bf16(m, acts, &a, i, ACT_LN2);
-    be->matmul_fwd(be, a.fch, a.ln2, LP(PARAM_FCW), LP(PARAM_FCB), N, C, d->C4_local);
+    linear_fwd(m, a.fch, a.ln2, IN16(ACT_LN2), LW(PARAM_FCW), LP(PARAM_FCB), N, C, d->C4_local);
     keep_bf16(m, acts, &a, i, ACT_FCH);
     be->gelu_fwd(be, a.fch_gelu, a.fch, (size_t)N * d->C4_local);
     keep_bf16(m, acts, &a, i, ACT_FCH_GELU);
-    TRI_CHECK(rowpar_residual(m, a.out, a.res2, a.fch_gelu, LP(PARAM_FCPROJW), LP(PARAM_FCPROJB), d->C4_local));
+    TRI_CHECK(rowpar_residual(m, a.out, a.res2, a.fch_gelu, IN16(ACT_FCH_GELU), LW(PARAM_FCPROJW), LP(PARAM_FCPROJB), d->C4_local));
 #undef LP
+#undef LW
+#undef IN16
     return TRI_OK;
 }
 
@@ -471,26 +514,30 @@ static tri_status layer_backward(model *m, model_acts *acts, int l, int i) {
     float *dout;
 #define LP(which) P(m, params_layer(pt, l, which))
 #define LG(which) G(m, params_layer(pt, l, which))
+#define LW(which) params_layer(pt, l, which)
+#define IN16(which) (m->bf16 ? stored_bf16(m, acts, &a, i, which) : NULL)
     // MLP: out = res2 + fcproj(gelu(fc(ln2(res2)))).
     TRI_CHECK(dresidual_all_rows(m, acts->dres, &dout));
-    be->matmul_bwd(be, m->dfch, LG(PARAM_FCPROJW), LG(PARAM_FCPROJB), dout, a.fch_gelu,
-                   LP(PARAM_FCPROJW), N, d->C4_local, C);
+    linear_bwd(m, m->dfch, LW(PARAM_FCPROJW), LG(PARAM_FCPROJB), dout, a.fch_gelu,
+               IN16(ACT_FCH_GELU), N, d->C4_local, C);
     be->gelu_bwd(be, m->dfch, a.fch, m->dfch, (size_t)N * d->C4_local);
-    be->matmul_bwd(be, m->dln, LG(PARAM_FCW), LG(PARAM_FCB), m->dfch, a.ln2, LP(PARAM_FCW), N, C,
-                   d->C4_local);
+    linear_bwd(m, m->dln, LW(PARAM_FCW), LG(PARAM_FCB), m->dfch, a.ln2, IN16(ACT_LN2), N, C,
+               d->C4_local);
     TRI_CHECK(layernorm_bwd_from_all_rows(m, acts->dres, a.res2, LP(PARAM_LN2W), LG(PARAM_LN2W), LG(PARAM_LN2B),
                                           a.ln2_mean, a.ln2_rstd));
     // Attention: res2 = in + attproj(attention(qkv(ln1(in)))).
     TRI_CHECK(dresidual_all_rows(m, acts->dres, &dout));
-    be->matmul_bwd(be, m->datty, LG(PARAM_ATTPROJW), LG(PARAM_ATTPROJB), dout, a.atty,
-                   LP(PARAM_ATTPROJW), N, d->C_local, C);
+    linear_bwd(m, m->datty, LW(PARAM_ATTPROJW), LG(PARAM_ATTPROJB), dout, a.atty,
+               IN16(ACT_ATTY), N, d->C_local, C);
     be->attention_bwd(be, m->dqkv, m->datty, a.qkv, a.att_state, d->B, d->T, d->NH_local, d->HS);
-    be->matmul_bwd(be, m->dln, LG(PARAM_QKVW), LG(PARAM_QKVB), m->dqkv, a.ln1, LP(PARAM_QKVW), N,
-                   C, d->C3_local);
+    linear_bwd(m, m->dln, LW(PARAM_QKVW), LG(PARAM_QKVB), m->dqkv, a.ln1, IN16(ACT_LN1), N, C,
+               d->C3_local);
     TRI_CHECK(layernorm_bwd_from_all_rows(m, acts->dres, a.in, LP(PARAM_LN1W), LG(PARAM_LN1W), LG(PARAM_LN1B),
                                           a.ln1_mean, a.ln1_rstd));
 #undef LP
 #undef LG
+#undef LW
+#undef IN16
     return TRI_OK;
 }
 
@@ -520,8 +567,10 @@ tri_status model_forward(model *m, int slot, int chunk, const int *inputs, const
     float *res = a->output;
     TRI_CHECK(layernorm_to_all_rows(m, a->lnf, a->lnf_mean, a->lnf_rstd, res,
                                     P(m, params_lnfw(pt)), P(m, params_lnfb(pt))));
-    // Tied LM head over this rank's vocabulary rows: logits (N, Vp/tp).
-    be->matmul_fwd(be, a->logits, a->lnf, P(m, params_wte(pt)), NULL, N, C, d->Vp_local);
+    // Tied LM head over this rank's vocabulary rows: logits (N, Vp/tp). Under bf16 the
+    // operands are lnf's rounding and the bf16 wte.
+    if (m->bf16) be->to_bf16(be, m->mm16, a->lnf, (size_t)N * C);
+    linear_fwd(m, a->logits, a->lnf, m->mm16, params_wte(pt), NULL, N, C, d->Vp_local);
     if (!targets) return TRI_OK;
 
     // Vocab-parallel cross-entropy: no rank ever holds the full-vocabulary logits.
@@ -560,6 +609,28 @@ static tri_status grads_ready(model *m, int first, int count) {
     return m->grads_ready ? m->grads_ready(m->grads_ready_ctx, first, count) : TRI_OK;
 }
 
+// The LM head's backward: d(lnf) into m->dln, dwte accumulated. Under bf16 in chunks of rows
+// (model_head_chunk_rows), each chunk's lnf and d(logits) rounded into mm16 together.
+static void head_backward(model *m, model_acts *a) {
+    const model_dims *d = &m->d;
+    const size_t C = d->C, Vp = d->Vp_local;
+    const int wte = params_wte(&m->table);
+    if (!m->bf16) {
+        m->be->matmul_bwd(m->be, m->dln, G(m, wte), NULL, a->logits, a->lnf, P(m, wte), d->N,
+                          d->C, d->Vp_local);
+        return;
+    }
+    const size_t rows = model_head_chunk_rows((size_t)d->N);
+    for (size_t r0 = 0; r0 < (size_t)d->N; r0 += rows) {
+        const size_t r = (size_t)d->N - r0 < rows ? (size_t)d->N - r0 : rows;
+        uint16_t *lnf16 = m->mm16, *dlogits16 = m->mm16 + r * C;
+        m->be->to_bf16(m->be, lnf16, a->lnf + r0 * C, r * C);
+        m->be->to_bf16(m->be, dlogits16, a->logits + r0 * Vp, r * Vp);
+        m->be->matmul_bwd_bf16(m->be, m->dln + r0 * C, G(m, wte), NULL, dlogits16, lnf16,
+                               P16(m, wte), (int)r, d->C, d->Vp_local);
+    }
+}
+
 tri_status model_backward(model *m, int slot, int chunk, float dloss) {
     backend *be = m->be;
     const model_dims *d = &m->d;
@@ -574,8 +645,7 @@ tri_status model_backward(model *m, int slot, int chunk, float dloss) {
                      d->vocab_start, d->V);
         // LM head: d(lnf) = dlogits @ wte (partial over the vocabulary shards),
         // dwte += dlogits^T lnf.
-        be->matmul_bwd(be, m->dln, G(m, params_wte(pt)), NULL, a->logits, a->lnf,
-                       P(m, params_wte(pt)), N, C, d->Vp_local);
+        head_backward(m, a);
         float *res = a->output;
         be->memset_zero(be, a->dres, (size_t)d->N_local * C * sizeof(float));
         TRI_CHECK(layernorm_bwd_from_all_rows(m, a->dres, res, P(m, params_lnfw(pt)),

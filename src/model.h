@@ -97,6 +97,8 @@ typedef struct {
                        // filled by the forward and again, identically, before its backward
     model_acts work;   // also under bf16, where slots keep the wide activations as bf16
     uint16_t *round16; // bf16 with recompute: where activations are rounded through
+    uint16_t *mm16;    // bf16: a matmul's operand rounded to bf16 (model_mm16_numel): a
+                       // backward's dout, the LM head's input and its backward's chunks
     // Scratch shared by all layers and slots:
     float *dln;        // (N, C): d(LayerNorm output), partial over tp before its reduction
     float *dqkv;       // (N, 3C/tp)
@@ -107,6 +109,21 @@ typedef struct {
     size_t att_state_bytes; // per layer
     size_t activation_bytes, scratch_bytes;
 } model;
+
+// bf16 matmuls: the LM head's backward runs in MODEL_HEAD_CHUNKS chunks of rows, so that its
+// bf16 operands (a chunk of d(logits) and of lnf) fit a buffer of about 1/8 of the fp32
+// logits. mm16 holds the widest of a layer's dout (N rows of C, 3C/tp or 4C/tp) and, on the
+// last stage, a head chunk's two operands (C + Vp/tp per row).
+#define MODEL_HEAD_CHUNKS 4
+static inline size_t model_head_chunk_rows(size_t N) {
+    return (N + MODEL_HEAD_CHUNKS - 1) / MODEL_HEAD_CHUNKS;
+}
+static inline size_t model_mm16_numel(size_t N, size_t C, size_t C_local, size_t Vp_local,
+                                      int head) {
+    size_t widest = 4 * C_local > C ? 4 * C_local : C;
+    size_t n = N * widest, h = model_head_chunk_rows(N) * (C + Vp_local);
+    return head && h > n ? h : n;
+}
 
 // Builds the table and allocates parameters, gradients and `n_slots` activation slots for
 // micro-batch size B (the backend's memory); the parameter and gradient buffers are padded

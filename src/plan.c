@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "mempool.h"
+#include "model.h"
 #include "optim.h"
 #include "params.h"
 #include "sched.h"
@@ -205,8 +206,10 @@ static void stage_memory(plan_stage *s, const layout *lo, const stage_tables *st
     const uint64_t N = lo->N, C = lo->C, a = lo->es.act; // dln, dqkv, datty, dfch, rows_full
     mem[PLAN_MEM_SCRATCH] = R(N * C * a) + R(N * 3 * lo->C_local * a) + R(N * lo->C_local * a) +
                             R(N * 4 * lo->C_local * a) + (lo->sp ? R(N * C * a) : 0);
-    if (lo->es.master) // bf16: the fp32 staging of the parameters an op reads (model.c)
-        mem[PLAN_MEM_SCRATCH] += R(params_stage_layout(pt, NULL) * sizeof(float));
+    if (lo->es.master) // bf16: the fp32 staging of the parameters an op reads (model.c), and
+                       // the matmuls' bf16 operand buffer
+        mem[PLAN_MEM_SCRATCH] += R(params_stage_layout(pt, NULL) * sizeof(float)) +
+                                 R(model_mm16_numel(N, C, lo->C_local, lo->Vp_local, head) * 2);
     if (lo->es.grad == 2) // bf16 gradients: the fp32 staging the backward accumulates into
         mem[PLAN_MEM_SCRATCH] += R(params_stage_layout(pt, NULL) * sizeof(float));
     s->mem_total = 0;

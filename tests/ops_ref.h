@@ -16,6 +16,7 @@
 //   (1e-12); the rest is the backend's float rounding (~1e-6 relative).
 #pragma once
 #include "backend.h"
+#include "bf16.h"
 #include "testlib.h"
 
 #include <math.h>
@@ -60,6 +61,19 @@ OPS_REF_FN int *dev_i(backend *b, const int *host, size_t n) {
     int *d = b->alloc(b, n * sizeof(int));
     TRI_ASSERT(d);
     b->copy_to_device(b, d, host, n * sizeof(int));
+    return d;
+}
+// The bf16 rounding of n host floats, on the device (the bf16 matmuls' operands); the
+// floats are replaced by the values the bf16 copy holds, so references see those.
+OPS_REF_FN uint16_t *dev_bf16(backend *b, float *host, size_t n) {
+    uint16_t *h16 = xmalloc(n * sizeof(uint16_t) + 1), *d = b->alloc(b, n * sizeof(uint16_t) + 1);
+    TRI_ASSERT(d);
+    for (size_t i = 0; i < n; i++) {
+        h16[i] = bf16_from_f32(host[i]);
+        host[i] = bf16_to_f32(h16[i]);
+    }
+    b->copy_to_device(b, d, h16, n * sizeof(uint16_t));
+    free(h16);
     return d;
 }
 OPS_REF_FN float *host_of(backend *b, const float *d, size_t n) {

@@ -85,23 +85,31 @@ static void test_matmul_small(backend *b, int with_bias) {
 
 // Shapes large enough for cpu_gemm to tile C over the threads (OC not a multiple of 16),
 // against the analytic double gradients dinp = R W, dW = R^T inp, db = column sums of R.
-static void test_matmul_large(backend *b) {
+// bf16: the same through matmul_fwd_bf16 / matmul_bwd_bf16, inp, w and R rounded to bf16
+// first; their products are exact in fp32, so the fp32 tolerance holds.
+static void test_matmul_large(backend *b, int bf16) {
     const int N = 128, IC = 96, OC = 70;
     char name[96];
+    const char *fwd_name = bf16 ? "matmul_fwd_bf16 tiled" : "matmul_fwd tiled";
+    const char *bwd_name = bf16 ? "matmul_bwd_bf16 tiled" : "matmul_bwd tiled";
     float *inp = rand_f((size_t)N * IC, -1, 1), *w = rand_f((size_t)OC * IC, -1, 1);
     float *bias = rand_f(OC, -1, 1), *R = rand_f((size_t)N * OC, -1, 1);
+    uint16_t *h_inp = bf16 ? dev_bf16(b, inp, (size_t)N * IC) : NULL;
+    uint16_t *h_w = bf16 ? dev_bf16(b, w, (size_t)OC * IC) : NULL;
+    uint16_t *h_R = bf16 ? dev_bf16(b, R, (size_t)N * OC) : NULL;
     double *di = to_d(inp, (size_t)N * IC), *dw = to_d(w, (size_t)OC * IC), *db = to_d(bias, OC);
     double *dR = to_d(R, (size_t)N * OC);
     double *ref = xmalloc((size_t)N * OC * sizeof(double));
     ref_matmul(ref, di, dw, db, N, IC, OC);
     float *d_inp = dev_f(b, inp, (size_t)N * IC), *d_w = dev_f(b, w, (size_t)OC * IC);
     float *d_bias = dev_f(b, bias, OC), *d_out = dev_f(b, NULL, (size_t)N * OC);
-    b->matmul_fwd(b, d_out, d_inp, d_w, d_bias, N, IC, OC);
+    if (bf16) b->matmul_fwd_bf16(b, d_out, h_inp, h_w, d_bias, N, IC, OC);
+    else b->matmul_fwd(b, d_out, d_inp, d_w, d_bias, N, IC, OC);
     float *out = host_of(b, d_out, (size_t)N * OC);
     double e = 0.0,
            scale = sqrt((double)IC) * max_abs(di, (size_t)N * IC) * max_abs(dw, (size_t)OC * IC);
     for (size_t i = 0; i < (size_t)N * OC; i++) e = fmax(e, fabs(out[i] - ref[i]));
-    name_of(name, sizeof name, "matmul_fwd tiled");
+    name_of(name, sizeof name, fwd_name);
     TEST_CHECK(e <= 1e-5 * scale, name, "max error %.3g > 1e-5 * sqrt(K) * scale %.3g", e, scale);
 
     double *gi = xcalloc((size_t)N * IC, sizeof(double)),
@@ -118,19 +126,21 @@ static void test_matmul_large(backend *b) {
         }
     float *d_dinp = dev_f(b, NULL, (size_t)N * IC), *d_dw = dev_f(b, NULL, (size_t)OC * IC);
     float *d_db = dev_f(b, NULL, OC), *d_R = dev_f(b, R, (size_t)N * OC);
-    b->matmul_bwd(b, d_dinp, d_dw, d_db, d_R, d_inp, d_w, N, IC, OC);
+    if (bf16) b->matmul_bwd_bf16(b, d_dinp, d_dw, d_db, h_R, h_inp, h_w, N, IC, OC);
+    else b->matmul_bwd(b, d_dinp, d_dw, d_db, d_R, d_inp, d_w, N, IC, OC);
     float *h = host_of(b, d_dinp, (size_t)N * IC);
     name_of(name, sizeof name, "dinp");
-    check_rel("matmul_bwd tiled", name, h, NULL, gi, (size_t)N * IC, 1e-5);
+    check_rel(bwd_name, name, h, NULL, gi, (size_t)N * IC, 1e-5);
     free(h);
     h = host_of(b, d_dw, (size_t)OC * IC);
     name_of(name, sizeof name, "dweight");
-    check_rel("matmul_bwd tiled", name, h, NULL, gw, (size_t)OC * IC, 1e-5);
+    check_rel(bwd_name, name, h, NULL, gw, (size_t)OC * IC, 1e-5);
     free(h);
     h = host_of(b, d_db, OC);
     name_of(name, sizeof name, "dbias");
-    check_rel("matmul_bwd tiled", name, h, NULL, gb, OC, 1e-5);
+    check_rel(bwd_name, name, h, NULL, gb, OC, 1e-5);
     free(h);
+    if (bf16) b->free(b, h_inp), b->free(b, h_w), b->free(b, h_R);
     b->free(b, d_inp), b->free(b, d_w), b->free(b, d_bias), b->free(b, d_out);
     b->free(b, d_dinp), b->free(b, d_dw), b->free(b, d_db), b->free(b, d_R);
     free(inp), free(w), free(bias), free(R), free(di), free(dw), free(db), free(dR), free(ref);
@@ -476,7 +486,8 @@ static void run_all(int threads) {
     snprintf(test_tag, sizeof test_tag, " t%d", threads);
     test_matmul_small(b, 1);
     test_matmul_small(b, 0);
-    test_matmul_large(b);
+    test_matmul_large(b, 0);
+    test_matmul_large(b, 1);
     test_layernorm(b, 7, 10, 1);
     test_layernorm(b, 37, 768, 0);
     test_residual(b);

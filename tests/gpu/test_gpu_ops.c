@@ -182,6 +182,47 @@ static void test_matmul(int N, int IC, int OC, int with_bias, int offset) {
     free(junk), free(dw0), free(db0), free(dw1), free(db1), free(dw2), free(db2);
 }
 
+// The bf16-operand matmuls: the same random operands rounded to bf16 on both backends. A
+// product of two bf16 values is exact in fp32 and both accumulate in fp32, so the fp32
+// tolerance is the bf16 one too (the tensor cores' accumulation order differs from the CPU's,
+// as cuBLASLt's fp32 kernels' does).
+static uint16_t *twin_bf16(float *host, size_t n, uint16_t **on_cpu) {
+    *on_cpu = dev_bf16(cpu, host, n);
+    return dev_bf16(dut, host, n);
+}
+
+static void test_matmul_bf16(int N, int IC, int OC, int with_bias, int offset) {
+    char op[96];
+    snprintf(op, sizeof op, "matmul_bf16 N=%d IC=%d OC=%d%s%s", N, IC, OC,
+             with_bias ? " bias" : "", offset ? " unaligned" : "");
+    float *h_inp = rand_f((size_t)N * IC, -1, 1), *h_w = rand_f((size_t)OC * IC + offset, -1, 1);
+    float *h_dout = rand_f((size_t)N * OC, -1, 1);
+    uint16_t *inp_c, *w_c, *dout_c;
+    uint16_t *inp_d = twin_bf16(h_inp, (size_t)N * IC, &inp_c);
+    uint16_t *w_d = twin_bf16(h_w, (size_t)OC * IC + offset, &w_c);
+    uint16_t *dout_d = twin_bf16(h_dout, (size_t)N * OC, &dout_c);
+    twin bias = twin_rand((size_t)OC + offset, -1, 1), out = twin_new(NULL, (size_t)N * OC);
+    dut->matmul_fwd_bf16(dut, out.d, inp_d, w_d + offset, with_bias ? bias.d + offset : NULL, N,
+                         IC, OC);
+    cpu->matmul_fwd_bf16(cpu, out.c, inp_c, w_c + offset, with_bias ? bias.c + offset : NULL, N,
+                         IC, OC);
+    compare(op, "fwd out", out, 1e-5);
+    float *junk = rand_f((size_t)N * IC, 100, 200);
+    twin dinp = twin_new(junk, (size_t)N * IC), dw = twin_rand((size_t)OC * IC, -1, 1);
+    twin db = twin_rand((size_t)OC, -1, 1);
+    dut->matmul_bwd_bf16(dut, dinp.d, dw.d, with_bias ? db.d : NULL, dout_d, inp_d, w_d + offset,
+                         N, IC, OC);
+    cpu->matmul_bwd_bf16(cpu, dinp.c, dw.c, with_bias ? db.c : NULL, dout_c, inp_c, w_c + offset,
+                         N, IC, OC);
+    compare(op, "bwd dinp (overwritten)", dinp, 1e-5);
+    compare(op, "bwd dweight (accumulated)", dw, 1e-5);
+    compare(op, with_bias ? "bwd dbias (accumulated)" : "bwd dbias untouched", db, 1e-5);
+    uint16_t *bufs[] = {inp_d, w_d, dout_d}, *cbufs[] = {inp_c, w_c, dout_c};
+    for (int k = 0; k < 3; k++) dut->free(dut, bufs[k]), cpu->free(cpu, cbufs[k]);
+    twin_free(bias), twin_free(out), twin_free(dinp), twin_free(dw), twin_free(db);
+    free(h_inp), free(h_w), free(h_dout), free(junk);
+}
+
 // ---------------------------------------------------------------------------------------
 // LayerNorm and pointwise
 
@@ -544,6 +585,16 @@ static void b_mm_bwd(void *p) {
     bench_args *x = p;
     dut->matmul_bwd(dut, x->dinp, x->dw, x->db, x->out, x->inp, x->w, x->N, x->IC, x->OC);
 }
+static void b_mm_fwd_bf16(void *p) { // inp, w, out hold bf16 operands (as many bytes)
+    bench_args *x = p;
+    dut->matmul_fwd_bf16(dut, x->dinp, (const uint16_t *)x->inp, (const uint16_t *)x->w, x->bias,
+                         x->N, x->IC, x->OC);
+}
+static void b_mm_bwd_bf16(void *p) {
+    bench_args *x = p;
+    dut->matmul_bwd_bf16(dut, x->dinp, x->dw, x->db, (const uint16_t *)x->out,
+                         (const uint16_t *)x->inp, (const uint16_t *)x->w, x->N, x->IC, x->OC);
+}
 static void b_att_fwd(void *p) {
     bench_args *x = p;
     dut->attention_fwd(dut, x->out, x->state, x->inp, x->B, x->T, x->NH, x->HS);
@@ -626,6 +677,15 @@ static void bench(int small) {
         printf("bench: matmul %-8s (%d x %d x %d): fwd %.3f ms %.1f TFLOP/s, bwd %.3f ms %.1f "
                "TFLOP/s\n", lin[i].name, N, IC, OC, tf * 1e3, fl / tf / 1e12, tb * 1e3,
                2 * fl / tb / 1e12);
+        // The bf16-operand forms on the same buffers (their first half read as bf16; dinp
+        // takes the forward's fp32 output, which is N x IC floats or more).
+        bench_args a16 = a;
+        a16.dinp = bench_buf((size_t)N * (IC > OC ? IC : OC));
+        double tf16 = time_op(b_mm_fwd_bf16, &a16), tb16 = time_op(b_mm_bwd_bf16, &a16);
+        dut->free(dut, a16.dinp);
+        printf("bench: matmul %-8s bf16 operands: fwd %.3f ms %.1f TFLOP/s, bwd %.3f ms %.1f "
+               "TFLOP/s\n", lin[i].name, tf16 * 1e3, fl / tf16 / 1e12, tb16 * 1e3,
+               2 * fl / tb16 / 1e12);
         total += lin[i].per_step * (tf + tb);
         bench_free(&a);
     }
@@ -741,6 +801,11 @@ int main(int argc, char **argv) {
     test_matmul(37, 29, 53, 1, 0);
     test_matmul(37, 29, 53, 1, 1);
     test_matmul(64, 96, 80, 1, 3);
+    test_matmul_bf16(512, 768, 2304, 1, 0);
+    test_matmul_bf16(256, 3072, 768, 1, 0);
+    test_matmul_bf16(300, 768, 1000, 0, 0);
+    test_matmul_bf16(37, 29, 53, 1, 0);
+    test_matmul_bf16(64, 96, 80, 1, 3);
     test_layernorm(1000, 768);
     test_layernorm(77, 33);
     test_pointwise(1000003);
