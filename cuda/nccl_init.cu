@@ -26,7 +26,7 @@ void nccl_abort_all(comm *c) {
 }
 
 // Flushes and frees every communicator, waiting for the flush at most timeout_s (then
-// aborting), and releases the streams and buffers.
+// aborting), and releases the streams, events and buffers.
 static void nccl_destroy(comm *c) {
     if (!c) return;
     nccl_ctx *x = ctx_of(c);
@@ -85,6 +85,8 @@ static void nccl_destroy(comm *c) {
             free(grp->world_ranks);
         }
         if (x->scratch) (void)cudaFree(x->scratch);
+        if (x->inputs_event) (void)cudaEventDestroy(x->inputs_event);
+        nccl_free_requests(x);
         free(x->p2p);
         free(x);
     }
@@ -212,6 +214,7 @@ tri_status comm_nccl_create(comm **out, const run_config *cfg, launch_info *li, 
     c->destroy = nccl_destroy;
     x->coord = mesh_coord_of(cfg, li->rank);
     CUDA_CHECK_GOTO(cudaGetDevice(&x->device), rc, fail);
+    CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&x->inputs_event, cudaEventDisableTiming), rc, fail);
 
     for (int g = 0; g < COMM_GROUP_COUNT; g++) {
         build_group(c, cfg, (comm_group_id)g);

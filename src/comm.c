@@ -91,6 +91,41 @@ static tri_status self_group(comm *c) {
     return TRI_OK;
 }
 
+// The non-blocking forms complete inside start, as on every group of one.
+static tri_status self_all_reduce_start(comm *c, comm_group_id g, void *buf, size_t count,
+                                        comm_dtype dt, comm_reduce_op op, comm_request *req) {
+    req->impl = NULL;
+    return self_all_reduce(c, g, buf, count, dt, op);
+}
+
+static tri_status self_reduce_scatter_start(comm *c, comm_group_id g, const void *send,
+                                            void *recv, size_t count, comm_dtype dt,
+                                            comm_request *req) {
+    req->impl = NULL;
+    return self_reduce_scatter(c, g, send, recv, count, dt);
+}
+
+static tri_status self_all_gather_start(comm *c, comm_group_id g, const void *send, void *recv,
+                                        size_t count, comm_dtype dt, comm_request *req) {
+    req->impl = NULL;
+    return self_all_gather(c, g, send, recv, count, dt);
+}
+
+// A group here can hold no send or receive (self_p2p refuses them): it is always empty.
+static tri_status self_group_end_start(comm *c, comm_request *req) {
+    (void)c;
+    req->impl = NULL;
+    return TRI_OK;
+}
+
+static tri_status self_wait(comm *c, comm_request *req) {
+    (void)c;
+    TRI_ASSERT(req->impl == NULL); // nothing of this backend is ever in flight
+    return TRI_OK;
+}
+
+static void self_progress(comm *c) { (void)c; }
+
 static void self_destroy(comm *c) { free(c); }
 
 tri_status comm_self_create(comm **out) {
@@ -105,6 +140,7 @@ tri_status comm_self_create(comm **out) {
         /* .step           = */ 0,
         /* .inputs_ready   = */ NULL,
         /* .inputs_ready_ctx = */ NULL,
+        /* .compute_stream = */ NULL,
         /* .all_reduce     = */ self_all_reduce,
         /* .reduce_scatter = */ self_reduce_scatter,
         /* .all_gather     = */ self_all_gather,
@@ -114,6 +150,12 @@ tri_status comm_self_create(comm **out) {
         /* .recv           = */ self_recv,
         /* .group_start    = */ self_group,
         /* .group_end      = */ self_group,
+        /* .all_reduce_start     = */ self_all_reduce_start,
+        /* .reduce_scatter_start = */ self_reduce_scatter_start,
+        /* .all_gather_start     = */ self_all_gather_start,
+        /* .group_end_start      = */ self_group_end_start,
+        /* .wait           = */ self_wait,
+        /* .progress       = */ self_progress,
         /* .destroy        = */ self_destroy,
     };
     for (int g = 0; g < COMM_GROUP_COUNT; g++) c->groups[g] = (comm_group){.size = 1, .rank = 0};

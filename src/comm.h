@@ -45,6 +45,10 @@ typedef struct {
     void *impl; // backend handle (MPI_Comm, ncclComm_t)
 } comm_group;
 
+// A collective in flight: what a *_start call fills in and `wait` completes (and resets).
+// impl NULL: nothing in flight (wait returns TRI_OK at once).
+typedef struct { void *impl; } comm_request;
+
 typedef struct comm comm;
 struct comm {
     const char *name; // "self", "mpi", "nccl"
@@ -60,6 +64,12 @@ struct comm {
     // (NCCL), so that what the backend's stream wrote is complete.
     void (*inputs_ready)(void *ctx);
     void *inputs_ready_ctx;
+    // Device comm backends (NCCL): the compute backend's stream (a cudaStream_t, set by the
+    // trainer from backend.stream; NULL on the CPU). When set, start orders the collective
+    // after the work already enqueued there with a CUDA event (instead of inputs_ready's
+    // host synchronize), and wait makes that stream wait for the collective's completion
+    // event (cudaStreamWaitEvent): neither blocks the host. Host backends ignore it.
+    void *compute_stream;
 
     // In-place all-reduce of `count` elements.
     tri_status (*all_reduce)(comm *c, comm_group_id g, void *buf, size_t count, comm_dtype dt,
@@ -83,6 +93,34 @@ struct comm {
                        int peer);
     tri_status (*group_start)(comm *c);
     tri_status (*group_end)(comm *c);
+
+    // Non-blocking forms of all_reduce, reduce_scatter and all_gather (same arguments, same
+    // in-place rules, same payload counting, done at start; bitwise the same result as the
+    // blocking form). They return once the collective is started; until `wait` returns the
+    // caller must neither read nor write its buffers. Several may be in flight at once, on
+    // the same or different groups, and be waited for in any order; collectives on one
+    // group must be started in the same order on every rank of it (MPI's rule). On a group
+    // of one they complete inside start (req->impl stays NULL), as a backend may do with
+    // others too (NCCL with host buffers). Every request started must be waited for, also
+    // after an error elsewhere.
+    tri_status (*all_reduce_start)(comm *c, comm_group_id g, void *buf, size_t count,
+                                   comm_dtype dt, comm_reduce_op op, comm_request *req);
+    tri_status (*reduce_scatter_start)(comm *c, comm_group_id g, const void *send, void *recv,
+                                       size_t count, comm_dtype dt, comm_request *req);
+    tri_status (*all_gather_start)(comm *c, comm_group_id g, const void *send, void *recv,
+                                   size_t count, comm_dtype dt, comm_request *req);
+    // group_end that does not wait: the sends and receives of the group are started and
+    // `req` completes them (req->impl NULL when the group was empty, or for the group_end of
+    // a nested group, whose operations the outermost one takes).
+    tri_status (*group_end_start)(comm *c, comm_request *req);
+    // Completes a request (a timeout ends the job as for the blocking forms: exit code 5 and a
+    // message naming the group, the collective and `step`) and resets req->impl to NULL.
+    tri_status (*wait)(comm *c, comm_request *req);
+    // Lets collectives in flight progress without waiting for them (MPI: MPI_Testall on the
+    // requests; NCCL: notices completed and timed-out ones handed to compute_stream; others:
+    // nothing). Cheap; the trainer calls it between ops.
+    void (*progress)(comm *c);
+
     void (*destroy)(comm *c);
 };
 

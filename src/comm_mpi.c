@@ -18,6 +18,12 @@
 // comm->timeout_s. Collectives called between group_start and group_end still complete
 // before they return; only send and recv are batched.
 //
+// The non-blocking forms (all_reduce_start, reduce_scatter_start, all_gather_start,
+// group_end_start) post the same MPI calls and hand their MPI requests to a comm_request
+// (an mpi_request, kept on the ctx's list of live requests for `progress`); `wait` runs the
+// polling loop on them. all_reduce, reduce_scatter, all_gather and group_end are literally
+// start + wait, so both forms give bitwise the same results.
+//
 // Determinism: MPI's built-in reductions on a fixed communicator with a fixed count pick
 // the same algorithm and the same reduction order every run (OpenMPI's tuned and libnbc
 // collectives select by communicator size and message size only), so the same inputs give
@@ -34,17 +40,22 @@
 #include "bf16.h"
 #include "mesh.h"
 
-// Every MPI call goes through this: on failure it prints the statement, file:line, rank and
-// MPI's error string, and returns TRI_ERR_COMM. Communicators carry MPI_ERRORS_RETURN.
+// Prints a failed MPI call: the statement, file:line, rank and MPI's error string.
+static void mpi_report(const comm *c, int rc, const char *stmt, const char *file, int line) {
+    char msg[MPI_MAX_ERROR_STRING] = "";
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    LOG_ERROR("MPI call '%s' failed at %s:%d on rank %d: %s", stmt, file, line, c->world_rank,
+              msg);
+}
+
+// Every MPI call goes through this: on failure it reports the call (mpi_report) and returns
+// TRI_ERR_COMM. Communicators carry MPI_ERRORS_RETURN.
 #define MPI_CHECK(c, call)                                                                   \
     do {                                                                                     \
         int mpi_check_rc_ = (call);                                                          \
         if (mpi_check_rc_ != MPI_SUCCESS) {                                                  \
-            char mpi_check_msg_[MPI_MAX_ERROR_STRING] = "";                                  \
-            int mpi_check_len_ = 0;                                                          \
-            MPI_Error_string(mpi_check_rc_, mpi_check_msg_, &mpi_check_len_);                \
-            LOG_ERROR("MPI call '%s' failed at %s:%d on rank %d: %s", #call, __FILE__,       \
-                      __LINE__, (c)->world_rank, mpi_check_msg_);                            \
+            mpi_report((c), mpi_check_rc_, #call, __FILE__, __LINE__);                       \
             return TRI_ERR_COMM;                                                             \
         }                                                                                    \
     } while (0)
@@ -62,6 +73,18 @@ typedef struct {
     int peer;         // group rank of the peer for send/recv; -1 for a collective
 } mpi_wait_desc;
 
+// What comm_request.impl points to: the MPI requests of one collective, or of the sends and
+// receives of one group, from start until wait.
+typedef struct mpi_request {
+    int n;
+    MPI_Request *reqs;    // (n)
+    mpi_wait_desc *desc;  // (n), to name them if they time out
+    void *copy;           // a copy of an overlapping send buffer, which MPI reads until done
+    int done;             // progress saw all n complete
+    tri_status failed;    // progress saw MPI fail on them: wait returns it
+    struct mpi_request *prev, *next; // the ctx's list of live requests
+} mpi_request;
+
 typedef struct {
     mpi_group groups[COMM_GROUP_COUNT];
     mesh_coord me;
@@ -72,6 +95,7 @@ typedef struct {
     MPI_Request *pending;
     mpi_wait_desc *pending_desc;
     int n_pending, cap_pending;
+    mpi_request *live; // started and not yet waited for, newest first (progress tests them)
 } mpi_ctx;
 
 static mpi_ctx *ctx_of(comm *c) { return c->ctx; }
@@ -224,19 +248,88 @@ static tri_status mpi_wait_one(comm *c, MPI_Request *req, const char *what, comm
     return mpi_wait_all(c, 1, req, &d);
 }
 
+// ---- requests of the non-blocking forms ----
+
+// Hands `n` posted MPI requests (and `copy`, freed at wait) to req, as a live request.
+static void request_track(comm *c, comm_request *req, int n, const MPI_Request *reqs,
+                          const mpi_wait_desc *desc, void *copy) {
+    mpi_ctx *x = ctx_of(c);
+    mpi_request *r = xcalloc(1, sizeof *r);
+    r->n = n;
+    r->reqs = xmalloc((size_t)n * sizeof *r->reqs);
+    r->desc = xmalloc((size_t)n * sizeof *r->desc);
+    memcpy(r->reqs, reqs, (size_t)n * sizeof *r->reqs);
+    memcpy(r->desc, desc, (size_t)n * sizeof *r->desc);
+    r->copy = copy;
+    r->next = x->live;
+    if (x->live) x->live->prev = r;
+    x->live = r;
+    req->impl = r;
+}
+
+static void track_collective(comm *c, comm_request *req, MPI_Request mr, const char *what,
+                             comm_group_id g, size_t bytes, void *copy) {
+    mpi_wait_desc d = {what, g, bytes, -1};
+    request_track(c, req, 1, &mr, &d, copy);
+}
+
+static void request_free(mpi_ctx *x, mpi_request *r) {
+    if (r->prev) r->prev->next = r->next;
+    else x->live = r->next;
+    if (r->next) r->next->prev = r->prev;
+    free(r->reqs);
+    free(r->desc);
+    free(r->copy);
+    free(r);
+}
+
+static tri_status mpi_wait(comm *c, comm_request *req) {
+    mpi_request *r = req->impl;
+    if (!r) return TRI_OK;
+    req->impl = NULL;
+    tri_status st = r->failed;
+    if (st == TRI_OK && !r->done) st = mpi_wait_all(c, r->n, r->reqs, r->desc);
+    request_free(ctx_of(c), r);
+    return st;
+}
+
+// MPI_Testall on every live request: MPI progresses non-blocking collectives (OpenMPI's
+// libnbc schedules) only inside MPI calls, so a rank computing between ops would otherwise
+// hold back its peers until it waits. A failure is reported now and returned by wait.
+static void mpi_progress(comm *c) {
+    for (mpi_request *r = ctx_of(c)->live; r; r = r->next) {
+        if (r->done || r->failed) continue;
+        int rc = MPI_Testall(r->n, r->reqs, &r->done, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS) {
+            mpi_report(c, rc, "MPI_Testall(r->n, r->reqs, &r->done, MPI_STATUSES_IGNORE)",
+                       __FILE__, __LINE__);
+            r->failed = TRI_ERR_COMM;
+        }
+    }
+}
+
 // ---- collectives ----
 
-static tri_status mpi_all_reduce(comm *c, comm_group_id g, void *buf, size_t count,
-                                 comm_dtype dt, comm_reduce_op op) {
+static tri_status mpi_all_reduce_start(comm *c, comm_group_id g, void *buf, size_t count,
+                                       comm_dtype dt, comm_reduce_op op, comm_request *req) {
+    req->impl = NULL;
     TRI_CHECK(mpi_check_group(c, g, "all_reduce"));
     if (c->groups[g].size == 1) return TRI_OK;
     TRI_CHECK(mpi_check_count(c, "all_reduce", count));
     size_t bytes = count * comm_dtype_size(dt);
     comm_count(c, g, COMM_OP_ALL_REDUCE, bytes);
-    MPI_Request req;
+    MPI_Request mr;
     MPI_CHECK(c, MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, mpi_dtype(dt), mpi_op(c, dt, op),
-                                ctx_of(c)->groups[g].mpi, &req));
-    return mpi_wait_one(c, &req, "all_reduce", g, bytes);
+                                ctx_of(c)->groups[g].mpi, &mr));
+    track_collective(c, req, mr, "all_reduce", g, bytes, NULL);
+    return TRI_OK;
+}
+
+static tri_status mpi_all_reduce(comm *c, comm_group_id g, void *buf, size_t count,
+                                 comm_dtype dt, comm_reduce_op op) {
+    comm_request req;
+    TRI_CHECK(mpi_all_reduce_start(c, g, buf, count, dt, op, &req));
+    return mpi_wait(c, &req);
 }
 
 // Does [a, a+na) overlap [b, b+nb)?
@@ -245,8 +338,10 @@ static int overlaps(const void *a, size_t na, const void *b, size_t nb) {
     return pa < pb + nb && pb < pa + na;
 }
 
-static tri_status mpi_reduce_scatter(comm *c, comm_group_id g, const void *send, void *recv,
-                                     size_t count, comm_dtype dt) {
+static tri_status mpi_reduce_scatter_start(comm *c, comm_group_id g, const void *send,
+                                           void *recv, size_t count, comm_dtype dt,
+                                           comm_request *req) {
+    req->impl = NULL;
     TRI_CHECK(mpi_check_group(c, g, "reduce_scatter"));
     const int n = c->groups[g].size;
     const size_t block = count * comm_dtype_size(dt), bytes = block * (size_t)n;
@@ -256,13 +351,13 @@ static tri_status mpi_reduce_scatter(comm *c, comm_group_id g, const void *send,
     }
     TRI_CHECK(mpi_check_count(c, "reduce_scatter", count * (size_t)n));
     comm_count(c, g, COMM_OP_REDUCE_SCATTER, bytes);
-    MPI_Request req;
+    MPI_Request mr;
     MPI_Comm mc = ctx_of(c)->groups[g].mpi;
     void *copy = NULL;
     if (send == recv) {
         // In place: the input is the whole buffer, the result lands in its first block.
         MPI_CHECK(c, MPI_Ireduce_scatter_block(MPI_IN_PLACE, recv, (int)count, mpi_dtype(dt),
-                                               mpi_op(c, dt, COMM_REDUCE_SUM), mc, &req));
+                                               mpi_op(c, dt, COMM_REDUCE_SUM), mc, &mr));
     } else {
         if (overlaps(send, bytes, recv, block)) { // e.g. recv = send + rank * count
             copy = xmalloc(bytes);
@@ -270,17 +365,24 @@ static tri_status mpi_reduce_scatter(comm *c, comm_group_id g, const void *send,
             send = copy;
         }
         int rc = MPI_Ireduce_scatter_block(send, recv, (int)count, mpi_dtype(dt),
-                                           mpi_op(c, dt, COMM_REDUCE_SUM), mc, &req);
+                                           mpi_op(c, dt, COMM_REDUCE_SUM), mc, &mr);
         if (rc != MPI_SUCCESS) free(copy);
         MPI_CHECK(c, rc);
     }
-    tri_status st = mpi_wait_one(c, &req, "reduce_scatter", g, bytes);
-    free(copy);
-    return st;
+    track_collective(c, req, mr, "reduce_scatter", g, bytes, copy);
+    return TRI_OK;
 }
 
-static tri_status mpi_all_gather(comm *c, comm_group_id g, const void *send, void *recv,
-                                 size_t count, comm_dtype dt) {
+static tri_status mpi_reduce_scatter(comm *c, comm_group_id g, const void *send, void *recv,
+                                     size_t count, comm_dtype dt) {
+    comm_request req;
+    TRI_CHECK(mpi_reduce_scatter_start(c, g, send, recv, count, dt, &req));
+    return mpi_wait(c, &req);
+}
+
+static tri_status mpi_all_gather_start(comm *c, comm_group_id g, const void *send, void *recv,
+                                       size_t count, comm_dtype dt, comm_request *req) {
+    req->impl = NULL;
     TRI_CHECK(mpi_check_group(c, g, "all_gather"));
     const int n = c->groups[g].size, me = c->groups[g].rank;
     const size_t block = count * comm_dtype_size(dt), bytes = block * (size_t)n;
@@ -290,13 +392,13 @@ static tri_status mpi_all_gather(comm *c, comm_group_id g, const void *send, voi
     }
     TRI_CHECK(mpi_check_count(c, "all_gather", count * (size_t)n));
     comm_count(c, g, COMM_OP_ALL_GATHER, bytes);
-    MPI_Request req;
+    MPI_Request mr;
     MPI_Comm mc = ctx_of(c)->groups[g].mpi;
     void *copy = NULL;
     if (send == (const char *)recv + (size_t)me * block) {
         // In place: this rank's block already sits at its place in the receive buffer.
         MPI_CHECK(c, MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, (int)count,
-                                    mpi_dtype(dt), mc, &req));
+                                    mpi_dtype(dt), mc, &mr));
     } else {
         if (overlaps(send, block, recv, bytes)) {
             copy = xmalloc(block);
@@ -304,13 +406,19 @@ static tri_status mpi_all_gather(comm *c, comm_group_id g, const void *send, voi
             send = copy;
         }
         int rc = MPI_Iallgather(send, (int)count, mpi_dtype(dt), recv, (int)count,
-                                mpi_dtype(dt), mc, &req);
+                                mpi_dtype(dt), mc, &mr);
         if (rc != MPI_SUCCESS) free(copy);
         MPI_CHECK(c, rc);
     }
-    tri_status st = mpi_wait_one(c, &req, "all_gather", g, bytes);
-    free(copy);
-    return st;
+    track_collective(c, req, mr, "all_gather", g, bytes, copy);
+    return TRI_OK;
+}
+
+static tri_status mpi_all_gather(comm *c, comm_group_id g, const void *send, void *recv,
+                                 size_t count, comm_dtype dt) {
+    comm_request req;
+    TRI_CHECK(mpi_all_gather_start(c, g, send, recv, count, dt, &req));
+    return mpi_wait(c, &req);
 }
 
 static tri_status mpi_broadcast(comm *c, comm_group_id g, void *buf, size_t count, comm_dtype dt,
@@ -393,13 +501,22 @@ static tri_status mpi_group_start(comm *c) {
     return TRI_OK;
 }
 
-static tri_status mpi_group_end(comm *c) {
+// The outermost group_end_start hands the batch to req; a nested one has nothing to hand.
+static tri_status mpi_group_end_start(comm *c, comm_request *req) {
     mpi_ctx *x = ctx_of(c);
+    req->impl = NULL;
     TRI_ASSERT(x->group_depth > 0); // group_end without group_start
     if (--x->group_depth > 0) return TRI_OK;
     int n = x->n_pending;
     x->n_pending = 0;
-    return mpi_wait_all(c, n, x->pending, x->pending_desc);
+    if (n > 0) request_track(c, req, n, x->pending, x->pending_desc, NULL);
+    return TRI_OK;
+}
+
+static tri_status mpi_group_end(comm *c) {
+    comm_request req;
+    TRI_CHECK(mpi_group_end_start(c, &req));
+    return mpi_wait(c, &req);
 }
 
 // ---- setup ----
@@ -413,6 +530,9 @@ static void mpi_destroy(comm *c) {
     }
     free(x->pending);
     free(x->pending_desc);
+    // Requests never waited for (an error ended the run first): only their memory is left;
+    // MPI_Finalize below ends what MPI still holds.
+    while (x->live) request_free(x, x->live);
     if (x->bf16_sum != MPI_OP_NULL) MPI_Op_free(&x->bf16_sum);
     if (x->bf16_max != MPI_OP_NULL) MPI_Op_free(&x->bf16_max);
     if (x->owns_mpi) {
@@ -497,6 +617,7 @@ tri_status comm_mpi_create(comm **out, const run_config *cfg, const launch_info 
         /* .step           = */ 0,
         /* .inputs_ready   = */ NULL,
         /* .inputs_ready_ctx = */ NULL,
+        /* .compute_stream = */ NULL,
         /* .all_reduce     = */ mpi_all_reduce,
         /* .reduce_scatter = */ mpi_reduce_scatter,
         /* .all_gather     = */ mpi_all_gather,
@@ -506,6 +627,12 @@ tri_status comm_mpi_create(comm **out, const run_config *cfg, const launch_info 
         /* .recv           = */ mpi_recv,
         /* .group_start    = */ mpi_group_start,
         /* .group_end      = */ mpi_group_end,
+        /* .all_reduce_start     = */ mpi_all_reduce_start,
+        /* .reduce_scatter_start = */ mpi_reduce_scatter_start,
+        /* .all_gather_start     = */ mpi_all_gather_start,
+        /* .group_end_start      = */ mpi_group_end_start,
+        /* .wait           = */ mpi_wait,
+        /* .progress       = */ mpi_progress,
         /* .destroy        = */ mpi_destroy,
     };
     x->me = mesh_coord_of(cfg, li->rank);

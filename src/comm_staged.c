@@ -1,125 +1,262 @@
 // comm_staged.c: see comm_staged.h.
+//
+// Every call copies its device inputs into a host buffer of the pool, runs the inner call
+// on host memory and copies the results back. The non-blocking forms keep their host buffer
+// (and the inner request) in the request until `wait`, which completes the inner request and
+// copies the result to the device; the blocking forms are start + wait. The copies go
+// through the compute backend, on its stream after the work already enqueued there, so the
+// inputs are complete when they are read (no inputs_ready needed).
 #include "comm_staged.h"
 
 #include <string.h>
 
-// A send or receive posted inside a group: its host copy lives until group_end.
+// A buffer of the host pool: each call in flight holds its own, so that several may be.
 typedef struct {
-    void *dev, *host;
-    size_t bytes;
-    int is_recv;
-} staged_p2p;
+    char *ptr;
+    size_t cap;
+    int busy;
+} staged_host;
+
+// A device buffer's host copy, held from the start of a call to its end.
+typedef struct {
+    char *host;     // a pool buffer
+    void *dev;
+    size_t offset;  // where in `host` the result for `dev` lies
+    size_t bytes;   // the result's size
+    int copy_back;  // the call writes dev: host + offset goes back to it at the end
+} staged_copy;
+
+// What comm_request.impl points to.
+typedef struct {
+    comm_request inner;
+    staged_copy *copies; // (n): one for a collective, one per send or receive of a group
+    int n;
+} staged_request;
 
 typedef struct {
     comm *inner;
     backend *be;
-    char *stage[2];     // host staging, grown on demand
-    size_t cap[2];
-    staged_p2p *p2p;    // inside a group
-    int n_p2p, cap_p2p, in_group;
+    staged_host *pool;   // (n_pool), grown on demand; as many as calls were ever in flight
+    int n_pool;
+    staged_copy *p2p;    // (n_p2p) sends and receives of the open group
+    int n_p2p, cap_p2p;
+    int group_depth;     // > 0 between group_start and group_end
 } staged_ctx;
 
 static staged_ctx *ctx_of(comm *c) { return c->ctx; }
 
-static void *stage(staged_ctx *x, int which, size_t bytes) {
-    if (bytes > x->cap[which]) {
-        free(x->stage[which]);
-        x->stage[which] = xmalloc(bytes);
-        x->cap[which] = bytes;
+static size_t align_up(size_t n) { return (n + 63) & ~(size_t)63; }
+
+// A free pool buffer of at least `bytes`: one large enough, else a free one grown, else new.
+static char *host_take(staged_ctx *x, size_t bytes) {
+    int pick = -1;
+    for (int i = 0; i < x->n_pool; i++) {
+        if (x->pool[i].busy) continue;
+        if (x->pool[i].cap >= bytes) {
+            pick = i;
+            break;
+        }
+        if (pick < 0) pick = i;
     }
-    return x->stage[which];
+    if (pick < 0) {
+        x->pool = realloc(x->pool, (size_t)(x->n_pool + 1) * sizeof *x->pool);
+        TRI_ASSERT(x->pool);
+        pick = x->n_pool++;
+        x->pool[pick] = (staged_host){NULL, 0, 0};
+    }
+    staged_host *h = &x->pool[pick];
+    if (h->cap < bytes) {
+        free(h->ptr);
+        h->ptr = xmalloc(bytes ? bytes : 1);
+        h->cap = bytes;
+    }
+    h->busy = 1;
+    return h->ptr;
 }
 
-// Runs an inner call with the wrapper's step, and adds what inner counted to the wrapper's
-// counters (which the trainer resets and reads).
-#define INNER(c, g, call)                                                                     \
-    do {                                                                                      \
-        staged_ctx *x_ = ctx_of(c);                                                           \
-        uint64_t before_[COMM_OP_COUNT];                                                      \
-        memcpy(before_, x_->inner->groups[g].bytes, sizeof before_);                          \
-        uint64_t calls_[COMM_OP_COUNT];                                                       \
-        memcpy(calls_, x_->inner->groups[g].calls, sizeof calls_);                            \
-        x_->inner->step = (c)->step;                                                          \
-        tri_status rc_ = (call);                                                              \
-        for (int op_ = 0; op_ < COMM_OP_COUNT; op_++) {                                       \
-            (c)->groups[g].bytes[op_] += x_->inner->groups[g].bytes[op_] - before_[op_];      \
-            (c)->groups[g].calls[op_] += x_->inner->groups[g].calls[op_] - calls_[op_];       \
-        }                                                                                     \
-        TRI_CHECK(rc_);                                                                       \
-    } while (0)
+static void host_give(staged_ctx *x, char *ptr) {
+    for (int i = 0; i < x->n_pool; i++)
+        if (x->pool[i].ptr == ptr) {
+            x->pool[i].busy = 0;
+            return;
+        }
+    TRI_ASSERT(!"host_give: not a buffer of the pool");
+}
 
-// all_reduce (root < 0) and broadcast: one buffer staged in and back out.
-static tri_status staged_in_place(comm *c, comm_group_id g, void *buf, size_t count,
-                                  comm_dtype dt, comm_reduce_op op, int root) {
+// Ends copies: results go to the device when the call succeeded; the buffers go back.
+static void finish_copies(staged_ctx *x, staged_copy *copies, int n, int ok) {
+    for (int i = 0; i < n; i++) {
+        staged_copy *p = &copies[i];
+        if (ok && p->copy_back) x->be->copy_to_device(x->be, p->dev, p->host + p->offset, p->bytes);
+        host_give(x, p->host);
+    }
+}
+
+// The inner backend for a call: its timeout messages name the wrapper's step.
+static comm *inner_of(comm *c) {
+    comm *in = ctx_of(c)->inner;
+    in->step = c->step;
+    return in;
+}
+
+// After an inner call: what it counted moves to the wrapper's counters (which the trainer
+// resets and reads), so that they count what inner counts.
+static void take_counts(comm *c) {
+    comm *in = ctx_of(c)->inner;
+    for (int g = 0; g < COMM_GROUP_COUNT; g++)
+        for (int op = 0; op < COMM_OP_COUNT; op++) {
+            c->groups[g].bytes[op] += in->groups[g].bytes[op];
+            c->groups[g].calls[op] += in->groups[g].calls[op];
+        }
+    comm_counters_reset(in);
+}
+
+// After an inner start: a request in flight goes to req; one that failed, or that inner
+// completed inside start (a group of one, an empty group), ends now.
+static tri_status staged_begun(comm *c, staged_request *r, tri_status st, comm_request *req) {
+    if (st == TRI_OK && r->inner.impl) {
+        req->impl = r;
+        return TRI_OK;
+    }
+    finish_copies(ctx_of(c), r->copies, r->n, st == TRI_OK);
+    free(r->copies);
+    free(r);
+    return st;
+}
+
+static tri_status staged_wait(comm *c, comm_request *req) {
+    staged_request *r = req->impl;
+    if (!r) return TRI_OK;
+    req->impl = NULL;
+    comm *in = inner_of(c);
+    tri_status st = in->wait(in, &r->inner);
+    finish_copies(ctx_of(c), r->copies, r->n, st == TRI_OK);
+    free(r->copies);
+    free(r);
+    return st;
+}
+
+static void staged_progress(comm *c) {
+    comm *in = inner_of(c);
+    in->progress(in);
+}
+
+// ---- collectives ----
+
+// all_reduce (one buffer, in place), reduce_scatter (all blocks in, this rank's block out)
+// and all_gather (the reverse): inputs at the start of one pool buffer, the result after
+// them (all_reduce: in place), so that the inner call sees no overlap.
+static tri_status staged_collective_start(comm *c, comm_group_id g, comm_op_id op,
+                                          const void *send, void *recv, size_t count,
+                                          comm_dtype dt, comm_reduce_op rop, comm_request *req) {
     staged_ctx *x = ctx_of(c);
-    const size_t n = count * comm_dtype_size(dt);
-    void *h = stage(x, 0, n);
-    x->be->copy_to_host(x->be, h, buf, n);
-    if (root < 0) INNER(c, g, x->inner->all_reduce(x->inner, g, h, count, dt, op));
-    else INNER(c, g, x->inner->broadcast(x->inner, g, h, count, dt, root));
-    x->be->copy_to_device(x->be, buf, h, n);
-    return TRI_OK;
+    req->impl = NULL;
+    const size_t block = count * comm_dtype_size(dt);
+    const size_t all = block * (size_t)(c->groups[g].size > 0 ? c->groups[g].size : 1);
+    const size_t in_bytes = op == COMM_OP_REDUCE_SCATTER ? all : block;
+    const size_t out_bytes = op == COMM_OP_ALL_GATHER ? all : block;
+    const size_t out_at = op == COMM_OP_ALL_REDUCE ? 0 : align_up(in_bytes);
+    char *h = host_take(x, out_at + out_bytes);
+    staged_request *r = xcalloc(1, sizeof *r);
+    r->copies = xmalloc(sizeof *r->copies);
+    r->copies[0] = (staged_copy){h, recv, out_at, out_bytes, 1};
+    r->n = 1;
+    x->be->copy_to_host(x->be, h, send, in_bytes);
+    comm *in = inner_of(c);
+    tri_status st;
+    if (op == COMM_OP_ALL_REDUCE) st = in->all_reduce_start(in, g, h, count, dt, rop, &r->inner);
+    else if (op == COMM_OP_REDUCE_SCATTER)
+        st = in->reduce_scatter_start(in, g, h, h + out_at, count, dt, &r->inner);
+    else st = in->all_gather_start(in, g, h, h + out_at, count, dt, &r->inner);
+    take_counts(c);
+    return staged_begun(c, r, st, req);
+}
+
+static tri_status staged_all_reduce_start(comm *c, comm_group_id g, void *buf, size_t count,
+                                          comm_dtype dt, comm_reduce_op op, comm_request *req) {
+    return staged_collective_start(c, g, COMM_OP_ALL_REDUCE, buf, buf, count, dt, op, req);
+}
+
+static tri_status staged_reduce_scatter_start(comm *c, comm_group_id g, const void *send,
+                                              void *recv, size_t count, comm_dtype dt,
+                                              comm_request *req) {
+    return staged_collective_start(c, g, COMM_OP_REDUCE_SCATTER, send, recv, count, dt,
+                                   COMM_REDUCE_SUM, req);
+}
+
+static tri_status staged_all_gather_start(comm *c, comm_group_id g, const void *send,
+                                          void *recv, size_t count, comm_dtype dt,
+                                          comm_request *req) {
+    return staged_collective_start(c, g, COMM_OP_ALL_GATHER, send, recv, count, dt,
+                                   COMM_REDUCE_SUM, req);
 }
 
 static tri_status staged_all_reduce(comm *c, comm_group_id g, void *buf, size_t count,
                                     comm_dtype dt, comm_reduce_op op) {
-    return staged_in_place(c, g, buf, count, dt, op, -1);
-}
-
-// reduce_scatter (all blocks in, this rank's block out) and all_gather (the reverse).
-static tri_status staged_blocks(comm *c, comm_group_id g, const void *send, void *recv,
-                                size_t count, comm_dtype dt, int gather) {
-    staged_ctx *x = ctx_of(c);
-    const size_t block = count * comm_dtype_size(dt);
-    const size_t all = block * (size_t)(c->groups[g].size > 0 ? c->groups[g].size : 1);
-    const size_t in_bytes = gather ? block : all, out_bytes = gather ? all : block;
-    void *in = stage(x, 0, in_bytes), *out = stage(x, 1, out_bytes);
-    x->be->copy_to_host(x->be, in, send, in_bytes);
-    if (gather) INNER(c, g, x->inner->all_gather(x->inner, g, in, out, count, dt));
-    else INNER(c, g, x->inner->reduce_scatter(x->inner, g, in, out, count, dt));
-    x->be->copy_to_device(x->be, recv, out, out_bytes);
-    return TRI_OK;
+    comm_request req;
+    TRI_CHECK(staged_all_reduce_start(c, g, buf, count, dt, op, &req));
+    return staged_wait(c, &req);
 }
 
 static tri_status staged_reduce_scatter(comm *c, comm_group_id g, const void *send, void *recv,
                                         size_t count, comm_dtype dt) {
-    return staged_blocks(c, g, send, recv, count, dt, 0);
+    comm_request req;
+    TRI_CHECK(staged_reduce_scatter_start(c, g, send, recv, count, dt, &req));
+    return staged_wait(c, &req);
 }
 
 static tri_status staged_all_gather(comm *c, comm_group_id g, const void *send, void *recv,
                                     size_t count, comm_dtype dt) {
-    return staged_blocks(c, g, send, recv, count, dt, 1);
+    comm_request req;
+    TRI_CHECK(staged_all_gather_start(c, g, send, recv, count, dt, &req));
+    return staged_wait(c, &req);
 }
 
 static tri_status staged_broadcast(comm *c, comm_group_id g, void *buf, size_t count,
                                    comm_dtype dt, int root) {
-    return staged_in_place(c, g, buf, count, dt, COMM_REDUCE_SUM, root);
+    staged_ctx *x = ctx_of(c);
+    const size_t n = count * comm_dtype_size(dt);
+    staged_copy cp = {host_take(x, n), buf, 0, n, 1};
+    x->be->copy_to_host(x->be, cp.host, buf, n);
+    comm *in = inner_of(c);
+    tri_status st = in->broadcast(in, g, cp.host, count, dt, root);
+    take_counts(c);
+    finish_copies(x, &cp, 1, st == TRI_OK);
+    return st;
 }
 
 static tri_status staged_barrier(comm *c, comm_group_id g) {
-    INNER(c, g, ctx_of(c)->inner->barrier(ctx_of(c)->inner, g));
-    return TRI_OK;
+    comm *in = inner_of(c);
+    tri_status st = in->barrier(in, g);
+    take_counts(c);
+    return st;
 }
 
-// Sends and receives: outside a group each completes in the inner call; inside one the host
-// copies stay until group_end, where received data goes to the device.
-static tri_status staged_transfer(comm *c, comm_group_id g, void *buf, size_t count, comm_dtype dt,
-                             int peer, int is_recv) {
+// ---- point-to-point ----
+
+// Outside a group a send or receive completes in the inner call; inside one its host copy
+// joins the group's list, and stays until the group completes.
+static tri_status staged_transfer(comm *c, comm_group_id g, void *buf, size_t count,
+                                  comm_dtype dt, int peer, int is_recv) {
     staged_ctx *x = ctx_of(c);
     const size_t n = count * comm_dtype_size(dt);
-    void *h = x->in_group ? xmalloc(n ? n : 1) : stage(x, 0, n);
-    if (x->in_group) {
+    staged_copy cp = {host_take(x, n), buf, 0, n, is_recv};
+    if (!is_recv) x->be->copy_to_host(x->be, cp.host, buf, n);
+    comm *in = inner_of(c);
+    tri_status st = is_recv ? in->recv(in, g, cp.host, count, dt, peer)
+                            : in->send(in, g, cp.host, count, dt, peer);
+    take_counts(c);
+    if (st == TRI_OK && x->group_depth > 0) {
         if (x->n_p2p == x->cap_p2p) {
             x->cap_p2p = x->cap_p2p ? 2 * x->cap_p2p : 8;
             x->p2p = realloc(x->p2p, (size_t)x->cap_p2p * sizeof *x->p2p);
+            TRI_ASSERT(x->p2p);
         }
-        x->p2p[x->n_p2p++] = (staged_p2p){buf, h, n, is_recv};
+        x->p2p[x->n_p2p++] = cp;
+        return TRI_OK;
     }
-    if (!is_recv) x->be->copy_to_host(x->be, h, buf, n);
-    if (is_recv) INNER(c, g, x->inner->recv(x->inner, g, h, count, dt, peer));
-    else INNER(c, g, x->inner->send(x->inner, g, h, count, dt, peer));
-    if (is_recv && !x->in_group) x->be->copy_to_device(x->be, buf, h, n);
-    return TRI_OK;
+    finish_copies(x, &cp, 1, st == TRI_OK);
+    return st;
 }
 
 static tri_status staged_send(comm *c, comm_group_id g, const void *buf, size_t count,
@@ -134,29 +271,40 @@ static tri_status staged_recv(comm *c, comm_group_id g, void *buf, size_t count,
 
 static tri_status staged_group_start(comm *c) {
     staged_ctx *x = ctx_of(c);
-    x->in_group = 1;
+    x->group_depth++;
     return x->inner->group_start(x->inner);
 }
 
-static tri_status staged_group_end(comm *c) {
+// The outermost group_end_start hands the group's copies to the request (inner hands it the
+// transfers); a nested one leaves them to the outermost.
+static tri_status staged_group_end_start(comm *c, comm_request *req) {
     staged_ctx *x = ctx_of(c);
-    tri_status rc = x->inner->group_end(x->inner);
-    for (int i = 0; i < x->n_p2p; i++) {
-        staged_p2p *p = &x->p2p[i];
-        if (rc == TRI_OK && p->is_recv) x->be->copy_to_device(x->be, p->dev, p->host, p->bytes);
-        free(p->host);
-    }
-    x->n_p2p = 0;
-    x->in_group = 0;
-    return rc;
+    req->impl = NULL;
+    TRI_ASSERT(x->group_depth > 0); // group_end without group_start
+    comm *in = inner_of(c);
+    if (--x->group_depth > 0) return in->group_end(in); // inner's nested level: nothing moves
+    staged_request *r = xcalloc(1, sizeof *r);
+    r->copies = x->p2p;
+    r->n = x->n_p2p;
+    x->p2p = NULL;
+    x->n_p2p = x->cap_p2p = 0;
+    tri_status st = in->group_end_start(in, &r->inner);
+    return staged_begun(c, r, st, req);
+}
+
+static tri_status staged_group_end(comm *c) {
+    comm_request req;
+    TRI_CHECK(staged_group_end_start(c, &req));
+    return staged_wait(c, &req);
 }
 
 static void staged_destroy(comm *c) {
     if (!c) return;
     staged_ctx *x = ctx_of(c);
     x->inner->destroy(x->inner);
-    free(x->stage[0]);
-    free(x->stage[1]);
+    // Buffers of requests never waited for (an error ended the run first) go too.
+    for (int i = 0; i < x->n_pool; i++) free(x->pool[i].ptr);
+    free(x->pool);
     free(x->p2p);
     free(x);
     free(c);
@@ -169,11 +317,10 @@ tri_status comm_staged_create(comm **out, comm *inner, backend *be) {
     *c = *inner; // name, ranks, groups (sizes, ranks, handles), timeout
     c->name = "mpi (staged)";
     c->ctx = x;
-    for (int g = 0; g < COMM_GROUP_COUNT; g++) {
-        memset(c->groups[g].bytes, 0, sizeof c->groups[g].bytes);
-        memset(c->groups[g].calls, 0, sizeof c->groups[g].calls);
-    }
+    comm_counters_reset(c); // both count from here on: take_counts moves inner's to c
+    comm_counters_reset(inner);
     c->inputs_ready = NULL, c->inputs_ready_ctx = NULL;
+    c->compute_stream = NULL;
     c->all_reduce = staged_all_reduce;
     c->reduce_scatter = staged_reduce_scatter;
     c->all_gather = staged_all_gather;
@@ -183,6 +330,12 @@ tri_status comm_staged_create(comm **out, comm *inner, backend *be) {
     c->recv = staged_recv;
     c->group_start = staged_group_start;
     c->group_end = staged_group_end;
+    c->all_reduce_start = staged_all_reduce_start;
+    c->reduce_scatter_start = staged_reduce_scatter_start;
+    c->all_gather_start = staged_all_gather_start;
+    c->group_end_start = staged_group_end_start;
+    c->wait = staged_wait;
+    c->progress = staged_progress;
     c->destroy = staged_destroy;
     *out = c;
     return TRI_OK;

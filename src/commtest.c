@@ -11,6 +11,10 @@
 // Group membership is computed here from the rank formula of DESIGN.md, not taken from the
 // backend, so a wrong split shows up as wrong elements. The payload counters of comm.h are
 // checked too: a mismatch with the documented definition (comm_mpi.c) fails the test.
+// The non-blocking forms (*_start, group_end_start, wait) are checked against the blocking
+// ones: bitwise the same results and the same counters, with many requests in flight at
+// once on every group. TRIDENT_COMM_STAGED=1 runs it all through the staged backend
+// (comm_staged.h) over MPI, staging through the CPU backend, as the trainer would.
 #include "commtest.h"
 
 #include <errno.h>
@@ -18,25 +22,17 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "bf16.h"
 #include "comm.h"
 #include "comm_mpi.h"
+#include "comm_staged.h"
+#include "commtest_internal.h"
 #include "config.h"
 #include "launch.h"
 #include "mesh.h"
 
-typedef enum {
-    CT_ALL_REDUCE_SUM = 0,
-    CT_ALL_REDUCE_MAX,
-    CT_REDUCE_SCATTER,
-    CT_ALL_GATHER,
-    CT_BROADCAST_FIRST, // root 0
-    CT_BROADCAST_LAST,  // root n-1
-    CT_SENDRECV,        // ring: send to (r+1)%n, receive from (r-1+n)%n, both in flight
-    CT_COUNT
-} ct_op;
-
-static const char *const CT_OP_NAMES[CT_COUNT] = {
+const char *const CT_OP_NAMES[CT_COUNT] = {
     "all_reduce_sum", "all_reduce_max", "reduce_scatter", "all_gather",
     "broadcast_r0",   "broadcast_rlast", "sendrecv_ring",
 };
@@ -48,24 +44,6 @@ typedef struct {
     double timeout_s;
     int stall_rank, stall_step;
 } ct_options;
-
-typedef struct {
-    comm *c;
-    int rank, world;
-    mesh_coord me;
-    int *members[COMM_GROUP_COUNT]; // world ranks of this rank's group, ascending
-    int n_members[COMM_GROUP_COUNT];
-    int my_index[COMM_GROUP_COUNT];  // this rank's place in members = its group rank
-    int max_size[COMM_GROUP_COUNT];  // the group's size on its largest instance
-    int iters, stall_rank, stall_step;
-    int next_step;
-    long long bad_counters;          // payload counter mismatches on this rank
-} ct_state;
-
-// The input element i of global rank r: a small integer, so every sum is exact in float.
-static float ct_value(int r, size_t i) {
-    return (float)((int)(((size_t)r * 37u + i * 11u) % 23u) - 11);
-}
 
 static const float CT_POISON = -999.0f; // what a receive buffer holds before the call
 
@@ -400,8 +378,7 @@ static tri_status ct_determinism(ct_state *s, comm_group_id g, size_t count, lon
     tri_status st = TRI_OK;
     float *bufs[2] = {first, again};
     for (int run = 0; run < 2 && st == TRI_OK; run++) {
-        for (size_t i = 0; i < count; i++)
-            bufs[run][i] = ct_value(s->rank, i) * 0.1f + 1e-3f * (float)s->rank + 1e-7f * (float)i;
+        for (size_t i = 0; i < count; i++) bufs[run][i] = ct_fraction(s->rank, i);
         st = c->all_reduce(c, g, bufs[run], count, COMM_DTYPE_F32, COMM_REDUCE_SUM);
     }
     if (st == TRI_OK) {
@@ -553,7 +530,7 @@ static tri_status ct_run(ct_state *s, const ct_options *o, long long *total_wron
         printf("# average bus bandwidth: %.3f GB/s over %d rows\n", busbw_sum / rows, rows);
     // In-place forms, and bitwise reproducibility of all_reduce on non-integer floats, at
     // the largest size (untimed; a middle pipeline stage skips the embedding group).
-    long long in_place = 0, nondet = 0, bf16 = 0;
+    long long in_place = 0, nondet = 0, bf16 = 0, async = 0;
     for (int g = 0; g < COMM_GROUP_COUNT; g++) {
         if (s->max_size[g] == 1 || s->n_members[g] == 0) continue;
         size_t elems = o->max_bytes / sizeof(float);
@@ -561,9 +538,13 @@ static tri_status ct_run(ct_state *s, const ct_options *o, long long *total_wron
         TRI_CHECK(ct_determinism(s, (comm_group_id)g, elems, &nondet));
         TRI_CHECK(ct_bf16(s, (comm_group_id)g, elems / (size_t)s->max_size[g], &bf16));
     }
-    local_wrong += in_place + nondet + bf16;
-    int64_t extra[3] = {in_place, nondet, bf16};
-    TRI_CHECK(c->all_reduce(c, COMM_GROUP_WORLD, extra, 3, COMM_DTYPE_I64, COMM_REDUCE_SUM));
+    // The non-blocking forms, every group at once (groups of one included): at most 16K
+    // elements per buffer, since all buffers of all groups are in flight together.
+    const size_t async_elems = o->max_bytes / sizeof(float);
+    TRI_CHECK(ct_async(s, async_elems < 16384 ? async_elems : 16384, &async));
+    local_wrong += in_place + nondet + bf16 + async;
+    int64_t extra[4] = {in_place, nondet, bf16, async};
+    TRI_CHECK(c->all_reduce(c, COMM_GROUP_WORLD, extra, 4, COMM_DTYPE_I64, COMM_REDUCE_SUM));
     if (print && s->world > 1) {
         printf("# in-place reduce_scatter and all_gather on every group: %lld wrong\n",
                (long long)extra[0]);
@@ -571,6 +552,9 @@ static tri_status ct_run(ct_state *s, const ct_options *o, long long *total_wron
                extra[1] ? "NOT bitwise identical" : "bitwise identical on every rank and run");
         printf("# bf16 all_reduce (sum, max) and reduce_scatter on every group: %lld wrong\n",
                (long long)extra[2]);
+        printf("# non-blocking forms (start/wait, all in flight at once) against the blocking "
+               "ones on every group: %lld differ\n",
+               (long long)extra[3]);
     }
     int64_t totals[2] = {local_wrong, s->bad_counters};
     TRI_CHECK(c->all_reduce(c, COMM_GROUP_WORLD, totals, 2, COMM_DTYPE_I64, COMM_REDUCE_SUM));
@@ -629,6 +613,7 @@ int commtest_main(int argc, char **argv) {
     cfg.train.global_batch = o.dp * o.pp;
     cfg.system.comm_timeout_s = o.timeout_s;
     comm *c = NULL;
+    backend *be = NULL;
     ct_state s = {.rank = li.rank, .world = li.world, .iters = o.iters,
                   .stall_rank = o.stall_rank, .stall_step = o.stall_step};
     TRI_CHECK_GOTO(config_resolve_world(&cfg, li.world), st, done);
@@ -636,6 +621,14 @@ int commtest_main(int argc, char **argv) {
     log_set_rank(li.rank, me.tp, me.dp, me.pp);
     if (li.world == 1) TRI_CHECK_GOTO(comm_self_create(&c), st, done);
     else TRI_CHECK_GOTO(comm_mpi_create(&c, &cfg, &li, o.timeout_s), st, done);
+    // TRIDENT_COMM_STAGED=1: the staged backend over MPI, as the trainer makes it (train.c).
+    const char *staged = getenv("TRIDENT_COMM_STAGED");
+    if (li.world > 1 && staged && !strcmp(staged, "1")) {
+        TRI_CHECK_GOTO(backend_cpu_create(&be, 1), st, done);
+        comm *wrapped = NULL;
+        TRI_CHECK_GOTO(comm_staged_create(&wrapped, c, be), st, done);
+        c = wrapped;
+    }
     s.c = c;
     s.me = me;
     ct_groups_init(&s, &cfg);
@@ -651,6 +644,7 @@ done:
     fflush(stderr);
     for (int g = 0; g < COMM_GROUP_COUNT; g++) free(s.members[g]);
     if (c) c->destroy(c);
+    if (be) be->destroy(be);
     launch_finalize(&li);
     config_free(&cfg);
     return st != TRI_OK ? (int)st : rc;

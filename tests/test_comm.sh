@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Multi-process tests of the launch (PMIx) and the MPI comm backend: `trident comm-test`
 # under mpirun on 1, 2, 4 and 8 ranks with several mesh shapes (every collective on every
-# group, wrong elements counted over the world), the launch layout, the comm timeout
+# group, blocking and non-blocking, wrong elements counted over the world), the staged
+# backend over MPI (TRIDENT_COMM_STAGED=1), the launch layout, the comm timeout
 # (every process exits with code 5 and the message names the group, the collective, the
 # step and the ranks), and the config error of a world that the mesh does not factor.
 # Prints PASS/FAIL lines. Every mpirun runs under `timeout`, so a hang fails the test
@@ -30,17 +31,22 @@ if ! command -v mpirun >/dev/null; then
     exit 1
 fi
 
-# comm_test NAME NP SHAPE: comm-test on NP ranks must find no wrong element.
+# comm_test NAME NP SHAPE [STAGED]: comm-test on NP ranks must find no wrong element; with
+# STAGED=1 on the staged backend over MPI (TRIDENT_COMM_STAGED=1, set for every rank).
 comm_test() {
-    local name=$1 np=$2 shape=$3 args=()
+    local name=$1 np=$2 shape=$3 staged=${4:-0} args=()
     [ -n "$shape" ] && args=(--world-shape "$shape")
-    timeout 120 "${MPIRUN[@]}" -np "$np" $T comm-test "${args[@]}" --bytes $BYTES --iters $ITERS \
-        >"$W/out" 2>&1
+    TRIDENT_COMM_STAGED=$staged timeout 120 "${MPIRUN[@]}" -x TRIDENT_COMM_STAGED -np "$np" \
+        $T comm-test "${args[@]}" --bytes $BYTES --iters $ITERS >"$W/out" 2>&1
     local rc=$?
     if [ $rc != 0 ]; then fail "$name" "exit $rc: $(tail_of "$W/out")"
     elif ! grep -q "comm-test: OK, 0 wrong elements" "$W/out"; then fail "$name" "no OK line: $(tail_of "$W/out")"
     elif [ "$np" -gt 1 ] && ! grep -qE "^ +[0-9]+ +[0-9]+ +float all_reduce_sum" "$W/out"; then
         fail "$name" "no table rows"
+    elif [ "$np" -gt 1 ] && ! grep -q "^# non-blocking forms .*: 0 differ" "$W/out"; then
+        fail "$name" "no line on the non-blocking forms"
+    elif [ "$staged" = 1 ] && ! grep -q "comm mpi (staged)," "$W/out"; then
+        fail "$name" "not run on the staged backend: $(grep -m1 '# comm-test:' "$W/out")"
     else pass "$name"; fi
 }
 
@@ -72,6 +78,9 @@ comm_test comm_np4_tp4 4 4,1,1
 comm_test comm_np4_pp4 4 1,4,1
 comm_test comm_np8_tp2_pp2_dp2 8 2,2,2
 comm_test comm_np8_pp4_dp2 8 1,4,2
+# the staged backend (MPI through host copies, as several ranks sharing a GPU use it)
+comm_test comm_np4_tp2_dp2_staged 4 2,1,2 1
+comm_test comm_np8_tp2_pp2_dp2_staged 8 2,2,2 1
 
 # --- a shape that does not multiply to the world is a usage error (exit 2)
 timeout 60 "${MPIRUN[@]}" -np 2 $T comm-test --world-shape 2,2,1 >"$W/out" 2>&1
