@@ -158,6 +158,7 @@ static const backend cuda_backend_table = {
     /* .device_memory         = */ 1,
     /* .peak_flops            = */ 989e12, // dense bf16 of an H100/H200, as the benchmarks report
     /* .plan_device           = */ "h100", // flash-style attention: row statistics only
+    /* .stream                = */ NULL,   // the context's stream, set below
     /* .alloc                 = */ cuda_alloc,
     /* .free                  = */ cuda_free_block,
     /* .copy_to_device        = */ cuda_copy_to_device,
@@ -219,6 +220,7 @@ tri_status backend_cuda_create(backend **out, int device) {
         cudaDeviceProp prop;
         CUDA_CHECK_GOTO(cudaGetDeviceProperties(&prop, device), rc, fail);
         CUDA_CHECK_GOTO(cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking), rc, fail);
+        b->stream = x->stream;
         CUDA_CHECK_GOTO(cudaMallocHost((void **)&x->host_result, 2 * sizeof(double)), rc, fail);
         const char *tf32 = getenv("TRIDENT_CUDA_TF32");
         x->compute = tf32 && !strcmp(tf32, "1") ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -228,6 +230,7 @@ tri_status backend_cuda_create(backend **out, int device) {
                   device, prop.name, prop.major, prop.minor, prop.multiProcessorCount,
                   (double)prop.totalGlobalMem / (1 << 30),
                   x->compute == CUBLAS_COMPUTE_32F ? "fp32" : "TF32 (TRIDENT_CUDA_TF32=1)");
+        // (fp32 operands; the bf16-operand matmuls always accumulate in fp32 on tensor cores)
     }
     *out = b;
     return TRI_OK;

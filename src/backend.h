@@ -24,6 +24,9 @@ struct backend {
     double peak_flops;       // the MFU denominator: a datasheet peak, or 0 to measure the
                              // backend's matmul rate at start
     const char *plan_device; // the planner's device whose attention state this backend keeps
+    void *stream;            // the stream every op runs on, in call order (a cudaStream_t), for
+                             // a comm backend that orders itself against it with events; NULL
+                             // on the CPU. Set at creation.
 
     // ---- memory ----
     void *(*alloc)(backend *b, size_t bytes); // zero-filled; NULL on failure

@@ -631,6 +631,7 @@ static const backend cpu_backend_table = {
     /* .device_memory         = */ 0,
     /* .peak_flops            = */ 0,  // measured: no datasheet peak applies
     /* .plan_device           = */ "cpu",
+    /* .stream                = */ NULL,
     /* .alloc                 = */ cpu_alloc,
     /* .free                  = */ cpu_free,
     /* .copy_to_device        = */ cpu_copy,

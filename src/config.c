@@ -80,6 +80,7 @@ const key_desc CONFIG_KEYS[K_COUNT] = {
     ENUM_KEY(K_PAR_RECOMPUTE, parallel, recompute, RECOMPUTE_NAMES, RECOMPUTE_NONE),
     F64_KEY(K_PAR_BUCKET_MB, parallel, bucket_mb, 0, 1, INFINITY, 0, 25),
     ENUM_KEY(K_PAR_ZERO3_GATHER, parallel, zero3_gather, ZERO3_GATHER_NAMES, ZERO3_GATHER_PASS),
+    BOOL_KEY(K_PAR_OVERLAP, parallel, overlap, 1),
     INT_KEY(K_TRAIN_MICRO_BATCH, train, micro_batch, 1, NO_MAX, 8),
     INT_KEY(K_TRAIN_GLOBAL_BATCH, train, global_batch, 1, NO_MAX, 32),
     INT_KEY(K_TRAIN_STEPS, train, steps, 1, NO_MAX, 2000),

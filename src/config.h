@@ -35,6 +35,8 @@ typedef struct {
         recompute_kind recompute;
         double bucket_mb;    // gradient bucket size for the dp reduction (layers merged up to it)
         zero3_gather_kind zero3_gather;
+        int overlap;         // dp reductions, ZeRO-3 gathers and pipeline transfers run while
+                             // compute goes on (comm.h's *_start / wait)
     } parallel;
     struct {
         int micro_batch, global_batch, steps;

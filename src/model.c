@@ -22,6 +22,11 @@
 #define G(m, idx) ((m)->g16 ? (m)->gstage + (m)->stage_off[idx] : (m)->grad_of[idx])
 #define P16(m, idx) ((const uint16_t *)(m)->param16_of[idx])
 
+// The parameters of entries [first, first + count) are about to be read (model.h).
+static tri_status params_ready(model *m, int first, int count) {
+    return m->params_ready ? m->params_ready(m->params_needed_ctx, first, count) : TRI_OK;
+}
+
 static tri_status tp_all_reduce(model *m, float *x, size_t n) {
     if (m->d.tp == 1) return TRI_OK;
     return m->cm->all_reduce(m->cm, COMM_GROUP_TP, x, n, COMM_DTYPE_F32, COMM_REDUCE_SUM);
@@ -465,6 +470,7 @@ static tri_status layer_forward(model *m, model_acts *acts, int l, int i) {
     const int N = d->N, C = d->C;
     layer_acts a = layer_acts_of(m, acts, i);
     const param_table *pt = &m->table;
+    TRI_CHECK(params_ready(m, params_layer(pt, l, 0), PARAM_PER_LAYER));
 #define LP(which) P(m, params_layer(pt, l, which))
 #define LW(which) params_layer(pt, l, which)
 // bf16: the matmul input `which` just rounded by keep_bf16 (unused in fp32)
@@ -511,6 +517,7 @@ static tri_status layer_backward(model *m, model_acts *acts, int l, int i) {
     layer_acts a = layer_acts_of(m, acts, i);
     if (m->bf16 && !m->recompute) load_bf16(m, acts, &a, i);
     const param_table *pt = &m->table;
+    TRI_CHECK(params_ready(m, params_layer(pt, l, 0), PARAM_PER_LAYER));
     float *dout;
 #define LP(which) P(m, params_layer(pt, l, which))
 #define LG(which) G(m, params_layer(pt, l, which))
@@ -550,13 +557,15 @@ tri_status model_forward(model *m, int slot, int chunk, const int *inputs, const
     const param_table *pt = &m->table;
     const int first_layer = params_chunk_first_layer(pt, chunk);
     *loss_sum = 0.0;
-    if (m->params_needed) TRI_CHECK(m->params_needed(m->params_needed_ctx, chunk));
+    if (m->params_needed) TRI_CHECK(m->params_needed(m->params_needed_ctx, chunk, 0));
 
     be->copy_to_device(be, a->inputs, inputs, (size_t)N * sizeof(int));
     if (d->has_embed && chunk == 0) {
         // Vocab-parallel embedding: a masked lookup of this rank's rows, then the sum over tp
         // (a reduce-scatter of rows under SP). Only tp rank 0 adds the position embedding.
         float *partial = d->sp ? m->rows_full : a->residual;
+        TRI_CHECK(params_ready(m, params_wte(pt), 1));
+        TRI_CHECK(params_ready(m, params_wpe(pt), 1));
         be->embedding_fwd(be, partial, a->inputs, P(m, params_wte(pt)), P(m, params_wpe(pt)),
                           d->B, d->T, C, d->vocab_start, d->Vp_local, d->tp_rank == 0);
         TRI_CHECK(tp_reduce_rows(m, partial, a->residual));
@@ -565,6 +574,8 @@ tri_status model_forward(model *m, int slot, int chunk, const int *inputs, const
     if (!(d->has_head && chunk == d->chunks - 1)) return TRI_OK;
 
     float *res = a->output;
+    TRI_CHECK(params_ready(m, params_lnfw(pt), 2));
+    TRI_CHECK(params_ready(m, params_wte(pt), 1));
     TRI_CHECK(layernorm_to_all_rows(m, a->lnf, a->lnf_mean, a->lnf_rstd, res,
                                     P(m, params_lnfw(pt)), P(m, params_lnfb(pt))));
     // Tied LM head over this rank's vocabulary rows: logits (N, Vp/tp). Under bf16 the
@@ -638,9 +649,11 @@ tri_status model_backward(model *m, int slot, int chunk, float dloss) {
     model_acts *a = &m->slots[slot];
     const param_table *pt = &m->table;
     const int first_layer = params_chunk_first_layer(pt, chunk);
-    if (m->params_needed) TRI_CHECK(m->params_needed(m->params_needed_ctx, chunk));
+    if (m->params_needed) TRI_CHECK(m->params_needed(m->params_needed_ctx, chunk, 1));
 
     if (d->has_head && chunk == d->chunks - 1) {
+        TRI_CHECK(params_ready(m, params_wte(pt), 1));
+        TRI_CHECK(params_ready(m, params_lnfw(pt), 2));
         be->xent_bwd(be, a->logits, a->rowmax, a->sumexp, a->targets, dloss, N, d->Vp_local,
                      d->vocab_start, d->V);
         // LM head: d(lnf) = dlogits @ wte (partial over the vocabulary shards),

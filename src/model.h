@@ -88,8 +88,12 @@ typedef struct {
     void *grads_ready_ctx;
     // Called at the start of every forward and backward of a chunk: ZeRO-3 gathers the
     // chunk's parameters there and points param_of at them. NULL: not called.
-    tri_status (*params_needed)(void *ctx, int chunk);
+    tri_status (*params_needed)(void *ctx, int chunk, int backward);
     void *params_needed_ctx;
+    // Called before an op reads the parameters of entries [first, first + count) (a layer,
+    // the embeddings, the final LayerNorm, the LM head): a gather params_needed started may
+    // still be in flight until then. NULL: not called. Shares params_needed_ctx.
+    tri_status (*params_ready)(void *ctx, int first, int count);
     model_acts *slots; // one per micro-batch in flight (the schedule's bound)
     int n_slots;
     int recompute;     // parallel.recompute full: slots keep each layer's input only; the

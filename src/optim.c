@@ -99,6 +99,11 @@ static tri_status create_buckets(optim_state *o, const param_table *pt, float **
     void *shared = layer_ws ? mem_take(o->pool, be, PLAN_MEM_GRAD_BUCKET, layer_ws * o->gelem) : NULL;
     o->layer_ws = shared;
     o->workspace_bytes = mem_round(layer_ws * o->gelem);
+    if (o->overlap && layer_ws) { // the second layer workspace (optim.h)
+        o->layer_ws2 = mem_take(o->pool, be, PLAN_MEM_GRAD_BUCKET, layer_ws * o->gelem);
+        o->workspace_bytes += mem_round(layer_ws * o->gelem);
+        if (!o->layer_ws2) return TRI_ERR_INTERNAL;
+    }
     for (int k = 0; k < o->n_buckets; k++) {
         optim_bucket *b = &o->buckets[k];
         if (pt->entries[b->first].layer >= 0) {
@@ -175,15 +180,29 @@ static tri_status create_param_shards(optim_state *o, const param_table *pt, con
     return TRI_OK;
 }
 
-tri_status optim_params_needed(void *ctx, int chunk) {
+// Stage 3: completes every parameter gather in flight (before param_ws is gathered into
+// again, and before anything reads or updates the shards they read).
+static tri_status wait_gathers(optim_state *o) {
+    for (int k = 0; o->gather_req && k < o->n_buckets; k++)
+        TRI_CHECK(o->cm->wait(o->cm, &o->gather_req[k]));
+    return TRI_OK;
+}
+
+tri_status optim_params_needed(void *ctx, int chunk, int backward) {
     optim_state *o = ctx;
     if (o->chunk_gathered[chunk]) return TRI_OK; // "step": gathered since the last update
     o->chunk_gathered[chunk] = o->keep_gathered;
-    for (const int *k = o->chunk_buckets[chunk]; *k >= 0; k++) {
-        const optim_bucket *b = &o->buckets[*k];
-        void *dst = pel(o, o->param_ws, o->bucket_ws_offset[*k]);
-        TRI_CHECK(o->cm->all_gather(o->cm, COMM_GROUP_DP, pel(o, o->param_shard, b->arena), dst,
-                                    b->shard, o->pdt));
+    TRI_CHECK(wait_gathers(o)); // a pass the model did not read to its end
+    int n = 0;
+    while (o->chunk_buckets[chunk][n] >= 0) n++;
+    for (int i = 0; i < n; i++) {
+        const int k = o->chunk_buckets[chunk][backward ? n - 1 - i : i];
+        const optim_bucket *b = &o->buckets[k];
+        void *dst = pel(o, o->param_ws, o->bucket_ws_offset[k]);
+        TRI_CHECK(o->cm->all_gather_start(o->cm, COMM_GROUP_DP, pel(o, o->param_shard, b->arena),
+                                          dst, b->shard, o->pdt, &o->gather_req[k]));
+        if (!o->overlap) TRI_CHECK(o->cm->wait(o->cm, &o->gather_req[k]));
+        else if (o->gather_req[k].impl) o->overlapped_gathers++;
         for (int e = b->first; e < b->first + b->count; e++) {
             void *at = pel(o, dst, o->param_entry_offset[e] - b->begin);
             if (o->bf16) o->param16_of[e] = at;
@@ -191,6 +210,13 @@ tri_status optim_params_needed(void *ctx, int chunk) {
         }
     }
     return TRI_OK;
+}
+
+tri_status optim_params_ready(void *ctx, int first, int count) {
+    optim_state *o = ctx;
+    (void)count; // a bucket holds whole entries: the first one names it
+    if (!o->gather_req) return TRI_OK;
+    return o->cm->wait(o->cm, &o->gather_req[o->bucket_of_entry[first]]);
 }
 
 // n parameters from device `src` (fp32 or bf16) into host fp32.
@@ -211,6 +237,7 @@ tri_status optim_local_params(optim_state *o, const param_table *pt, const void 
         params_to_host(o, host, params, pt->local_numel);
         return TRI_OK;
     }
+    TRI_CHECK(wait_gathers(o));
     for (int k = 0; k < o->n_buckets; k++) {
         const optim_bucket *b = &o->buckets[k];
         TRI_CHECK(o->cm->all_gather(o->cm, COMM_GROUP_DP, pel(o, o->param_shard, b->arena), o->scratch,
@@ -241,6 +268,7 @@ tri_status optim_create(optim_state *o, backend *be, comm *cm, const run_config 
     o->dp = dp, o->dp_rank = dp_rank;
     o->bucket_mb = cfg->parallel.bucket_mb;
     o->keep_gathered = cfg->parallel.zero3_gather == ZERO3_GATHER_STEP;
+    o->overlap = cfg->parallel.overlap && dp > 1;
     o->capacity = optim_capacity(cfg, dp, pt->local_numel);
     o->pieces = xcalloc((size_t)pt->n_entries, sizeof(optim_piece)); // at most one per entry
     tri_status rc = TRI_OK;
@@ -261,6 +289,12 @@ tri_status optim_create(optim_state *o, backend *be, comm *cm, const run_config 
         rc = create_buckets(o, pt, grad_of);
         o->param_entry_offset = xcalloc((size_t)pt->n_entries, sizeof(size_t));
         for (int i = 0; i < pt->n_entries; i++) o->param_entry_offset[i] = pt->entries[i].offset;
+    }
+    if (o->n_buckets) {
+        o->red_req = xcalloc((size_t)o->n_buckets, sizeof(comm_request));
+        o->red_ws = xcalloc((size_t)o->n_buckets, sizeof(void *));
+        o->red_fifo = xcalloc((size_t)o->n_buckets, sizeof(int));
+        if (o->zero == 3) o->gather_req = xcalloc((size_t)o->n_buckets, sizeof(comm_request));
     }
     size_t bytes = o->arena_len * sizeof(float);
     o->m = mem_take(o->pool, be, PLAN_MEM_ADAM, bytes);
@@ -303,9 +337,10 @@ void optim_free(optim_state *o) {
     backend *be = o->be;
     if (!be) return;
     for (int k = 0; k < o->n_buckets; k++)
-        if (o->buckets[k].ws != o->layer_ws) mem_give(o->pool, be, o->buckets[k].ws);
+        if (o->buckets[k].ws != o->layer_ws && o->buckets[k].ws != o->layer_ws2)
+            mem_give(o->pool, be, o->buckets[k].ws);
     void *bufs[] = {o->m, o->v, o->master, o->gtmp, o->rtmp, o->grad_shard, o->scratch,
-                    o->layer_ws, o->param_shard, o->param_ws};
+                    o->layer_ws, o->layer_ws2, o->param_shard, o->param_ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         mem_give(o->pool, be, bufs[i]);
     for (int c = 0; o->chunk_buckets && c < o->chunks; c++) free(o->chunk_buckets[c]);
@@ -313,6 +348,10 @@ void optim_free(optim_state *o) {
     free(o->chunk_gathered);
     free(o->bucket_ws_offset);
     free(o->param_entry_offset);
+    free(o->red_req);
+    free(o->red_ws);
+    free(o->red_fifo);
+    free(o->gather_req);
     free(o->pieces);
     free(o->buckets);
     free(o->bucket_of_entry);
@@ -329,9 +368,83 @@ static void grads_from_reduce(optim_state *o, void *dst, const void *src, size_t
     else o->be->from_bf16(o->be, dst, src, n);
 }
 
+// Completes the reduction of bucket k: stages 2-3 add its shard (the first block of the
+// workspace it reduced in place) into grad_shard, and zero that workspace for the bucket's
+// next micro-batch.
+static tri_status finish_reduction(optim_state *o, int k) {
+    const optim_bucket *b = &o->buckets[k];
+    void *ws = o->red_ws[k];
+    TRI_CHECK(o->cm->wait(o->cm, &o->red_req[k]));
+    if (o->zero == 0) return TRI_OK;
+    if (o->g16) {
+        o->be->from_bf16(o->be, o->gtmp, ws, b->shard);
+        o->be->add_to_bf16(o->be, (uint16_t *)o->grad_shard + b->arena, o->gtmp, b->shard);
+    } else {
+        float *acc = (float *)o->grad_shard + b->arena;
+        o->be->residual_fwd(o->be, acc, acc, ws, b->shard);
+    }
+    o->be->memset_zero(o->be, ws, b->padded * o->gelem);
+    return TRI_OK;
+}
+
+// Completes the reductions in flight, oldest first, all but the newest `keep`.
+static tri_status finish_reductions(optim_state *o, int keep) {
+    int done = 0;
+    for (; o->n_red - done > keep; done++) TRI_CHECK(finish_reduction(o, o->red_fifo[done]));
+    memmove(o->red_fifo, o->red_fifo + done, (size_t)(o->n_red - done) * sizeof(int));
+    o->n_red -= done;
+    return TRI_OK;
+}
+
+tri_status optim_finish_reductions(optim_state *o) {
+    TRI_CHECK(finish_reductions(o, 0));
+    return wait_gathers(o);
+}
+
+// The layer buckets move from workspace `in_flight` (being reduced) to the other one, where
+// the backward's next layer gradients go.
+static void swap_layer_ws(optim_state *o, const void *in_flight) {
+    void *next = in_flight == o->layer_ws ? o->layer_ws2 : o->layer_ws;
+    for (int k = 0; k < o->n_buckets; k++) {
+        optim_bucket *b = &o->buckets[k];
+        if (b->ws != in_flight) continue;
+        b->ws = next;
+        for (int e = b->first; e < b->first + b->count; e++) {
+            const size_t at = o->param_entry_offset[e] - b->begin;
+            if (o->g16) o->grad16_of[e] = (uint16_t *)next + at;
+            else o->grad_of[e] = (float *)next + at;
+        }
+    }
+}
+
+// Starts bucket k's dp reduction of `buf` in place (stage 0: all-reduce; 2-3: reduce-scatter,
+// the shard landing in the first block). Without overlap it completes at once; with it the
+// previous one completes now, so that a reduction runs while the backward computes the next
+// bucket, and the layer buckets switch workspaces.
+static tri_status start_reduction(optim_state *o, int k, void *buf) {
+    const optim_bucket *b = &o->buckets[k];
+    for (int i = 0; i < o->n_red; i++) // its previous micro-batch's, when nothing came between
+        if (o->red_fifo[i] == k) TRI_CHECK(finish_reductions(o, 0));
+    if (o->zero == 0)
+        TRI_CHECK(o->cm->all_reduce_start(o->cm, COMM_GROUP_DP, buf, b->numel, o->gdt,
+                                          COMM_REDUCE_SUM, &o->red_req[k]));
+    else
+        TRI_CHECK(o->cm->reduce_scatter_start(o->cm, COMM_GROUP_DP, buf, buf, b->shard, o->gdt,
+                                              &o->red_req[k]));
+    o->red_ws[k] = buf;
+    o->red_fifo[o->n_red++] = k;
+    if (!o->overlap) return finish_reductions(o, 0);
+    o->overlapped_reductions++;
+    o->cm->progress(o->cm);
+    TRI_CHECK(finish_reductions(o, 1));
+    if (o->layer_ws2 && (buf == o->layer_ws || buf == o->layer_ws2)) swap_layer_ws(o, buf);
+    return TRI_OK;
+}
+
 tri_status optim_bucket_ready(void *ctx, int first, int count) {
     optim_state *o = ctx;
-    optim_bucket *b = &o->buckets[o->bucket_of_entry[first]];
+    const int k = o->bucket_of_entry[first];
+    optim_bucket *b = &o->buckets[k];
     TRI_ASSERT(first >= b->first && first + count <= b->first + b->count);
     // A bucket of several layers is final when the backward has done all of them.
     if (b->layers > 1 && ++b->layers_done < b->layers) return TRI_OK;
@@ -341,7 +454,7 @@ tri_status optim_bucket_ready(void *ctx, int first, int count) {
         // all-reduce is issued then, while the backward of the other buckets goes on.
         if (!o->last_micro) return TRI_OK;
         void *g = o->g16 ? (void *)o->grad16_of[first] : (void *)o->grad_of[first];
-        if (!o->rtmp) return o->cm->all_reduce(o->cm, COMM_GROUP_DP, g, b->numel, o->gdt, COMM_REDUCE_SUM);
+        if (!o->rtmp) return start_reduction(o, k, g);
         grads_to_reduce(o, o->rtmp, g, b->numel);
         TRI_CHECK(o->cm->all_reduce(o->cm, COMM_GROUP_DP, o->rtmp, b->numel, o->rdt, COMM_REDUCE_SUM));
         grads_from_reduce(o, g, o->rtmp, b->numel);
@@ -361,16 +474,7 @@ tri_status optim_bucket_ready(void *ctx, int first, int count) {
         o->be->memset_zero(o->be, b->ws, b->padded * o->gelem);
         return TRI_OK;
     }
-    TRI_CHECK(o->cm->reduce_scatter(o->cm, COMM_GROUP_DP, b->ws, o->scratch, b->shard, o->gdt));
-    if (o->g16) {
-        o->be->from_bf16(o->be, o->gtmp, o->scratch, b->shard);
-        o->be->add_to_bf16(o->be, (uint16_t *)o->grad_shard + b->arena, o->gtmp, b->shard);
-    } else {
-        float *acc = (float *)o->grad_shard + b->arena;
-        o->be->residual_fwd(o->be, acc, acc, o->scratch, b->shard);
-    }
-    o->be->memset_zero(o->be, b->ws, b->padded * o->gelem);
-    return TRI_OK;
+    return start_reduction(o, k, b->ws);
 }
 
 void optim_zero_grads(optim_state *o, void *grads) {
@@ -455,6 +559,7 @@ tri_status optim_step(optim_state *o, const run_config *cfg, const param_table *
     comm *cm = o->cm;
     double clip = cfg->train.grad_clip;
     float grad_scale = (clip > 0 && grad_norm > clip) ? (float)(clip / grad_norm) : 1.0f;
+    TRI_CHECK(wait_gathers(o)); // they read the shards updated here
     o->t++;
     for (int p = 0; p < o->n_pieces; p++) {
         const optim_piece *pc = &o->pieces[p];

@@ -22,6 +22,9 @@
 //            zero3_gather: step, each chunk is gathered once per step into a region of its
 //            own and kept until the update: 1/m of the gather traffic for the memory of
 //            every chunk's parameters.
+// parallel.overlap: those reductions and gathers start without waiting (comm.h's *_start)
+// and complete when the next one starts or when an op needs their result, so that compute
+// goes on while they run (the fields from `overlap` on below).
 #pragma once
 #include "backend.h"
 #include "comm.h"
@@ -61,6 +64,20 @@ typedef struct {
     void *grad_shard;       // stage 2: (arena_len) reduced gradients, accumulated
     void *scratch;          // stage 2: one bucket's shard / a gathered bucket
     void *layer_ws;         // stage 2: the workspace every layer's bucket shares
+    // parallel.overlap: each bucket's dp reduction runs while the backward goes on. Stage 0
+    // all-reduces in place, stages 2-3 reduce-scatter in place in the bucket's workspace; a
+    // reduction is completed (stages 2-3: its shard added to grad_shard, the workspace
+    // zeroed) when the next bucket's starts, or at optim_finish_reductions. The layer
+    // buckets alternate between layer_ws and layer_ws2, so that the backward fills one
+    // while the other is reduced.
+    int overlap;
+    void *layer_ws2;
+    comm_request *red_req;  // (n_buckets) the reduction in flight of each bucket
+    void **red_ws;          // (n_buckets) the workspace it reads
+    int *red_fifo, n_red;   // buckets with a reduction in flight, oldest first
+    comm_request *gather_req; // stage 3: (n_buckets) each bucket's parameter gather in flight
+    int overlapped_reductions, overlapped_gathers; // left in flight for compute to go on
+                                                   // (counted for the trainer's debug log)
     // train.grad_dtype (= reduce_dtype) bf16: gradient buffers, workspaces, shards and their
     // dp reductions in bf16 (gelem 2, gdt); the norm and AdamW read each piece widened into
     // gtmp (fp32, the largest piece or bucket shard).
@@ -120,8 +137,13 @@ tri_status optim_create(optim_state *o, backend *be, comm *cm, const run_config 
                         const void *params, const float *init_host, float **param_of,
                         uint16_t **param16_of, uint16_t **grad16_of, mem_pool *pool);
 
-// Stage 3: the model's params_needed callback (ctx = the optim_state).
-tri_status optim_params_needed(void *ctx, int chunk);
+// Stage 3: the model's params_needed callback (ctx = the optim_state): starts the gathers of
+// the chunk's buckets, in the order the pass needs them (backward: last first); with
+// parallel.overlap they complete in optim_params_ready, else before this returns.
+tri_status optim_params_needed(void *ctx, int chunk, int backward);
+// Stage 3: the model's params_ready callback: the gather of the bucket holding entries
+// [first, first + count) is complete.
+tri_status optim_params_ready(void *ctx, int first, int count);
 
 // This rank's parameters in table layout (host, table.local_numel floats), whatever the
 // stage: a copy of `params`, or for stage 3 every bucket gathered over dp.
@@ -131,6 +153,9 @@ void optim_free(optim_state *o);
 
 // Stages 0 (dp > 1), 2 and 3: the model's grads_ready callback (ctx = the optim_state).
 tri_status optim_bucket_ready(void *ctx, int first, int count);
+// Completes every dp reduction and parameter gather still in flight (parallel.overlap): the
+// trainer calls it when the step's backward passes are done, before the gradients are read.
+tri_status optim_finish_reductions(optim_state *o);
 
 // Zeroes what accumulates gradients over a step (stage 0/1: the model's buffer `grads`).
 void optim_zero_grads(optim_state *o, void *grads);

@@ -175,7 +175,9 @@ static void stage_memory(plan_stage *s, const layout *lo, const stage_tables *st
             scratch = b->padded > scratch ? b->padded : scratch;
             widest = b->shard > widest ? b->shard : widest;
         }
-        mem[PLAN_MEM_GRAD_BUCKET] = (layer_ws ? R(layer_ws * es->grad) : 0) + others +
+        // parallel.overlap: two layer workspaces, one filled while the other is reduced
+        const int n_layer_ws = lo->cfg->parallel.overlap ? 2 : 1;
+        mem[PLAN_MEM_GRAD_BUCKET] = (layer_ws ? n_layer_ws * R(layer_ws * es->grad) : 0) + others +
                                     R(scratch * (es->grad > es->param ? es->grad : es->param));
     } else { // pieces lie within entries: the widest entry
         for (int i = 0; i < pt->n_entries; i++)

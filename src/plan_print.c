@@ -52,8 +52,9 @@ static int assumptions(const plan_result *p, const run_config *cfg, char out[][3
              "device, otherwise %s/s; each call adds %s (within a node) or %s", d->per_node,
              fmt_bytes(a, sizeof a, d->intra_bw), fmt_bytes(b, sizeof b, d->inter_bw),
              fmt_seconds(c, sizeof c, d->latency_intra), fmt_seconds(e, sizeof e, d->latency_inter));
-    snprintf(out[n++], 320, "no overlap: trident's collectives complete before they return, so "
-             "communication time adds to compute time");
+    snprintf(out[n++], 320, "no overlap counted: communication time adds to compute time (an "
+             "upper bound: with parallel.overlap the dp reductions, ZeRO-3 gathers and some "
+             "pipeline transfers run under compute)");
     snprintf(out[n++], 320, "the schedule takes (m + (pp-1)/v) times the slowest stage's time per "
              "micro-batch (the bubble formula of sched_bubble_fraction)");
     snprintf(out[n++], 320, "AdamW streams its state, gradients and weights at %s/s",

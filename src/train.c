@@ -44,6 +44,7 @@ typedef struct {
     ckpt_writer *ckpt;      // NULL without checkpoint.dir
     ckpt_progress start;    // where training starts: zero, or the resumed checkpoint's
     int resumed;
+    int overlapped_p2p;     // pipeline transfers left in flight under compute this step
 } trainer;
 
 // SIGTERM or SIGUSR1 (a preemption, or Slurm's warning before the time limit): finish the
@@ -114,7 +115,9 @@ static tri_status create_comm(trainer *tr) {
     if (device && cfg->system.comm != COMM_MPI) {
         TRI_CHECK(comm_nccl_create(&tr->cm, cfg, tr->li, cfg->system.comm_timeout_s));
         // NCCL runs on streams of its own: the backend's stream must have written a buffer
-        // before a collective reads it.
+        // before a collective reads it, which events on that stream order without blocking
+        // the host (inputs_ready, a host synchronize, where the backend has no stream).
+        tr->cm->compute_stream = tr->be->stream;
         tr->cm->inputs_ready = synchronize_backend;
         tr->cm->inputs_ready_ctx = tr->be;
         return TRI_OK;
@@ -242,6 +245,7 @@ static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     }
     if (zero == 3) { // the optimizer holds the parameters now, as shards
         tr->model.params_needed = optim_params_needed;
+        tr->model.params_ready = optim_params_ready;
         tr->model.params_needed_ctx = &tr->optim;
     }
     TRI_CHECK(trainer_checkpoints(tr));
@@ -289,9 +293,12 @@ static void trainer_free(trainer *tr) {
 // both ends of a pair of ranks, so messages between two ranks match in the order posted,
 // as NCCL and a single MPI tag require). A received activation goes to the slot's chunk
 // input, a received gradient to its residual gradient (kept apart: a group may send one
-// slot's d(input) while receiving the next pair's input into the same slot). Returns the
-// seconds spent, which is time waiting for other stages.
-static tri_status run_p2p_group(trainer *tr, int first, int end, double *waited) {
+// slot's d(input) while receiving the next pair's input into the same slot). With
+// parallel.overlap the group stays in flight (req) while compute goes on: it is waited for
+// before anything touches one of its slots (wait_p2p). Adds the seconds spent waiting, which
+// is time waiting for other stages, to *waited.
+static tri_status run_p2p_group(trainer *tr, int first, int end, comm_request *req,
+                                double *waited) {
     comm *cm = tr->cm;
     model *m = &tr->model;
     const size_t count = (size_t)m->d.N_local * m->d.C;
@@ -315,9 +322,72 @@ static tri_status run_p2p_group(trainer *tr, int first, int end, double *waited)
         default: TRI_ASSERT(0);
         }
     }
-    TRI_CHECK(cm->group_end(cm));
+    if (tr->cfg->parallel.overlap) {
+        TRI_CHECK(cm->group_end_start(cm, req));
+    } else {
+        req->impl = NULL;
+        TRI_CHECK(cm->group_end(cm));
+    }
     *waited += time_now_s() - t0;
     return TRI_OK;
+}
+
+// Pipeline transfers in flight: the schedule's comm actions [first, end), their request.
+typedef struct {
+    int first, end;
+    comm_request req;
+} p2p_flight;
+
+// Does any action of [first, end) use micro-batch slot `slot`?
+static int actions_use_slot(const sched_table *s, int first, int end, int slot) {
+    for (int i = first; i < end; i++)
+        if (s->actions[i].slot == slot) return 1;
+    return 0;
+}
+
+// Waits for the transfers in flight that use a slot the actions [first, end) use (all of
+// them when first == end), keeping the others in flight (counted in *kept_over when
+// [first, end) is a compute action).
+static tri_status wait_p2p(trainer *tr, p2p_flight *f, int *n, int first, int end,
+                           double *waited, int *kept_over) {
+    int kept = 0;
+    for (int i = 0; i < *n; i++) {
+        int uses = first == end;
+        for (int k = first; k < end && !uses; k++)
+            uses = actions_use_slot(&tr->sched, f[i].first, f[i].end, tr->sched.actions[k].slot);
+        if (!uses) {
+            f[kept++] = f[i];
+            continue;
+        }
+        double t0 = time_now_s();
+        TRI_CHECK(tr->cm->wait(tr->cm, &f[i].req));
+        *waited += time_now_s() - t0;
+    }
+    *n = kept;
+    if (end == first + 1 && !sched_action_is_comm(tr->sched.actions[first].kind))
+        *kept_over += kept;
+    return TRI_OK;
+}
+
+// A forward or backward action of the schedule for optimizer step `step`.
+static tri_status run_compute(trainer *tr, const sched_action *a, int step, double *loss_sum) {
+    const run_config *cfg = tr->cfg;
+    const int B = cfg->train.micro_batch;
+    const double tokens = (double)cfg->train.global_batch * cfg->model.seq_len;
+    if (a->kind == SCHED_ACTION_FWD) {
+        // The stream continues where the checkpoint left it, also with another global
+        // batch: samples start.samples on are taken in order.
+        int64_t first = tr->start.samples - (int64_t)tr->start.step * cfg->train.global_batch +
+                        data_micro_batch_start(step, cfg->train.global_batch, tr->dp,
+                                               tr->dp_rank, a->micro, B);
+        data_batch(&tr->train, first, B, tr->inputs, tr->targets);
+        double loss = 0.0;
+        TRI_CHECK(model_forward(&tr->model, a->slot, a->chunk, tr->inputs, tr->targets, &loss));
+        *loss_sum += loss;
+        return TRI_OK;
+    }
+    tr->optim.last_micro = a->micro == tr->n_micro - 1;
+    return model_backward(&tr->model, a->slot, a->chunk, (float)(1.0 / tokens));
 }
 
 // Runs this rank's schedule table for optimizer step `step`: forward and backward of
@@ -325,35 +395,33 @@ static tri_status run_p2p_group(trainer *tr, int first, int end, double *waited)
 // the sum of per-token losses this rank computed (the last stage's) and the seconds it
 // waited on other stages.
 static tri_status run_schedule(trainer *tr, int step, double *loss_sum, double *waited) {
-    const run_config *cfg = tr->cfg;
-    const int B = cfg->train.micro_batch;
-    const double tokens = (double)cfg->train.global_batch * cfg->model.seq_len;
     *loss_sum = 0.0;
     *waited = 0.0;
-    for (int i = 0; i < tr->sched.n_actions;) {
+    p2p_flight *flight = xcalloc((size_t)tr->sched.n_actions + 1, sizeof *flight);
+    int n_flight = 0;
+    tri_status rc = TRI_OK;
+    for (int i = 0; i < tr->sched.n_actions && rc == TRI_OK;) {
         const sched_action *a = &tr->sched.actions[i];
-        if (sched_action_is_comm(a->kind)) {
-            int end = sched_comm_run_end(&tr->sched, i);
-            TRI_CHECK(run_p2p_group(tr, i, end, waited));
+        const int end = sched_action_is_comm(a->kind) ? sched_comm_run_end(&tr->sched, i) : i + 1;
+        // What this group or op touches must not be in flight (parallel.overlap).
+        rc = wait_p2p(tr, flight, &n_flight, i, end, waited, &tr->overlapped_p2p);
+        if (rc == TRI_OK && sched_action_is_comm(a->kind)) {
+            p2p_flight *f = &flight[n_flight];
+            *f = (p2p_flight){i, end, {NULL}};
+            rc = run_p2p_group(tr, i, end, &f->req, waited);
+            if (f->req.impl) n_flight++;
             i = end;
             continue;
         }
-        if (a->kind == SCHED_ACTION_FWD) {
-            // The stream continues where the checkpoint left it, also with another
-            // global batch: samples start.samples on are taken in order.
-            int64_t first = tr->start.samples - (int64_t)tr->start.step * cfg->train.global_batch +
-                            data_micro_batch_start(step, cfg->train.global_batch, tr->dp,
-                                                   tr->dp_rank, a->micro, B);
-            data_batch(&tr->train, first, B, tr->inputs, tr->targets);
-            double loss = 0.0;
-            TRI_CHECK(model_forward(&tr->model, a->slot, a->chunk, tr->inputs, tr->targets, &loss));
-            *loss_sum += loss;
-        } else {
-            tr->optim.last_micro = a->micro == tr->n_micro - 1;
-            TRI_CHECK(model_backward(&tr->model, a->slot, a->chunk, (float)(1.0 / tokens)));
-        }
+        if (rc == TRI_OK) rc = run_compute(tr, a, step, loss_sum);
+        tr->cm->progress(tr->cm);
         i++;
     }
+    // Every transfer still in flight completes, also after an error.
+    tri_status wrc = wait_p2p(tr, flight, &n_flight, 0, 0, waited, &tr->overlapped_p2p);
+    free(flight);
+    TRI_CHECK(rc);
+    TRI_CHECK(wrc);
     // Only the last stage computed the loss; every stage learns it.
     if (tr->model.d.pp > 1)
         TRI_CHECK(tr->cm->all_reduce(tr->cm, COMM_GROUP_PP, loss_sum, 1, COMM_DTYPE_F64, COMM_REDUCE_SUM));
@@ -473,6 +541,12 @@ static tri_status train_loop(trainer *tr) {
         optim_zero_grads(&tr->optim, model_grads(m));
         double loss_sum = 0.0, waited = 0.0;
         TRI_CHECK(run_schedule(tr, step, &loss_sum, &waited));
+        TRI_CHECK(optim_finish_reductions(&tr->optim));
+        LOG_DEBUG("step %d overlap: %d dp reductions left running under the backward, %d "
+                  "parameter gathers under earlier layers, %d pipeline transfers under a "
+                  "forward or backward", step + 1, tr->optim.overlapped_reductions,
+                  tr->optim.overlapped_gathers, tr->overlapped_p2p);
+        tr->optim.overlapped_reductions = tr->optim.overlapped_gathers = tr->overlapped_p2p = 0;
         TRI_CHECK(model_finish_grads(m));
         TRI_CHECK(optim_reduce_grads(&tr->optim, &m->table, m->d.sp, model_grads(m)));
         if (tr->dp > 1)

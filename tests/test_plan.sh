@@ -71,6 +71,7 @@ check pp2_interleaved 2 "${L4[@]}" --set parallel.pp=2 --set parallel.schedule=i
 check dp2_zero0 2 --set parallel.zero=0 --set parallel.bucket_mb=0.01
 check dp2_zero1 2 --set parallel.zero=1
 check dp2_zero2 2 "${L4[@]}" --set parallel.zero=2 --set parallel.bucket_mb=0.02
+check dp2_zero2_no_overlap 2 "${L4[@]}" --set parallel.zero=2 --set parallel.bucket_mb=0.02 --set parallel.overlap=false
 check dp4_zero3 4 --set parallel.zero=3 --set train.global_batch=16 --set train.micro_batch=1
 check dp2_zero3_step 2 --set parallel.zero=3 --set parallel.zero3_gather=step --set train.global_batch=16
 for zero in 0 1 2 3; do
