@@ -26,7 +26,11 @@
 // bf16 operands (matmul_fwd_bf16, matmul_bwd_bf16; train.precision bf16): A and B are
 // CUDA_R_16BF, D (and C, the accumulated one) stays CUDA_R_32F, with CUBLAS_COMPUTE_32F:
 // tensor-core products accumulated in fp32. The bias (BIAS) and the bias gradient (BGRADB)
-// are of D's type, fp32, as the fp32 path's are.
+// are of D's type, fp32, as the fp32 path's are. Where cuBLASLt has no bf16 algorithm at all
+// (operands only 2-byte aligned, as ZeRO-3's gathered buckets can leave them, or leading
+// dimensions its tensor-core kernels refuse), the op widens its bf16 operands into fp32
+// copies (stream-ordered allocations, freed after the GEMM) and runs the fp32 path: the same
+// exact products, so only speed differs.
 #include "backend_cuda_internal.cuh"
 
 #include <stdint.h>
@@ -144,7 +148,7 @@ static void plan_build(cuda_ctx *x, cuda_lt_plan *p) {
     cublasLtMatmulPreferenceDestroy(pref);
     p->supported = st == CUBLAS_STATUS_SUCCESS && found > 0;
     if (p->supported) p->algo = result.algo;
-    else if (p->epilogue == CUBLASLT_EPILOGUE_DEFAULT) {
+    else if (p->epilogue == CUBLASLT_EPILOGUE_DEFAULT && p->ab == CUDA_R_32F) {
         LOG_ERROR("cuBLASLt has no %s algorithm for a (%d x %d x %d) GEMM with alignments "
                   "%d/%d/%d bytes (%s)", p->ab == CUDA_R_16BF ? "bf16" : "fp32", p->m, p->n, p->k,
                   p->align_a, p->align_b, p->align_d,
@@ -268,13 +272,56 @@ void cuda_matmul_bwd(backend *b, float *dinp, float *dweight, float *dbias, cons
     matmul_bwd(cuda_ctx_of(b), CUDA_R_32F, dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
 }
 
+// Does cuBLASLt have a bf16 algorithm (without epilogue) for a GEMM of this shape and these
+// operands? The plan is cached, so asking costs nothing after the first time.
+static int bf16_supported(cuda_ctx *x, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                          int k, const void *A, int lda, const void *B, int ldb, const float *D,
+                          int ldd) {
+    cuda_lt_plan key;
+    memset(&key, 0, sizeof key);
+    key.ta = ta, key.tb = tb, key.ab = CUDA_R_16BF, key.m = m, key.n = n, key.k = k;
+    key.lda = lda, key.ldb = ldb, key.ldd = ldd, key.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    key.align_a = ptr_alignment(A), key.align_b = ptr_alignment(B), key.align_d = ptr_alignment(D);
+    return plan_get(x, &key)->supported;
+}
+
+// An fp32 copy of n bf16 elements, allocated in stream order (free with widened_free).
+static float *widen(cuda_ctx *x, const uint16_t *src, size_t n) {
+    float *dst = NULL;
+    CUDA_OP_CHECK(cudaMallocAsync((void **)&dst, (n ? n : 1) * sizeof(float), x->stream));
+    cuda_bf16_widen(x, dst, src, n);
+    return dst;
+}
+static void widened_free(cuda_ctx *x, float *p) { CUDA_OP_CHECK(cudaFreeAsync(p, x->stream)); }
+
 void cuda_matmul_fwd_bf16(backend *b, float *out, const uint16_t *inp, const uint16_t *weight,
                           const float *bias, int N, int IC, int OC) {
-    matmul_fwd(cuda_ctx_of(b), CUDA_R_16BF, out, inp, weight, bias, N, IC, OC);
+    cuda_ctx *x = cuda_ctx_of(b);
+    if (N <= 0 || OC <= 0 || IC <= 0 ||
+        bf16_supported(x, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight, IC, inp, IC, out, OC)) {
+        matmul_fwd(x, CUDA_R_16BF, out, inp, weight, bias, N, IC, OC);
+        return;
+    }
+    float *w_inp = widen(x, inp, (size_t)N * IC), *w_weight = widen(x, weight, (size_t)OC * IC);
+    matmul_fwd(x, CUDA_R_32F, out, w_inp, w_weight, bias, N, IC, OC);
+    widened_free(x, w_inp);
+    widened_free(x, w_weight);
 }
 
 void cuda_matmul_bwd_bf16(backend *b, float *dinp, float *dweight, float *dbias,
                           const uint16_t *dout, const uint16_t *inp, const uint16_t *weight,
                           int N, int IC, int OC) {
-    matmul_bwd(cuda_ctx_of(b), CUDA_R_16BF, dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+    cuda_ctx *x = cuda_ctx_of(b);
+    if (N <= 0 || OC <= 0 || IC <= 0 ||
+        ((!dinp || bf16_supported(x, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC, dout, OC, dinp, IC)) &&
+         bf16_supported(x, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, dout, OC, dweight, IC))) {
+        matmul_bwd(x, CUDA_R_16BF, dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+        return;
+    }
+    float *w_dout = widen(x, dout, (size_t)N * OC), *w_inp = widen(x, inp, (size_t)N * IC);
+    float *w_weight = widen(x, weight, (size_t)OC * IC);
+    matmul_bwd(x, CUDA_R_32F, dinp, dweight, dbias, w_dout, w_inp, w_weight, N, IC, OC);
+    widened_free(x, w_dout);
+    widened_free(x, w_inp);
+    widened_free(x, w_weight);
 }

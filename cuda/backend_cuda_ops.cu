@@ -299,8 +299,11 @@ void cuda_add_to_bf16(backend *b, uint16_t *dst, const float *src, size_t n) {
 void cuda_to_bf16(backend *b, uint16_t *dst, const float *src, size_t n) {
     if (n) LAUNCH_N(to_bf16_kernel, cuda_ctx_of(b), n, dst, src, n);
 }
+void cuda_bf16_widen(cuda_ctx *x, float *dst, const uint16_t *src, size_t n) {
+    if (n) LAUNCH_N(from_bf16_kernel, x, n, dst, src, n);
+}
 void cuda_from_bf16(backend *b, float *dst, const uint16_t *src, size_t n) {
-    if (n) LAUNCH_N(from_bf16_kernel, cuda_ctx_of(b), n, dst, src, n);
+    cuda_bf16_widen(cuda_ctx_of(b), dst, src, n);
 }
 
 // ---------------------------------------------------------------------------------------
