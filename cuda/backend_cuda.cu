@@ -171,6 +171,8 @@ static const backend cuda_backend_table = {
     /* .matmul_bwd            = */ cuda_matmul_bwd,
     /* .matmul_fwd_bf16       = */ cuda_matmul_fwd_bf16,
     /* .matmul_bwd_bf16       = */ cuda_matmul_bwd_bf16,
+    /* .matmul_gelu_fwd       = */ cuda_matmul_gelu_fwd,
+    /* .matmul_bwd_dgelu      = */ cuda_matmul_bwd_dgelu,
     /* .layernorm_fwd         = */ cuda_layernorm_fwd,
     /* .layernorm_bwd         = */ cuda_layernorm_bwd,
     /* .residual_fwd          = */ cuda_residual_fwd,
@@ -226,10 +228,12 @@ tri_status backend_cuda_create(backend **out, int device) {
         x->compute = tf32 && !strcmp(tf32, "1") ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
         TRI_CHECK_GOTO(cuda_matmul_init(x), rc, fail);
         TRI_CHECK_GOTO(cuda_attention_init(x, prop.sharedMemPerBlockOptin), rc, fail);
-        LOG_DEBUG("CUDA backend on device %d (%s, sm_%d%d, %d SMs, %.1f GiB), matmuls in %s",
-                  device, prop.name, prop.major, prop.minor, prop.multiProcessorCount,
-                  (double)prop.totalGlobalMem / (1 << 30),
-                  x->compute == CUBLAS_COMPUTE_32F ? "fp32" : "TF32 (TRIDENT_CUDA_TF32=1)");
+        LOG_DEBUG("CUDA backend on device %d (%s, sm_%d%d, %d SMs, %.1f GiB), matmuls in %s, "
+                  "GELU %s", device, prop.name, prop.major, prop.minor,
+                  prop.multiProcessorCount, (double)prop.totalGlobalMem / (1 << 30),
+                  x->compute == CUBLAS_COMPUTE_32F ? "fp32" : "TF32 (TRIDENT_CUDA_TF32=1)",
+                  x->gelu_epilogue ? "fused into the GEMMs (cuBLASLt epilogues)"
+                                   : "in its own kernels (the cuBLASLt epilogue differs)");
         // (fp32 operands; the bf16-operand matmuls always accumulate in fp32 on tensor cores)
     }
     *out = b;

@@ -46,6 +46,7 @@ typedef struct {
     void *scratch;
     size_t scratch_bytes;
     int att_max_hs;      // largest attention head size the device's shared memory allows
+    int gelu_epilogue;   // cuBLASLt's GELU epilogues compute gelu_tanh here (probed at start)
     double *host_result; // pinned: where sumsq's result lands for the host
     // alloc()/free() may come from another host thread (a checkpoint writer), hence the lock.
     std::mutex mem_lock;
@@ -114,6 +115,11 @@ void cuda_matmul_fwd_bf16(backend *b, float *out, const uint16_t *inp, const uin
 void cuda_matmul_bwd_bf16(backend *b, float *dinp, float *dweight, float *dbias,
                           const uint16_t *dout, const uint16_t *inp, const uint16_t *weight,
                           int N, int IC, int OC);
+void cuda_matmul_gelu_fwd(backend *b, float *out, float *pre, const void *inp, const void *weight,
+                          const float *bias, int N, int IC, int OC, int bf16);
+void cuda_matmul_bwd_dgelu(backend *b, float *dinp, float *dweight, float *dbias,
+                           const void *dout, const void *inp, const void *weight,
+                           const float *pre, int N, int IC, int OC, int bf16);
 
 // ---- attention (backend_cuda_attn.cu) ----
 // Sets x->att_max_hs from the device's opt-in shared memory per block.

@@ -46,6 +46,8 @@ struct cuda_lt_plan {
     int m, n, k, lda, ldb, ldd;
     cublasLtEpilogue_t epilogue;
     int align_a, align_b, align_d;
+    int align_aux;       // the GELU epilogues' auxiliary matrix (0: none)
+    const void *aux;     // not part of the key: the pointer the heuristic sees at build time
     // value
     int supported; // 0: no algorithm for this epilogue (the caller falls back)
     cublasLtMatmulDesc_t desc;
@@ -83,6 +85,8 @@ static void plan_destroy(cuda_lt_plan *p) {
     memset(p, 0, sizeof *p);
 }
 
+static int gelu_epilogue_matches(cuda_ctx *x); // below, with the GELU ops
+
 tri_status cuda_matmul_init(cuda_ctx *x) {
     cublasStatus_t st = cublasLtCreate(&x->lt);
     if (st != CUBLAS_STATUS_SUCCESS) {
@@ -94,6 +98,7 @@ tri_status cuda_matmul_init(cuda_ctx *x) {
     x->lt_workspace_bytes = CUDA_LT_WORKSPACE_BYTES;
     x->plans = (cuda_lt_plan *)xcalloc(CUDA_LT_MAX_PLANS, sizeof(cuda_lt_plan));
     x->n_plans = 0;
+    x->gelu_epilogue = gelu_epilogue_matches(x);
     return TRI_OK;
 }
 
@@ -127,6 +132,13 @@ static void plan_build(cuda_ctx *x, cuda_lt_plan *p) {
     LT_OP_CHECK(cublasLtMatrixLayoutCreate(&p->lb, p->ab, tb ? p->n : p->k, tb ? p->k : p->n,
                                            p->ldb));
     LT_OP_CHECK(cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_32F, p->m, p->n, p->ldd));
+    if (p->align_aux) { // GELU_AUX(_BIAS) writes, DGELU reads, an fp32 matrix shaped like D
+        const int64_t aux_ld = p->ldd;
+        LT_OP_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                   &aux_ld, sizeof aux_ld));
+        LT_OP_CHECK(cublasLtMatmulDescSetAttribute(
+            p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &p->aux, sizeof p->aux));
+    }
 
     cublasLtMatmulPreference_t pref;
     LT_OP_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -167,7 +179,8 @@ static cuda_lt_plan *plan_get(cuda_ctx *x, const cuda_lt_plan *key) {
         if (p->ta == key->ta && p->tb == key->tb && p->ab == key->ab && p->m == key->m && p->n == key->n &&
             p->k == key->k && p->lda == key->lda && p->ldb == key->ldb && p->ldd == key->ldd &&
             p->epilogue == key->epilogue && p->align_a == key->align_a &&
-            p->align_b == key->align_b && p->align_d == key->align_d)
+            p->align_b == key->align_b && p->align_d == key->align_d &&
+            p->align_aux == key->align_aux)
             return p;
     }
     if (x->n_plans == CUDA_LT_MAX_PLANS) { // more shapes than any model has: start over
@@ -182,21 +195,26 @@ static cuda_lt_plan *plan_get(cuda_ctx *x, const cuda_lt_plan *key) {
 }
 
 // D (m, n) = op(A) op(B) + beta D, column-major, A and B of type `ab`, with `epilogue`
-// (bias: its vector). Returns 0, having done nothing, when cuBLASLt has no algorithm for that
-// epilogue.
-static int lt_matmul(cuda_ctx *x, cudaDataType_t ab, cublasOperation_t ta, cublasOperation_t tb,
-                     int m, int n, int k, const void *A, int lda, const void *B, int ldb, float *D,
-                     int ldd, float beta, cublasLtEpilogue_t epilogue, const float *bias) {
+// (bias: its vector or bias gradient; aux: the GELU epilogues' matrix, NULL for the others).
+// Returns 0, having done nothing, when cuBLASLt has no algorithm for that epilogue.
+static int lt_matmul_aux(cuda_ctx *x, cudaDataType_t ab, cublasOperation_t ta,
+                         cublasOperation_t tb, int m, int n, int k, const void *A, int lda,
+                         const void *B, int ldb, float *D, int ldd, float beta,
+                         cublasLtEpilogue_t epilogue, const float *bias, const float *aux) {
     cuda_lt_plan key;
     memset(&key, 0, sizeof key);
     key.ta = ta, key.tb = tb, key.ab = ab, key.m = m, key.n = n, key.k = k;
     key.lda = lda, key.ldb = ldb, key.ldd = ldd, key.epilogue = epilogue;
     key.align_a = ptr_alignment(A), key.align_b = ptr_alignment(B), key.align_d = ptr_alignment(D);
+    key.align_aux = aux ? ptr_alignment(aux) : 0, key.aux = aux;
     cuda_lt_plan *p = plan_get(x, &key);
     if (!p->supported) return 0;
-    if (epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+    if (bias)
         LT_OP_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                    &bias, sizeof bias));
+    if (aux)
+        LT_OP_CHECK(cublasLtMatmulDescSetAttribute(
+            p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
     const float alpha = 1.0f;
     cublasStatus_t st = cublasLtMatmul(x->lt, p->desc, &alpha, A, p->la, B, p->lb, &beta, D,
                                        p->ld, D, p->ld, &p->algo, x->lt_workspace,
@@ -210,6 +228,13 @@ static int lt_matmul(cuda_ctx *x, cudaDataType_t ab, cublasOperation_t ta, cubla
     }
     LT_OP_CHECK(st);
     return 1;
+}
+
+static int lt_matmul(cuda_ctx *x, cudaDataType_t ab, cublasOperation_t ta, cublasOperation_t tb,
+                     int m, int n, int k, const void *A, int lda, const void *B, int ldb, float *D,
+                     int ldd, float beta, cublasLtEpilogue_t epilogue, const float *bias) {
+    return lt_matmul_aux(x, ab, ta, tb, m, n, k, A, lda, B, ldb, D, ldd, beta, epilogue, bias,
+                         NULL);
 }
 
 // The forward for operands of type ab.
@@ -324,4 +349,120 @@ void cuda_matmul_bwd_bf16(backend *b, float *dinp, float *dweight, float *dbias,
     widened_free(x, w_dout);
     widened_free(x, w_inp);
     widened_free(x, w_weight);
+}
+
+// ---- the GELU epilogues ----
+
+// gelu_tanh and its derivative (the CPU backend's formulas), in double.
+static double gelu_ref(double v) {
+    const double u = 0.7978845608028654 * (v + 0.044715 * v * v * v);
+    return 0.5 * v * (1.0 + tanh(u));
+}
+static double dgelu_ref(double v) {
+    const double u = 0.7978845608028654 * (v + 0.044715 * v * v * v);
+    const double du = 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * v * v), t = tanh(u);
+    return 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * du;
+}
+
+// Are cuBLASLt's GELU epilogues the model's gelu_tanh? cuBLAS documents only "GELU", and the
+// exact (erf) form differs by up to ~1e-3: a 64^3 GEMM with GELU_AUX_BIAS must give
+// out = gelu_tanh(aux), and one with DGELU must give gelu_tanh'(pre) times the plain GEMM,
+// both within 1e-5 of their largest value, checked on the host. Otherwise (or when
+// cuBLASLt offers neither epilogue) the GELU runs in its own kernels.
+static int gelu_epilogue_matches(cuda_ctx *x) {
+    const int n = 64;
+    const size_t nn = (size_t)n * n, n_in = 3 * nn + n, n_out = 4 * nn;
+    // host: A, B, pre (in [-1, 1)), bias; then the results: out, aux, the DGELU GEMM, plain
+    float *h = (float *)xmalloc((n_in + n_out) * sizeof(float)), *dev = NULL;
+    uint64_t s = 0x9E3779B97F4A7C15ULL;
+    for (size_t i = 0; i < n_in; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        h[i] = (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+    }
+    int ok = 0;
+    if (cudaMalloc((void **)&dev, (n_in + n_out) * sizeof(float)) != cudaSuccess) {
+        free(h);
+        return 0;
+    }
+    float *A = dev, *B = A + nn, *pre = B + nn, *bias = pre + nn, *D = bias + n, *aux = D + nn;
+    float *D0 = aux + nn;
+    const float *h_pre = h + 2 * nn, *hA = h + n_in, *hB = hA + nn, *hD = hB + nn, *hD0 = hD + nn;
+    CUDA_OP_CHECK(cudaMemcpyAsync(A, h, n_in * sizeof(float), cudaMemcpyHostToDevice, x->stream));
+    if (lt_matmul_aux(x, CUDA_R_32F, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, A, n, B, n, D, n, 0.0f,
+                      CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias, aux) &&
+        lt_matmul_aux(x, CUDA_R_32F, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, A, n, B, n, D0, n, 0.0f,
+                      CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL)) {
+        // the forward's out and aux, then the DGELU result over the same GEMM as D0
+        CUDA_OP_CHECK(cudaMemcpyAsync((void *)hA, D, 2 * nn * sizeof(float),
+                                      cudaMemcpyDeviceToHost, x->stream));
+        const int dgelu = lt_matmul_aux(x, CUDA_R_32F, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, A, n,
+                                        B, n, D, n, 0.0f, CUBLASLT_EPILOGUE_DGELU, NULL, pre);
+        CUDA_OP_CHECK(cudaMemcpyAsync((void *)hD, D, nn * sizeof(float), cudaMemcpyDeviceToHost,
+                                      x->stream));
+        CUDA_OP_CHECK(cudaMemcpyAsync((void *)hD0, D0, nn * sizeof(float),
+                                      cudaMemcpyDeviceToHost, x->stream));
+        CUDA_OP_CHECK(cudaStreamSynchronize(x->stream));
+        double ef = 0, mf = 0, eb = 0, mb = 0;
+        for (size_t i = 0; i < nn; i++) {
+            const double f = gelu_ref(hB[i]), g = dgelu_ref(h_pre[i]) * hD0[i];
+            ef = fmax(ef, fabs(hA[i] - f)), mf = fmax(mf, fabs(f));
+            eb = fmax(eb, fabs(hD[i] - g)), mb = fmax(mb, fabs(g));
+        }
+        ok = dgelu && ef <= 1e-5 * mf && eb <= 1e-5 * mb;
+        LOG_DEBUG("cuBLASLt GELU epilogues against gelu_tanh: forward %.2g, backward %s%.2g "
+                  "(relative; fused when both <= 1e-5)", ef / (mf > 0 ? mf : 1),
+                  dgelu ? "" : "unsupported ", eb / (mb > 0 ? mb : 1));
+    }
+    CUDA_OP_CHECK(cudaStreamSynchronize(x->stream));
+    cudaFree(dev);
+    free(h);
+    return ok;
+}
+
+// The GEMM of the fc layer with its GELU: one cuBLASLt call writing gelu(pre) and pre where
+// the epilogue is available for this shape (aux ld a multiple of 8, a 16-byte aligned bias),
+// else the GEMM into pre and the GELU kernel.
+void cuda_matmul_gelu_fwd(backend *b, float *out, float *pre, const void *inp, const void *weight,
+                          const float *bias, int N, int IC, int OC, int bf16) {
+    cuda_ctx *x = cuda_ctx_of(b);
+    const cudaDataType_t ab = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    if (x->gelu_epilogue && N > 0 && IC > 0 && OC % 8 == 0 &&
+        (!bias || ptr_alignment(bias) >= 16) &&
+        (!bf16 || bf16_supported(x, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight, IC, inp, IC, out, OC)) &&
+        lt_matmul_aux(x, ab, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight, IC, inp, IC, out, OC,
+                      0.0f, bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX,
+                      bias, pre))
+        return;
+    if (bf16)
+        cuda_matmul_fwd_bf16(b, pre, (const uint16_t *)inp, (const uint16_t *)weight, bias, N, IC,
+                             OC);
+    else cuda_matmul_fwd(b, pre, (const float *)inp, (const float *)weight, bias, N, IC, OC);
+    cuda_gelu_fwd(b, out, pre, (size_t)N * OC);
+}
+
+// The backward of the layer after the GELU: its dinp GEMM with the DGELU epilogue (reading
+// pre), then the weight and bias gradients as matmul_bwd computes them; or matmul_bwd and
+// the GELU backward kernel.
+void cuda_matmul_bwd_dgelu(backend *b, float *dinp, float *dweight, float *dbias,
+                           const void *dout, const void *inp, const void *weight,
+                           const float *pre, int N, int IC, int OC, int bf16) {
+    cuda_ctx *x = cuda_ctx_of(b);
+    const cudaDataType_t ab = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    if (x->gelu_epilogue && N > 0 && OC > 0 && IC % 8 == 0 && IC > 0 &&
+        (!bf16 || bf16_supported(x, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC, dout, OC, dinp, IC)) &&
+        lt_matmul_aux(x, ab, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC, dout, OC, dinp, IC,
+                      0.0f, CUBLASLT_EPILOGUE_DGELU, NULL, pre)) {
+        if (bf16)
+            cuda_matmul_bwd_bf16(b, NULL, dweight, dbias, (const uint16_t *)dout,
+                                 (const uint16_t *)inp, (const uint16_t *)weight, N, IC, OC);
+        else cuda_matmul_bwd(b, NULL, dweight, dbias, (const float *)dout, (const float *)inp,
+                             (const float *)weight, N, IC, OC);
+        return;
+    }
+    if (bf16)
+        cuda_matmul_bwd_bf16(b, dinp, dweight, dbias, (const uint16_t *)dout,
+                             (const uint16_t *)inp, (const uint16_t *)weight, N, IC, OC);
+    else cuda_matmul_bwd(b, dinp, dweight, dbias, (const float *)dout, (const float *)inp,
+                         (const float *)weight, N, IC, OC);
+    cuda_gelu_bwd(b, dinp, pre, dinp, (size_t)N * IC);
 }

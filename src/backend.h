@@ -55,6 +55,18 @@ struct backend {
     void (*matmul_bwd_bf16)(backend *b, float *dinp, float *dweight, float *dbias,
                             const uint16_t *dout, const uint16_t *inp, const uint16_t *weight,
                             int N, int IC, int OC);
+    // The MLP's GELU fused into its GEMMs (CUDA: cuBLASLt's GELU epilogues, where the device's
+    // GELU matches gelu_tanh; else the separate ops). bf16: inp, weight and dout are bf16 (as
+    // in the *_bf16 matmuls), else fp32.
+    // pre (N, OC) = inp @ weight^T + bias; out (N, OC) = gelu_tanh(pre).
+    void (*matmul_gelu_fwd)(backend *b, float *out, float *pre, const void *inp,
+                            const void *weight, const float *bias, int N, int IC, int OC,
+                            int bf16);
+    // matmul_bwd whose dinp (not NULL) is then multiplied by gelu_tanh'(pre), pre (N, IC) fp32:
+    // the gradient at the GELU's input when the GELU's output is this layer's input.
+    void (*matmul_bwd_dgelu)(backend *b, float *dinp, float *dweight, float *dbias,
+                             const void *dout, const void *inp, const void *weight,
+                             const float *pre, int N, int IC, int OC, int bf16);
 
     // ---- normalisation and pointwise ----
     // out (N, C) = (inp - mean) * rstd * weight + bias; saves mean (N), rstd (N). eps 1e-5.

@@ -540,6 +540,23 @@ static void cpu_matmul_bwd_bf16(backend *b, float *dinp, float *dweight, float *
     cpu_matmul_bwd(b, dinp, dweight, dbias, w_dout, w_inp, w_weight, N, IC, OC);
 }
 
+// The GELU "fusions": the GEMM, then the pointwise op (the CPU gains nothing from fusing).
+static void cpu_matmul_gelu_fwd(backend *b, float *out, float *pre, const void *inp,
+                                const void *weight, const float *bias, int N, int IC, int OC,
+                                int bf16) {
+    if (bf16) cpu_matmul_fwd_bf16(b, pre, inp, weight, bias, N, IC, OC);
+    else cpu_matmul_fwd(b, pre, inp, weight, bias, N, IC, OC);
+    cpu_gelu_fwd(b, out, pre, (size_t)N * OC);
+}
+
+static void cpu_matmul_bwd_dgelu(backend *b, float *dinp, float *dweight, float *dbias,
+                                 const void *dout, const void *inp, const void *weight,
+                                 const float *pre, int N, int IC, int OC, int bf16) {
+    if (bf16) cpu_matmul_bwd_bf16(b, dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+    else cpu_matmul_bwd(b, dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+    cpu_gelu_bwd(b, dinp, pre, dinp, (size_t)N * IC);
+}
+
 typedef struct {
     float lr, beta1, beta2, eps, wd, grad_scale, inv_bc1, inv_bc2;
 } adamw_coef;
@@ -644,6 +661,8 @@ static const backend cpu_backend_table = {
     /* .matmul_bwd            = */ cpu_matmul_bwd,
     /* .matmul_fwd_bf16       = */ cpu_matmul_fwd_bf16,
     /* .matmul_bwd_bf16       = */ cpu_matmul_bwd_bf16,
+    /* .matmul_gelu_fwd       = */ cpu_matmul_gelu_fwd,
+    /* .matmul_bwd_dgelu      = */ cpu_matmul_bwd_dgelu,
     /* .layernorm_fwd         = */ cpu_layernorm_fwd,
     /* .layernorm_bwd         = */ cpu_layernorm_bwd,
     /* .residual_fwd          = */ cpu_residual_fwd,

@@ -405,17 +405,30 @@ static void linear_fwd(model *m, float *out, const float *inp, const uint16_t *i
     else m->be->matmul_fwd(m->be, out, inp, P(m, w), bias, N, IC, OC);
 }
 
+// The MLP's fc layer and its GELU in one op: pre (N, OC) = inp @ W^T + bias, out =
+// gelu(pre).
+static void linear_gelu_fwd(model *m, float *out, float *pre, const float *inp,
+                            const uint16_t *inp16, int w, const float *bias, int N, int IC,
+                            int OC) {
+    if (m->bf16) m->be->matmul_gelu_fwd(m->be, out, pre, inp16, P16(m, w), bias, N, IC, OC, 1);
+    else m->be->matmul_gelu_fwd(m->be, out, pre, inp, P(m, w), bias, N, IC, OC, 0);
+}
+
 // Its backward into dinp and the gradients of entry w (dbias: its bias's, or NULL). Under
-// bf16 dout is rounded into mm16 first.
+// bf16 dout is rounded into mm16 first. gelu_pre: the layer's input is gelu(gelu_pre), and
+// dinp is the gradient at gelu_pre (NULL: at the input).
 static void linear_bwd(model *m, float *dinp, int w, float *dbias, const float *dout,
-                       const float *inp, const uint16_t *inp16, int N, int IC, int OC) {
+                       const float *inp, const uint16_t *inp16, const float *gelu_pre, int N,
+                       int IC, int OC) {
     backend *be = m->be;
-    if (!m->bf16) {
-        be->matmul_bwd(be, dinp, G(m, w), dbias, dout, inp, P(m, w), N, IC, OC);
-        return;
+    const void *d = dout, *x = inp, *wt = m->bf16 ? (const void *)P16(m, w) : (const void *)P(m, w);
+    if (m->bf16) {
+        be->to_bf16(be, m->mm16, dout, (size_t)N * OC);
+        d = m->mm16, x = inp16;
     }
-    be->to_bf16(be, m->mm16, dout, (size_t)N * OC);
-    be->matmul_bwd_bf16(be, dinp, G(m, w), dbias, m->mm16, inp16, P16(m, w), N, IC, OC);
+    if (gelu_pre) be->matmul_bwd_dgelu(be, dinp, G(m, w), dbias, d, x, wt, gelu_pre, N, IC, OC, m->bf16);
+    else if (m->bf16) be->matmul_bwd_bf16(be, dinp, G(m, w), dbias, d, x, wt, N, IC, OC);
+    else be->matmul_bwd(be, dinp, G(m, w), dbias, d, x, wt, N, IC, OC);
 }
 
 // Element n of an activation buffer, or NULL for one a slot does not hold in fp32 (bf16).
@@ -484,9 +497,9 @@ static tri_status layer_forward(model *m, model_acts *acts, int l, int i) {
     TRI_CHECK(rowpar_residual(m, a.res2, a.in, a.atty, IN16(ACT_ATTY), LW(PARAM_ATTPROJW), LP(PARAM_ATTPROJB), d->C_local));
     TRI_CHECK(layernorm_to_all_rows(m, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, LP(PARAM_LN2W), LP(PARAM_LN2B)));
     keep_bf16(m, acts, &a, i, ACT_LN2);
-    linear_fwd(m, a.fch, a.ln2, IN16(ACT_LN2), LW(PARAM_FCW), LP(PARAM_FCB), N, C, d->C4_local);
+    linear_gelu_fwd(m, a.fch_gelu, a.fch, a.ln2, IN16(ACT_LN2), LW(PARAM_FCW), LP(PARAM_FCB), N,
+                    C, d->C4_local);
     keep_bf16(m, acts, &a, i, ACT_FCH);
-    be->gelu_fwd(be, a.fch_gelu, a.fch, (size_t)N * d->C4_local);
     keep_bf16(m, acts, &a, i, ACT_FCH_GELU);
     TRI_CHECK(rowpar_residual(m, a.out, a.res2, a.fch_gelu, IN16(ACT_FCH_GELU), LW(PARAM_FCPROJW), LP(PARAM_FCPROJB), d->C4_local));
 #undef LP
@@ -526,19 +539,18 @@ static tri_status layer_backward(model *m, model_acts *acts, int l, int i) {
     // MLP: out = res2 + fcproj(gelu(fc(ln2(res2)))).
     TRI_CHECK(dresidual_all_rows(m, acts->dres, &dout));
     linear_bwd(m, m->dfch, LW(PARAM_FCPROJW), LG(PARAM_FCPROJB), dout, a.fch_gelu,
-               IN16(ACT_FCH_GELU), N, d->C4_local, C);
-    be->gelu_bwd(be, m->dfch, a.fch, m->dfch, (size_t)N * d->C4_local);
-    linear_bwd(m, m->dln, LW(PARAM_FCW), LG(PARAM_FCB), m->dfch, a.ln2, IN16(ACT_LN2), N, C,
-               d->C4_local);
+               IN16(ACT_FCH_GELU), a.fch, N, d->C4_local, C); // dfch: at gelu's input
+    linear_bwd(m, m->dln, LW(PARAM_FCW), LG(PARAM_FCB), m->dfch, a.ln2, IN16(ACT_LN2), NULL, N,
+               C, d->C4_local);
     TRI_CHECK(layernorm_bwd_from_all_rows(m, acts->dres, a.res2, LP(PARAM_LN2W), LG(PARAM_LN2W), LG(PARAM_LN2B),
                                           a.ln2_mean, a.ln2_rstd));
     // Attention: res2 = in + attproj(attention(qkv(ln1(in)))).
     TRI_CHECK(dresidual_all_rows(m, acts->dres, &dout));
     linear_bwd(m, m->datty, LW(PARAM_ATTPROJW), LG(PARAM_ATTPROJB), dout, a.atty,
-               IN16(ACT_ATTY), N, d->C_local, C);
+               IN16(ACT_ATTY), NULL, N, d->C_local, C);
     be->attention_bwd(be, m->dqkv, m->datty, a.qkv, a.att_state, d->B, d->T, d->NH_local, d->HS);
-    linear_bwd(m, m->dln, LW(PARAM_QKVW), LG(PARAM_QKVB), m->dqkv, a.ln1, IN16(ACT_LN1), N, C,
-               d->C3_local);
+    linear_bwd(m, m->dln, LW(PARAM_QKVW), LG(PARAM_QKVB), m->dqkv, a.ln1, IN16(ACT_LN1), NULL, N,
+               C, d->C3_local);
     TRI_CHECK(layernorm_bwd_from_all_rows(m, acts->dres, a.in, LP(PARAM_LN1W), LG(PARAM_LN1W), LG(PARAM_LN1B),
                                           a.ln1_mean, a.ln1_rstd));
 #undef LP

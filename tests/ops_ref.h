@@ -63,6 +63,12 @@ OPS_REF_FN int *dev_i(backend *b, const int *host, size_t n) {
     b->copy_to_device(b, d, host, n * sizeof(int));
     return d;
 }
+// n random floats in [lo, hi) on the device.
+OPS_REF_FN float *dev_rand(backend *b, size_t n, double lo, double hi) {
+    float *h = rand_f(n, lo, hi), *d = dev_f(b, h, n);
+    free(h);
+    return d;
+}
 // The bf16 rounding of n host floats, on the device (the bf16 matmuls' operands); the
 // floats are replaced by the values the bf16 copy holds, so references see those.
 OPS_REF_FN uint16_t *dev_bf16(backend *b, float *host, size_t n) {

@@ -226,6 +226,44 @@ static void test_residual(backend *b) {
     free(x), free(y), free(ref);
 }
 
+// The GELU fused into the GEMMs: the same values as the GEMM and the GELU run apart, bit for
+// bit (the CPU composes them; the GPU test holds CUDA's fused epilogues to these).
+static void test_matmul_gelu(backend *b) {
+    const int N = 48, IC = 40, OC = 56;
+    char name[96];
+    float *inp = dev_rand(b, (size_t)N * IC, -1, 1);
+    float *w = dev_rand(b, (size_t)OC * IC, -1, 1);
+    float *bias = dev_rand(b, OC, -1, 1), *pre2 = dev_rand(b, (size_t)N * IC, -3, 3);
+    float *dout = dev_rand(b, (size_t)N * OC, -1, 1);
+    float *out = dev_f(b, NULL, (size_t)N * OC), *pre = dev_f(b, NULL, (size_t)N * OC);
+    float *ref = dev_f(b, NULL, (size_t)N * OC), *ref_pre = dev_f(b, NULL, (size_t)N * OC);
+    b->matmul_gelu_fwd(b, out, pre, inp, w, bias, N, IC, OC, 0);
+    b->matmul_fwd(b, ref_pre, inp, w, bias, N, IC, OC);
+    b->gelu_fwd(b, ref, ref_pre, (size_t)N * OC);
+    float *h[4] = {host_of(b, out, (size_t)N * OC), host_of(b, ref, (size_t)N * OC),
+                   host_of(b, pre, (size_t)N * OC), host_of(b, ref_pre, (size_t)N * OC)};
+    name_of(name, sizeof name, "matmul_gelu_fwd = matmul_fwd then gelu_fwd (bitwise)");
+    TEST_CHECK(!memcmp(h[0], h[1], (size_t)N * OC * sizeof(float)) &&
+                   !memcmp(h[2], h[3], (size_t)N * OC * sizeof(float)),
+               name, "out or pre differ");
+    for (int k = 0; k < 4; k++) free(h[k]);
+    float *dinp = dev_f(b, NULL, (size_t)N * IC), *dw = dev_f(b, NULL, (size_t)OC * IC);
+    float *db = dev_f(b, NULL, OC), *rdinp = dev_f(b, NULL, (size_t)N * IC);
+    float *rdw = dev_f(b, NULL, (size_t)OC * IC), *rdb = dev_f(b, NULL, OC);
+    b->matmul_bwd_dgelu(b, dinp, dw, db, dout, inp, w, pre2, N, IC, OC, 0);
+    b->matmul_bwd(b, rdinp, rdw, rdb, dout, inp, w, N, IC, OC);
+    b->gelu_bwd(b, rdinp, pre2, rdinp, (size_t)N * IC);
+    float *g[4] = {host_of(b, dinp, (size_t)N * IC), host_of(b, rdinp, (size_t)N * IC),
+                   host_of(b, dw, (size_t)OC * IC), host_of(b, rdw, (size_t)OC * IC)};
+    name_of(name, sizeof name, "matmul_bwd_dgelu = matmul_bwd then gelu_bwd (bitwise)");
+    TEST_CHECK(!memcmp(g[0], g[1], (size_t)N * IC * sizeof(float)) &&
+                   !memcmp(g[2], g[3], (size_t)OC * IC * sizeof(float)),
+               name, "dinp or dweight differ");
+    for (int k = 0; k < 4; k++) free(g[k]);
+    float *bufs[] = {inp, w, bias, pre2, dout, out, pre, ref, ref_pre, dinp, dw, db, rdinp, rdw, rdb};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) b->free(b, bufs[k]);
+}
+
 static void test_gelu(backend *b) {
     const size_t n = 1001;
     char name[96];
@@ -488,6 +526,7 @@ static void run_all(int threads) {
     test_matmul_small(b, 0);
     test_matmul_large(b, 0);
     test_matmul_large(b, 1);
+    test_matmul_gelu(b);
     test_layernorm(b, 7, 10, 1);
     test_layernorm(b, 37, 768, 0);
     test_residual(b);

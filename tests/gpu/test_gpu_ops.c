@@ -223,6 +223,51 @@ static void test_matmul_bf16(int N, int IC, int OC, int with_bias, int offset) {
     free(h_inp), free(h_w), free(h_dout), free(junk);
 }
 
+// The GELU fused into the fc GEMM and into the next layer's backward (cuBLASLt epilogues
+// where the probe at start found them equal to gelu_tanh, else the separate kernels), fp32 and
+// bf16, against the CPU's GEMM-then-GELU. OC or IC not a multiple of 8 takes the fallback.
+static void test_matmul_gelu(int N, int IC, int OC, int with_bias, int bf16) {
+    char op[96];
+    snprintf(op, sizeof op, "matmul_gelu%s N=%d IC=%d OC=%d%s", bf16 ? "_bf16" : "", N, IC, OC,
+             with_bias ? " bias" : "");
+    float *h_inp = rand_f((size_t)N * IC, -1, 1), *h_w = rand_f((size_t)OC * IC, -1, 1);
+    float *h_dout = rand_f((size_t)N * OC, -1, 1);
+    uint16_t *inp_c = NULL, *w_c = NULL, *dout_c = NULL, *inp16 = NULL, *w16 = NULL, *dout16 = NULL;
+    if (bf16) {
+        inp16 = twin_bf16(h_inp, (size_t)N * IC, &inp_c);
+        w16 = twin_bf16(h_w, (size_t)OC * IC, &w_c);
+        dout16 = twin_bf16(h_dout, (size_t)N * OC, &dout_c);
+    }
+    twin inp = twin_new(h_inp, (size_t)N * IC), w = twin_new(h_w, (size_t)OC * IC);
+    twin dout = twin_new(h_dout, (size_t)N * OC), bias = twin_rand(OC, -1, 1);
+    twin out = twin_new(NULL, (size_t)N * OC), pre = twin_new(NULL, (size_t)N * OC);
+#define OPND(t16, t16c, tw, side) (bf16 ? (const void *)(side ? t16 : t16c) : (const void *)(side ? tw.d : tw.c))
+    dut->matmul_gelu_fwd(dut, out.d, pre.d, OPND(inp16, inp_c, inp, 1), OPND(w16, w_c, w, 1),
+                         with_bias ? bias.d : NULL, N, IC, OC, bf16);
+    cpu->matmul_gelu_fwd(cpu, out.c, pre.c, OPND(inp16, inp_c, inp, 0), OPND(w16, w_c, w, 0),
+                         with_bias ? bias.c : NULL, N, IC, OC, bf16);
+    compare(op, "fwd out", out, 1e-5);
+    compare(op, "fwd pre", pre, 1e-5);
+    // Backward of a layer (OC -> IC) whose input was gelu(pre2), pre2 (N, IC).
+    twin pre2 = twin_rand((size_t)N * IC, -3, 3), dinp = twin_new(NULL, (size_t)N * IC);
+    twin dw = twin_rand((size_t)OC * IC, -1, 1), db = twin_rand(OC, -1, 1);
+    dut->matmul_bwd_dgelu(dut, dinp.d, dw.d, with_bias ? db.d : NULL, OPND(dout16, dout_c, dout, 1),
+                          OPND(inp16, inp_c, inp, 1), OPND(w16, w_c, w, 1), pre2.d, N, IC, OC, bf16);
+    cpu->matmul_bwd_dgelu(cpu, dinp.c, dw.c, with_bias ? db.c : NULL, OPND(dout16, dout_c, dout, 0),
+                          OPND(inp16, inp_c, inp, 0), OPND(w16, w_c, w, 0), pre2.c, N, IC, OC, bf16);
+#undef OPND
+    compare(op, "bwd dinp at the GELU's input", dinp, 1e-5);
+    compare(op, "bwd dweight (accumulated)", dw, 1e-5);
+    compare(op, with_bias ? "bwd dbias (accumulated)" : "bwd dbias untouched", db, 1e-5);
+    if (bf16) {
+        uint16_t *bufs[] = {inp16, w16, dout16}, *cbufs[] = {inp_c, w_c, dout_c};
+        for (int k = 0; k < 3; k++) dut->free(dut, bufs[k]), cpu->free(cpu, cbufs[k]);
+    }
+    twin all[] = {inp, w, dout, bias, out, pre, pre2, dinp, dw, db};
+    for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) twin_free(all[k]);
+    free(h_inp), free(h_w), free(h_dout);
+}
+
 // ---------------------------------------------------------------------------------------
 // LayerNorm and pointwise
 
@@ -806,6 +851,11 @@ int main(int argc, char **argv) {
     test_matmul_bf16(300, 768, 1000, 0, 0);
     test_matmul_bf16(37, 29, 53, 1, 0);
     test_matmul_bf16(64, 96, 80, 1, 3);
+    test_matmul_gelu(512, 768, 3072, 1, 0);
+    test_matmul_gelu(512, 768, 3072, 1, 1);
+    test_matmul_gelu(300, 96, 200, 0, 1);
+    test_matmul_gelu(37, 29, 53, 1, 0); // fallback: no multiple of 8
+    test_matmul_gelu(37, 29, 53, 1, 1);
     test_layernorm(1000, 768);
     test_layernorm(77, 33);
     test_pointwise(1000003);
