@@ -542,7 +542,7 @@ struct adamw_coef {
 
 // The expression of backend_cpu.c's adamw_scalar, element for element.
 __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n,
-                             adamw_coef k) {
+                             adamw_coef k, uint16_t *p16) {
     GRID_STRIDE(i, n) {
         const float gi = g[i] * k.grad_scale;
         const float mi = k.beta1 * m[i] + (1.0f - k.beta1) * gi;
@@ -550,13 +550,15 @@ __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_
         m[i] = mi;
         v[i] = vi;
         const float update = (mi * k.inv_bc1) / (sqrtf(vi * k.inv_bc2) + k.eps);
-        p[i] -= k.lr * (update + k.wd * p[i]);
+        const float pi = p[i] - k.lr * (update + k.wd * p[i]);
+        p[i] = pi;
+        if (p16) p16[i] = __bfloat16_as_ushort(__float2bfloat16_rn(pi));
     }
 }
 
 void cuda_adamw(backend *b, float *param, const float *grad, float *m, float *v, size_t n,
                 float lr, float beta1, float beta2, float eps, float weight_decay,
-                float grad_scale, int t) {
+                float grad_scale, int t, uint16_t *param16) {
     if (!n) return;
     adamw_coef k;
     k.lr = lr, k.beta1 = beta1, k.beta2 = beta2, k.eps = eps, k.wd = weight_decay;
@@ -564,5 +566,5 @@ void cuda_adamw(backend *b, float *param, const float *grad, float *m, float *v,
     // Bias corrections in double, as on the CPU: 1 - beta2^t is ~1e-3 at t = 1.
     k.inv_bc1 = (float)(1.0 / (1.0 - pow((double)beta1, (double)t)));
     k.inv_bc2 = (float)(1.0 / (1.0 - pow((double)beta2, (double)t)));
-    LAUNCH_N(adamw_kernel, cuda_ctx_of(b), n, param, grad, m, v, n, k);
+    LAUNCH_N(adamw_kernel, cuda_ctx_of(b), n, param, grad, m, v, n, k, param16);
 }

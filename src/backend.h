@@ -145,10 +145,11 @@ struct backend {
     void (*add_to_bf16)(backend *b, uint16_t *dst, const float *src, size_t n);
     // AdamW over n elements: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
     // p -= lr * (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd * p).
-    // grad is multiplied by grad_scale first (clipping). t counts from 1.
+    // grad is multiplied by grad_scale first (clipping). t counts from 1. param16, when not
+    // NULL, receives the updated p rounded to bf16 (mixed precision: p is the fp32 master).
     void (*adamw)(backend *b, float *param, const float *grad, float *m, float *v, size_t n,
                   float lr, float beta1, float beta2, float eps, float weight_decay,
-                  float grad_scale, int t);
+                  float grad_scale, int t, uint16_t *param16);
 
     void (*destroy)(backend *b);
 };

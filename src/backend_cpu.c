@@ -604,7 +604,7 @@ static void adamw_range(float *restrict p, const float *restrict g, float *restr
 
 static void cpu_adamw(backend *b, float *param, const float *grad, float *m, float *v, size_t n,
                       float lr, float beta1, float beta2, float eps, float weight_decay,
-                      float grad_scale, int t) {
+                      float grad_scale, int t, uint16_t *param16) {
     adamw_coef k = {
         .lr = lr,
         .beta1 = beta1,
@@ -622,6 +622,7 @@ static void cpu_adamw(backend *b, float *param, const float *grad, float *m, flo
         size_t i0, i1;
         row_block(n, omp_get_thread_num(), omp_get_num_threads(), &i0, &i1);
         adamw_range(param, grad, m, v, i0, i1, &k);
+        for (size_t i = i0; param16 && i < i1; i++) param16[i] = bf16_from_f32(param[i]);
     }
 }
 

@@ -564,14 +564,13 @@ tri_status optim_step(optim_state *o, const run_config *cfg, const param_table *
     for (int p = 0; p < o->n_pieces; p++) {
         const optim_piece *pc = &o->pieces[p];
         float wd = pt->entries[pc->entry].decay ? (float)cfg->optim.weight_decay : 0.0f;
-        // The weights AdamW updates: the fp32 master (then rounded into the bf16 parameters),
-        // or the fp32 parameters themselves.
+        // The weights AdamW updates: the fp32 master, rounded into the bf16 parameters in the
+        // same pass, or the fp32 parameters themselves.
         void *param = o->zero == 3 ? pel(o, o->param_shard, pc->pos) : pel(o, params, pc->lo);
         float *w = o->bf16 ? o->master + pc->pos : param;
         be->adamw(be, w, piece_grads(o, grads, pc), o->m + pc->pos, o->v + pc->pos,
                   pc->hi - pc->lo, (float)lr, (float)cfg->optim.beta1, (float)cfg->optim.beta2,
-                  (float)cfg->optim.eps, wd, grad_scale, o->t);
-        if (o->bf16) be->to_bf16(be, param, w, pc->hi - pc->lo);
+                  (float)cfg->optim.eps, wd, grad_scale, o->t, o->bf16 ? param : NULL);
     }
     for (int c = 0; o->chunk_gathered && c < o->chunks; c++) o->chunk_gathered[c] = 0;
     if (o->zero == 1) // every rank's updated shard to every replica (this rank's in place)

@@ -428,7 +428,7 @@ static void test_adamw(backend *b) {
     for (int t = 1; t <= 3; t++) {
         float *g = rand_f(n, -0.2, 0.2);
         b->copy_to_device(b, d_g, g, n * sizeof(float));
-        b->adamw(b, d_p, d_g, d_m, d_v, n, lr, b1, b2, eps, wd, gs, t);
+        b->adamw(b, d_p, d_g, d_m, d_v, n, lr, b1, b2, eps, wd, gs, t, NULL);
         for (size_t i = 0; i < n; i++) {
             double gi = (double)g[i] * gs;
             m[i] = b1 * m[i] + (1.0 - b1) * gi;

@@ -367,7 +367,7 @@ static int bench(int threads) {
     BENCH("sumsq (all params)", 5, 1, 0, 0, sink += b->sumsq(b, pg, P));
     BENCH("scale (all params)", 5, 1, 0, 0, b->scale(b, pg, 1.0f, P));
     BENCH("adamw (all params)", 5, 1, 0, 0,
-          b->adamw(b, pp, pg, pm, pv, P, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 3));
+          b->adamw(b, pp, pg, pm, pv, P, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 3, NULL));
     (void)sink;
 
     printf("%-30s %10s %8s %12s %10s\n", "op", "ms/call", "calls", "ms/step", "GFLOP/s");

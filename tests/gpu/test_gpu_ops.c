@@ -457,16 +457,40 @@ static void test_sumsq(size_t n) {
     twin_free(t), free(x);
 }
 
-static void test_adamw(size_t n, int t) {
+// bf16: the master weights p also rounded into bf16 parameters in the same pass; the bf16
+// copies may differ where p's last-bit difference crosses a rounding boundary (counted, at
+// most one bf16 unit apart).
+static void test_adamw(size_t n, int t, int bf16) {
     char op[64];
-    snprintf(op, sizeof op, "adamw n=%zu t=%d", n, t);
+    snprintf(op, sizeof op, "adamw%s n=%zu t=%d", bf16 ? " bf16 out" : "", n, t);
     twin p = twin_rand(n, -1, 1), g = twin_rand(n, -1, 1), m = twin_rand(n, -0.1, 0.1);
     twin v = twin_rand(n, 0, 0.01);
-    dut->adamw(dut, p.d, g.d, m.d, v.d, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
-    cpu->adamw(cpu, p.c, g.c, m.c, v.c, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
+    uint16_t *p16_d = bf16 ? dut->alloc(dut, n * 2 + 2) : NULL;
+    uint16_t *p16_c = bf16 ? cpu->alloc(cpu, n * 2 + 2) : NULL;
+    dut->adamw(dut, p.d, g.d, m.d, v.d, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t, p16_d);
+    cpu->adamw(cpu, p.c, g.c, m.c, v.c, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t, p16_c);
     compare(op, "param", p, 1e-6);
     compare(op, "m", m, 1e-6);
     compare(op, "v", v, 1e-6);
+    if (bf16) {
+        uint16_t *a = xmalloc(n * 2 + 2), *c = xmalloc(n * 2 + 2);
+        dut->copy_to_host(dut, a, p16_d, n * 2);
+        cpu->copy_to_host(cpu, c, p16_c, n * 2);
+        float *pd = host_of(dut, p.d, n);
+        size_t differ = 0, bad = 0;
+        for (size_t i = 0; i < n; i++) {
+            differ += a[i] != c[i];
+            bad += a[i] != bf16_from_f32(pd[i]) || abs((int)a[i] - (int)c[i]) > 1;
+        }
+        char name[96];
+        snprintf(name, sizeof name, "%s param16 = bf16(param)", op);
+        TEST_CHECK(!bad, name, "%zu of %zu not the rounding of the device's own fp32 result, or "
+                   "more than one unit from the CPU's", bad, n);
+        printf("# %s: %zu of %zu bf16 parameters differ from the CPU's by one unit\n", op,
+               differ, n);
+        free(a), free(c), free(pd);
+        dut->free(dut, p16_d), cpu->free(cpu, p16_c);
+    }
     twin_free(p), twin_free(g), twin_free(m), twin_free(v);
 }
 
@@ -676,7 +700,7 @@ static void b_emb_bwd(void *p) {
 static void b_adamw(void *p) { // inp, dinp, mean, rstd: param, grad, m, v
     bench_args *x = p;
     dut->adamw(dut, x->inp, x->dinp, x->mean, x->rstd, (size_t)x->N, 1e-4f, 0.9f, 0.95f, 1e-8f,
-               0.1f, 1.0f, 3);
+               0.1f, 1.0f, 3, NULL);
 }
 static void b_sumsq(void *p) {
     bench_args *x = p;
@@ -874,8 +898,9 @@ int main(int argc, char **argv) {
     test_sumsq(1000003);
     test_sumsq(5);
     test_sumsq(0);
-    test_adamw(100003, 1);
-    test_adamw(100003, 7);
+    test_adamw(100003, 1, 0);
+    test_adamw(100003, 7, 0);
+    test_adamw(100003, 3, 1);
     test_gradients();
 
     printf("\n%-80s %10s %9s\n", "max |dut - cpu| / max |cpu|", "error", "tolerance");
