@@ -187,6 +187,7 @@ static const backend cuda_backend_table = {
     /* .xent_sumexp           = */ cuda_xent_sumexp,
     /* .xent_loss             = */ cuda_xent_loss,
     /* .xent_bwd              = */ cuda_xent_bwd,
+    /* .loss_sum              = */ cuda_loss_sum,
     /* .sumsq                 = */ cuda_sumsq,
     /* .scale                 = */ cuda_scale,
     /* .to_bf16               = */ cuda_to_bf16,

@@ -518,6 +518,20 @@ __global__ void sumsq_final_kernel(double *out, const double *partial, int nbloc
     if (threadIdx.x == 0) *out = v;
 }
 
+// One block: each thread sums its strided losses in double, then a fixed tree; thread 0 adds
+// the total to *acc. A micro-batch has a few thousand losses, so one block is enough.
+__global__ void loss_sum_kernel(double *acc, const float *losses, size_t n) {
+    double s = 0.0;
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) s += losses[i];
+    s = block_reduce(s, op_sum(), 0.0);
+    if (threadIdx.x == 0) *acc += s;
+}
+
+void cuda_loss_sum(backend *b, double *acc, const float *losses, size_t n) {
+    loss_sum_kernel<<<1, OPS_THREADS, 0, cuda_ctx_of(b)->stream>>>(acc, losses, n);
+    CUDA_LAUNCH_CHECK("loss_sum_kernel");
+}
+
 double cuda_sumsq(backend *b, const float *xs, size_t n) {
     cuda_ctx *x = cuda_ctx_of(b);
     if (!n) return 0.0;

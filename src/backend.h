@@ -131,6 +131,9 @@ struct backend {
                      int V_valid);
 
     // ---- optimizer and reductions ----
+    // *acc (one double in the backend's memory) += the sum of losses (n floats), summed in
+    // double in a fixed order: a micro-batch's loss stays on the device until the step ends.
+    void (*loss_sum)(backend *b, double *acc, const float *losses, size_t n);
     // Returns sum of squares of x (n elements) in double precision, computed in a fixed
     // order so the result is deterministic for a given thread count.
     double (*sumsq)(backend *b, const float *x, size_t n);

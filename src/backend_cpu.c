@@ -496,6 +496,13 @@ static double cpu_sumsq(backend *b, const float *x, size_t n) {
     return total;
 }
 
+static void cpu_loss_sum(backend *b, double *acc, const float *losses, size_t n) {
+    (void)b;
+    double s = 0.0; // in order: a few thousand values, once per micro-batch
+    for (size_t i = 0; i < n; i++) s += losses[i];
+    *acc += s;
+}
+
 static void cpu_scale(backend *b, float *x, float s, size_t n) {
     float *restrict xs = x;
 #pragma omp parallel for simd schedule(static) num_threads(ctx_of(b)->threads)
@@ -678,6 +685,7 @@ static const backend cpu_backend_table = {
     /* .xent_sumexp           = */ cpu_xent_sumexp,
     /* .xent_loss             = */ cpu_xent_loss,
     /* .xent_bwd              = */ cpu_xent_bwd,
+    /* .loss_sum              = */ cpu_loss_sum,
     /* .sumsq                 = */ cpu_sumsq,
     /* .scale                 = */ cpu_scale,
     /* .to_bf16               = */ cpu_to_bf16,

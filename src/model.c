@@ -183,12 +183,13 @@ static tri_status alloc_scratch(model *m) {
     m->datty = alloc_counted(m, PLAN_MEM_SCRATCH, N * d->C_local * f, &total);
     m->dfch = alloc_counted(m, PLAN_MEM_SCRATCH, N * d->C4_local * f, &total);
     if (d->sp) m->rows_full = alloc_counted(m, PLAN_MEM_SCRATCH, N * C * f, &total);
+    if (d->has_head) m->loss_acc = alloc_counted(m, PLAN_MEM_SCRATCH, sizeof(double), &total);
     if (m->bf16)
         m->mm16 = alloc_counted(m, PLAN_MEM_SCRATCH, model_mm16_numel(N, C, d->C_local, d->Vp_local, d->has_head) * sizeof(uint16_t), &total);
     m->scratch_bytes = total;
     void *all[] = {m->dln, m->dqkv, m->datty, m->dfch, d->sp ? m->rows_full : m->dln,
                    m->bf16 ? (void *)m->stage : m->dln, m->g16 ? (void *)m->gstage : m->dln,
-                   m->bf16 ? (void *)m->mm16 : m->dln};
+                   m->bf16 ? (void *)m->mm16 : m->dln, d->has_head ? (void *)m->loss_acc : m->dln};
     return check_allocated(m, all, sizeof all / sizeof all[0]);
 }
 
@@ -313,7 +314,7 @@ void model_free(model *m) {
     free(m->grad16_of);
     free(m->stage_off);
     void *all[] = {m->params, m->params16, m->stage, m->grads, m->grads16, m->gstage, m->dln,
-                   m->dqkv, m->datty, m->dfch, m->rows_full, m->round16, m->mm16};
+                   m->dqkv, m->datty, m->dfch, m->rows_full, m->round16, m->mm16, m->loss_acc};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         mem_give(m->pool, be, all[i]);
     params_free(&m->table);
@@ -560,15 +561,13 @@ static tri_status layer_backward(model *m, model_acts *acts, int l, int i) {
     return TRI_OK;
 }
 
-tri_status model_forward(model *m, int slot, int chunk, const int *inputs, const int *targets,
-                         double *loss_sum) {
+tri_status model_forward(model *m, int slot, int chunk, const int *inputs, const int *targets) {
     backend *be = m->be;
     const model_dims *d = &m->d;
     const int N = d->N, C = d->C;
     model_acts *a = &m->slots[slot];
     const param_table *pt = &m->table;
     const int first_layer = params_chunk_first_layer(pt, chunk);
-    *loss_sum = 0.0;
     if (m->params_needed) TRI_CHECK(m->params_needed(m->params_needed_ctx, chunk, 0));
 
     be->copy_to_device(be, a->inputs, inputs, (size_t)N * sizeof(int));
@@ -606,14 +605,16 @@ tri_status model_forward(model *m, int slot, int chunk, const int *inputs, const
     TRI_CHECK(tp_all_reduce(m, a->sumexp, N));
     TRI_CHECK(tp_all_reduce(m, a->target_logit, N));
     be->xent_loss(be, a->losses, a->rowmax, a->sumexp, a->target_logit, N);
-
-    float *losses = xmalloc((size_t)N * sizeof(float));
-    be->copy_to_host(be, losses, a->losses, (size_t)N * sizeof(float));
-    double sum = 0.0;
-    for (int i = 0; i < N; i++) sum += losses[i];
-    free(losses);
-    *loss_sum = sum;
+    be->loss_sum(be, m->loss_acc, a->losses, (size_t)N);
     return TRI_OK;
+}
+
+double model_take_loss(model *m) {
+    if (!m->loss_acc) return 0.0;
+    double sum = 0.0;
+    m->be->copy_to_host(m->be, &sum, m->loss_acc, sizeof sum);
+    m->be->memset_zero(m->be, m->loss_acc, sizeof(double));
+    return sum;
 }
 
 // bf16 gradients: what the backward accumulated in fp32 staging for entries [first, first +

@@ -110,6 +110,7 @@ typedef struct {
     float *dfch;       // (N, 4C/tp)
     float *rows_full;  // (N, C), SP only: a row-parallel output before its reduce-scatter,
                        // or the residual gradient gathered over tp
+    double *loss_acc;  // last stage: the loss sums of the forwards since model_take_loss
     size_t att_state_bytes; // per layer
     size_t activation_bytes, scratch_bytes;
 } model;
@@ -154,10 +155,14 @@ static inline void *model_grads(model *m) { return m->g16 ? (void *)m->grads16 :
 // inputs/targets are host (B*T) token ids, the same on every tp rank: the first chunk of
 // stage 0 embeds the inputs, any other chunk starts from model_chunk_input() (received from
 // the previous stage). The last chunk of the last stage computes the loss: its sum over
-// tokens goes to *loss_sum (host, double; 0 on other chunks). With targets NULL only the
-// logits are computed (sampling).
-tri_status model_forward(model *m, int slot, int chunk, const int *inputs, const int *targets,
-                         double *loss_sum);
+// tokens is added to the model's loss accumulator, on the device (model_take_loss reads it).
+// With targets NULL only the logits are computed (sampling).
+tri_status model_forward(model *m, int slot, int chunk, const int *inputs, const int *targets);
+
+// The sum of the per-token losses of the forwards since the last call (host; 0 on stages
+// without the LM head), and the accumulator back to 0. A micro-batch's loss stays on the
+// device, so the forward does not wait for it; this waits once.
+double model_take_loss(model *m);
 
 // Backward of the (micro-batch, chunk) whose forward filled `slot`; gradients accumulate
 // into m->grads. The last chunk of the last stage starts from the loss (dloss is

@@ -85,8 +85,7 @@ tri_status sample_run(const sample_options *opt) {
     if (byte_level) fputs(prompt, stdout);
     uint64_t rng = opt->seed;
     for (int i = 0; i < opt->tokens; i++) {
-        double unused;
-        TRI_CHECK_GOTO(model_forward(&m, 0, 0, context, NULL, &unused), rc, free_buffers);
+        TRI_CHECK_GOTO(model_forward(&m, 0, 0, context, NULL), rc, free_buffers);
         model_logits_row(&m, 0, n - 1, logits);
         int token = pick_token(logits, V, opt->temperature, &rng);
         emit(token, byte_level);

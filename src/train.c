@@ -370,7 +370,7 @@ static tri_status wait_p2p(trainer *tr, p2p_flight *f, int *n, int first, int en
 }
 
 // A forward or backward action of the schedule for optimizer step `step`.
-static tri_status run_compute(trainer *tr, const sched_action *a, int step, double *loss_sum) {
+static tri_status run_compute(trainer *tr, const sched_action *a, int step) {
     const run_config *cfg = tr->cfg;
     const int B = cfg->train.micro_batch;
     const double tokens = (double)cfg->train.global_batch * cfg->model.seq_len;
@@ -381,10 +381,7 @@ static tri_status run_compute(trainer *tr, const sched_action *a, int step, doub
                         data_micro_batch_start(step, cfg->train.global_batch, tr->dp,
                                                tr->dp_rank, a->micro, B);
         data_batch(&tr->train, first, B, tr->inputs, tr->targets);
-        double loss = 0.0;
-        TRI_CHECK(model_forward(&tr->model, a->slot, a->chunk, tr->inputs, tr->targets, &loss));
-        *loss_sum += loss;
-        return TRI_OK;
+        return model_forward(&tr->model, a->slot, a->chunk, tr->inputs, tr->targets);
     }
     tr->optim.last_micro = a->micro == tr->n_micro - 1;
     return model_backward(&tr->model, a->slot, a->chunk, (float)(1.0 / tokens));
@@ -413,7 +410,7 @@ static tri_status run_schedule(trainer *tr, int step, double *loss_sum, double *
             i = end;
             continue;
         }
-        if (rc == TRI_OK) rc = run_compute(tr, a, step, loss_sum);
+        if (rc == TRI_OK) rc = run_compute(tr, a, step);
         tr->cm->progress(tr->cm);
         i++;
     }
@@ -422,6 +419,7 @@ static tri_status run_schedule(trainer *tr, int step, double *loss_sum, double *
     free(flight);
     TRI_CHECK(rc);
     TRI_CHECK(wrc);
+    *loss_sum = model_take_loss(&tr->model); // the micro-batches' sums, added in order
     // Only the last stage computed the loss; every stage learns it.
     if (tr->model.d.pp > 1)
         TRI_CHECK(tr->cm->all_reduce(tr->cm, COMM_GROUP_PP, loss_sum, 1, COMM_DTYPE_F64, COMM_REDUCE_SUM));
@@ -430,19 +428,16 @@ static tri_status run_schedule(trainer *tr, int step, double *loss_sum, double *
 
 // Forward only through the pipeline, one micro-batch after another in slot 0: each chunk
 // receives from the previous virtual stage and sends to the next (a chain, so blocking
-// sends and receives cannot deadlock). Returns the loss sum on every stage.
-static tri_status forward_only(trainer *tr, double *loss_sum) {
+// sends and receives cannot deadlock). The last stage's loss accumulates in the model.
+static tri_status forward_only(trainer *tr) {
     model *m = &tr->model;
     const size_t count = (size_t)m->d.N_local * m->d.C;
     const int pp = m->d.pp, r = m->d.pp_rank;
     comm *cm = tr->cm;
-    *loss_sum = 0.0;
     for (int c = 0; c < m->d.chunks; c++) {
         if (!(r == 0 && c == 0))
             TRI_CHECK(cm->recv(cm, COMM_GROUP_PP, model_chunk_input(m, 0), count, COMM_DTYPE_F32, (r - 1 + pp) % pp));
-        double loss = 0.0;
-        TRI_CHECK(model_forward(m, 0, c, tr->inputs, tr->targets, &loss));
-        *loss_sum += loss;
+        TRI_CHECK(model_forward(m, 0, c, tr->inputs, tr->targets));
         if (!(r == pp - 1 && c == m->d.chunks - 1))
             TRI_CHECK(cm->send(cm, COMM_GROUP_PP, model_chunk_output(m, 0), count, COMM_DTYPE_F32, (r + 1) % pp));
     }
@@ -455,16 +450,14 @@ static tri_status forward_only(trainer *tr, double *loss_sum) {
 static tri_status evaluate(trainer *tr, double *val_loss) {
     const run_config *cfg = tr->cfg;
     const int B = cfg->train.micro_batch, T = cfg->model.seq_len, GB = cfg->train.global_batch;
-    double sum = 0.0;
     for (int j = 0; j < cfg->data.eval_batches; j++) {
         for (int micro = 0; micro < tr->n_micro; micro++) {
             int64_t first = data_micro_batch_start(j, GB, tr->dp, tr->dp_rank, micro, B);
             data_batch(&tr->val, first, B, tr->inputs, tr->targets);
-            double loss = 0.0;
-            TRI_CHECK(forward_only(tr, &loss));
-            sum += loss;
+            TRI_CHECK(forward_only(tr));
         }
     }
+    double sum = model_take_loss(&tr->model);
     if (tr->model.d.pp > 1)
         TRI_CHECK(tr->cm->all_reduce(tr->cm, COMM_GROUP_PP, &sum, 1, COMM_DTYPE_F64, COMM_REDUCE_SUM));
     if (tr->dp > 1) TRI_CHECK(tr->cm->all_reduce(tr->cm, COMM_GROUP_DP, &sum, 1, COMM_DTYPE_F64, COMM_REDUCE_SUM));

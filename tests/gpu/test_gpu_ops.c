@@ -457,6 +457,32 @@ static void test_sumsq(size_t n) {
     twin_free(t), free(x);
 }
 
+// loss_sum: two micro-batches' losses added into a device accumulator (starting from 0.25),
+// in double on both backends: within 1e-12, and bitwise the same on a rerun.
+static void test_loss_sum(size_t n) {
+    float *x = rand_f(2 * n, 0, 11);
+    twin t = twin_new(x, 2 * n);
+    double r[3], init = 0.25;
+    double *acc[2] = {dut->alloc(dut, sizeof(double)), cpu->alloc(cpu, sizeof(double))};
+    for (int k = 0; k < 3; k++) {
+        backend *be = k == 1 ? cpu : dut;
+        double *a = acc[k == 1];
+        be->copy_to_device(be, a, &init, sizeof init);
+        be->loss_sum(be, a, k == 1 ? t.c : t.d, n);
+        be->loss_sum(be, a, (k == 1 ? t.c : t.d) + n, n);
+        be->copy_to_host(be, &r[k], a, sizeof(double));
+    }
+    double e = fabs(r[0] - r[1]) / fabs(r[1]);
+    char name[96];
+    snprintf(name, sizeof name, "loss_sum n=%zu", n);
+    record(name, e, 1e-12);
+    TEST_CHECK(e <= 1e-12, name, "dut %.17g cpu %.17g", r[0], r[1]);
+    snprintf(name, sizeof name, "loss_sum n=%zu repeatable (bitwise)", n);
+    TEST_CHECK(r[0] == r[2], name, "%.17g then %.17g", r[0], r[2]);
+    dut->free(dut, acc[0]), cpu->free(cpu, acc[1]);
+    twin_free(t), free(x);
+}
+
 // bf16: the master weights p also rounded into bf16 parameters in the same pass; the bf16
 // copies may differ where p's last-bit difference crosses a rounding boundary (counted, at
 // most one bf16 unit apart).
@@ -898,6 +924,8 @@ int main(int argc, char **argv) {
     test_sumsq(1000003);
     test_sumsq(5);
     test_sumsq(0);
+    test_loss_sum(8192);
+    test_loss_sum(37);
     test_adamw(100003, 1, 0);
     test_adamw(100003, 7, 0);
     test_adamw(100003, 3, 1);
