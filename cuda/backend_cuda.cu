@@ -176,6 +176,7 @@ static const backend cuda_backend_table = {
     /* .layernorm_fwd         = */ cuda_layernorm_fwd,
     /* .layernorm_bwd         = */ cuda_layernorm_bwd,
     /* .residual_fwd          = */ cuda_residual_fwd,
+    /* .residual_layernorm_fwd = */ cuda_residual_layernorm_fwd,
     /* .gelu_fwd              = */ cuda_gelu_fwd,
     /* .gelu_bwd              = */ cuda_gelu_bwd,
     /* .attention_state_bytes = */ cuda_attention_state_bytes,

@@ -148,6 +148,9 @@ void cuda_layernorm_bwd(backend *b, float *dinp, float *dweight, float *dbias, c
                         const float *inp, const float *weight, const float *mean,
                         const float *rstd, int N, int C);
 void cuda_residual_fwd(backend *b, float *out, const float *a, const float *c, size_t n);
+void cuda_residual_layernorm_fwd(backend *b, float *res, float *out, float *mean, float *rstd,
+                                 const float *a, const float *c, const float *weight,
+                                 const float *bias, int N, int C);
 void cuda_gelu_fwd(backend *b, float *out, const float *inp, size_t n);
 void cuda_gelu_bwd(backend *b, float *dinp, const float *inp, const float *dout, size_t n);
 void cuda_embedding_fwd(backend *b, float *out, const int *tokens, const float *wte,

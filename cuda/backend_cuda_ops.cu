@@ -171,14 +171,11 @@ void cuda_column_sums_add_bf16(cuda_ctx *x, float *dbias, const uint16_t *dout, 
 // LayerNorm: one warp per row; two passes over the row for the exact biased variance, as
 // the CPU backend does.
 
-__global__ void layernorm_fwd_kernel(float *out, float *mean, float *rstd, const float *inp,
-                                     const float *weight, const float *bias, int N, int C) {
-    const int row = blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (row >= N) return;
-    const float *xr = inp + (size_t)row * C;
-    float *yr = out + (size_t)row * C;
-    float sum = 0.0f;
-    for (int i = lane; i < C; i += 32) sum += xr[i];
+// Row `row` of the LayerNorm, from its lane's partial sum of xr: the variance pass, the
+// output, and the statistics (when mean and rstd are not NULL).
+__device__ __forceinline__ void layernorm_row(float *yr, float *mean, float *rstd,
+                                              const float *xr, float sum, const float *weight,
+                                              const float *bias, int row, int lane, int C) {
     const float m = cuda_warp_sum(sum) / (float)C;
     float var = 0.0f;
     for (int i = lane; i < C; i += 32) var += (xr[i] - m) * (xr[i] - m);
@@ -190,6 +187,16 @@ __global__ void layernorm_fwd_kernel(float *out, float *mean, float *rstd, const
     }
 }
 
+__global__ void layernorm_fwd_kernel(float *out, float *mean, float *rstd, const float *inp,
+                                     const float *weight, const float *bias, int N, int C) {
+    const int row = blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const float *xr = inp + (size_t)row * C;
+    float sum = 0.0f;
+    for (int i = lane; i < C; i += 32) sum += xr[i];
+    layernorm_row(out + (size_t)row * C, mean, rstd, xr, sum, weight, bias, row, lane, C);
+}
+
 void cuda_layernorm_fwd(backend *b, float *out, float *mean, float *rstd, const float *inp,
                         const float *weight, const float *bias, int N, int C) {
     cuda_ctx *x = cuda_ctx_of(b);
@@ -198,6 +205,35 @@ void cuda_layernorm_fwd(backend *b, float *out, float *mean, float *rstd, const 
                            32 * LN_ROWS_PER_BLOCK, 0, x->stream>>>(out, mean, rstd, inp, weight,
                                                                    bias, N, C);
     CUDA_LAUNCH_CHECK("layernorm_fwd_kernel");
+}
+
+// The residual add fused in: res = a + c is written and summed in the first pass; the next
+// passes read it back (each lane its own elements, so its own writes).
+__global__ void residual_layernorm_fwd_kernel(float *res, float *out, float *mean, float *rstd,
+                                              const float *a, const float *c,
+                                              const float *weight, const float *bias, int N,
+                                              int C) {
+    const int row = blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const size_t at = (size_t)row * C;
+    float sum = 0.0f;
+    for (int i = lane; i < C; i += 32) {
+        const float r = a[at + i] + c[at + i];
+        res[at + i] = r;
+        sum += r;
+    }
+    layernorm_row(out + at, mean, rstd, res + at, sum, weight, bias, row, lane, C);
+}
+
+void cuda_residual_layernorm_fwd(backend *b, float *res, float *out, float *mean, float *rstd,
+                                 const float *a, const float *c, const float *weight,
+                                 const float *bias, int N, int C) {
+    cuda_ctx *x = cuda_ctx_of(b);
+    if (N <= 0 || C <= 0) return;
+    residual_layernorm_fwd_kernel<<<(N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK,
+                                    32 * LN_ROWS_PER_BLOCK, 0, x->stream>>>(
+        res, out, mean, rstd, a, c, weight, bias, N, C);
+    CUDA_LAUNCH_CHECK("residual_layernorm_fwd_kernel");
 }
 
 // dinp (N, C) += s (dnorm - mean(dnorm) - norm mean(dnorm norm)), dnorm = dout * weight.

@@ -79,6 +79,11 @@ struct backend {
                           const float *rstd, int N, int C);
     // out = a + c, n elements (out may alias a).
     void (*residual_fwd)(backend *b, float *out, const float *a, const float *c, size_t n);
+    // residual_fwd then layernorm_fwd in one pass: res (N, C) = a + c (res may alias a); out
+    // = LayerNorm(res) with mean and rstd saved, as layernorm_fwd computes them.
+    void (*residual_layernorm_fwd)(backend *b, float *res, float *out, float *mean, float *rstd,
+                                   const float *a, const float *c, const float *weight,
+                                   const float *bias, int N, int C);
     // out = gelu_tanh(inp)
     void (*gelu_fwd)(backend *b, float *out, const float *inp, size_t n);
     // dinp = gelu_tanh'(inp) * dout (overwritten; dinp may alias dout)

@@ -284,6 +284,13 @@ static void cpu_residual_fwd(backend *b, float *out, const float *a, const float
     for (size_t i = 0; i < n; i++) out[i] = a[i] + c[i];
 }
 
+static void cpu_residual_layernorm_fwd(backend *b, float *res, float *out, float *mean,
+                                       float *rstd, const float *a, const float *c,
+                                       const float *weight, const float *bias, int N, int C) {
+    cpu_residual_fwd(b, res, a, c, (size_t)N * C);
+    cpu_layernorm_fwd(b, out, mean, rstd, res, weight, bias, N, C);
+}
+
 // gelu_tanh(x) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)
 //              = x * sigmoid(2u), since 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u)).
 #define GELU_K0 0.7978845608028654f // sqrt(2/pi)
@@ -674,6 +681,7 @@ static const backend cpu_backend_table = {
     /* .layernorm_fwd         = */ cpu_layernorm_fwd,
     /* .layernorm_bwd         = */ cpu_layernorm_bwd,
     /* .residual_fwd          = */ cpu_residual_fwd,
+    /* .residual_layernorm_fwd = */ cpu_residual_layernorm_fwd,
     /* .gelu_fwd              = */ cpu_gelu_fwd,
     /* .gelu_bwd              = */ cpu_gelu_bwd,
     /* .attention_state_bytes = */ cpu_attention_state_bytes,

@@ -465,16 +465,29 @@ static tri_status layernorm_to_all_rows(model *m, float *full, float *mean, floa
     return tp_gather_rows(m, full);
 }
 
+// The LayerNorm that follows a residual add, fused with it (rowpar_residual).
+typedef struct {
+    float *full, *mean, *rstd; // as layernorm_to_all_rows takes them
+    const float *w, *b;
+} next_layernorm;
+
 // A row-parallel linear (entry w) whose reduced output is added to the residual stream:
-// out (Nl, C) = residual (Nl, C) + reduce_over_tp(inp (N, IC_local) @ w^T) + bias.
+// out (Nl, C) = residual (Nl, C) + reduce_over_tp(inp (N, IC_local) @ w^T) + bias. With ln,
+// the LayerNorm of out follows in the same op, into all rows (layernorm_to_all_rows).
 static tri_status rowpar_residual(model *m, float *out, const float *residual, const float *inp,
-                                  const uint16_t *inp16, int w, const float *bias, int IC_local) {
+                                  const uint16_t *inp16, int w, const float *bias, int IC_local,
+                                  const next_layernorm *ln) {
     const model_dims *d = &m->d;
     float *partial = d->sp ? m->rows_full : out;
     linear_fwd(m, partial, inp, inp16, w, d->tp_rank == 0 ? bias : NULL, d->N, IC_local, d->C);
     TRI_CHECK(tp_reduce_rows(m, partial, out));
-    m->be->residual_fwd(m->be, out, out, residual, (size_t)d->N_local * d->C);
-    return TRI_OK;
+    if (!ln) {
+        m->be->residual_fwd(m->be, out, out, residual, (size_t)d->N_local * d->C);
+        return TRI_OK;
+    }
+    m->be->residual_layernorm_fwd(m->be, out, ln->full + (size_t)d->row0 * d->C, ln->mean,
+                                  ln->rstd, out, residual, ln->w, ln->b, d->N_local, d->C);
+    return tp_gather_rows(m, ln->full);
 }
 
 // Layer l of the model is local layer i of the slot's chunk.
@@ -495,14 +508,16 @@ static tri_status layer_forward(model *m, model_acts *acts, int l, int i) {
     keep_bf16(m, acts, &a, i, ACT_QKV);
     be->attention_fwd(be, a.atty, a.att_state, a.qkv, d->B, d->T, d->NH_local, d->HS);
     keep_bf16(m, acts, &a, i, ACT_ATTY);
-    TRI_CHECK(rowpar_residual(m, a.res2, a.in, a.atty, IN16(ACT_ATTY), LW(PARAM_ATTPROJW), LP(PARAM_ATTPROJB), d->C_local));
-    TRI_CHECK(layernorm_to_all_rows(m, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, LP(PARAM_LN2W), LP(PARAM_LN2B)));
+    const next_layernorm ln2 = {a.ln2, a.ln2_mean, a.ln2_rstd, LP(PARAM_LN2W), LP(PARAM_LN2B)};
+    TRI_CHECK(rowpar_residual(m, a.res2, a.in, a.atty, IN16(ACT_ATTY), LW(PARAM_ATTPROJW),
+                              LP(PARAM_ATTPROJB), d->C_local, &ln2));
     keep_bf16(m, acts, &a, i, ACT_LN2);
     linear_gelu_fwd(m, a.fch_gelu, a.fch, a.ln2, IN16(ACT_LN2), LW(PARAM_FCW), LP(PARAM_FCB), N,
                     C, d->C4_local);
     keep_bf16(m, acts, &a, i, ACT_FCH);
     keep_bf16(m, acts, &a, i, ACT_FCH_GELU);
-    TRI_CHECK(rowpar_residual(m, a.out, a.res2, a.fch_gelu, IN16(ACT_FCH_GELU), LW(PARAM_FCPROJW), LP(PARAM_FCPROJB), d->C4_local));
+    TRI_CHECK(rowpar_residual(m, a.out, a.res2, a.fch_gelu, IN16(ACT_FCH_GELU), LW(PARAM_FCPROJW),
+                              LP(PARAM_FCPROJB), d->C4_local, NULL));
 #undef LP
 #undef LW
 #undef IN16

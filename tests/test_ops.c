@@ -264,6 +264,30 @@ static void test_matmul_gelu(backend *b) {
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) b->free(b, bufs[k]);
 }
 
+// The residual add fused into the LayerNorm: the same bits as the two ops apart (the CPU
+// composes them; the GPU test holds CUDA's fused kernel to these).
+static void test_residual_layernorm(backend *b) {
+    const int N = 33, C = 40;
+    const size_t n = (size_t)N * C;
+    float *a = dev_rand(b, n, -2, 3), *c = dev_rand(b, n, -1, 1), *w = dev_rand(b, C, 0.5, 1.5);
+    float *bias = dev_rand(b, C, -1, 1), *res = dev_f(b, NULL, n), *out = dev_f(b, NULL, n);
+    float *st = dev_f(b, NULL, 4 * (size_t)N), *rres = dev_f(b, NULL, n), *rout = dev_f(b, NULL, n);
+    b->residual_layernorm_fwd(b, res, out, st, st + N, a, c, w, bias, N, C);
+    b->residual_fwd(b, rres, a, c, n);
+    b->layernorm_fwd(b, rout, st + 2 * N, st + 3 * N, rres, w, bias, N, C);
+    float *h[4] = {host_of(b, res, n), host_of(b, rres, n), host_of(b, out, n), host_of(b, rout, n)};
+    float *hs = host_of(b, st, 4 * (size_t)N);
+    char name[96];
+    name_of(name, sizeof name, "residual_layernorm_fwd = residual then layernorm");
+    TEST_CHECK(!memcmp(h[0], h[1], n * sizeof(float)) && !memcmp(h[2], h[3], n * sizeof(float)) &&
+                   !memcmp(hs, hs + 2 * N, 2 * (size_t)N * sizeof(float)),
+               name, "res, out, mean or rstd differ");
+    for (int k = 0; k < 4; k++) free(h[k]);
+    free(hs);
+    float *bufs[] = {a, c, w, bias, res, out, st, rres, rout};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) b->free(b, bufs[k]);
+}
+
 static void test_gelu(backend *b) {
     const size_t n = 1001;
     char name[96];
@@ -527,6 +551,7 @@ static void run_all(int threads) {
     test_matmul_large(b, 0);
     test_matmul_large(b, 1);
     test_matmul_gelu(b);
+    test_residual_layernorm(b);
     test_layernorm(b, 7, 10, 1);
     test_layernorm(b, 37, 768, 0);
     test_residual(b);

@@ -271,6 +271,24 @@ static void test_matmul_gelu(int N, int IC, int OC, int with_bias, int bf16) {
 // ---------------------------------------------------------------------------------------
 // LayerNorm and pointwise
 
+// The residual add fused into the LayerNorm, in place (res aliases a, as the model calls it).
+static void test_residual_layernorm(int N, int C) {
+    char op[64];
+    snprintf(op, sizeof op, "residual_layernorm N=%d C=%d", N, C);
+    const size_t n = (size_t)N * C;
+    twin a = twin_rand(n, -2, 3), c = twin_rand(n, -1, 1), w = twin_rand(C, 0.5, 1.5);
+    twin bias = twin_rand(C, -1, 1), out = twin_new(NULL, n), mean = twin_new(NULL, N);
+    twin rstd = twin_new(NULL, N);
+    dut->residual_layernorm_fwd(dut, a.d, out.d, mean.d, rstd.d, a.d, c.d, w.d, bias.d, N, C);
+    cpu->residual_layernorm_fwd(cpu, a.c, out.c, mean.c, rstd.c, a.c, c.c, w.c, bias.c, N, C);
+    compare(op, "res (in place)", a, 1e-6);
+    compare(op, "out", out, 1e-5);
+    compare(op, "mean", mean, 1e-5);
+    compare(op, "rstd", rstd, 1e-5);
+    twin all[] = {a, c, w, bias, out, mean, rstd};
+    for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) twin_free(all[k]);
+}
+
 static void test_layernorm(int N, int C) {
     char op[64];
     snprintf(op, sizeof op, "layernorm N=%d C=%d", N, C);
@@ -908,6 +926,8 @@ int main(int argc, char **argv) {
     test_matmul_gelu(37, 29, 53, 1, 1);
     test_layernorm(1000, 768);
     test_layernorm(77, 33);
+    test_residual_layernorm(1000, 768);
+    test_residual_layernorm(77, 33);
     test_pointwise(1000003);
     test_attention(2, 256, 4, 64);
     test_attention(1, 100, 3, 32);
