@@ -370,13 +370,15 @@ static uint16_t *wide_bf16(model *m, model_acts *a, int i, int which) {
     return p[which] + (size_t)i * wide_numel(m, which);
 }
 
-// bf16: an activation just computed becomes its bf16 rounding (kept in the slot), so that
-// the ops after it, and the backward, read what bf16 storage holds.
+// bf16: an activation just computed is kept as its bf16 rounding (in the slot). The ops
+// after it read that rounding: the matmuls as bf16 operands, and the attention, the one op
+// that reads a kept activation in fp32 in the forward, through qkv's work copy, which is
+// replaced by the rounding. The others' fp32 work copies are read no more in the forward.
 static void keep_bf16(model *m, model_acts *a, layer_acts *w, int i, int which) {
     if (!m->bf16) return;
     uint16_t *keep = wide_bf16(m, a, i, which);
     m->be->to_bf16(m->be, keep, wide_f32(w, which), wide_numel(m, which));
-    m->be->from_bf16(m->be, wide_f32(w, which), keep, wide_numel(m, which));
+    if (which == ACT_QKV) m->be->from_bf16(m->be, wide_f32(w, which), keep, wide_numel(m, which));
 }
 
 // bf16 without recompute: layer i's stored activations that the backward reads in fp32 (the
@@ -390,7 +392,8 @@ static void load_bf16(model *m, model_acts *a, layer_acts *w, int i) {
 }
 
 // bf16, in the backward: layer i's activation `which` as a matmul operand. Without recompute
-// the slot's bf16 copy; with it, the work copy (bf16 values already) rounded into round16.
+// the slot's bf16 copy; with it, the work copy rounded again into round16 (the same bits as
+// the forward kept).
 static const uint16_t *stored_bf16(model *m, model_acts *a, layer_acts *w, int i, int which) {
     uint16_t *p = wide_bf16(m, a, i, which);
     if (m->recompute) m->be->to_bf16(m->be, p, wide_f32(w, which), wide_numel(m, which));
@@ -545,6 +548,10 @@ static tri_status layer_backward(model *m, model_acts *acts, int l, int i) {
     const int N = d->N, C = d->C;
     layer_acts a = layer_acts_of(m, acts, i);
     if (m->bf16 && !m->recompute) load_bf16(m, acts, &a, i);
+    if (m->bf16 && m->recompute) { // GELU's input as the backward reads it without recompute
+        m->be->to_bf16(m->be, m->round16, a.fch, wide_numel(m, ACT_FCH));
+        m->be->from_bf16(m->be, a.fch, m->round16, wide_numel(m, ACT_FCH));
+    }
     const param_table *pt = &m->table;
     TRI_CHECK(params_ready(m, params_layer(pt, l, 0), PARAM_PER_LAYER));
     float *dout;
