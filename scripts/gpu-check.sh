@@ -19,7 +19,8 @@
 #        env.txt        nvidia-smi, the libraries found, versions
 #        test-gpu.log   tests/gpu/run.sh: what `make test-gpu` runs (every op on CUDA against
 #                       the CPU backend, gradient checks, the training parity run)
-#        bench-ops.log  test_gpu_ops --bench: op timings at GPT-2 124M sizes, fp32 then TF32
+#        bench-ops.log  test_gpu_ops --bench: op timings at GPT-2 124M sizes (the matmuls
+#                       with fp32 and with bf16 operands), fp32 then TF32
 #        bench-gpu.log  scripts/bench-gpu.sh: trident against PyTorch, 124M and 350M
 #        summary.txt    the pass/fail line and the benchmark table
 #    Each phase has its own time limit (GPU_CHECK_TEST_S 120, _OPS_S 60, _BENCH_S 240
