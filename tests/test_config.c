@@ -336,13 +336,12 @@ static void test_print_yaml_layout(void) {
     FILE *f = open_memstream(&text, &len);
     config_print_yaml(&cfg, f, 4);
     fclose(f);
-    // 9 section lines + 51 keys (DESIGN.md's, parallel.bucket_mb and zero3_gather), each
-    // indented by 4,
-    // sections in DESIGN.md order.
+    // 9 section lines + 52 keys (DESIGN.md's, parallel.bucket_mb, zero3_gather and overlap),
+    // each indented by 4, sections in DESIGN.md order.
     const char *order[] = {"    run:\n",   "    model:\n",      "    parallel:\n",
                            "    train:\n", "    optim:\n",      "    data:\n",
                            "    checkpoint:\n", "    log:\n",    "    system:\n"};
-    int ok = count_lines(text) == 60;
+    int ok = count_lines(text) == 61;
     const char *at = text;
     for (int i = 0; i < 9 && ok; i++) {
         const char *p = strstr(at, order[i]);
@@ -350,7 +349,8 @@ static void test_print_yaml_layout(void) {
         at = p ? p : at;
     }
     ok = ok && strstr(text, "      dp: auto\n") && strstr(text, "      init_from: null\n") &&
-         strstr(text, "      schedule: 1f1b\n") && strstr(text, "      lr: 0.001\n") &&
+         strstr(text, "      schedule: 1f1b\n") && strstr(text, "      overlap: true\n") &&
+         strstr(text, "      lr: 0.001\n") &&
          strstr(text, "      eps: 1.0e-08\n") && strstr(text, "      comm_timeout_s: 300.0\n") &&
          strstr(text, "      train: \"data/kjv_train_*.bin\"\n");
     TEST_CHECK(ok, "print_yaml: every key, DESIGN.md order, indent", "got:\n%s", text);
