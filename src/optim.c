@@ -165,6 +165,10 @@ static tri_status create_param_shards(optim_state *o, const param_table *pt, con
         total = used;
     }
     o->param_ws = mem_take(o->pool, be, PLAN_MEM_PARAM_GATHER, (ws ? ws : 1) * o->pelem);
+    if (o->overlap && !o->keep_gathered) { // the next pass's gathers go to a second one
+        o->param_ws2 = mem_take(o->pool, be, PLAN_MEM_PARAM_GATHER, (ws ? ws : 1) * o->pelem);
+        if (!o->param_ws2) return TRI_ERR_INTERNAL;
+    }
     o->param_shard = mem_take(o->pool, be, PLAN_MEM_PARAM, (o->arena_len ? o->arena_len : 1) * o->pelem);
     if (!o->param_ws || !o->param_shard) return TRI_ERR_INTERNAL;
     for (int p = 0; p < o->n_pieces; p++) { // bf16: the master copy from the same values
@@ -180,11 +184,41 @@ static tri_status create_param_shards(optim_state *o, const param_table *pt, con
     return TRI_OK;
 }
 
-// Stage 3: completes every parameter gather in flight (before param_ws is gathered into
-// again, and before anything reads or updates the shards they read).
-static tri_status wait_gathers(optim_state *o) {
+// Stage 3: gather workspace w (param_ws, or param_ws2), and bucket k's gather into it.
+static void *gather_ws(const optim_state *o, int w) { return w ? o->param_ws2 : o->param_ws; }
+static comm_request *gather_req(optim_state *o, int w, int k) {
+    return &o->gather_req[(size_t)w * (size_t)o->n_buckets + (size_t)k];
+}
+
+// Completes the gathers in flight into workspace w (before it is gathered into again).
+static tri_status wait_ws(optim_state *o, int w) {
     for (int k = 0; o->gather_req && k < o->n_buckets; k++)
-        TRI_CHECK(o->cm->wait(o->cm, &o->gather_req[k]));
+        TRI_CHECK(o->cm->wait(o->cm, gather_req(o, w, k)));
+    return TRI_OK;
+}
+
+// Every gather in flight (before anything reads or updates the shards they read).
+static tri_status wait_gathers(optim_state *o) {
+    TRI_CHECK(wait_ws(o, 0));
+    return o->param_ws2 ? wait_ws(o, 1) : TRI_OK;
+}
+
+// Starts the gathers of the chunk's buckets into workspace w, in the order the pass reads
+// them (backward: last first); without overlap each completes before the next starts.
+static tri_status start_gathers(optim_state *o, int chunk, int backward, int w) {
+    TRI_CHECK(wait_ws(o, w)); // what a pass before did not read, or a prefetch not used
+    int n = 0;
+    while (o->chunk_buckets[chunk][n] >= 0) n++;
+    for (int i = 0; i < n; i++) {
+        const int k = o->chunk_buckets[chunk][backward ? n - 1 - i : i];
+        const optim_bucket *b = &o->buckets[k];
+        comm_request *req = gather_req(o, w, k);
+        TRI_CHECK(o->cm->all_gather_start(o->cm, COMM_GROUP_DP, pel(o, o->param_shard, b->arena),
+                                          pel(o, gather_ws(o, w), o->bucket_ws_offset[k]),
+                                          b->shard, o->pdt, req));
+        if (!o->overlap) TRI_CHECK(o->cm->wait(o->cm, req));
+        else if (req->impl) o->overlapped_gathers++;
+    }
     return TRI_OK;
 }
 
@@ -192,22 +226,29 @@ tri_status optim_params_needed(void *ctx, int chunk, int backward) {
     optim_state *o = ctx;
     if (o->chunk_gathered[chunk]) return TRI_OK; // "step": gathered since the last update
     o->chunk_gathered[chunk] = o->keep_gathered;
-    TRI_CHECK(wait_gathers(o)); // a pass the model did not read to its end
-    int n = 0;
-    while (o->chunk_buckets[chunk][n] >= 0) n++;
-    for (int i = 0; i < n; i++) {
-        const int k = o->chunk_buckets[chunk][backward ? n - 1 - i : i];
-        const optim_bucket *b = &o->buckets[k];
-        void *dst = pel(o, o->param_ws, o->bucket_ws_offset[k]);
-        TRI_CHECK(o->cm->all_gather_start(o->cm, COMM_GROUP_DP, pel(o, o->param_shard, b->arena),
-                                          dst, b->shard, o->pdt, &o->gather_req[k]));
-        if (!o->overlap) TRI_CHECK(o->cm->wait(o->cm, &o->gather_req[k]));
-        else if (o->gather_req[k].impl) o->overlapped_gathers++;
+    // Passes alternate between the two workspaces (overlap, "pass"); this one may have been
+    // started already, while the pass before it computed.
+    const int w = o->param_ws2 ? 1 - o->cur_ws : 0;
+    if (o->param_ws2 && o->pf_chunk == chunk && o->pf_backward == backward)
+        o->prefetched_passes++;
+    else
+        TRI_CHECK(start_gathers(o, chunk, backward, w));
+    o->pf_chunk = -1;
+    o->cur_ws = w;
+    for (const int *k = o->chunk_buckets[chunk]; *k >= 0; k++) {
+        const optim_bucket *b = &o->buckets[*k];
+        void *dst = pel(o, gather_ws(o, w), o->bucket_ws_offset[*k]);
         for (int e = b->first; e < b->first + b->count; e++) {
             void *at = pel(o, dst, o->param_entry_offset[e] - b->begin);
             if (o->bf16) o->param16_of[e] = at;
             else o->param_of[e] = at;
         }
+    }
+    // The next pass's gathers (the trainer names it), into the other workspace, while this
+    // one computes. Never past the step's last pass: the update changes the shards.
+    if (o->param_ws2 && o->next_chunk >= 0) {
+        TRI_CHECK(start_gathers(o, o->next_chunk, o->next_backward, 1 - w));
+        o->pf_chunk = o->next_chunk, o->pf_backward = o->next_backward;
     }
     return TRI_OK;
 }
@@ -216,7 +257,7 @@ tri_status optim_params_ready(void *ctx, int first, int count) {
     optim_state *o = ctx;
     (void)count; // a bucket holds whole entries: the first one names it
     if (!o->gather_req) return TRI_OK;
-    return o->cm->wait(o->cm, &o->gather_req[o->bucket_of_entry[first]]);
+    return o->cm->wait(o->cm, gather_req(o, o->cur_ws, o->bucket_of_entry[first]));
 }
 
 // n parameters from device `src` (fp32 or bf16) into host fp32.
@@ -269,6 +310,7 @@ tri_status optim_create(optim_state *o, backend *be, comm *cm, const run_config 
     o->bucket_mb = cfg->parallel.bucket_mb;
     o->keep_gathered = cfg->parallel.zero3_gather == ZERO3_GATHER_STEP;
     o->overlap = cfg->parallel.overlap && dp > 1;
+    o->pf_chunk = o->next_chunk = -1;
     o->capacity = optim_capacity(cfg, dp, pt->local_numel);
     o->pieces = xcalloc((size_t)pt->n_entries, sizeof(optim_piece)); // at most one per entry
     tri_status rc = TRI_OK;
@@ -294,7 +336,7 @@ tri_status optim_create(optim_state *o, backend *be, comm *cm, const run_config 
         o->red_req = xcalloc((size_t)o->n_buckets, sizeof(comm_request));
         o->red_ws = xcalloc((size_t)o->n_buckets, sizeof(void *));
         o->red_fifo = xcalloc((size_t)o->n_buckets, sizeof(int));
-        if (o->zero == 3) o->gather_req = xcalloc((size_t)o->n_buckets, sizeof(comm_request));
+        if (o->zero == 3) o->gather_req = xcalloc(2 * (size_t)o->n_buckets, sizeof(comm_request));
     }
     size_t bytes = o->arena_len * sizeof(float);
     o->m = mem_take(o->pool, be, PLAN_MEM_ADAM, bytes);
@@ -340,7 +382,7 @@ void optim_free(optim_state *o) {
         if (o->buckets[k].ws != o->layer_ws && o->buckets[k].ws != o->layer_ws2)
             mem_give(o->pool, be, o->buckets[k].ws);
     void *bufs[] = {o->m, o->v, o->master, o->gtmp, o->rtmp, o->grad_shard, o->scratch,
-                    o->layer_ws, o->layer_ws2, o->param_shard, o->param_ws};
+                    o->layer_ws, o->layer_ws2, o->param_shard, o->param_ws, o->param_ws2};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         mem_give(o->pool, be, bufs[i]);
     for (int c = 0; o->chunk_buckets && c < o->chunks; c++) free(o->chunk_buckets[c]);
@@ -560,6 +602,7 @@ tri_status optim_step(optim_state *o, const run_config *cfg, const param_table *
     double clip = cfg->train.grad_clip;
     float grad_scale = (clip > 0 && grad_norm > clip) ? (float)(clip / grad_norm) : 1.0f;
     TRI_CHECK(wait_gathers(o)); // they read the shards updated here
+    o->pf_chunk = -1;           // and what was gathered ahead is stale after it
     o->t++;
     for (int p = 0; p < o->n_pieces; p++) {
         const optim_piece *pc = &o->pieces[p];

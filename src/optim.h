@@ -75,9 +75,16 @@ typedef struct {
     comm_request *red_req;  // (n_buckets) the reduction in flight of each bucket
     void **red_ws;          // (n_buckets) the workspace it reads
     int *red_fifo, n_red;   // buckets with a reduction in flight, oldest first
-    comm_request *gather_req; // stage 3: (n_buckets) each bucket's parameter gather in flight
-    int overlapped_reductions, overlapped_gathers; // left in flight for compute to go on
-                                                   // (counted for the trainer's debug log)
+    // Stage 3 ("pass"): the next pass's gathers start into param_ws2 while a pass computes on
+    // param_ws, and the two alternate (cur_ws: the one param_of points into); the trainer
+    // names that next pass (next_chunk, -1: none) before each pass; pf_chunk: the pass
+    // whose gathers were started ahead.
+    void *param_ws2;
+    int cur_ws, next_chunk, next_backward, pf_chunk, pf_backward;
+    comm_request *gather_req; // stage 3: (2 * n_buckets) each bucket's gather into each workspace
+    int overlapped_reductions, overlapped_gathers; // left in flight for compute to go on,
+    int prefetched_passes;                         // and passes gathered ahead (counted for
+                                                   // the trainer's debug log)
     // train.grad_dtype (= reduce_dtype) bf16: gradient buffers, workspaces, shards and their
     // dp reductions in bf16 (gelem 2, gdt); the norm and AdamW read each piece widened into
     // gtmp (fp32, the largest piece or bucket shard).

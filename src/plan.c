@@ -202,8 +202,10 @@ static void stage_memory(plan_stage *s, const layout *lo, const stage_tables *st
             most = n > most ? n : most;
             all += n;
         }
-        size_t ws = lo->cfg->parallel.zero3_gather == ZERO3_GATHER_STEP ? all : most;
-        mem[PLAN_MEM_PARAM_GATHER] = R((ws ? ws : 1) * es->param);
+        const int step = lo->cfg->parallel.zero3_gather == ZERO3_GATHER_STEP;
+        size_t ws = step ? all : most;
+        // "pass" with overlap: a second workspace, for the next pass's gathers
+        mem[PLAN_MEM_PARAM_GATHER] = (!step && lo->cfg->parallel.overlap ? 2 : 1) * R((ws ? ws : 1) * es->param);
     }
     const uint64_t N = lo->N, C = lo->C, a = lo->es.act; // dln, dqkv, datty, dfch, rows_full
     mem[PLAN_MEM_SCRATCH] = R(N * C * a) + R(N * 3 * lo->C_local * a) + R(N * lo->C_local * a) +

@@ -410,11 +410,19 @@ static tri_status run_schedule(trainer *tr, int step, double *loss_sum, double *
             i = end;
             continue;
         }
-        if (rc == TRI_OK) rc = run_compute(tr, a, step);
+        if (rc == TRI_OK) {
+            // ZeRO-3 gathers the next pass's parameters while this one computes.
+            int j = i + 1;
+            while (j < tr->sched.n_actions && sched_action_is_comm(tr->sched.actions[j].kind)) j++;
+            tr->optim.next_chunk = j < tr->sched.n_actions ? tr->sched.actions[j].chunk : -1;
+            tr->optim.next_backward = j < tr->sched.n_actions && tr->sched.actions[j].kind == SCHED_ACTION_BWD;
+            rc = run_compute(tr, a, step);
+        }
         tr->cm->progress(tr->cm);
         i++;
     }
     // Every transfer still in flight completes, also after an error.
+    tr->optim.next_chunk = -1; // nothing to gather ahead outside the schedule (evaluation)
     tri_status wrc = wait_p2p(tr, flight, &n_flight, 0, 0, waited, &tr->overlapped_p2p);
     free(flight);
     TRI_CHECK(rc);
@@ -536,10 +544,12 @@ static tri_status train_loop(trainer *tr) {
         TRI_CHECK(run_schedule(tr, step, &loss_sum, &waited));
         TRI_CHECK(optim_finish_reductions(&tr->optim));
         LOG_DEBUG("step %d overlap: %d dp reductions left running under the backward, %d "
-                  "parameter gathers under earlier layers, %d pipeline transfers under a "
-                  "forward or backward", step + 1, tr->optim.overlapped_reductions,
-                  tr->optim.overlapped_gathers, tr->overlapped_p2p);
+                  "parameter gathers under earlier layers or passes (%d passes gathered ahead), "
+                  "%d pipeline transfers under a forward or backward", step + 1,
+                  tr->optim.overlapped_reductions, tr->optim.overlapped_gathers,
+                  tr->optim.prefetched_passes, tr->overlapped_p2p);
         tr->optim.overlapped_reductions = tr->optim.overlapped_gathers = tr->overlapped_p2p = 0;
+        tr->optim.prefetched_passes = 0;
         TRI_CHECK(model_finish_grads(m));
         TRI_CHECK(optim_reduce_grads(&tr->optim, &m->table, m->d.sp, model_grads(m)));
         if (tr->dp > 1)

@@ -41,7 +41,7 @@ same() {
     steps=$(grep -c '"type":"step"' $W/$name-true/metrics.jsonl)
     if [ "$steps" = 4 ] && cmp -s <(untimed $W/$name-true/metrics.jsonl) <(untimed $W/$name-false/metrics.jsonl) &&
             cmp -s $W/$name-true/model.bin $W/$name-false/model.bin; then
-        pass "overlap_$name bitwise equal to overlap=false ($steps steps, comm_bytes equal; in flight per step on rank 0: $(grep -m1 'step 1 overlap:' $W/$name-true.log | sed -E 's/.*overlap: //; s/ (left running under|under)[a-z ]*//g'))"
+        pass "overlap_$name bitwise equal to overlap=false ($steps steps, comm_bytes equal; in flight per step on rank 0: $(grep -m1 '^step 1 overlap:' $W/$name-true.log | sed -E 's/.*overlap: //; s/ (left running under|under) [a-z ]*[a-z]//g'))"
     else
         fail overlap_$name "metrics or model.bin differ from overlap=false ($steps step lines)"
     fi
