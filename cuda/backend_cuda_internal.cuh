@@ -129,6 +129,11 @@ void cuda_attention_fwd(backend *b, float *out, void *state, const float *qkv, i
                         int NH, int HS);
 void cuda_attention_bwd(backend *b, float *dqkv, const float *dout, const float *qkv,
                         const void *state, int B, int T, int NH, int HS);
+// ---- tensor-core attention on bf16 q, k, v (backend_cuda_attn_tc.cu) ----
+void cuda_attention_fwd_bf16(backend *b, float *out, void *state, const uint16_t *qkv, int B,
+                             int T, int NH, int HS);
+void cuda_attention_bwd_bf16(backend *b, float *dqkv, const float *dout, const uint16_t *qkv,
+                             const void *state, int B, int T, int NH, int HS);
 
 // ---- the other ops (backend_cuda_ops.cu) ----
 // dst (n) += src (n), on the context's stream (the bias-gradient epilogue's accumulation).

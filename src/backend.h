@@ -100,6 +100,13 @@ struct backend {
     // dqkv (B, T, 3*NH*HS) overwritten.
     void (*attention_bwd)(backend *b, float *dqkv, const float *dout, const float *qkv,
                           const void *state, int B, int T, int NH, int HS);
+    // The same two on bf16 q, k, v (train.precision bf16: the kept qkv), with the same state;
+    // out and dqkv fp32. The probabilities (and dO, dS) may be rounded to bf16 for the tensor
+    // cores' products, with fp32 accumulation (CUDA); the CPU widens qkv and runs the fp32 op.
+    void (*attention_fwd_bf16)(backend *b, float *out, void *state, const uint16_t *qkv, int B,
+                               int T, int NH, int HS);
+    void (*attention_bwd_bf16)(backend *b, float *dqkv, const float *dout, const uint16_t *qkv,
+                               const void *state, int B, int T, int NH, int HS);
 
     // ---- embeddings ----
     // out (B*T, C) = wte[tokens - vocab_start] (zero when the token is outside

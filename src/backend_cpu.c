@@ -93,19 +93,28 @@ static void cpu_memset_zero(backend *b, void *ptr, size_t bytes) {
 
 static void cpu_synchronize(backend *b) { (void)b; }
 
-float *cpu_scratch(cpu_ctx *ctx, size_t floats) {
-    if (floats > ctx->scratch_floats) {
-        free(ctx->scratch);
+// *buf grown (never shrunk) to at least `floats` floats, 64-byte aligned.
+static float *grow(float **buf, size_t *cap, size_t floats) {
+    if (floats > *cap) {
+        free(*buf);
         void *p = NULL;
         size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
         if (posix_memalign(&p, 64, bytes) != 0) {
             fprintf(stderr, "trident: out of host memory allocating %zu bytes of scratch\n", bytes);
             abort();
         }
-        ctx->scratch = p;
-        ctx->scratch_floats = floats;
+        *buf = p;
+        *cap = floats;
     }
-    return ctx->scratch;
+    return *buf;
+}
+
+float *cpu_scratch(cpu_ctx *ctx, size_t floats) {
+    return grow(&ctx->scratch, &ctx->scratch_floats, floats);
+}
+
+float *cpu_widened(cpu_ctx *ctx, size_t floats) {
+    return grow(&ctx->widened, &ctx->widened_floats, floats);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -652,6 +661,7 @@ static void cpu_destroy(backend *b) {
     if (!b) return;
     cpu_ctx *ctx = ctx_of(b);
     free(ctx->scratch);
+    free(ctx->widened);
     free(ctx);
     free(b);
 }
@@ -687,6 +697,8 @@ static const backend cpu_backend_table = {
     /* .attention_state_bytes = */ cpu_attention_state_bytes,
     /* .attention_fwd         = */ cpu_attention_fwd,
     /* .attention_bwd         = */ cpu_attention_bwd,
+    /* .attention_fwd_bf16    = */ cpu_attention_fwd_bf16,
+    /* .attention_bwd_bf16    = */ cpu_attention_bwd_bf16,
     /* .embedding_fwd         = */ cpu_embedding_fwd,
     /* .embedding_bwd         = */ cpu_embedding_bwd,
     /* .xent_max              = */ cpu_xent_max,

@@ -152,3 +152,20 @@ void cpu_attention_bwd(backend *b, float *dqkv, const float *dout, const float *
         }
     }
 }
+
+// bf16 q, k, v: widened (exactly) into the backend's own buffer, then the fp32 op.
+void cpu_attention_fwd_bf16(backend *b, float *out, void *state, const uint16_t *qkv, int B,
+                            int T, int NH, int HS) {
+    const size_t n = (size_t)B * T * 3 * NH * HS;
+    float *wide = cpu_widened(b->ctx, n);
+    b->from_bf16(b, wide, qkv, n);
+    cpu_attention_fwd(b, out, state, wide, B, T, NH, HS);
+}
+
+void cpu_attention_bwd_bf16(backend *b, float *dqkv, const float *dout, const uint16_t *qkv,
+                            const void *state, int B, int T, int NH, int HS) {
+    const size_t n = (size_t)B * T * 3 * NH * HS;
+    float *wide = cpu_widened(b->ctx, n);
+    b->from_bf16(b, wide, qkv, n);
+    cpu_attention_bwd(b, dqkv, dout, wide, state, B, T, NH, HS);
+}

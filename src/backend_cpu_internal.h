@@ -37,6 +37,8 @@ typedef struct {
     _Atomic size_t mem_peak;    // high-water mark of mem_current
     float *scratch;             // per-op workspace (per-thread partials, attention dP), 64B aligned
     size_t scratch_floats;
+    float *widened;             // bf16 attention operands widened to fp32 (cpu_widened)
+    size_t widened_floats;
 } cpu_ctx;
 
 // A workspace of at least `floats` floats, grown (never shrunk) on demand. Not counted
@@ -44,6 +46,9 @@ typedef struct {
 // threads * T * T floats (8 MiB at T = 1024 on 2 threads). Call outside parallel
 // regions; the pointer stays valid until the next call.
 float *cpu_scratch(cpu_ctx *ctx, size_t floats);
+// The same for the bf16 attention ops' widened qkv, which the fp32 attention they call reads
+// while it uses the scratch.
+float *cpu_widened(cpu_ctx *ctx, size_t floats);
 
 // C (M, N) = alpha * op(A) @ op(B) + beta * C, row-major, split into tiles of C over the
 // context's threads (K is never split, so each element is summed in one fixed order).
@@ -53,6 +58,10 @@ void cpu_gemm(cpu_ctx *ctx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N
 
 void cpu_attention_fwd(backend *b, float *out, void *state, const float *qkv, int B, int T, int NH,
                        int HS);
+void cpu_attention_fwd_bf16(backend *b, float *out, void *state, const uint16_t *qkv, int B,
+                            int T, int NH, int HS);
+void cpu_attention_bwd_bf16(backend *b, float *dqkv, const float *dout, const uint16_t *qkv,
+                            const void *state, int B, int T, int NH, int HS);
 void cpu_attention_bwd(backend *b, float *dqkv, const float *dout, const float *qkv,
                        const void *state, int B, int T, int NH, int HS);
 

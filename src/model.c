@@ -370,25 +370,19 @@ static uint16_t *wide_bf16(model *m, model_acts *a, int i, int which) {
     return p[which] + (size_t)i * wide_numel(m, which);
 }
 
-// bf16: an activation just computed is kept as its bf16 rounding (in the slot). The ops
-// after it read that rounding: the matmuls as bf16 operands, and the attention, the one op
-// that reads a kept activation in fp32 in the forward, through qkv's work copy, which is
-// replaced by the rounding. The others' fp32 work copies are read no more in the forward.
+// bf16: an activation just computed is kept as its bf16 rounding (in the slot), and the ops
+// after it read that rounding: the matmuls and the attention take bf16 operands. Its fp32
+// work copy is read no more in the forward.
 static void keep_bf16(model *m, model_acts *a, layer_acts *w, int i, int which) {
     if (!m->bf16) return;
-    uint16_t *keep = wide_bf16(m, a, i, which);
-    m->be->to_bf16(m->be, keep, wide_f32(w, which), wide_numel(m, which));
-    if (which == ACT_QKV) m->be->from_bf16(m->be, wide_f32(w, which), keep, wide_numel(m, which));
+    m->be->to_bf16(m->be, wide_bf16(m, a, i, which), wide_f32(w, which), wide_numel(m, which));
 }
 
-// bf16 without recompute: layer i's stored activations that the backward reads in fp32 (the
-// attention's qkv and GELU's input) back into the work buffers; ln1, ln2, atty and fch_gelu
-// are read only as bf16 matmul operands (stored_bf16).
+// bf16 without recompute: the one kept activation the backward reads in fp32, GELU's input,
+// back into its work buffer; the others are read as bf16 operands (stored_bf16).
 static void load_bf16(model *m, model_acts *a, layer_acts *w, int i) {
-    static const int fp32_read[] = {ACT_QKV, ACT_FCH};
-    for (int k = 0; k < 2; k++)
-        m->be->from_bf16(m->be, wide_f32(w, fp32_read[k]), wide_bf16(m, a, i, fp32_read[k]),
-                         wide_numel(m, fp32_read[k]));
+    m->be->from_bf16(m->be, wide_f32(w, ACT_FCH), wide_bf16(m, a, i, ACT_FCH),
+                     wide_numel(m, ACT_FCH));
 }
 
 // bf16, in the backward: layer i's activation `which` as a matmul operand. Without recompute
@@ -509,7 +503,9 @@ static tri_status layer_forward(model *m, model_acts *acts, int l, int i) {
     keep_bf16(m, acts, &a, i, ACT_LN1);
     linear_fwd(m, a.qkv, a.ln1, IN16(ACT_LN1), LW(PARAM_QKVW), LP(PARAM_QKVB), N, C, d->C3_local);
     keep_bf16(m, acts, &a, i, ACT_QKV);
-    be->attention_fwd(be, a.atty, a.att_state, a.qkv, d->B, d->T, d->NH_local, d->HS);
+    if (m->bf16)
+        be->attention_fwd_bf16(be, a.atty, a.att_state, IN16(ACT_QKV), d->B, d->T, d->NH_local, d->HS);
+    else be->attention_fwd(be, a.atty, a.att_state, a.qkv, d->B, d->T, d->NH_local, d->HS);
     keep_bf16(m, acts, &a, i, ACT_ATTY);
     const next_layernorm ln2 = {a.ln2, a.ln2_mean, a.ln2_rstd, LP(PARAM_LN2W), LP(PARAM_LN2B)};
     TRI_CHECK(rowpar_residual(m, a.res2, a.in, a.atty, IN16(ACT_ATTY), LW(PARAM_ATTPROJW),
@@ -571,7 +567,10 @@ static tri_status layer_backward(model *m, model_acts *acts, int l, int i) {
     TRI_CHECK(dresidual_all_rows(m, acts->dres, &dout));
     linear_bwd(m, m->datty, LW(PARAM_ATTPROJW), LG(PARAM_ATTPROJB), dout, a.atty,
                IN16(ACT_ATTY), NULL, N, d->C_local, C);
-    be->attention_bwd(be, m->dqkv, m->datty, a.qkv, a.att_state, d->B, d->T, d->NH_local, d->HS);
+    if (m->bf16)
+        be->attention_bwd_bf16(be, m->dqkv, m->datty, IN16(ACT_QKV), a.att_state, d->B, d->T,
+                               d->NH_local, d->HS);
+    else be->attention_bwd(be, m->dqkv, m->datty, a.qkv, a.att_state, d->B, d->T, d->NH_local, d->HS);
     linear_bwd(m, m->dln, LW(PARAM_QKVW), LG(PARAM_QKVB), m->dqkv, a.ln1, IN16(ACT_LN1), NULL, N,
                C, d->C3_local);
     TRI_CHECK(layernorm_bwd_from_all_rows(m, acts->dres, a.in, LP(PARAM_LN1W), LG(PARAM_LN1W), LG(PARAM_LN1B),

@@ -288,6 +288,33 @@ static void test_residual_layernorm(backend *b) {
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) b->free(b, bufs[k]);
 }
 
+// Attention on bf16 q, k, v: on the CPU exactly the fp32 op on the widened values (the GPU
+// test holds CUDA's tensor-core kernels to it within bf16's tolerance).
+static void test_attention_bf16(backend *b) {
+    const int B = 2, T = 19, NH = 2, HS = 8;
+    const size_t nq = (size_t)B * T * 3 * NH * HS, no = (size_t)B * T * NH * HS;
+    float *h = rand_f(nq, -2, 2);
+    uint16_t *q16 = dev_bf16(b, h, nq); // h now holds the rounded values
+    float *q = dev_f(b, h, nq), *dout = dev_rand(b, no, -1, 1);
+    float *o1 = dev_f(b, NULL, no), *o2 = dev_f(b, NULL, no);
+    float *g1 = dev_f(b, NULL, nq), *g2 = dev_f(b, NULL, nq);
+    void *s1 = b->alloc(b, b->attention_state_bytes(b, B, T, NH));
+    void *s2 = b->alloc(b, b->attention_state_bytes(b, B, T, NH));
+    b->attention_fwd_bf16(b, o1, s1, q16, B, T, NH, HS);
+    b->attention_fwd(b, o2, s2, q, B, T, NH, HS);
+    b->attention_bwd_bf16(b, g1, dout, q16, s1, B, T, NH, HS);
+    b->attention_bwd(b, g2, dout, q, s2, B, T, NH, HS);
+    float *r[4] = {host_of(b, o1, no), host_of(b, o2, no), host_of(b, g1, nq), host_of(b, g2, nq)};
+    char name[96];
+    name_of(name, sizeof name, "attention_*_bf16 = fp32 on widened qkv");
+    TEST_CHECK(!memcmp(r[0], r[1], no * sizeof(float)) && !memcmp(r[2], r[3], nq * sizeof(float)),
+               name, "out or dqkv differ");
+    for (int k = 0; k < 4; k++) free(r[k]);
+    void *bufs[] = {q16, q, dout, o1, o2, g1, g2, s1, s2};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) b->free(b, bufs[k]);
+    free(h);
+}
+
 static void test_gelu(backend *b) {
     const size_t n = 1001;
     char name[96];
@@ -552,6 +579,7 @@ static void run_all(int threads) {
     test_matmul_large(b, 1);
     test_matmul_gelu(b);
     test_residual_layernorm(b);
+    test_attention_bf16(b);
     test_layernorm(b, 7, 10, 1);
     test_layernorm(b, 37, 768, 0);
     test_residual(b);

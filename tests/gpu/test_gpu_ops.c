@@ -373,6 +373,38 @@ static void test_attention(int B, int T, int NH, int HS) {
     free(junk);
 }
 
+// bf16 q, k, v (tensor cores on CUDA) against the CPU, which widens them and runs the fp32
+// op. CUDA rounds the probabilities, dO and dS to bf16 for its products (8 bits of
+// mantissa: 2^-9 relative per element), and sums of T such terms average those errors, so
+// 1e-2 of the largest value bounds them with room while a wrong index or mask is O(1) off.
+// Each backend keeps its own state (the CPU's probabilities, CUDA's lse rows).
+static void test_attention_bf16(int B, int T, int NH, int HS) {
+    char op[96];
+    snprintf(op, sizeof op, "attention_bf16 B=%d T=%d NH=%d HS=%d", B, T, NH, HS);
+    const int C = NH * HS;
+    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
+    float *h_qkv = rand_f(nqkv, -2, 2);
+    uint16_t *qkv_c, *qkv_d = twin_bf16(h_qkv, nqkv, &qkv_c);
+    void *st_d = dut->alloc(dut, dut->attention_state_bytes(dut, B, T, NH));
+    void *st_c = cpu->alloc(cpu, cpu->attention_state_bytes(cpu, B, T, NH));
+    twin out = twin_new(NULL, nout);
+    dut->attention_fwd_bf16(dut, out.d, st_d, qkv_d, B, T, NH, HS);
+    cpu->attention_fwd_bf16(cpu, out.c, st_c, qkv_c, B, T, NH, HS);
+    compare(op, "fwd out", out, 1e-2);
+    float *junk = rand_f(nqkv, 100, 200);
+    twin dout = twin_rand(nout, -1, 1), dqkv = twin_new(junk, nqkv);
+    dut->attention_bwd_bf16(dut, dqkv.d, dout.d, qkv_d, st_d, B, T, NH, HS);
+    cpu->attention_bwd_bf16(cpu, dqkv.c, dout.c, qkv_c, st_c, B, T, NH, HS);
+    compare(op, "bwd dqkv (overwritten)", dqkv, 1e-2);
+    float *again = dev_f(dut, junk, nqkv);
+    dut->attention_bwd_bf16(dut, again, dout.d, qkv_d, st_d, B, T, NH, HS);
+    check_same("attention_bwd_bf16 dqkv", dqkv.d, again, nqkv);
+    dut->free(dut, again), dut->free(dut, qkv_d), cpu->free(cpu, qkv_c);
+    dut->free(dut, st_d), cpu->free(cpu, st_c);
+    twin_free(out), twin_free(dout), twin_free(dqkv);
+    free(junk), free(h_qkv);
+}
+
 // ---------------------------------------------------------------------------------------
 // Embeddings: two vocabulary-parallel "ranks" of V/2 rows; tokens repeat a lot (a few rows
 // hold most of them), some fall outside each rank's rows.
@@ -935,6 +967,13 @@ int main(int argc, char **argv) {
     test_attention(1, 130, 2, 128);
     test_attention(1, 70, 1, 256);
     test_attention(3, 19, 2, 7);
+    test_attention_bf16(2, 256, 4, 64);
+    test_attention_bf16(1, 100, 3, 64);
+    test_attention_bf16(2, 77, 2, 128);
+    test_attention_bf16(1, 130, 2, 32);
+    test_attention_bf16(1, 70, 1, 16);
+    test_attention_bf16(3, 19, 2, 7); // not a multiple of 16: the fp32 fallback
+    test_attention_bf16(1, 1, 1, 64);
     test_embedding(4, 64, 96, 300);
     test_embedding(2, 33, 130, 10);
     test_xent(64, 384, 0, 700);
