@@ -748,6 +748,16 @@ static void b_att_bwd(void *p) {
     bench_args *x = p;
     dut->attention_bwd(dut, x->dinp, x->out, x->inp, x->state, x->B, x->T, x->NH, x->HS);
 }
+static void b_att_fwd_bf16(void *p) { // w: the bf16 qkv
+    bench_args *x = p;
+    dut->attention_fwd_bf16(dut, x->out, x->state, (const uint16_t *)x->w, x->B, x->T, x->NH,
+                            x->HS);
+}
+static void b_att_bwd_bf16(void *p) {
+    bench_args *x = p;
+    dut->attention_bwd_bf16(dut, x->dinp, x->out, (const uint16_t *)x->w, x->state, x->B, x->T,
+                            x->NH, x->HS);
+}
 static void b_ln_fwd(void *p) {
     bench_args *x = p;
     dut->layernorm_fwd(dut, x->out, x->mean, x->rstd, x->inp, x->w, x->bias, x->N, x->IC);
@@ -845,6 +855,11 @@ static void bench(int small) {
                "%.1f TFLOP/s (causal FLOPs, backward counted as 2.5x forward)\n", B, T, NH, HS,
                tf * 1e3, fl / tf / 1e12, tb * 1e3, 2.5 * fl / tb / 1e12);
         total += 12.0 * (tf + tb);
+        a.w = bench_buf((size_t)N * 3 * C); // room for the bf16 qkv (half of it used)
+        dut->to_bf16(dut, (uint16_t *)a.w, a.inp, (size_t)N * 3 * C);
+        double tf16 = time_op(b_att_fwd_bf16, &a), tb16 = time_op(b_att_bwd_bf16, &a);
+        printf("bench: attention bf16 qkv (tensor cores): fwd %.3f ms %.1f TFLOP/s, bwd %.3f ms "
+               "%.1f TFLOP/s\n", tf16 * 1e3, fl / tf16 / 1e12, tb16 * 1e3, 2.5 * fl / tb16 / 1e12);
         bench_free(&a);
     }
     {
