@@ -163,7 +163,8 @@ head_buffers:
 // into its staging region.
 static const float *param_in_f32(model *m, int idx) {
     if (!m->bf16) return m->param_of[idx];
-    float *dst = m->stage + m->stage_off[idx];
+    TRI_ASSERT(m->pstage_off[idx] != SIZE_MAX); // a matmul weight: read as bf16 (P16)
+    float *dst = m->stage + m->pstage_off[idx];
     m->be->from_bf16(m->be, dst, m->param16_of[idx], (size_t)m->table.entries[idx].local_numel);
     return dst;
 }
@@ -172,11 +173,15 @@ static tri_status alloc_scratch(model *m) {
     const model_dims *d = &m->d;
     const size_t N = d->N, C = d->C, f = sizeof(float);
     size_t total = 0;
-    if (m->bf16 || m->g16) {
+    if (m->bf16) { // what the ops other than the matmuls read in fp32
+        m->pstage_off = xcalloc((size_t)m->table.n_entries, sizeof(size_t));
+        const size_t staged = params_stage_layout(&m->table, m->pstage_off, 0);
+        m->stage = alloc_counted(m, PLAN_MEM_SCRATCH, staged * f, &total);
+    }
+    if (m->g16) { // every gradient: the backward accumulates all of them in fp32
         m->stage_off = xcalloc((size_t)m->table.n_entries, sizeof(size_t));
-        const size_t staged = params_stage_layout(&m->table, m->stage_off);
-        if (m->bf16) m->stage = alloc_counted(m, PLAN_MEM_SCRATCH, staged * f, &total);
-        if (m->g16) m->gstage = alloc_counted(m, PLAN_MEM_SCRATCH, staged * f, &total); // zero-filled
+        const size_t staged = params_stage_layout(&m->table, m->stage_off, 1);
+        m->gstage = alloc_counted(m, PLAN_MEM_SCRATCH, staged * f, &total); // zero-filled
     }
     m->dln = alloc_counted(m, PLAN_MEM_SCRATCH, N * C * f, &total);
     m->dqkv = alloc_counted(m, PLAN_MEM_SCRATCH, N * d->C3_local * f, &total);
@@ -313,6 +318,7 @@ void model_free(model *m) {
     free(m->param16_of);
     free(m->grad16_of);
     free(m->stage_off);
+    free(m->pstage_off);
     void *all[] = {m->params, m->params16, m->stage, m->grads, m->grads16, m->gstage, m->dln,
                    m->dqkv, m->datty, m->dfch, m->rows_full, m->round16, m->mm16, m->loss_acc};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)

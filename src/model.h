@@ -68,7 +68,9 @@ typedef struct {
     uint16_t *params16;
     uint16_t **param16_of;
     float *stage;
-    size_t *stage_off;
+    size_t *pstage_off; // where each entry is staged in `stage` (params_stage_layout without
+                        // the matmul weights, which the bf16 matmuls read as they are)
+    size_t *stage_off;  // where each entry's gradient is staged in gstage (every entry)
     // train.grad_dtype bf16: gradients accumulate in bf16 (grads16, or the optimizer's bucket
     // workspaces under ZeRO-2/3, through grad16_of); the backward adds into fp32 staging
     // (gstage, at stage_off), which each grads_ready point adds into them, rounded, and zeroes.

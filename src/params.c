@@ -147,16 +147,23 @@ int params_find(const param_table *pt, const char *name) {
     return -1;
 }
 
-size_t params_stage_layout(const param_table *pt, size_t *off) {
+int params_is_matmul_weight(int which) {
+    return which == PARAM_QKVW || which == PARAM_ATTPROJW || which == PARAM_FCW ||
+           which == PARAM_FCPROJW;
+}
+
+size_t params_stage_layout(const param_table *pt, size_t *off, int matmul_weights) {
     size_t layer_max = 0, rest = 0;
     for (int l = 0; l < pt->n_layer; l++) {
         int first = pt->layer_first[l];
         if (first < 0) continue;
-        const param_entry *last = &pt->entries[first + PARAM_PER_LAYER - 1];
-        size_t n = last->offset + (size_t)last->local_numel - pt->entries[first].offset;
+        size_t n = 0; // the layer's staged entries, packed in order
+        for (int k = 0; k < PARAM_PER_LAYER; k++) {
+            const int skip = !matmul_weights && params_is_matmul_weight(k);
+            if (off) off[first + k] = skip ? SIZE_MAX : n;
+            if (!skip) n += (size_t)pt->entries[first + k].local_numel;
+        }
         layer_max = n > layer_max ? n : layer_max;
-        for (int k = 0; off && k < PARAM_PER_LAYER; k++)
-            off[first + k] = pt->entries[first + k].offset - pt->entries[first].offset;
     }
     for (int i = 0; i < pt->n_entries; i++) {
         if (pt->entries[i].layer >= 0) continue;

@@ -83,10 +83,14 @@ int params_lnfb(const param_table *pt);
 int params_find(const param_table *pt, const char *name);      // -1 when absent
 
 // Mixed precision (model.c) widens each entry's bf16 parameters into an fp32 staging buffer
-// when an op reads them: a layer's entries share one region (one layer is computed at a
-// time), the embeddings and the final LayerNorm have a region each (the embedding and the LM
-// head read two at once). Fills off[entry] (when not NULL) and returns the buffer's elements.
-size_t params_stage_layout(const param_table *pt, size_t *off);
+// when an op reads them, and accumulates bf16 gradients in one: a layer's entries share one
+// region (one layer is computed at a time), the embeddings and the final LayerNorm have a
+// region each (the embedding and the LM head read two at once). With matmul_weights 0 the
+// layers' four matmul weights are left out (the bf16 matmuls read them as they are; their
+// off[] is SIZE_MAX). Fills off[entry] (when not NULL) and returns the buffer's elements.
+size_t params_stage_layout(const param_table *pt, size_t *off, int matmul_weights);
+// Is `which` (PARAM_LN1W..) one of a layer's matmul weights (qkv, attproj, fc, fcproj)?
+int params_is_matmul_weight(int which);
 
 // Global row-major element index of local element (r, c) of entry e on this rank.
 int64_t params_global_index(const param_table *pt, const param_entry *e, int64_t r, int64_t c);

@@ -213,10 +213,10 @@ static void stage_memory(plan_stage *s, const layout *lo, const stage_tables *st
                             (head ? R(sizeof(double)) : 0); // the loss accumulator
     if (lo->es.master) // bf16: the fp32 staging of the parameters an op reads (model.c), and
                        // the matmuls' bf16 operand buffer
-        mem[PLAN_MEM_SCRATCH] += R(params_stage_layout(pt, NULL) * sizeof(float)) +
+        mem[PLAN_MEM_SCRATCH] += R(params_stage_layout(pt, NULL, 0) * sizeof(float)) +
                                  R(model_mm16_numel(N, C, lo->C_local, lo->Vp_local, head) * 2);
     if (lo->es.grad == 2) // bf16 gradients: the fp32 staging the backward accumulates into
-        mem[PLAN_MEM_SCRATCH] += R(params_stage_layout(pt, NULL) * sizeof(float));
+        mem[PLAN_MEM_SCRATCH] += R(params_stage_layout(pt, NULL, 1) * sizeof(float));
     s->mem_total = 0;
     for (int k = 0; k < PLAN_MEM_COUNT; k++) s->mem_total += mem[k];
 }
