@@ -192,6 +192,7 @@ static const backend cuda_backend_table = {
     /* .xent_bwd              = */ cuda_xent_bwd,
     /* .loss_sum              = */ cuda_loss_sum,
     /* .sumsq                 = */ cuda_sumsq,
+    /* .sumsq_add             = */ cuda_sumsq_add,
     /* .scale                 = */ cuda_scale,
     /* .to_bf16               = */ cuda_to_bf16,
     /* .from_bf16             = */ cuda_from_bf16,

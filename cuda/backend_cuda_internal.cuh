@@ -175,6 +175,7 @@ void cuda_xent_bwd(backend *b, float *logits, const float *rowmax, const float *
                    int V_valid);
 void cuda_loss_sum(backend *b, double *acc, const float *losses, size_t n);
 double cuda_sumsq(backend *b, const float *x, size_t n);
+void cuda_sumsq_add(backend *b, double *acc, const float *x, size_t n);
 void cuda_scale(backend *b, float *x, float s, size_t n);
 void cuda_to_bf16(backend *b, uint16_t *dst, const float *src, size_t n);
 void cuda_from_bf16(backend *b, float *dst, const uint16_t *src, size_t n);

@@ -548,10 +548,12 @@ __global__ void sumsq_partial_kernel(double *partial, const float *x, size_t n) 
     if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
-__global__ void sumsq_final_kernel(double *out, const double *partial, int nblocks) {
+// *out = the blocks' total, or (accumulate) *out += it.
+__global__ void sumsq_final_kernel(double *out, const double *partial, int nblocks,
+                                   int accumulate) {
     double v = (int)threadIdx.x < nblocks ? partial[threadIdx.x] : 0.0;
     v = block_reduce(v, op_sum(), 0.0);
-    if (threadIdx.x == 0) *out = v;
+    if (threadIdx.x == 0) *out = accumulate ? *out + v : v;
 }
 
 // One block: each thread sums its strided losses in double, then a fixed tree; thread 0 adds
@@ -568,22 +570,38 @@ void cuda_loss_sum(backend *b, double *acc, const float *losses, size_t n) {
     CUDA_LAUNCH_CHECK("loss_sum_kernel");
 }
 
-double cuda_sumsq(backend *b, const float *xs, size_t n) {
-    cuda_ctx *x = cuda_ctx_of(b);
-    if (!n) return 0.0;
+// The two kernels: the sum of squares of xs into *out (device), or added to it; partial
+// holds SUMSQ_MAX_BLOCKS doubles.
+static void sumsq_to(cuda_ctx *x, double *out, double *partial, const float *xs, size_t n,
+                     int accumulate) {
+    if (!n) {
+        if (!accumulate) CUDA_OP_CHECK(cudaMemsetAsync(out, 0, sizeof(double), x->stream));
+        return;
+    }
     // The grid depends on n alone, so the order of the additions does too.
     size_t want = (n + (size_t)OPS_THREADS * 16 - 1) / ((size_t)OPS_THREADS * 16);
     const int nblocks = want > SUMSQ_MAX_BLOCKS ? SUMSQ_MAX_BLOCKS : (int)want;
-    double *partial = (double *)cuda_scratch(x, (SUMSQ_MAX_BLOCKS + 1) * sizeof(double));
     sumsq_partial_kernel<<<nblocks, OPS_THREADS, 0, x->stream>>>(partial, xs, n);
     CUDA_LAUNCH_CHECK("sumsq_partial_kernel");
-    sumsq_final_kernel<<<1, SUMSQ_MAX_BLOCKS, 0, x->stream>>>(partial + SUMSQ_MAX_BLOCKS, partial,
-                                                             nblocks);
+    sumsq_final_kernel<<<1, SUMSQ_MAX_BLOCKS, 0, x->stream>>>(out, partial, nblocks, accumulate);
     CUDA_LAUNCH_CHECK("sumsq_final_kernel");
-    CUDA_OP_CHECK(cudaMemcpyAsync(x->host_result, partial + SUMSQ_MAX_BLOCKS, sizeof(double),
-                                  cudaMemcpyDeviceToHost, x->stream));
+}
+
+double cuda_sumsq(backend *b, const float *xs, size_t n) {
+    cuda_ctx *x = cuda_ctx_of(b);
+    if (!n) return 0.0;
+    double *partial = (double *)cuda_scratch(x, (SUMSQ_MAX_BLOCKS + 1) * sizeof(double));
+    double *out = partial + SUMSQ_MAX_BLOCKS;
+    sumsq_to(x, out, partial, xs, n, 0);
+    CUDA_OP_CHECK(cudaMemcpyAsync(x->host_result, out, sizeof(double), cudaMemcpyDeviceToHost,
+                                  x->stream));
     CUDA_OP_CHECK(cudaStreamSynchronize(x->stream)); // the contract returns a host value
     return *x->host_result;
+}
+
+void cuda_sumsq_add(backend *b, double *acc, const float *xs, size_t n) {
+    cuda_ctx *x = cuda_ctx_of(b);
+    sumsq_to(x, acc, (double *)cuda_scratch(x, SUMSQ_MAX_BLOCKS * sizeof(double)), xs, n, 1);
 }
 
 struct adamw_coef {

@@ -149,6 +149,9 @@ struct backend {
     // Returns sum of squares of x (n elements) in double precision, computed in a fixed
     // order so the result is deterministic for a given thread count.
     double (*sumsq)(backend *b, const float *x, size_t n);
+    // *acc (one double in the backend's memory) += sumsq(x): the same sum, left on the
+    // device, so that a norm over many pieces waits for the host once.
+    void (*sumsq_add)(backend *b, double *acc, const float *x, size_t n);
     // x *= s
     void (*scale)(backend *b, float *x, float s, size_t n);
     // bf16 storage (bf16.h): dst (n bf16) = src rounded to nearest even; dst (n floats) =

@@ -512,6 +512,10 @@ static double cpu_sumsq(backend *b, const float *x, size_t n) {
     return total;
 }
 
+static void cpu_sumsq_add(backend *b, double *acc, const float *x, size_t n) {
+    *acc += cpu_sumsq(b, x, n);
+}
+
 static void cpu_loss_sum(backend *b, double *acc, const float *losses, size_t n) {
     (void)b;
     double s = 0.0; // in order: a few thousand values, once per micro-batch
@@ -707,6 +711,7 @@ static const backend cpu_backend_table = {
     /* .xent_bwd              = */ cpu_xent_bwd,
     /* .loss_sum              = */ cpu_loss_sum,
     /* .sumsq                 = */ cpu_sumsq,
+    /* .sumsq_add             = */ cpu_sumsq_add,
     /* .scale                 = */ cpu_scale,
     /* .to_bf16               = */ cpu_to_bf16,
     /* .from_bf16             = */ cpu_from_bf16,

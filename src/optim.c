@@ -339,6 +339,8 @@ tri_status optim_create(optim_state *o, backend *be, comm *cm, const run_config 
         if (o->zero == 3) o->gather_req = xcalloc(2 * (size_t)o->n_buckets, sizeof(comm_request));
     }
     size_t bytes = o->arena_len * sizeof(float);
+    o->norm_acc = mem_take(o->pool, be, PLAN_MEM_SCRATCH, sizeof(double));
+    if (!o->norm_acc) rc = TRI_ERR_INTERNAL;
     o->m = mem_take(o->pool, be, PLAN_MEM_ADAM, bytes);
     o->v = mem_take(o->pool, be, PLAN_MEM_ADAM, bytes);
     // Mixed precision: the fp32 master copy of this rank's pieces (AdamW updates it; the bf16
@@ -381,7 +383,7 @@ void optim_free(optim_state *o) {
     for (int k = 0; k < o->n_buckets; k++)
         if (o->buckets[k].ws != o->layer_ws && o->buckets[k].ws != o->layer_ws2)
             mem_give(o->pool, be, o->buckets[k].ws);
-    void *bufs[] = {o->m, o->v, o->master, o->gtmp, o->rtmp, o->grad_shard, o->scratch,
+    void *bufs[] = {o->norm_acc, o->m, o->v, o->master, o->gtmp, o->rtmp, o->grad_shard, o->scratch,
                     o->layer_ws, o->layer_ws2, o->param_shard, o->param_ws, o->param_ws2};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         mem_give(o->pool, be, bufs[i]);
@@ -577,14 +579,17 @@ tri_status optim_grad_norm(optim_state *o, const param_table *pt, const void *gr
     // Sum of squares per piece, in table order. Replicated entries are counted by tp rank 0
     // only and the tied embedding by the first stage only, so that the sums over the shards
     // (dp) and the model-parallel group (tp x pp) count each unique element once.
-    double sumsq = 0.0;
+    // The pieces' sums stay on the device (norm_acc); the host waits once, for their total.
+    o->be->memset_zero(o->be, o->norm_acc, sizeof(double));
     for (int p = 0; p < o->n_pieces; p++) {
         const optim_piece *pc = &o->pieces[p];
         const param_entry *e = &pt->entries[pc->entry];
         if (e->split == SPLIT_REPLICATED && pt->tp_rank != 0) continue;
         if (pc->entry == pt->wte && pt->wte_is_copy) continue;
-        sumsq += o->be->sumsq(o->be, piece_grads(o, grads, pc), pc->hi - pc->lo);
+        o->be->sumsq_add(o->be, o->norm_acc, piece_grads(o, grads, pc), pc->hi - pc->lo);
     }
+    double sumsq = 0.0;
+    o->be->copy_to_host(o->be, &sumsq, o->norm_acc, sizeof sumsq);
     comm *cm = o->cm;
     if (o->zero)
         TRI_CHECK(cm->all_reduce(cm, COMM_GROUP_DP, &sumsq, 1, COMM_DTYPE_F64, COMM_REDUCE_SUM));

@@ -115,6 +115,7 @@ typedef struct {
     float *master;          // bf16: (arena_len) fp32 master weights of this rank's pieces
     size_t workspace_bytes; // stage 2: the gradient workspaces and scratch
     float *m, *v;           // Adam moments (arena_len) on the device
+    double *norm_acc;       // the gradient norm's sum of squares, accumulated on the device
     backend *be;
     comm *cm;
     mem_pool *pool;         // where the buffers come from (NULL: the backend)

@@ -210,7 +210,8 @@ static void stage_memory(plan_stage *s, const layout *lo, const stage_tables *st
     const uint64_t N = lo->N, C = lo->C, a = lo->es.act; // dln, dqkv, datty, dfch, rows_full
     mem[PLAN_MEM_SCRATCH] = R(N * C * a) + R(N * 3 * lo->C_local * a) + R(N * lo->C_local * a) +
                             R(N * 4 * lo->C_local * a) + (lo->sp ? R(N * C * a) : 0) +
-                            (head ? R(sizeof(double)) : 0); // the loss accumulator
+                            (head ? R(sizeof(double)) : 0) + // the loss accumulator
+                            R(sizeof(double)); // the optimizer's gradient-norm accumulator
     if (lo->es.master) // bf16: the fp32 staging of the parameters an op reads (model.c), and
                        // the matmuls' bf16 operand buffer
         mem[PLAN_MEM_SCRATCH] += R(params_stage_layout(pt, NULL, 0) * sizeof(float)) +

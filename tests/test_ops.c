@@ -453,6 +453,16 @@ static void test_sumsq_scale(backend *b) {
     one->destroy(one);
     name_of(name, sizeof name, "sumsq n=0");
     TEST_CHECK(b->sumsq(b, d_x, 0) == 0.0, name, "nonzero");
+    // sumsq_add: the same sums, added into a device accumulator in call order.
+    double acc0 = 0.5, acc = 0.0, *d_acc = b->alloc(b, sizeof(double));
+    b->copy_to_device(b, d_acc, &acc0, sizeof acc0);
+    b->sumsq_add(b, d_acc, d_x, n);
+    b->sumsq_add(b, d_acc, d_x + 7, 1000);
+    b->sumsq_add(b, d_acc, d_x, 0);
+    b->copy_to_host(b, &acc, d_acc, sizeof acc);
+    name_of(name, sizeof name, "sumsq_add = sumsq sums in order (bitwise)");
+    TEST_CHECK(acc == (0.5 + s1) + b->sumsq(b, d_x + 7, 1000), name, "%.17g", acc);
+    b->free(b, d_acc);
 
     double *ref_s = xmalloc(1003 * sizeof(double));
     for (size_t i = 0; i < 1003; i++) ref_s[i] = (double)x[i] * 0.37;

@@ -505,6 +505,14 @@ static void test_sumsq(size_t n) {
     TEST_CHECK(e <= 1e-10, name, "dut %.17g cpu %.17g", a, b);
     snprintf(name, sizeof name, "sumsq n=%zu repeatable (bitwise)", n);
     TEST_CHECK(a == a2, name, "%.17g then %.17g", a, a2);
+    // sumsq_add into a device accumulator: the same sum as sumsq, added, bitwise.
+    double init = 0.25, acc = 0.0, *d_acc = dut->alloc(dut, sizeof(double));
+    dut->copy_to_device(dut, d_acc, &init, sizeof init);
+    dut->sumsq_add(dut, d_acc, t.d, n);
+    dut->copy_to_host(dut, &acc, d_acc, sizeof acc);
+    snprintf(name, sizeof name, "sumsq_add n=%zu = 0.25 + sumsq (bitwise)", n);
+    TEST_CHECK(acc == init + a, name, "%.17g vs %.17g", acc, init + a);
+    dut->free(dut, d_acc);
     twin_free(t), free(x);
 }
 
