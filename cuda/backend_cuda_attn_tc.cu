@@ -419,14 +419,6 @@ static int atc_head_dp(cuda_ctx *x, int HS) {
     return atc_enable<128>(x) ? 128 : 0;
 }
 
-// An fp32 copy of the bf16 qkv for the fallback, allocated in stream order.
-static float *atc_widen(cuda_ctx *x, const uint16_t *qkv, size_t n) {
-    float *wide = NULL;
-    CUDA_OP_CHECK(cudaMallocAsync((void **)&wide, n * sizeof(float), x->stream));
-    cuda_bf16_widen(x, wide, qkv, n);
-    return wide;
-}
-
 template <int DP>
 static void atc_fwd_launch(cuda_ctx *x, float *out, float *lse, const uint16_t *qkv, int B,
                            int T, int NH, int HS) {
@@ -464,9 +456,9 @@ void cuda_attention_fwd_bf16(backend *b, float *out, void *state, const uint16_t
     case 128: atc_fwd_launch<128>(x, out, lse, qkv, B, T, NH, HS); return;
     default: break;
     }
-    float *wide = atc_widen(x, qkv, (size_t)B * T * 3 * NH * HS);
+    float *wide = cuda_widened_copy(x, qkv, (size_t)B * T * 3 * NH * HS);
     cuda_attention_fwd(b, out, state, wide, B, T, NH, HS);
-    CUDA_OP_CHECK(cudaFreeAsync(wide, x->stream));
+    cuda_widened_free(x, wide);
 }
 
 void cuda_attention_bwd_bf16(backend *b, float *dqkv, const float *dout, const uint16_t *qkv,
@@ -483,7 +475,7 @@ void cuda_attention_bwd_bf16(backend *b, float *dqkv, const float *dout, const u
         else atc_bwd_launch<128>(x, dqkv, delta, dout, qkv, lse, B, T, NH, HS);
         return;
     }
-    float *wide = atc_widen(x, qkv, (size_t)B * T * 3 * NH * HS);
+    float *wide = cuda_widened_copy(x, qkv, (size_t)B * T * 3 * NH * HS);
     cuda_attention_bwd(b, dqkv, dout, wide, state, B, T, NH, HS);
-    CUDA_OP_CHECK(cudaFreeAsync(wide, x->stream));
+    cuda_widened_free(x, wide);
 }

@@ -140,8 +140,10 @@ void cuda_attention_bwd_bf16(backend *b, float *dqkv, const float *dout, const u
 void cuda_add_inplace(cuda_ctx *x, float *dst, const float *src, size_t n);
 // dbias (OC) += column sums of dout (N, OC), rows in order (without the cuBLASLt epilogue).
 void cuda_column_sums_add(cuda_ctx *x, float *dbias, const float *dout, int N, int OC);
-// dst (n floats) = src (n bf16) widened: from_bf16 for the backend's own use.
-void cuda_bf16_widen(cuda_ctx *x, float *dst, const uint16_t *src, size_t n);
+// An fp32 copy of n bf16 elements, allocated in stream order (the bf16 ops' fallbacks to
+// their fp32 forms); cuda_widened_free releases it after the ops enqueued so far.
+float *cuda_widened_copy(cuda_ctx *x, const uint16_t *src, size_t n);
+void cuda_widened_free(cuda_ctx *x, float *p);
 // The same over bf16 dout (the bf16 matmul's fallback), widened as it is read.
 void cuda_column_sums_add_bf16(cuda_ctx *x, float *dbias, const uint16_t *dout, int N, int OC);
 // out (N, OC) = bias broadcast over the rows (the matmul's fallback bias path).

@@ -197,17 +197,25 @@ static cuda_lt_plan *plan_get(cuda_ctx *x, const cuda_lt_plan *key) {
 // D (m, n) = op(A) op(B) + beta D, column-major, A and B of type `ab`, with `epilogue`
 // (bias: its vector or bias gradient; aux: the GELU epilogues' matrix, NULL for the others).
 // Returns 0, having done nothing, when cuBLASLt has no algorithm for that epilogue.
-static int lt_matmul_aux(cuda_ctx *x, cudaDataType_t ab, cublasOperation_t ta,
-                         cublasOperation_t tb, int m, int n, int k, const void *A, int lda,
-                         const void *B, int ldb, float *D, int ldd, float beta,
-                         cublasLtEpilogue_t epilogue, const float *bias, const float *aux) {
+// The cached plan of such a GEMM (built on first use).
+static cuda_lt_plan *plan_for(cuda_ctx *x, cudaDataType_t ab, cublasOperation_t ta,
+                              cublasOperation_t tb, int m, int n, int k, const void *A, int lda,
+                              const void *B, int ldb, const float *D, int ldd,
+                              cublasLtEpilogue_t epilogue, const float *aux) {
     cuda_lt_plan key;
     memset(&key, 0, sizeof key);
     key.ta = ta, key.tb = tb, key.ab = ab, key.m = m, key.n = n, key.k = k;
     key.lda = lda, key.ldb = ldb, key.ldd = ldd, key.epilogue = epilogue;
     key.align_a = ptr_alignment(A), key.align_b = ptr_alignment(B), key.align_d = ptr_alignment(D);
     key.align_aux = aux ? ptr_alignment(aux) : 0, key.aux = aux;
-    cuda_lt_plan *p = plan_get(x, &key);
+    return plan_get(x, &key);
+}
+
+static int lt_matmul_aux(cuda_ctx *x, cudaDataType_t ab, cublasOperation_t ta,
+                         cublasOperation_t tb, int m, int n, int k, const void *A, int lda,
+                         const void *B, int ldb, float *D, int ldd, float beta,
+                         cublasLtEpilogue_t epilogue, const float *bias, const float *aux) {
+    cuda_lt_plan *p = plan_for(x, ab, ta, tb, m, n, k, A, lda, B, ldb, D, ldd, epilogue, aux);
     if (!p->supported) return 0;
     if (bias)
         LT_OP_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
@@ -302,22 +310,9 @@ void cuda_matmul_bwd(backend *b, float *dinp, float *dweight, float *dbias, cons
 static int bf16_supported(cuda_ctx *x, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                           int k, const void *A, int lda, const void *B, int ldb, const float *D,
                           int ldd) {
-    cuda_lt_plan key;
-    memset(&key, 0, sizeof key);
-    key.ta = ta, key.tb = tb, key.ab = CUDA_R_16BF, key.m = m, key.n = n, key.k = k;
-    key.lda = lda, key.ldb = ldb, key.ldd = ldd, key.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-    key.align_a = ptr_alignment(A), key.align_b = ptr_alignment(B), key.align_d = ptr_alignment(D);
-    return plan_get(x, &key)->supported;
+    return plan_for(x, CUDA_R_16BF, ta, tb, m, n, k, A, lda, B, ldb, D, ldd,
+                    CUBLASLT_EPILOGUE_DEFAULT, NULL)->supported;
 }
-
-// An fp32 copy of n bf16 elements, allocated in stream order (free with widened_free).
-static float *widen(cuda_ctx *x, const uint16_t *src, size_t n) {
-    float *dst = NULL;
-    CUDA_OP_CHECK(cudaMallocAsync((void **)&dst, (n ? n : 1) * sizeof(float), x->stream));
-    cuda_bf16_widen(x, dst, src, n);
-    return dst;
-}
-static void widened_free(cuda_ctx *x, float *p) { CUDA_OP_CHECK(cudaFreeAsync(p, x->stream)); }
 
 void cuda_matmul_fwd_bf16(backend *b, float *out, const uint16_t *inp, const uint16_t *weight,
                           const float *bias, int N, int IC, int OC) {
@@ -327,10 +322,11 @@ void cuda_matmul_fwd_bf16(backend *b, float *out, const uint16_t *inp, const uin
         matmul_fwd(x, CUDA_R_16BF, out, inp, weight, bias, N, IC, OC);
         return;
     }
-    float *w_inp = widen(x, inp, (size_t)N * IC), *w_weight = widen(x, weight, (size_t)OC * IC);
+    float *w_inp = cuda_widened_copy(x, inp, (size_t)N * IC);
+    float *w_weight = cuda_widened_copy(x, weight, (size_t)OC * IC);
     matmul_fwd(x, CUDA_R_32F, out, w_inp, w_weight, bias, N, IC, OC);
-    widened_free(x, w_inp);
-    widened_free(x, w_weight);
+    cuda_widened_free(x, w_inp);
+    cuda_widened_free(x, w_weight);
 }
 
 void cuda_matmul_bwd_bf16(backend *b, float *dinp, float *dweight, float *dbias,
@@ -343,12 +339,13 @@ void cuda_matmul_bwd_bf16(backend *b, float *dinp, float *dweight, float *dbias,
         matmul_bwd(x, CUDA_R_16BF, dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
         return;
     }
-    float *w_dout = widen(x, dout, (size_t)N * OC), *w_inp = widen(x, inp, (size_t)N * IC);
-    float *w_weight = widen(x, weight, (size_t)OC * IC);
+    float *w_dout = cuda_widened_copy(x, dout, (size_t)N * OC);
+    float *w_inp = cuda_widened_copy(x, inp, (size_t)N * IC);
+    float *w_weight = cuda_widened_copy(x, weight, (size_t)OC * IC);
     matmul_bwd(x, CUDA_R_32F, dinp, dweight, dbias, w_dout, w_inp, w_weight, N, IC, OC);
-    widened_free(x, w_dout);
-    widened_free(x, w_inp);
-    widened_free(x, w_weight);
+    cuda_widened_free(x, w_dout);
+    cuda_widened_free(x, w_inp);
+    cuda_widened_free(x, w_weight);
 }
 
 // ---- the GELU epilogues ----

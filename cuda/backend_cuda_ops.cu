@@ -335,11 +335,18 @@ void cuda_add_to_bf16(backend *b, uint16_t *dst, const float *src, size_t n) {
 void cuda_to_bf16(backend *b, uint16_t *dst, const float *src, size_t n) {
     if (n) LAUNCH_N(to_bf16_kernel, cuda_ctx_of(b), n, dst, src, n);
 }
-void cuda_bf16_widen(cuda_ctx *x, float *dst, const uint16_t *src, size_t n) {
-    if (n) LAUNCH_N(from_bf16_kernel, x, n, dst, src, n);
-}
 void cuda_from_bf16(backend *b, float *dst, const uint16_t *src, size_t n) {
-    cuda_bf16_widen(cuda_ctx_of(b), dst, src, n);
+    if (n) LAUNCH_N(from_bf16_kernel, cuda_ctx_of(b), n, dst, src, n);
+}
+
+float *cuda_widened_copy(cuda_ctx *x, const uint16_t *src, size_t n) {
+    float *dst = NULL;
+    CUDA_OP_CHECK(cudaMallocAsync((void **)&dst, (n ? n : 1) * sizeof(float), x->stream));
+    if (n) LAUNCH_N(from_bf16_kernel, x, n, dst, src, n);
+    return dst;
+}
+
+void cuda_widened_free(cuda_ctx *x, float *p) { CUDA_OP_CHECK(cudaFreeAsync(p, x->stream));
 }
 
 // ---------------------------------------------------------------------------------------
