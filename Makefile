@@ -22,7 +22,7 @@ LDLIBS += -lyaml -lopenblas $(MPI_PMIX_LIBS) -lm -fopenmp
 
 # ---- CUDA (USE_CUDA=auto|0|1) ----
 # auto builds cuda/ when nvcc is on PATH or at /usr/local/cuda/bin/nvcc; 0 never; 1 always
-# (an error without nvcc). Without CUDA, src/nocuda.c stands in for cuda/: the same symbols,
+# (an error without nvcc). Without CUDA, src/*/*_nocuda.c stand in for cuda/: the same symbols,
 # each failing with "this build of trident has no CUDA support". Exactly one of the two is
 # linked.
 comma := ,
@@ -40,7 +40,7 @@ $(error USE_CUDA must be auto, 0 or 1, not '$(USE_CUDA)')
 endif
 # USE_CUDA=1 without nvcc stops every goal that builds (clean and deps still run).
 ifeq ($(BUILD_CUDA)$(NVCC),1)
-ifneq ($(or $(filter-out clean deps format,$(MAKECMDGOALS)),$(if $(MAKECMDGOALS),,all)),)
+ifneq ($(or $(filter-out clean deps deps-check format,$(MAKECMDGOALS)),$(if $(MAKECMDGOALS),,all)),)
 $(error USE_CUDA=1, but nvcc is neither on PATH nor at /usr/local/cuda/bin/nvcc. Install \
 	the CUDA toolkit (with NCCL and cuBLASLt), put its bin/ on PATH or pass \
 	NVCC=/path/to/nvcc, or build without CUDA: make USE_CUDA=0)
@@ -50,10 +50,13 @@ NVCCFLAGS ?= -O2
 NVCCFLAGS += -std=c++17 -gencode arch=$(patsubst sm_%,compute_%,$(CUDA_ARCH)),code=$(CUDA_ARCH) \
 	-Xcompiler -Wall,-Wextra$(if $(filter 1,$(WERROR)),$(comma)-Werror) \
 	-Xcompiler -iquote,src -MMD -MP
-CUDA_SRCS := $(sort $(wildcard cuda/*.cu))
+CUDA_SRCS := $(sort $(wildcard cuda/*/*.cu))
 CUDA_OBJS := $(CUDA_SRCS:cuda/%.cu=$(BUILD)/obj/cuda/%.o)
 
-SRCS := $(filter-out src/nocuda.c,$(sort $(wildcard src/*.c)))
+# src/LAYER/*.c: one folder per layer (README "Architecture"); the stand-ins for cuda/ end
+# in _nocuda.c and are linked only in a build without CUDA.
+NOCUDA_SRCS := $(sort $(wildcard src/*/*_nocuda.c))
+SRCS := $(filter-out $(NOCUDA_SRCS),$(sort $(wildcard src/*/*.c)))
 OBJS := $(SRCS:src/%.c=$(BUILD)/obj/%.o)
 ifeq ($(BUILD_CUDA),1)
 OBJS += $(CUDA_OBJS)
@@ -61,10 +64,10 @@ OBJS += $(CUDA_OBJS)
 LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart -lnccl -lcublasLt -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
 BUILD_KIND = with CUDA ($(NVCC), $(CUDA_ARCH), USE_CUDA=$(USE_CUDA))
 else
-OBJS += $(BUILD)/obj/nocuda.o
+OBJS += $(NOCUDA_SRCS:src/%.c=$(BUILD)/obj/%.o)
 BUILD_KIND = without CUDA (USE_CUDA=$(USE_CUDA)$(if $(NVCC),,$(comma) no nvcc found))
 endif
-LIB_OBJS := $(filter-out $(BUILD)/obj/main.o,$(OBJS))
+LIB_OBJS := $(filter-out $(BUILD)/obj/app/main.o,$(OBJS))
 TEST_SRCS := $(sort $(wildcard tests/test_*.c))
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 TEST_TOOLS := $(BUILD)/tests/ref_dump
@@ -73,16 +76,18 @@ TEST_TOOLS := $(BUILD)/tests/ref_dump
 GPU_TEST_SRCS := $(sort $(wildcard tests/gpu/test_*.c))
 GPU_TEST_BINS := $(GPU_TEST_SRCS:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
 
-.PHONY: all deps run test test-gpu clean data format
+.PHONY: all deps deps-check run test test-gpu clean data format
 all: $(BUILD)/trident data $(if $(filter 1,$(BUILD_CUDA)),$(GPU_TEST_BINS))
 
 deps:
 	@scripts/install-deps.sh
 
-$(BUILD)/obj/%.o: src/%.c | $(BUILD)/obj
+$(BUILD)/obj/%.o: src/%.c
+	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/obj/cuda/%.o: cuda/%.cu | $(BUILD)/obj/cuda
+$(BUILD)/obj/cuda/%.o: cuda/%.cu
+	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 $(BUILD)/trident: $(OBJS)
@@ -98,7 +103,7 @@ $(BUILD)/tests/gpu/%: tests/gpu/%.c $(LIB_OBJS) | $(BUILD)/tests/gpu
 $(BUILD)/tools/%: scripts/%.c $(LIB_OBJS) | $(BUILD)/tools
 	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(LIB_OBJS) -o $@ $(LDLIBS)
 
-$(BUILD)/obj $(BUILD)/obj/cuda $(BUILD)/tests $(BUILD)/tests/gpu $(BUILD)/tools:
+$(BUILD)/tests $(BUILD)/tests/gpu $(BUILD)/tools:
 	@mkdir -p $@
 
 # The embedded corpus: data/kjv.txt (King James Bible, public domain, from Debian's
@@ -127,6 +132,11 @@ else
 	@$(MAKE) --no-print-directory all $(GPU_TEST_BINS)
 	@tests/gpu/run.sh $(BUILD)
 endif
+
+# The include rules of README "Architecture": layers lowest first, private headers kept in
+# their folder, no module cycles (scripts/deps-check.py says which).
+deps-check:
+	@/usr/bin/python3 scripts/deps-check.py
 
 clean:
 	rm -rf $(BUILD) data/*.bin

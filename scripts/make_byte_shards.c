@@ -5,8 +5,8 @@
 // Writes OUT_PREFIX_train_000.bin with the first (1 - VAL_FRACTION) of the bytes and
 // OUT_PREFIX_val_000.bin with the rest, split just after a newline so that no line is cut
 // between the two. Exit status: 0, 2 for usage errors, 3 for I/O errors (DESIGN.md's codes).
-#include "common.h"
-#include "data.h"
+#include "base/common.h"
+#include "io/data.h"
 
 #include <errno.h>
 #include <string.h>

@@ -15,8 +15,8 @@
 //   h = 1e-4 * max(1, |x|) has truncation error ~h^2 (1e-8) and cancellation ~1e-16 / h
 //   (1e-12); the rest is the backend's float rounding (~1e-6 relative).
 #pragma once
-#include "backend.h"
-#include "bf16.h"
+#include "compute/backend.h"
+#include "base/bf16.h"
 #include "testlib.h"
 
 #include <math.h>

@@ -9,12 +9,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backend.h"
-#include "comm.h"
-#include "config.h"
-#include "data.h"
-#include "llmc.h"
-#include "model.h"
+#include "compute/backend.h"
+#include "comm/comm.h"
+#include "config/config.h"
+#include "io/data.h"
+#include "io/llmc.h"
+#include "model/model.h"
 
 static int write_file(const char *dir, const char *name, const void *data, size_t bytes) {
     char path[4096];

@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "bf16.h"
+#include "base/bf16.h"
 #include "testlib.h"
 
 static uint32_t bits(float f) {

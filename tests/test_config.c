@@ -1,7 +1,7 @@
 // test_config.c: config_load, --set, validation messages, config_resolve_world and the
 // YAML/JSON printers. Each case writes a YAML file under a fresh temp directory, runs the
 // call with stderr captured, and checks the values and the message text.
-#include "config.h"
+#include "config/config.h"
 #include "testlib.h"
 
 #include <fcntl.h>

@@ -4,8 +4,8 @@
 // from the token arrays the test wrote (per-shard sample lists, concatenated), not through
 // the loader's own indexing. Bad files are checked for TRI_ERR_DATA and for a message on
 // stderr that names the file and the problem.
-#include "common.h"
-#include "data.h"
+#include "base/common.h"
+#include "io/data.h"
 #include "testlib.h"
 
 #include <fcntl.h>

@@ -6,8 +6,8 @@
 // mesh_rank_of and comm_mpi_group_color (the MPI_Comm_split colors of the MPI backend).
 #include <string.h>
 
-#include "comm_mpi.h"
-#include "mesh.h"
+#include "comm/comm_mpi.h"
+#include "comm/mesh.h"
 #include "testlib.h"
 
 #define MAX_WORLD 64

@@ -5,8 +5,8 @@
 // and the --bench timing table are in tests/test_ops_attn.c.
 //
 //   build/tests/test_ops            the tests, on backends of 1, 2 and 3 threads
-#include "backend.h"
-#include "backend_cpu_internal.h" // cpu_expf
+#include "compute/backend.h"
+#include "compute/backend_cpu_internal.h" // cpu_expf
 #include "ops_ref.h"
 #include "testlib.h"
 

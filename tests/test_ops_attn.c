@@ -6,8 +6,8 @@
 //   build/tests/test_ops_attn       the tests, on backends of 1, 2 and 3 threads
 //   build/tests/test_ops_attn --bench [threads]
 //                                   a timing table at GPT-2 124M sizes (not a test)
-#include "backend.h"
-#include "backend_cpu_internal.h" // attention policy and cblas, for --bench and coverage
+#include "compute/backend.h"
+#include "compute/backend_cpu_internal.h" // attention policy and cblas, for --bench and coverage
 #include "ops_ref.h"
 #include "testlib.h"
 

@@ -15,14 +15,14 @@
 #include <math.h>
 #include <string.h>
 
-#include "plan.h"
+#include "plan/plan.h"
 #include "testlib.h"
 
 typedef struct { int L, C, H, T, V; } shape;
 
 // A resolved config of GPT-2 `s` on `world` ranks.
 static void make_config(run_config *c, shape s, int tp, int pp, int world, int zero,
-                        dtype_kind precision, dtype_kind grads) {
+                        tri_dtype precision, tri_dtype grads) {
     config_defaults(c);
     c->model.n_layer = s.L, c->model.d_model = s.C, c->model.n_head = s.H;
     c->model.seq_len = s.T, c->model.vocab_size = s.V;
@@ -94,7 +94,7 @@ static void check_textbook(void) {
 // to the padding of shard boundaries, on a small model with odd sizes and tp x pp.
 static void check_zero_formulas(void) {
     const shape s = {4, 96, 4, 40, 250};
-    const dtype_kind precisions[3][2] = {
+    const tri_dtype precisions[3][2] = {
         {DTYPE_FP32, DTYPE_FP32}, {DTYPE_BF16, DTYPE_BF16}, {DTYPE_BF16, DTYPE_FP32}};
     int bad = 0;
     char why[256] = "";
@@ -116,7 +116,7 @@ static void check_zero_formulas(void) {
                 if (b < want[zero] || b > want[zero] + slack) {
                     bad++;
                     snprintf(why, sizeof why, "%s/%s zero %d dp %d: %.0f bytes, formula %.0f",
-                             config_dtype_name(c.train.precision), config_dtype_name(c.train.grad_dtype),
+                             dtype_name(c.train.precision), dtype_name(c.train.grad_dtype),
                              zero, N, b, want[zero]);
                 }
                 config_free(&c);

@@ -16,7 +16,7 @@
 #include <stdarg.h>
 #include <string.h>
 
-#include "sched.h"
+#include "parallel/sched.h"
 #include "testlib.h"
 
 #define MAX_PP 8

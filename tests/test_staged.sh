@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The staged comm backend (src/comm_staged.c: MPI through host staging, how several ranks
+# The staged comm backend (src/comm/comm_staged.c: MPI through host staging, how several ranks
 # share one GPU): forced on the CPU path with TRIDENT_COMM_STAGED=1, a tp2 x pp2 x dp2 run
 # (ZeRO-3, sequence parallelism, interleaved schedule: every collective and the pipeline's
 # grouped sends and receives) writes the same metrics and model, bit for bit, as plain MPI.

@@ -7,9 +7,9 @@
 #include <math.h>
 #include <string.h>
 
-#include "backend.h"
-#include "config.h"
-#include "params.h"
+#include "compute/backend.h"
+#include "config/config.h"
+#include "model/params.h"
 #include "testlib.h"
 
 static float frand(uint64_t *s) {

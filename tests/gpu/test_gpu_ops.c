@@ -18,8 +18,8 @@
 // Backward ops also run twice on the device, which must give bitwise the same result.
 // TRIDENT_CUDA_TF32=1 must be unset: TF32 matmuls are ~1e-3 off by design.
 #include "../ops_ref.h"
-#include "backend.h"
-#include "device_api.h"
+#include "compute/backend.h"
+#include "compute/cuda_api.h"
 #include "../testlib.h"
 #include "gpu_bench.h"
 #include "gpu_twin.h"

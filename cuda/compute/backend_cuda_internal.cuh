@@ -1,0 +1,188 @@
+// backend_cuda_internal.cuh: what the files of the CUDA compute backend share and nothing
+// else includes: the context, the op-level check macros, the device scratch and the ops
+// that live in files of their own.
+//
+// Files: backend_cuda.cu (memory, creation, the function table), backend_cuda_matmul.cu
+// (cuBLASLt), backend_cuda_attn.cu (flash-style causal attention), backend_cuda_ops.cu
+// (LayerNorm, pointwise, embeddings, cross-entropy, optimizer and reductions).
+//
+// Streams: every op of a backend is enqueued on the context's one stream (non-blocking with
+// respect to the legacy default stream), in call order, so ops see each other's results
+// without any host synchronisation. The host waits only where the contract hands it a value:
+// copy_to_host, sumsq and synchronize. A comm backend on other streams reads buffers the
+// caller has synchronised first (device_api.h), and its results are complete on return.
+//
+// Errors: an op returns nothing (backend.h), and a failed launch or library call leaves the
+// CUDA context unusable, so an op that fails reports the statement, file:line, rank and
+// device with CUDA's error string (cuda_common.h's format), then aborts: the broken-invariant
+// tier of STYLE.md. Allocation failure is not that: alloc() returns NULL, as on the CPU.
+#pragma once
+
+#include <cublasLt.h>
+
+#include <mutex>
+#include <unordered_map>
+
+#include "../base/cuda_common.h"
+#include "compute/cuda_api.h" // backend.h with C linkage
+
+// cuBLASLt plans (descriptors, layouts and the chosen algorithm), one per distinct GEMM.
+#define CUDA_LT_MAX_PLANS 128
+
+typedef struct cuda_lt_plan cuda_lt_plan; // backend_cuda_matmul.cu
+
+typedef struct {
+    int device;
+    cudaStream_t stream; // every op runs here, in call order
+    // cuBLASLt
+    cublasLtHandle_t lt;
+    void *lt_workspace; // CUDA_LT_WORKSPACE_BYTES, the backend's own (not in mem_peak_bytes)
+    size_t lt_workspace_bytes;
+    cublasComputeType_t compute; // CUBLAS_COMPUTE_32F, or _FAST_TF32 with TRIDENT_CUDA_TF32=1
+    cuda_lt_plan *plans;         // CUDA_LT_MAX_PLANS, n_plans used
+    int n_plans;
+    // Per-op device workspace (bias-gradient rows, LayerNorm partial sums, attention's row
+    // deltas, the embedding backward's sort), grown on demand, never shrunk; the backend's
+    // own, so not in mem_peak_bytes (as the CPU backend's scratch).
+    void *scratch;
+    size_t scratch_bytes;
+    int att_max_hs;      // largest attention head size the device's shared memory allows
+    int gelu_epilogue;   // cuBLASLt's GELU epilogues compute gelu_tanh here (probed at start)
+    double *host_result; // pinned: where sumsq's result lands for the host
+    // alloc()/free() may come from another host thread (a checkpoint writer), hence the lock.
+    std::mutex mem_lock;
+    std::unordered_map<void *, size_t> *mem_sizes; // bytes of every live alloc()
+    size_t mem_current, mem_peak;
+} cuda_ctx;
+
+static inline cuda_ctx *cuda_ctx_of(backend *b) { return (cuda_ctx *)b->ctx; }
+
+// Reports and aborts (see the header comment).
+[[noreturn]] void cuda_op_fail(const char *what, const char *stmt, const char *file, int line);
+
+static inline void cuda_op_check(cudaError_t err, const char *what, const char *stmt,
+                                 const char *file, int line) {
+    if (err == cudaSuccess) return;
+    cuda_report_cuda_error(err, stmt, file, line);
+    cuda_op_fail(what, stmt, file, line);
+}
+
+#define CUDA_OP_CHECK(call) cuda_op_check((call), "a CUDA call", #call, __FILE__, __LINE__)
+
+// After every kernel launch: a bad configuration (grid, shared memory) shows here; a fault
+// inside the kernel shows at the next synchronising call, which is checked too.
+#define CUDA_LAUNCH_CHECK(kernel_name)                                                       \
+    cuda_op_check(cudaGetLastError(), "a kernel launch", "launch of " kernel_name, __FILE__,  \
+                  __LINE__)
+
+// A device workspace of at least `bytes` (256-byte aligned), valid until the next call;
+// earlier ops that used it have been enqueued before, so stream order protects them, and a
+// growth waits for them before freeing the old buffer.
+void *cuda_scratch(cuda_ctx *x, size_t bytes);
+
+// Rounds up to a multiple of 256 bytes: where scratch is carved into several arrays.
+static inline size_t cuda_align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// Grid of `threads`-thread blocks for a grid-stride loop over n elements.
+static inline unsigned cuda_grid_for(size_t n, int threads) {
+    size_t blocks = (n + (size_t)threads - 1) / (size_t)threads;
+    if (blocks > 65535u * 16u) blocks = 65535u * 16u;
+    return blocks ? (unsigned)blocks : 1u;
+}
+
+// Warp-wide reductions (xor butterflies: every lane gets the result, in a fixed order).
+__device__ __forceinline__ float cuda_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ double cuda_warp_sum(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float cuda_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// ---- cuBLASLt (backend_cuda_matmul.cu) ----
+tri_status cuda_matmul_init(cuda_ctx *x);
+void cuda_matmul_free(cuda_ctx *x);
+void cuda_matmul_fwd(backend *b, float *out, const float *inp, const float *weight,
+                     const float *bias, int N, int IC, int OC);
+void cuda_matmul_bwd(backend *b, float *dinp, float *dweight, float *dbias, const float *dout,
+                     const float *inp, const float *weight, int N, int IC, int OC);
+void cuda_matmul_fwd_bf16(backend *b, float *out, const uint16_t *inp, const uint16_t *weight,
+                          const float *bias, int N, int IC, int OC);
+void cuda_matmul_bwd_bf16(backend *b, float *dinp, float *dweight, float *dbias,
+                          const uint16_t *dout, const uint16_t *inp, const uint16_t *weight,
+                          int N, int IC, int OC);
+void cuda_matmul_gelu_fwd(backend *b, float *out, float *pre, const void *inp, const void *weight,
+                          const float *bias, int N, int IC, int OC, int bf16);
+void cuda_matmul_bwd_dgelu(backend *b, float *dinp, float *dweight, float *dbias,
+                           const void *dout, const void *inp, const void *weight,
+                           const float *pre, int N, int IC, int OC, int bf16);
+
+// ---- attention (backend_cuda_attn.cu) ----
+// Sets x->att_max_hs from the device's opt-in shared memory per block.
+tri_status cuda_attention_init(cuda_ctx *x, size_t smem_optin);
+size_t cuda_attention_state_bytes(backend *b, int B, int T, int NH);
+void cuda_attention_fwd(backend *b, float *out, void *state, const float *qkv, int B, int T,
+                        int NH, int HS);
+void cuda_attention_bwd(backend *b, float *dqkv, const float *dout, const float *qkv,
+                        const void *state, int B, int T, int NH, int HS);
+// ---- tensor-core attention on bf16 q, k, v (backend_cuda_attn_tc.cu) ----
+void cuda_attention_fwd_bf16(backend *b, float *out, void *state, const uint16_t *qkv, int B,
+                             int T, int NH, int HS);
+void cuda_attention_bwd_bf16(backend *b, float *dqkv, const float *dout, const uint16_t *qkv,
+                             const void *state, int B, int T, int NH, int HS);
+
+// ---- the other ops (backend_cuda_ops.cu) ----
+// dst (n) += src (n), on the context's stream (the bias-gradient epilogue's accumulation).
+void cuda_add_inplace(cuda_ctx *x, float *dst, const float *src, size_t n);
+// dbias (OC) += column sums of dout (N, OC), rows in order (without the cuBLASLt epilogue).
+void cuda_column_sums_add(cuda_ctx *x, float *dbias, const float *dout, int N, int OC);
+// An fp32 copy of n bf16 elements, allocated in stream order (the bf16 ops' fallbacks to
+// their fp32 forms); cuda_widened_free releases it after the ops enqueued so far.
+float *cuda_widened_copy(cuda_ctx *x, const uint16_t *src, size_t n);
+void cuda_widened_free(cuda_ctx *x, float *p);
+// The same over bf16 dout (the bf16 matmul's fallback), widened as it is read.
+void cuda_column_sums_add_bf16(cuda_ctx *x, float *dbias, const uint16_t *dout, int N, int OC);
+// out (N, OC) = bias broadcast over the rows (the matmul's fallback bias path).
+void cuda_broadcast_rows(cuda_ctx *x, float *out, const float *bias, int N, int OC);
+
+void cuda_layernorm_fwd(backend *b, float *out, float *mean, float *rstd, const float *inp,
+                        const float *weight, const float *bias, int N, int C);
+void cuda_layernorm_bwd(backend *b, float *dinp, float *dweight, float *dbias, const float *dout,
+                        const float *inp, const float *weight, const float *mean,
+                        const float *rstd, int N, int C);
+void cuda_residual_fwd(backend *b, float *out, const float *a, const float *c, size_t n);
+void cuda_residual_layernorm_fwd(backend *b, float *res, float *out, float *mean, float *rstd,
+                                 const float *a, const float *c, const float *weight,
+                                 const float *bias, int N, int C);
+void cuda_gelu_fwd(backend *b, float *out, const float *inp, size_t n);
+void cuda_gelu_bwd(backend *b, float *dinp, const float *inp, const float *dout, size_t n);
+void cuda_embedding_fwd(backend *b, float *out, const int *tokens, const float *wte,
+                        const float *wpe, int B, int T, int C, int vocab_start, int V_local,
+                        int add_pos);
+void cuda_embedding_bwd(backend *b, float *dwte, float *dwpe, const float *dout,
+                        const int *tokens, int B, int T, int C, int vocab_start, int V_local);
+void cuda_xent_max(backend *b, float *rowmax, const float *logits, int N, int Vp_local,
+                   int vocab_start, int V_valid);
+void cuda_xent_sumexp(backend *b, float *sumexp, float *target_logit, const float *logits,
+                      const float *rowmax, const int *targets, int N, int Vp_local,
+                      int vocab_start, int V_valid);
+void cuda_xent_loss(backend *b, float *losses, const float *rowmax, const float *sumexp,
+                    const float *target_logit, int N);
+void cuda_xent_bwd(backend *b, float *logits, const float *rowmax, const float *sumexp,
+                   const int *targets, float dloss, int N, int Vp_local, int vocab_start,
+                   int V_valid);
+void cuda_loss_sum(backend *b, double *acc, const float *losses, size_t n);
+double cuda_sumsq(backend *b, const float *x, size_t n);
+void cuda_sumsq_add(backend *b, double *acc, const float *x, size_t n);
+void cuda_scale(backend *b, float *x, float s, size_t n);
+void cuda_to_bf16(backend *b, uint16_t *dst, const float *src, size_t n);
+void cuda_from_bf16(backend *b, float *dst, const uint16_t *src, size_t n);
+void cuda_add_to_bf16(backend *b, uint16_t *dst, const float *src, size_t n);
+void cuda_adamw(backend *b, float *param, const float *grad, float *m, float *v, size_t n,
+                float lr, float beta1, float beta2, float eps, float weight_decay,
+                float grad_scale, int t, uint16_t *param16);

@@ -1,0 +1,651 @@
+// commtest.c: `trident comm-test`, the comm backend's self-test (nccl-tests style).
+//
+// For every group of the mesh, every collective and every size: fill the inputs with a
+// formula of (global rank, index) whose values are small integers, so that sums are exact
+// in float and the expected result is known exactly; run the collective once and count the
+// wrong elements; then time `iters` more runs. Each row's wrong count is all-reduced over
+// the world and rank 0 prints one line per row: size, count, op, group, time, algorithm
+// bandwidth (bytes / time) and bus bandwidth (algbw times 2(n-1)/n for all-reduce, (n-1)/n
+// for reduce-scatter and all-gather, 1 for broadcast and send/recv), #wrong.
+//
+// Group membership is computed here from the rank formula of DESIGN.md, not taken from the
+// backend, so a wrong split shows up as wrong elements. The payload counters of comm.h are
+// checked too: a mismatch with the documented definition (comm_mpi.c) fails the test.
+// The non-blocking forms (*_start, group_end_start, wait) are checked against the blocking
+// ones: bitwise the same results and the same counters, with many requests in flight at
+// once on every group. TRIDENT_COMM_STAGED=1 runs it all through the staged backend
+// (comm_staged.h) over MPI, staging through the CPU backend, as the trainer would.
+#include "app/commtest.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "compute/backend.h"
+#include "base/bf16.h"
+#include "comm/comm.h"
+#include "comm/comm_mpi.h"
+#include "comm/comm_staged.h"
+#include "app/commtest_internal.h"
+#include "config/config.h"
+#include "comm/launch.h"
+#include "comm/mesh.h"
+
+const char *const CT_OP_NAMES[CT_COUNT] = {
+    "all_reduce_sum", "all_reduce_max", "reduce_scatter", "all_gather",
+    "broadcast_r0",   "broadcast_rlast", "sendrecv_ring",
+};
+
+typedef struct {
+    int tp, pp, dp, shape_set;
+    size_t min_bytes, max_bytes;
+    int iters;
+    double timeout_s;
+    int stall_rank, stall_step;
+} ct_options;
+
+static const float CT_POISON = -999.0f; // what a receive buffer holds before the call
+
+// ---- options ----
+
+static int ct_parse_int(const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    *out = strtol(s, &end, 10);
+    return errno || end == s || *end || *out < lo || *out > hi;
+}
+
+// "4096", "64K", "1M", "1G" (powers of 1024).
+static int ct_parse_bytes(const char *s, size_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s) return 1;
+    if (*end == 'K' || *end == 'k') v <<= 10, end++;
+    else if (*end == 'M' || *end == 'm') v <<= 20, end++;
+    else if (*end == 'G' || *end == 'g') v <<= 30, end++;
+    if (*end) return 1;
+    *out = (size_t)v;
+    return 0;
+}
+
+static void ct_usage(FILE *f) {
+    fprintf(f, "usage: trident comm-test [--world-shape TP,PP,DP] [--bytes MIN:MAX] [--iters N]\n"
+               "                         [--timeout S] [--stall-rank R --stall-step S]\n"
+               "  --world-shape  the mesh; its product must be the world (default world,1,1)\n"
+               "  --bytes        sizes from MIN to MAX, doubling (default 8:1M; K, M, G suffixes)\n"
+               "  --iters        timed runs per size (default 20)\n"
+               "  --timeout      comm timeout in seconds (default 300)\n"
+               "  --stall-rank, --stall-step  rank R stops at step S (tests the timeout)\n");
+}
+
+// Returns 0, or an error message (printed by rank 0 only).
+static const char *ct_parse(int argc, char **argv, ct_options *o, char *msg, size_t cap) {
+    *o = (ct_options){.min_bytes = 8, .max_bytes = 1 << 20, .iters = 20, .timeout_s = 300,
+                      .stall_rank = -1, .stall_step = -1};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long l;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            snprintf(msg, cap, "help");
+            return msg;
+        }
+        if (!v) {
+            snprintf(msg, cap, "unknown option (or missing value) %s", a);
+            return msg;
+        }
+        i++;
+        if (!strcmp(a, "--world-shape")) {
+            if (sscanf(v, "%d,%d,%d", &o->tp, &o->pp, &o->dp) != 3 || o->tp < 1 || o->pp < 1 ||
+                o->dp < 1) {
+                snprintf(msg, cap, "--world-shape needs TP,PP,DP (three positive integers), "
+                                   "got %s", v);
+                return msg;
+            }
+            o->shape_set = 1;
+        } else if (!strcmp(a, "--bytes")) {
+            const char *colon = strchr(v, ':');
+            char lo[64];
+            size_t n = colon ? (size_t)(colon - v) : strlen(v);
+            if (n >= sizeof lo) n = sizeof lo - 1;
+            memcpy(lo, v, n);
+            lo[n] = '\0';
+            if (ct_parse_bytes(lo, &o->min_bytes) ||
+                ct_parse_bytes(colon ? colon + 1 : lo, &o->max_bytes) || o->min_bytes < 4 ||
+                o->max_bytes < o->min_bytes || o->max_bytes > ((size_t)1 << 32)) {
+                snprintf(msg, cap, "--bytes needs MIN:MAX with 4 <= MIN <= MAX <= 4G, got %s", v);
+                return msg;
+            }
+        } else if (!strcmp(a, "--iters")) {
+            if (ct_parse_int(v, 1, 1000000, &l)) {
+                snprintf(msg, cap, "--iters needs a count >= 1, got %s", v);
+                return msg;
+            }
+            o->iters = (int)l;
+        } else if (!strcmp(a, "--timeout")) {
+            char *end;
+            o->timeout_s = strtod(v, &end);
+            if (end == v || *end || !(o->timeout_s > 0)) {
+                snprintf(msg, cap, "--timeout needs seconds > 0, got %s", v);
+                return msg;
+            }
+        } else if (!strcmp(a, "--stall-rank") || !strcmp(a, "--stall-step")) {
+            if (ct_parse_int(v, 0, 1 << 30, &l)) {
+                snprintf(msg, cap, "%s needs an integer >= 0, got %s", a, v);
+                return msg;
+            }
+            if (a[8] == 'r') o->stall_rank = (int)l;
+            else o->stall_step = (int)l;
+        } else {
+            snprintf(msg, cap, "unknown option %s", a);
+            return msg;
+        }
+    }
+    if ((o->stall_rank >= 0) != (o->stall_step >= 0)) {
+        snprintf(msg, cap, "--stall-rank and --stall-step go together");
+        return msg;
+    }
+    return NULL;
+}
+
+// ---- groups, from the rank formula ----
+
+static int ct_same_group(const run_config *cfg, comm_group_id g, mesh_coord a, mesh_coord b) {
+    const int last = cfg->parallel.pp - 1;
+    switch (g) {
+    case COMM_GROUP_TP: return a.dp == b.dp && a.pp == b.pp;
+    case COMM_GROUP_DP: return a.tp == b.tp && a.pp == b.pp;
+    case COMM_GROUP_PP: return a.tp == b.tp && a.dp == b.dp;
+    case COMM_GROUP_EMBED:
+        // First and last stage of one pipeline (one rank when pp == 1); a middle stage is
+        // in no embedding group at all.
+        if (a.pp != 0 && a.pp != last) return 0;
+        return a.tp == b.tp && a.dp == b.dp && (b.pp == 0 || b.pp == last);
+    case COMM_GROUP_MP: return a.dp == b.dp;
+    case COMM_GROUP_WORLD: return 1;
+    case COMM_GROUP_COUNT: break;
+    }
+    return 0;
+}
+
+static void ct_groups_init(ct_state *s, const run_config *cfg) {
+    const int TP = cfg->parallel.tp, DP = cfg->parallel.dp, PP = cfg->parallel.pp;
+    mesh_coord me = {s->rank % TP, (s->rank / TP) % DP, s->rank / (TP * DP)};
+    for (int g = 0; g < COMM_GROUP_COUNT; g++) {
+        s->members[g] = xcalloc((size_t)s->world, sizeof(int));
+        s->my_index[g] = -1; // stays -1 where this rank is not a member (size 0)
+        for (int r = 0; r < s->world; r++) {
+            mesh_coord o = {r % TP, (r / TP) % DP, r / (TP * DP)};
+            if (!ct_same_group(cfg, (comm_group_id)g, me, o)) continue;
+            if (r == s->rank) s->my_index[g] = s->n_members[g];
+            s->members[g][s->n_members[g]++] = r;
+        }
+    }
+    s->max_size[COMM_GROUP_TP] = TP;
+    s->max_size[COMM_GROUP_DP] = DP;
+    s->max_size[COMM_GROUP_PP] = PP;
+    s->max_size[COMM_GROUP_EMBED] = PP > 1 ? 2 : 1;
+    s->max_size[COMM_GROUP_MP] = TP * PP;
+    s->max_size[COMM_GROUP_WORLD] = s->world;
+}
+
+// Checks the backend's size and rank of every group against the formula; returns mismatches.
+static int ct_groups_verify(ct_state *s) {
+    int bad = 0;
+    for (int g = 0; g < COMM_GROUP_COUNT; g++) {
+        const comm_group *cg = &s->c->groups[g];
+        if (cg->size == s->n_members[g] && cg->rank == s->my_index[g]) continue;
+        LOG_ERROR("comm-test: group %s: backend says rank %d of %d, the mesh says %d of %d",
+                  comm_group_name((comm_group_id)g), cg->rank, cg->size, s->my_index[g],
+                  s->n_members[g]);
+        bad++;
+    }
+    return bad;
+}
+
+// ---- one row ----
+
+// Advances the step (the comm's step names it in timeout messages); the stall rank stops here.
+static void ct_step(ct_state *s) {
+    int step = s->next_step++;
+    s->c->step = step;
+    if (s->rank == s->stall_rank && step == s->stall_step) {
+        fprintf(stderr, "[r%d tp%d dp%d pp%d] comm-test: --stall-rank %d: stalling at step %d\n",
+                s->rank, s->me.tp, s->me.dp, s->me.pp, s->rank, step);
+        fflush(stderr);
+        for (;;) sleep(3600);
+    }
+}
+
+typedef struct {
+    size_t count;        // elements per call: the buffer (all_reduce, broadcast, sendrecv),
+                         // the receive block (reduce_scatter), the send block (all_gather)
+    size_t payload;      // payload bytes per call as comm.h counts them (0 for a group of one)
+    size_t row_bytes;    // the size column: payload on a group of n
+} ct_shape;
+
+static ct_shape ct_row_shape(const ct_state *s, comm_group_id g, ct_op op, size_t elems) {
+    const int n = s->n_members[g];
+    ct_shape sh = {elems, elems * sizeof(float), elems * sizeof(float)};
+    // (n == 0: a middle stage in no embedding group; it calls nothing, moves nothing.)
+    if (op == CT_REDUCE_SCATTER || op == CT_ALL_GATHER) {
+        // The block per rank comes from the group's largest size, the same on every rank.
+        sh.count = elems / (size_t)s->max_size[g];
+        sh.payload = sh.count * (size_t)n * sizeof(float);
+        sh.row_bytes = sh.payload;
+    }
+    if (n <= 1) sh.payload = 0;
+    return sh;
+}
+
+// One call of `op` on group g.
+static tri_status ct_call(ct_state *s, comm_group_id g, ct_op op, float *a, float *b,
+                          size_t count) {
+    comm *c = s->c;
+    const int n = s->n_members[g], k = s->my_index[g];
+    switch (op) {
+    case CT_ALL_REDUCE_SUM: return c->all_reduce(c, g, a, count, DTYPE_FP32, COMM_REDUCE_SUM);
+    case CT_ALL_REDUCE_MAX: return c->all_reduce(c, g, a, count, DTYPE_FP32, COMM_REDUCE_MAX);
+    case CT_REDUCE_SCATTER: return c->reduce_scatter(c, g, a, b, count, DTYPE_FP32);
+    case CT_ALL_GATHER: return c->all_gather(c, g, a, b, count, DTYPE_FP32);
+    case CT_BROADCAST_FIRST: return c->broadcast(c, g, a, count, DTYPE_FP32, 0);
+    case CT_BROADCAST_LAST: return c->broadcast(c, g, a, count, DTYPE_FP32, n - 1);
+    case CT_SENDRECV:
+        if (n == 1) return TRI_OK; // no peer: nothing to exchange
+        TRI_CHECK(c->group_start(c));
+        TRI_CHECK(c->send(c, g, a, count, DTYPE_FP32, (k + 1) % n));
+        TRI_CHECK(c->recv(c, g, b, count, DTYPE_FP32, (k - 1 + n) % n));
+        return c->group_end(c);
+    case CT_COUNT: break;
+    }
+    return TRI_ERR_INTERNAL;
+}
+
+// Fills the inputs of `op`, runs it once and returns the number of wrong elements.
+static tri_status ct_check(ct_state *s, comm_group_id g, ct_op op, float *a, float *b,
+                           size_t count, long long *wrong, int advance_step) {
+    const int n = s->n_members[g], k = s->my_index[g], *m = s->members[g];
+    const size_t in_count = op == CT_REDUCE_SCATTER ? count * (size_t)n : count;
+    const size_t out_count = op == CT_ALL_GATHER ? count * (size_t)n : count;
+    const int root = op == CT_BROADCAST_LAST ? n - 1 : 0;
+    for (size_t i = 0; i < in_count; i++) a[i] = ct_value(s->rank, i);
+    if (op == CT_BROADCAST_FIRST || op == CT_BROADCAST_LAST)
+        if (k != root)
+            for (size_t i = 0; i < count; i++) a[i] = CT_POISON;
+    for (size_t i = 0; i < out_count; i++) b[i] = CT_POISON;
+    if (advance_step) ct_step(s);
+    if (n == 0) return TRI_OK; // not a member: nothing to call (the step still advances)
+    TRI_CHECK(ct_call(s, g, op, a, b, count));
+    if (op == CT_SENDRECV && n == 1) return TRI_OK;
+    long long bad = 0;
+    for (size_t i = 0; i < out_count; i++) {
+        float want = 0, got;
+        switch (op) {
+        case CT_ALL_REDUCE_SUM:
+            for (int j = 0; j < n; j++) want += ct_value(m[j], i);
+            got = a[i];
+            break;
+        case CT_ALL_REDUCE_MAX:
+            want = ct_value(m[0], i);
+            for (int j = 1; j < n; j++) want = want > ct_value(m[j], i) ? want : ct_value(m[j], i);
+            got = a[i];
+            break;
+        case CT_REDUCE_SCATTER:
+            for (int j = 0; j < n; j++) want += ct_value(m[j], (size_t)k * count + i);
+            got = b[i];
+            break;
+        case CT_ALL_GATHER:
+            want = ct_value(m[i / count], i % count);
+            got = b[i];
+            break;
+        case CT_BROADCAST_FIRST:
+        case CT_BROADCAST_LAST:
+            want = ct_value(m[root], i);
+            got = a[i];
+            break;
+        default: // CT_SENDRECV
+            want = ct_value(m[(k - 1 + n) % n], i);
+            got = b[i];
+            break;
+        }
+        bad += got != want;
+    }
+    *wrong += bad;
+    return TRI_OK;
+}
+
+// The payload counters this op moves: every op adds to one counter, sendrecv to two.
+static void ct_counter_ids(ct_op op, comm_op_id ids[2], int *n_ids) {
+    static const comm_op_id map[CT_COUNT] = {
+        COMM_OP_ALL_REDUCE, COMM_OP_ALL_REDUCE, COMM_OP_REDUCE_SCATTER, COMM_OP_ALL_GATHER,
+        COMM_OP_BROADCAST,  COMM_OP_BROADCAST,  COMM_OP_SEND,
+    };
+    ids[0] = map[op];
+    ids[1] = COMM_OP_RECV;
+    *n_ids = op == CT_SENDRECV ? 2 : 1;
+}
+
+// Runs one row: a checked call, then `iters` timed calls (0 for an untimed check). Returns
+// this rank's wrong elements and seconds per call; checks the payload counters.
+static tri_status ct_row(ct_state *s, comm_group_id g, ct_op op, size_t elems, int iters,
+                         long long *wrong, double *sec) {
+    const int n = s->n_members[g];
+    ct_shape sh = ct_row_shape(s, g, op, elems);
+    const size_t cap = sh.count * (size_t)(n > 0 ? n : 1);
+    float *a = xmalloc(cap * sizeof(float)), *b = xmalloc(cap * sizeof(float));
+    comm_op_id ids[2];
+    int n_ids;
+    ct_counter_ids(op, ids, &n_ids);
+    uint64_t bytes0[2], calls0[2];
+    for (int j = 0; j < n_ids; j++) {
+        bytes0[j] = s->c->groups[g].bytes[ids[j]];
+        calls0[j] = s->c->groups[g].calls[ids[j]];
+    }
+    tri_status st = ct_check(s, g, op, a, b, sh.count, wrong, iters > 0);
+    double t0 = time_now_s();
+    for (int it = 0; it < iters && st == TRI_OK; it++) {
+        ct_step(s);
+        if (n > 0) st = ct_call(s, g, op, a, b, sh.count);
+    }
+    *sec = iters > 0 ? (time_now_s() - t0) / iters : 0;
+    // Every call of a group larger than one counts its payload once (comm_mpi.c's table).
+    const uint64_t calls = sh.payload ? (uint64_t)(1 + iters) : 0;
+    for (int j = 0; j < n_ids && st == TRI_OK; j++) {
+        uint64_t db = s->c->groups[g].bytes[ids[j]] - bytes0[j];
+        uint64_t dc = s->c->groups[g].calls[ids[j]] - calls0[j];
+        if (db == calls * sh.payload && dc == calls) continue;
+        LOG_ERROR("comm-test: %s on group %s: counters say %llu bytes in %llu calls, expected "
+                  "%llu bytes in %llu calls", CT_OP_NAMES[op], comm_group_name(g),
+                  (unsigned long long)db, (unsigned long long)dc,
+                  (unsigned long long)(calls * sh.payload), (unsigned long long)calls);
+        s->bad_counters++;
+    }
+    free(a);
+    free(b);
+    return st;
+}
+
+// Sums of non-integer floats depend on the order of the additions: two all-reduces of the
+// same inputs must still agree bitwise, on every run and on every rank of the group (the
+// replicas of a parameter must stay identical). Returns the elements that differ.
+static tri_status ct_determinism(ct_state *s, comm_group_id g, size_t count, long long *wrong) {
+    const int n = s->n_members[g];
+    if (n <= 1 || count == 0) return TRI_OK;
+    comm *c = s->c;
+    float *first = xmalloc(count * sizeof(float)), *again = xmalloc(count * sizeof(float));
+    float *root = xmalloc(count * sizeof(float));
+    tri_status st = TRI_OK;
+    float *bufs[2] = {first, again};
+    for (int run = 0; run < 2 && st == TRI_OK; run++) {
+        for (size_t i = 0; i < count; i++) bufs[run][i] = ct_fraction(s->rank, i);
+        st = c->all_reduce(c, g, bufs[run], count, DTYPE_FP32, COMM_REDUCE_SUM);
+    }
+    if (st == TRI_OK) {
+        memcpy(root, first, count * sizeof(float));
+        st = c->broadcast(c, g, root, count, DTYPE_FP32, 0); // group rank 0's result
+    }
+    long long bad = 0;
+    for (size_t i = 0; st == TRI_OK && i < count; i++)
+        bad += memcmp(&first[i], &again[i], sizeof(float)) != 0 ||
+               memcmp(&first[i], &root[i], sizeof(float)) != 0;
+    if (bad) LOG_ERROR("comm-test: all_reduce on group %s is not bitwise reproducible: %lld of "
+                       "%zu elements differ", comm_group_name(g), bad, count);
+    *wrong += bad;
+    free(first);
+    free(again);
+    free(root);
+    return st;
+}
+
+// NCCL's in-place forms, which both backends accept: reduce_scatter with recv = send + rank *
+// count, all_gather with send = recv + rank * count. Returns the wrong elements.
+static tri_status ct_in_place(ct_state *s, comm_group_id g, size_t count, long long *wrong) {
+    const int n = s->n_members[g], k = s->my_index[g], *m = s->members[g];
+    if (n <= 1 || count == 0) return TRI_OK;
+    comm *c = s->c;
+    float *buf = xmalloc(count * (size_t)n * sizeof(float));
+    for (size_t j = 0; j < count * (size_t)n; j++) buf[j] = ct_value(s->rank, j);
+    float *mine = buf + (size_t)k * count;
+    tri_status st = c->reduce_scatter(c, g, buf, mine, count, DTYPE_FP32);
+    long long bad = 0;
+    for (size_t i = 0; st == TRI_OK && i < count; i++) {
+        float want = 0;
+        for (int j = 0; j < n; j++) want += ct_value(m[j], (size_t)k * count + i);
+        bad += mine[i] != want;
+    }
+    for (size_t j = 0; j < count * (size_t)n; j++) buf[j] = CT_POISON;
+    for (size_t i = 0; i < count; i++) mine[i] = ct_value(s->rank, i);
+    if (st == TRI_OK) st = c->all_gather(c, g, mine, buf, count, DTYPE_FP32);
+    for (size_t j = 0; st == TRI_OK && j < count * (size_t)n; j++)
+        bad += buf[j] != ct_value(m[j / count], j % count);
+    if (bad) LOG_ERROR("comm-test: in-place reduce_scatter/all_gather on group %s: %lld wrong "
+                       "elements", comm_group_name(g), bad);
+    *wrong += bad;
+    free(buf);
+    return st;
+}
+
+// bfloat16 (DTYPE_BF16): all_reduce sum and max, and reduce_scatter, of the same small
+// integers (exact in bf16 for any world here). Returns the wrong elements.
+static tri_status ct_bf16(ct_state *s, comm_group_id g, size_t count, long long *wrong) {
+    const int n = s->n_members[g], k = s->my_index[g], *m = s->members[g];
+    if (n <= 1 || count == 0) return TRI_OK;
+    comm *c = s->c;
+    uint16_t *sum = xmalloc(count * sizeof *sum), *max = xmalloc(count * sizeof *max);
+    uint16_t *all = xmalloc(count * (size_t)n * sizeof *all), *mine = xmalloc(count * sizeof *mine);
+    for (size_t i = 0; i < count; i++) sum[i] = max[i] = bf16_from_f32(ct_value(s->rank, i));
+    for (size_t j = 0; j < count * (size_t)n; j++) all[j] = bf16_from_f32(ct_value(s->rank, j));
+    tri_status st = c->all_reduce(c, g, sum, count, DTYPE_BF16, COMM_REDUCE_SUM);
+    if (st == TRI_OK) st = c->all_reduce(c, g, max, count, DTYPE_BF16, COMM_REDUCE_MAX);
+    if (st == TRI_OK) st = c->reduce_scatter(c, g, all, mine, count, DTYPE_BF16);
+    long long bad = 0;
+    for (size_t i = 0; st == TRI_OK && i < count; i++) {
+        float want_sum = 0, want_max = -INFINITY, want_rs = 0;
+        for (int j = 0; j < n; j++) {
+            want_sum += ct_value(m[j], i);
+            want_max = fmaxf(want_max, ct_value(m[j], i));
+            want_rs += ct_value(m[j], (size_t)k * count + i);
+        }
+        bad += (bf16_to_f32(sum[i]) != want_sum) + (bf16_to_f32(max[i]) != want_max) +
+               (bf16_to_f32(mine[i]) != want_rs);
+    }
+    if (bad) LOG_ERROR("comm-test: bf16 collectives on group %s: %lld wrong elements",
+                       comm_group_name(g), bad);
+    *wrong += bad;
+    free(sum), free(max), free(all), free(mine);
+    return st;
+}
+
+static double ct_busbw_factor(ct_op op, int n) {
+    switch (op) {
+    case CT_ALL_REDUCE_SUM:
+    case CT_ALL_REDUCE_MAX: return 2.0 * (n - 1) / n;
+    case CT_REDUCE_SCATTER:
+    case CT_ALL_GATHER: return (double)(n - 1) / n;
+    default: return 1.0;
+    }
+}
+
+// ---- the whole test ----
+
+static tri_status ct_run(ct_state *s, const ct_options *o, long long *total_wrong) {
+    comm *c = s->c;
+    long long local_wrong = ct_groups_verify(s);
+    const int print = s->rank == 0;
+    // Groups of one on every rank: the identity paths, checked untimed at both ends.
+    char alone[128] = "";
+    for (int g = 0; g < COMM_GROUP_COUNT; g++) {
+        if (s->max_size[g] > 1) continue;
+        for (int op = 0; op < CT_COUNT; op++) {
+            double sec;
+            const size_t ends[2] = {o->min_bytes / sizeof(float), o->max_bytes / sizeof(float)};
+            for (int e = 0; e < 2; e++)
+                TRI_CHECK(ct_row(s, (comm_group_id)g, (ct_op)op, ends[e], 0, &local_wrong, &sec));
+        }
+        size_t len = strlen(alone);
+        snprintf(alone + len, sizeof alone - len, " %s", comm_group_name((comm_group_id)g));
+    }
+    if (print) {
+        printf("# comm-test: world %d = tp %d x pp %d x dp %d, comm %s, iters %d, timeout %.1f s\n",
+               s->world, o->tp, o->pp, o->dp, c->name, o->iters, o->timeout_s);
+        if (alone[0]) printf("# groups of one rank (identity paths, checked untimed):%s\n", alone);
+        printf("#\n# %10s %10s %6s %-16s %-6s %5s %11s %11s %11s %8s\n", "size(B)", "count",
+               "type", "op", "group", "ranks", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+    }
+    double busbw_sum = 0;
+    int rows = 0;
+    for (int g = 0; g < COMM_GROUP_COUNT; g++) {
+        if (s->max_size[g] == 1) continue;
+        for (int op = 0; op < CT_COUNT; op++) {
+            for (size_t bytes = o->min_bytes; bytes <= o->max_bytes; bytes *= 2) {
+                size_t elems = bytes / sizeof(float);
+                ct_shape sh = ct_row_shape(s, (comm_group_id)g, (ct_op)op, elems);
+                if (sh.count == 0) continue; // smaller than one element per rank
+                long long wrong = 0;
+                double sec = 0;
+                TRI_CHECK(ct_row(s, (comm_group_id)g, (ct_op)op, elems, o->iters, &wrong, &sec));
+                local_wrong += wrong;
+                // nccl-tests style: the row's wrong count over the world, the slowest rank's time.
+                int64_t w64 = wrong;
+                TRI_CHECK(c->all_reduce(c, COMM_GROUP_WORLD, &w64, 1, DTYPE_INT64,
+                                        COMM_REDUCE_SUM));
+                TRI_CHECK(c->all_reduce(c, COMM_GROUP_WORLD, &sec, 1, DTYPE_FP64,
+                                        COMM_REDUCE_MAX));
+                if (!print) continue;
+                const int n = s->n_members[g];
+                double algbw = sec > 0 ? (double)sh.row_bytes / sec / 1e9 : 0;
+                double busbw = algbw * ct_busbw_factor((ct_op)op, n);
+                busbw_sum += busbw;
+                rows++;
+                printf("  %10zu %10zu %6s %-16s %-6s %5d %11.1f %11.3f %11.3f %8lld\n",
+                       sh.row_bytes, sh.row_bytes / sizeof(float), "float", CT_OP_NAMES[op],
+                       comm_group_name((comm_group_id)g), n, sec * 1e6, algbw, busbw,
+                       (long long)w64);
+                fflush(stdout);
+            }
+        }
+    }
+    if (print && rows)
+        printf("# average bus bandwidth: %.3f GB/s over %d rows\n", busbw_sum / rows, rows);
+    // In-place forms, and bitwise reproducibility of all_reduce on non-integer floats, at
+    // the largest size (untimed; a middle pipeline stage skips the embedding group).
+    long long in_place = 0, nondet = 0, bf16 = 0, async = 0;
+    for (int g = 0; g < COMM_GROUP_COUNT; g++) {
+        if (s->max_size[g] == 1 || s->n_members[g] == 0) continue;
+        size_t elems = o->max_bytes / sizeof(float);
+        TRI_CHECK(ct_in_place(s, (comm_group_id)g, elems / (size_t)s->max_size[g], &in_place));
+        TRI_CHECK(ct_determinism(s, (comm_group_id)g, elems, &nondet));
+        TRI_CHECK(ct_bf16(s, (comm_group_id)g, elems / (size_t)s->max_size[g], &bf16));
+    }
+    // The non-blocking forms, every group at once (groups of one included): at most 16K
+    // elements per buffer, since all buffers of all groups are in flight together.
+    const size_t async_elems = o->max_bytes / sizeof(float);
+    TRI_CHECK(ct_async(s, async_elems < 16384 ? async_elems : 16384, &async));
+    local_wrong += in_place + nondet + bf16 + async;
+    int64_t extra[4] = {in_place, nondet, bf16, async};
+    TRI_CHECK(c->all_reduce(c, COMM_GROUP_WORLD, extra, 4, DTYPE_INT64, COMM_REDUCE_SUM));
+    if (print && s->world > 1) {
+        printf("# in-place reduce_scatter and all_gather on every group: %lld wrong\n",
+               (long long)extra[0]);
+        printf("# all_reduce of non-integer floats, twice, on every group: %s\n",
+               extra[1] ? "NOT bitwise identical" : "bitwise identical on every rank and run");
+        printf("# bf16 all_reduce (sum, max) and reduce_scatter on every group: %lld wrong\n",
+               (long long)extra[2]);
+        printf("# non-blocking forms (start/wait, all in flight at once) against the blocking "
+               "ones on every group: %lld differ\n",
+               (long long)extra[3]);
+    }
+    int64_t totals[2] = {local_wrong, s->bad_counters};
+    TRI_CHECK(c->all_reduce(c, COMM_GROUP_WORLD, totals, 2, DTYPE_INT64, COMM_REDUCE_SUM));
+    *total_wrong = totals[0];
+    if (totals[1] && print)
+        printf("comm-test: %lld payload counter mismatches\n", (long long)totals[1]);
+    if (totals[1] && !*total_wrong) *total_wrong = -1; // failed, though every element was right
+    return TRI_OK;
+}
+
+int commtest_main(int argc, char **argv) {
+    launch_info li;
+    tri_status st = launch_init(&li);
+    if (st != TRI_OK) return st;
+    ct_options o;
+    char msg[256];
+    int rc = 0;
+    if (ct_parse(argc, argv, &o, msg, sizeof msg)) {
+        if (!strcmp(msg, "help")) {
+            if (li.rank == 0) ct_usage(stdout);
+        } else {
+            if (li.rank == 0) {
+                fprintf(stderr, "comm-test: %s\n", msg);
+                ct_usage(stderr);
+            }
+            rc = TRI_ERR_CONFIG;
+        }
+        fflush(stdout);
+        launch_finalize(&li);
+        return rc;
+    }
+    if (!o.shape_set) o.tp = li.world, o.pp = 1, o.dp = 1;
+    if ((long long)o.tp * o.pp * o.dp != li.world) {
+        if (li.rank == 0)
+            fprintf(stderr, "comm-test: --world-shape %d,%d,%d (tp,pp,dp) multiplies to %lld, but "
+                    "the world has %d ranks\n", o.tp, o.pp, o.dp, (long long)o.tp * o.pp * o.dp,
+                    li.world);
+        launch_finalize(&li);
+        return TRI_ERR_CONFIG;
+    }
+    if (o.stall_rank >= li.world) {
+        if (li.rank == 0)
+            fprintf(stderr, "comm-test: --stall-rank %d is not a rank of the world of %d\n",
+                    o.stall_rank, li.world);
+        launch_finalize(&li);
+        return TRI_ERR_CONFIG;
+    }
+
+    // A run config holding just the mesh; one micro-batch per stage keeps the batch rules happy.
+    run_config cfg;
+    config_defaults(&cfg);
+    cfg.parallel.tp = o.tp;
+    cfg.parallel.pp = o.pp;
+    cfg.parallel.dp = o.dp;
+    cfg.train.micro_batch = 1;
+    cfg.train.global_batch = o.dp * o.pp;
+    cfg.system.comm_timeout_s = o.timeout_s;
+    comm *c = NULL;
+    backend *be = NULL;
+    ct_state s = {.rank = li.rank, .world = li.world, .iters = o.iters,
+                  .stall_rank = o.stall_rank, .stall_step = o.stall_step};
+    TRI_CHECK_GOTO(config_resolve_world(&cfg, li.world), st, done);
+    mesh_coord me = mesh_coord_of(&cfg, li.rank);
+    log_set_rank(li.rank, me.tp, me.dp, me.pp);
+    if (li.world == 1) TRI_CHECK_GOTO(comm_self_create(&c), st, done);
+    else TRI_CHECK_GOTO(comm_mpi_create(&c, &cfg, &li, o.timeout_s), st, done);
+    // TRIDENT_COMM_STAGED=1: the staged backend over MPI, as the trainer makes it (train.c).
+    const char *staged = getenv("TRIDENT_COMM_STAGED");
+    if (li.world > 1 && staged && !strcmp(staged, "1")) {
+        TRI_CHECK_GOTO(backend_cpu_create(&be, 1), st, done);
+        comm *wrapped = NULL;
+        TRI_CHECK_GOTO(comm_staged_create(&wrapped, c, be), st, done);
+        c = wrapped;
+    }
+    s.c = c;
+    s.me = me;
+    ct_groups_init(&s, &cfg);
+    long long wrong = 0;
+    TRI_CHECK_GOTO(ct_run(&s, &o, &wrong), st, done);
+    if (li.rank == 0) {
+        if (wrong > 0) printf("comm-test: %lld wrong elements\n", wrong);
+        else if (wrong == 0) printf("comm-test: OK, 0 wrong elements\n");
+    }
+    rc = wrong ? 1 : 0;
+done:
+    fflush(stdout);
+    fflush(stderr);
+    for (int g = 0; g < COMM_GROUP_COUNT; g++) free(s.members[g]);
+    if (c) c->destroy(c);
+    if (be) be->destroy(be);
+    launch_finalize(&li);
+    config_free(&cfg);
+    return st != TRI_OK ? (int)st : rc;
+}

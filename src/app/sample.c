@@ -1,0 +1,110 @@
+// sample.c: autoregressive sampling with the training model's forward pass. The context
+// is the last seq_len tokens; each new token reruns the forward over the window (no KV
+// cache: sampling is a check of a trained run, not a serving path).
+#include "app/sample.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "compute/backend.h"
+#include "comm/comm.h"
+#include "config/config.h"
+#include "io/export.h"
+#include "model/model.h"
+
+static uint64_t rng_next(uint64_t *state) { // splitmix64
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static int pick_token(const float *logits, int V, double temperature, uint64_t *rng) {
+    int best = 0;
+    for (int i = 1; i < V; i++)
+        if (logits[i] > logits[best]) best = i;
+    if (temperature <= 0) return best;
+    double sum = 0.0;
+    for (int i = 0; i < V; i++) sum += exp((logits[i] - logits[best]) / temperature);
+    double u = (double)(rng_next(rng) >> 11) / 9007199254740992.0 * sum, acc = 0.0;
+    for (int i = 0; i < V; i++) {
+        acc += exp((logits[i] - logits[best]) / temperature);
+        if (u < acc) return i;
+    }
+    return best;
+}
+
+static void emit(int token, int byte_level) {
+    if (byte_level) putchar(token);
+    else printf("<%d>", token);
+    fflush(stdout);
+}
+
+tri_status sample_run(const sample_options *opt) {
+    llmc_model f;
+    char path[4096];
+    TRI_CHECK(export_load(opt->run_or_file, &f, path, sizeof path));
+    run_config cfg;
+    config_defaults(&cfg);
+    llmc_config_from_file(&f, &cfg);
+    cfg.model.vocab_pad_to = f.Vp;
+    const int T = cfg.model.seq_len, V = cfg.model.vocab_size;
+    const int byte_level = V == 256;
+
+    backend *be = NULL;
+    comm *cm = NULL;
+    model m;
+    memset(&m, 0, sizeof m);
+    tri_status rc;
+    TRI_CHECK_GOTO(comm_self_create(&cm), rc, done);
+    TRI_CHECK_GOTO(backend_cpu_create(&be, opt->threads), rc, done);
+    TRI_CHECK_GOTO(model_create(&m, &cfg, 1, 1, 1, 1, 0, be, cm, NULL), rc, done);
+    { // the file's (or checkpoint's) parameters over the initial ones
+        float *host = xmalloc(m.table.local_numel * sizeof(float));
+        llmc_load_params(&f, &m.table, host);
+        be->copy_to_device(be, m.params, host, m.table.local_numel * sizeof(float));
+        free(host);
+    }
+
+    int *context = xcalloc((size_t)T, sizeof(int));
+    float *logits = xmalloc((size_t)m.d.Vp_local * sizeof(float));
+    int n = 0;
+    const char *prompt = opt->prompt ? opt->prompt : "";
+    if (byte_level) {
+        for (const unsigned char *p = (const unsigned char *)prompt; *p; p++) {
+            if (n == T) { // keep the last T bytes of a long prompt
+                memmove(context, context + 1, (size_t)(T - 1) * sizeof(int));
+                n--;
+            }
+            context[n++] = *p;
+        }
+    } else if (*prompt) {
+        LOG_WARN("the model's vocabulary (%d) is not byte-level; the prompt is ignored", V);
+    }
+    if (n == 0) context[n++] = byte_level ? '\n' : 0;
+    if (byte_level) fputs(prompt, stdout);
+    uint64_t rng = opt->seed;
+    for (int i = 0; i < opt->tokens; i++) {
+        TRI_CHECK_GOTO(model_forward(&m, 0, 0, context, NULL), rc, free_buffers);
+        model_logits_row(&m, 0, n - 1, logits);
+        int token = pick_token(logits, V, opt->temperature, &rng);
+        emit(token, byte_level);
+        if (n == T) {
+            memmove(context, context + 1, (size_t)(T - 1) * sizeof(int));
+            n--;
+        }
+        context[n++] = token;
+    }
+    putchar('\n');
+    rc = TRI_OK;
+free_buffers:
+    free(context);
+    free(logits);
+done:
+    llmc_free(&f);
+    model_free(&m);
+    if (be) be->destroy(be);
+    if (cm) cm->destroy(cm);
+    config_free(&cfg);
+    return rc;
+}

@@ -1,0 +1,181 @@
+// backend.h: the compute backend interface (DESIGN.md "Module boundaries").
+//
+// A backend is a table of function pointers with a context, filled in as a commented
+// table by backend_cpu.c (OpenBLAS + OpenMP threads) and cuda/ (cuBLASLt + kernels). The
+// model, pipeline and optimizer call ops only through it and never know which runs.
+//
+// Conventions (llm.c's): activations are row-major (rows, cols); a linear weight is
+// (out, in) and computes out = inp @ weight^T + bias. "N" is a row count, usually B*T.
+// Every pointer argument is device memory of the backend. Backward ops ACCUMULATE into
+// parameter gradients (+=) so that micro-batches add up; activation gradients are
+// overwritten unless stated otherwise.
+#pragma once
+#include "base/common.h"
+
+typedef struct backend backend;
+
+struct backend {
+    const char *name; // "cpu", "cuda"
+    void *ctx;
+    int threads;      // compute threads (cpu) or 0
+    // What the trainer needs to know of a backend, so that it never names one:
+    int device_memory;       // buffers live off the host: MPI must stage them (comm_staged.h),
+                             // and the comm backend of choice is NCCL
+    double peak_flops;       // the MFU denominator: a datasheet peak, or 0 to measure the
+                             // backend's matmul rate at start
+    const char *plan_device; // the planner's device whose attention state this backend keeps
+    void *stream;            // the stream every op runs on, in call order (a cudaStream_t), for
+                             // a comm backend that orders itself against it with events; NULL
+                             // on the CPU. Set at creation.
+
+    // ---- memory ----
+    void *(*alloc)(backend *b, size_t bytes); // zero-filled; NULL on failure
+    void (*free)(backend *b, void *ptr);
+    void (*copy_to_device)(backend *b, void *dst, const void *host_src, size_t bytes);
+    void (*copy_to_host)(backend *b, void *host_dst, const void *src, size_t bytes);
+    void (*memset_zero)(backend *b, void *ptr, size_t bytes);
+    void (*copy)(backend *b, void *dst, const void *src, size_t bytes); // device to device
+    void (*synchronize)(backend *b);
+    size_t (*mem_peak_bytes)(backend *b); // high-water mark of alloc()ed bytes
+
+    // ---- linear layers ----
+    // out (N, OC) = inp (N, IC) @ weight (OC, IC)^T + bias (OC); bias may be NULL.
+    void (*matmul_fwd)(backend *b, float *out, const float *inp, const float *weight,
+                       const float *bias, int N, int IC, int OC);
+    // dinp (N, IC) = dout @ weight  (overwritten; skipped when dinp is NULL)
+    // dweight (OC, IC) += dout^T @ inp;  dbias (OC) += column sums of dout (skipped if NULL)
+    void (*matmul_bwd)(backend *b, float *dinp, float *dweight, float *dbias, const float *dout,
+                       const float *inp, const float *weight, int N, int IC, int OC);
+    // The same two with bf16 operands (train.precision bf16): inp, weight and dout are bf16,
+    // the products accumulate in fp32, and out, dinp, dweight, dbias and bias are fp32. A
+    // product of two bf16 values is exact in fp32, so backends differ only in the order of
+    // the sums: tensor cores on CUDA, the operands widened into fp32 on the CPU.
+    void (*matmul_fwd_bf16)(backend *b, float *out, const uint16_t *inp, const uint16_t *weight,
+                            const float *bias, int N, int IC, int OC);
+    void (*matmul_bwd_bf16)(backend *b, float *dinp, float *dweight, float *dbias,
+                            const uint16_t *dout, const uint16_t *inp, const uint16_t *weight,
+                            int N, int IC, int OC);
+    // The MLP's GELU fused into its GEMMs (CUDA: cuBLASLt's GELU epilogues, where the device's
+    // GELU matches gelu_tanh; else the separate ops). bf16: inp, weight and dout are bf16 (as
+    // in the *_bf16 matmuls), else fp32.
+    // pre (N, OC) = inp @ weight^T + bias; out (N, OC) = gelu_tanh(pre).
+    void (*matmul_gelu_fwd)(backend *b, float *out, float *pre, const void *inp,
+                            const void *weight, const float *bias, int N, int IC, int OC,
+                            int bf16);
+    // matmul_bwd whose dinp (not NULL) is then multiplied by gelu_tanh'(pre), pre (N, IC) fp32:
+    // the gradient at the GELU's input when the GELU's output is this layer's input.
+    void (*matmul_bwd_dgelu)(backend *b, float *dinp, float *dweight, float *dbias,
+                             const void *dout, const void *inp, const void *weight,
+                             const float *pre, int N, int IC, int OC, int bf16);
+
+    // ---- normalisation and pointwise ----
+    // out (N, C) = (inp - mean) * rstd * weight + bias; saves mean (N), rstd (N). eps 1e-5.
+    void (*layernorm_fwd)(backend *b, float *out, float *mean, float *rstd, const float *inp,
+                          const float *weight, const float *bias, int N, int C);
+    // dinp (N, C) += ... (ACCUMULATES: dinp is the residual stream's gradient);
+    // dweight, dbias (C) +=.
+    void (*layernorm_bwd)(backend *b, float *dinp, float *dweight, float *dbias, const float *dout,
+                          const float *inp, const float *weight, const float *mean,
+                          const float *rstd, int N, int C);
+    // out = a + c, n elements (out may alias a).
+    void (*residual_fwd)(backend *b, float *out, const float *a, const float *c, size_t n);
+    // residual_fwd then layernorm_fwd in one pass: res (N, C) = a + c (res may alias a); out
+    // = LayerNorm(res) with mean and rstd saved, as layernorm_fwd computes them.
+    void (*residual_layernorm_fwd)(backend *b, float *res, float *out, float *mean, float *rstd,
+                                   const float *a, const float *c, const float *weight,
+                                   const float *bias, int N, int C);
+    // out = gelu_tanh(inp)
+    void (*gelu_fwd)(backend *b, float *out, const float *inp, size_t n);
+    // dinp = gelu_tanh'(inp) * dout (overwritten; dinp may alias dout)
+    void (*gelu_bwd)(backend *b, float *dinp, const float *inp, const float *dout, size_t n);
+
+    // ---- attention ----
+    // Bytes of per-micro-batch state attention_fwd saves for the backward (B, NH, T, T
+    // probabilities on the CPU; log-sum-exp rows on a flash-style GPU kernel).
+    size_t (*attention_state_bytes)(backend *b, int B, int T, int NH);
+    // qkv (B, T, 3*NH*HS): q heads, then k heads, then v heads, each (NH, HS) per token.
+    // out (B, T, NH*HS): causal softmax(q k^T / sqrt(HS)) v, heads concatenated.
+    void (*attention_fwd)(backend *b, float *out, void *state, const float *qkv, int B, int T,
+                          int NH, int HS);
+    // dqkv (B, T, 3*NH*HS) overwritten.
+    void (*attention_bwd)(backend *b, float *dqkv, const float *dout, const float *qkv,
+                          const void *state, int B, int T, int NH, int HS);
+    // The same two on bf16 q, k, v (train.precision bf16: the kept qkv), with the same state;
+    // out and dqkv fp32. The probabilities (and dO, dS) may be rounded to bf16 for the tensor
+    // cores' products, with fp32 accumulation (CUDA); the CPU widens qkv and runs the fp32 op.
+    void (*attention_fwd_bf16)(backend *b, float *out, void *state, const uint16_t *qkv, int B,
+                               int T, int NH, int HS);
+    void (*attention_bwd_bf16)(backend *b, float *dqkv, const float *dout, const uint16_t *qkv,
+                               const void *state, int B, int T, int NH, int HS);
+
+    // ---- embeddings ----
+    // out (B*T, C) = wte[tokens - vocab_start] (zero when the token is outside
+    //                [vocab_start, vocab_start + V_local)) + (add_pos ? wpe[t] : 0).
+    // The masked lookup is what a vocab-parallel embedding needs before its all-reduce.
+    void (*embedding_fwd)(backend *b, float *out, const int *tokens, const float *wte,
+                          const float *wpe, int B, int T, int C, int vocab_start, int V_local,
+                          int add_pos);
+    // dwte (V_local, C) += rows of dout at the tokens it owns; dwpe (T, C) += sum over B
+    // of dout (skipped when NULL).
+    void (*embedding_bwd)(backend *b, float *dwte, float *dwpe, const float *dout,
+                          const int *tokens, int B, int T, int C, int vocab_start, int V_local);
+
+    // ---- vocab-parallel softmax cross-entropy ----
+    // logits (N, Vp_local): this rank's vocabulary columns [vocab_start, vocab_start +
+    // Vp_local); only global columns < V_valid are real (padded columns are ignored).
+    // Pass 1: rowmax (N) = max over real local columns (-INFINITY when none).
+    void (*xent_max)(backend *b, float *rowmax, const float *logits, int N, int Vp_local,
+                     int vocab_start, int V_valid);
+    // Pass 2 (after rowmax is all-reduced with max over tp): sumexp (N) = sum over real local
+    // columns of exp(logit - rowmax); target_logit (N) = the target's logit when this rank
+    // owns it, else 0.
+    void (*xent_sumexp)(backend *b, float *sumexp, float *target_logit, const float *logits,
+                        const float *rowmax, const int *targets, int N, int Vp_local,
+                        int vocab_start, int V_valid);
+    // losses (N) = log(sumexp) + rowmax - target_logit (after sumexp and target_logit are
+    // all-reduced with sum over tp).
+    void (*xent_loss)(backend *b, float *losses, const float *rowmax, const float *sumexp,
+                      const float *target_logit, int N);
+    // In place: logits <- dloss * (softmax - onehot(target)) over real columns, 0 over
+    // padded columns. dloss is the same scalar for every row (1 / tokens in the batch).
+    void (*xent_bwd)(backend *b, float *logits, const float *rowmax, const float *sumexp,
+                     const int *targets, float dloss, int N, int Vp_local, int vocab_start,
+                     int V_valid);
+
+    // ---- optimizer and reductions ----
+    // *acc (one double in the backend's memory) += the sum of losses (n floats), summed in
+    // double in a fixed order: a micro-batch's loss stays on the device until the step ends.
+    void (*loss_sum)(backend *b, double *acc, const float *losses, size_t n);
+    // Returns sum of squares of x (n elements) in double precision, computed in a fixed
+    // order so the result is deterministic for a given thread count.
+    double (*sumsq)(backend *b, const float *x, size_t n);
+    // *acc (one double in the backend's memory) += sumsq(x): the same sum, left on the
+    // device, so that a norm over many pieces waits for the host once.
+    void (*sumsq_add)(backend *b, double *acc, const float *x, size_t n);
+    // x *= s
+    void (*scale)(backend *b, float *x, float s, size_t n);
+    // bf16 storage (bf16.h): dst (n bf16) = src rounded to nearest even; dst (n floats) =
+    // src widened exactly. The mixed-precision path keeps parameters in bf16 and computes
+    // in fp32.
+    void (*to_bf16)(backend *b, uint16_t *dst, const float *src, size_t n);
+    void (*from_bf16)(backend *b, float *dst, const uint16_t *src, size_t n);
+    // dst (n bf16) = round(dst + src): a bf16 gradient buffer accumulating an fp32 one.
+    void (*add_to_bf16)(backend *b, uint16_t *dst, const float *src, size_t n);
+    // AdamW over n elements: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+    // p -= lr * (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd * p).
+    // grad is multiplied by grad_scale first (clipping). t counts from 1. param16, when not
+    // NULL, receives the updated p rounded to bf16 (mixed precision: p is the fp32 master).
+    void (*adamw)(backend *b, float *param, const float *grad, float *m, float *v, size_t n,
+                  float lr, float beta1, float beta2, float eps, float weight_decay,
+                  float grad_scale, int t, uint16_t *param16);
+
+    void (*destroy)(backend *b);
+};
+
+// Called first thing in main(): when OpenBLAS picked its generic kernels on a CPU with
+// AVX2/AVX-512 (it does not know CPUs newer than itself), sets OPENBLAS_CORETYPE and
+// restarts the process once with the same arguments. Returns when nothing is to be done.
+void backend_cpu_prepare_process(char **argv);
+
+// Creates the CPU backend with `threads` compute threads (0: all cores).
+tri_status backend_cpu_create(backend **out, int threads);

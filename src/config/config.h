@@ -1,0 +1,95 @@
+// config.h: the run config of DESIGN.md as a typed struct, parsed from YAML with libyaml.
+//
+// Unknown keys are errors (with a "did you mean"); wrong types, out-of-range values and
+// inconsistent combinations are errors; every violation is reported at once, each with its
+// key path and the file's line, before any communicator is created.
+#pragma once
+#include "base/common.h"
+#include "base/dtype.h"
+
+typedef enum { SCHEDULE_GPIPE = 0, SCHEDULE_1F1B = 1, SCHEDULE_INTERLEAVED = 2 } schedule_kind;
+typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_FULL = 1 } recompute_kind;
+// ZeRO-3 with several micro-batches: gather a chunk's parameters before every pass (forward
+// or backward) of every micro-batch, or once per step and keep them until the update.
+typedef enum { ZERO3_GATHER_PASS = 0, ZERO3_GATHER_STEP = 1 } zero3_gather_kind;
+typedef enum { DECAY_COSINE = 0, DECAY_LINEAR = 1, DECAY_CONSTANT = 2 } decay_kind;
+typedef enum { BACKEND_AUTO = 0, BACKEND_CPU = 1, BACKEND_CUDA = 2 } backend_kind;
+typedef enum { COMM_AUTO = 0, COMM_MPI = 1, COMM_NCCL = 2, COMM_SELF = 3 } comm_kind;
+
+#define DP_AUTO (-1)
+
+typedef struct {
+    struct { char *name; char *out_dir; uint64_t seed; } run;
+    struct {
+        char *arch;          // "gpt2"
+        int n_layer, n_head, d_model, seq_len;
+        int vocab_size, vocab_pad_to;
+        char *init_from;     // llm.c model file or NULL
+    } model;
+    struct {
+        int tp, pp, dp;      // dp may be DP_AUTO until config_resolve_world()
+        int virtual_stages;
+        schedule_kind schedule;
+        int zero;            // 0..3
+        int sequence_parallel;
+        recompute_kind recompute;
+        double bucket_mb;    // gradient bucket size for the dp reduction (layers merged up to it)
+        zero3_gather_kind zero3_gather;
+        int overlap;         // dp reductions, ZeRO-3 gathers and pipeline transfers run while
+                             // compute goes on (comm.h's *_start / wait)
+    } parallel;
+    struct {
+        int micro_batch, global_batch, steps;
+        tri_dtype precision, grad_dtype, reduce_dtype;
+        double grad_clip;    // 0 = off
+    } train;
+    struct {
+        double lr, min_lr;
+        int warmup_steps;
+        decay_kind decay;
+        double beta1, beta2, eps, weight_decay;
+    } optim;
+    struct { char *train; char *val; int eval_every, eval_batches; } data;
+    struct { char *dir; int every, keep, async; char *resume; } checkpoint;
+    struct { int every; char *metrics; } log;
+    struct { backend_kind backend; comm_kind comm; int threads; double comm_timeout_s; } system;
+
+    char *source_path;       // the YAML file this came from
+} run_config;
+
+// Fills every key with its DESIGN.md default.
+void config_defaults(run_config *cfg);
+
+// Parses `path` over the defaults, then applies `n_set` overrides "a.b=c" (YAML scalar
+// syntax for the value), then validates everything that does not depend on the world
+// size. On any violation prints every one to stderr ("CONFIG:LINE: key.path: problem")
+// and returns TRI_ERR_CONFIG. A missing or unreadable file is TRI_ERR_CONFIG too.
+// cfg must hold config_defaults() (or an earlier config); on error it is config_free()d.
+tri_status config_load(run_config *cfg, const char *path, int n_set, char **sets);
+
+// Resolves parallel.dp (auto -> world / (tp*pp)) and checks the rules that need the world
+// size: world == tp*pp*dp, global_batch % (micro_batch*dp), micro-batches >= pp for 1f1b,
+// interleaved micro-batches % pp. Prints violations; TRI_ERR_CONFIG on any.
+tri_status config_resolve_world(run_config *cfg, int world);
+
+// Micro-batches per optimizer step for each dp replica: global_batch / (micro_batch * dp).
+int config_micro_batches(const run_config *cfg);
+
+// Padded vocabulary: vocab_size rounded up to a multiple of vocab_pad_to * tp.
+int config_padded_vocab(const run_config *cfg);
+
+// Writes the resolved config as YAML (same keys, same order) to `f`, each line prefixed
+// by `indent` spaces. Used by `trident check`, the metrics run record and checkpoints.
+void config_print_yaml(const run_config *cfg, FILE *f, int indent);
+
+// Writes the resolved config as one JSON object (no newline) to `f`.
+void config_print_json(const run_config *cfg, FILE *f);
+
+void config_free(run_config *cfg);
+
+// Names of enum values as they appear in YAML ("1f1b", "bf16", ...).
+const char *config_schedule_name(schedule_kind s);
+const char *config_decay_name(decay_kind d);
+const char *config_backend_name(backend_kind b);
+const char *config_comm_name(comm_kind c);
+const char *config_recompute_name(recompute_kind r);

@@ -1,0 +1,82 @@
+// checkpoint.h: sharded, atomic, optionally asynchronous checkpoints in global coordinates
+// (DESIGN.md "Files": the checkpoint directory), resume on any layout, and the whole
+// model read back from a checkpoint for export and sampling.
+//
+// What a rank stores: the parts of the parameters (fp32: they are the master weights) and
+// of the Adam moments that its optimizer owns (its ZeRO pieces; at stage 0, where every dp
+// replica owns everything, the dp-th part of the flat buffer as stage 1 would cut it),
+// without the copies other ranks hold too (replicated tensors are stored by tp rank 0, the
+// tied embedding by the first pipeline stage). Each stored region is a rectangle of a
+// global tensor with its CRC-32C, so no two ranks store the same element and any layout
+// can find what it needs.
+//
+// Writing: every rank copies its state to host memory at the step boundary (the only time
+// the training loop is blocked when checkpoint.async is on), then writes
+// <dir>/step_N.tmp/rank_R.bin and its index rank_R.idx and fsyncs them, in a background
+// thread or inline. When every rank has finished (ckpt_commit, collective), rank 0 merges
+// the indexes into manifest.yaml, fsyncs it, renames step_N.tmp to step_N, replaces
+// `latest` by rename and removes all but the `checkpoint.keep` newest complete checkpoints.
+#pragma once
+#include "compute/backend.h"
+#include "comm/comm.h"
+#include "config/config.h"
+#include "parallel/optim.h"
+#include "model/params.h"
+
+// Where training stands: what a checkpoint restores besides the tensors.
+typedef struct {
+    int step;          // optimizer steps done
+    int64_t samples;   // global sample index of the next training sample (the data cursor)
+    int64_t tokens;    // tokens trained on
+    int optim_t;       // AdamW's step counter (bias correction)
+} ckpt_progress;
+
+// A rank's training state as the checkpoint code sees it.
+typedef struct {
+    const run_config *cfg;
+    const param_table *pt;
+    optim_state *optim;
+    void *params;      // the model's parameter buffer, fp32 or bf16 (NULL under ZeRO-3:
+                       // the optimizer's shards)
+    backend *be;
+    comm *cm;
+    int rank, world, tp_rank;
+} ckpt_state;
+
+typedef struct ckpt_writer ckpt_writer;
+
+tri_status ckpt_writer_create(ckpt_writer **out, const ckpt_state *s);
+// Collective over the world. Waits for (and commits) an earlier checkpoint still being
+// written, copies this rank's state to host memory, then writes it: in a background thread
+// when `async`, else before returning (committed too). *blocked_s: seconds the caller was
+// held. A write error is TRI_ERR_CKPT on every rank.
+tri_status ckpt_save(ckpt_writer *w, const ckpt_progress *p, int async, double *blocked_s);
+// 1 while a background write has not been committed; ckpt_write_done() says whether this
+// rank's part of it has finished (no communication).
+int ckpt_pending(const ckpt_writer *w);
+int ckpt_write_done(const ckpt_writer *w);
+// Collective: waits for this rank's write, agrees on success over the world, and rank 0
+// makes the checkpoint complete. No-op when nothing is pending.
+tri_status ckpt_commit(ckpt_writer *w);
+// Frees the writer; a write still in flight is finished but not committed (the trainer
+// commits explicitly; it gets here with one pending only on an error path).
+void ckpt_writer_free(ckpt_writer *w);
+
+// The checkpoint directory that checkpoint.resume names: "" when training starts fresh
+// (resume none; auto with no checkpoint.dir or no `latest` in it). TRI_ERR_CKPT when a
+// named checkpoint does not exist.
+tri_status ckpt_resolve_resume(const run_config *cfg, char *path, size_t n);
+
+// Collective: restores parameters, Adam moments and progress from the checkpoint directory
+// `path` into the state of this rank, whatever layout wrote it. Every rank returns the same
+// status; on an error nothing of `s` has been changed except partly loaded device buffers.
+tri_status ckpt_load(const char *path, const ckpt_state *s, ckpt_progress *p);
+
+// Whether `path` is a checkpoint directory (holds manifest.yaml) or a checkpoint.dir
+// (holds `latest`); in the second case `resolved` gets the newest checkpoint's path.
+int ckpt_is_checkpoint(const char *path, char *resolved, size_t n);
+
+// The whole model of a checkpoint (one process, no comm): fills model keys of `cfg` (which
+// holds config_defaults()) from the manifest, builds `full` (params_build_full) and returns
+// its parameters in host memory (full->local_numel floats, malloc'ed).
+tri_status ckpt_read_model(const char *path, run_config *cfg, param_table *full, float **params);

@@ -1,0 +1,104 @@
+// sched.h: pipeline schedules as data (DESIGN.md "Pipeline schedule as data"). A pure
+// function gives each pipeline rank its ordered list of actions; the executor runs the
+// list. tests/test_sched.c runs all ranks' lists together in a simulator.
+//
+// Virtual pipeline. pp ranks, v = virtual_stages chunks per rank; chunk c of pipeline rank
+// r is virtual stage s = c*pp + r (DESIGN.md "Layer placement"). The forward of
+// (micro, s) needs the activation of virtual stage s-1 (rank (s-1) % pp, chunk (s-1) / pp),
+// except s = 0, which reads tokens; the backward of (micro, s) needs d(output) from s+1,
+// except the last virtual stage pp*v-1, which starts from the loss. With v > 1, rank 0's
+// chunk c > 0 receives from rank pp-1's chunk c-1, and rank pp-1's chunk c < v-1 sends to
+// rank 0's chunk c+1: activations always flow to rank (r+1) % pp, gradients to
+// (r-1+pp) % pp. There is no comm action at either end of the virtual pipeline.
+//
+// Running a list. Actions run in order. Every maximal run of consecutive comm actions
+// (sends and receives) is ONE group: all posted together, in list order, both directions
+// in flight, and the group completes when all of them are matched (Megatron's batched
+// send_forward_recv_backward and friends). FWD of (micro, chunk) comes after its RECV_ACT
+// and before its SEND_ACT; BWD after its RECV_GRAD and before its SEND_GRAD; FWD before BWD.
+// A run holds at most one action of each comm kind, and the d(output) a RECV_GRAD brings
+// is consumed by the very next BWD of the list.
+//
+// Message order. Messages between a pair of ranks match in the order issued (one MPI tag,
+// NCCL's in-order p2p), so the lists are built such that the n-th message rank a sends to
+// rank b is the n-th receive b posts from a: within a run, the activation-direction ops
+// (SEND_ACT, RECV_ACT) come before the gradient-direction ones (SEND_GRAD, RECV_GRAD). Post
+// a run in list order; do not re-sort it. Megatron's batched order (send prev, recv prev,
+// send next, recv next) breaks this at pp = 2 with v > 1, where prev == next: rank 0 would
+// send [grad, act] to rank 1 while rank 1 receives [act, grad] (Megatron-LM issues 750,
+// 1450). The simulator checks the order with rendezvous (unbuffered) sends.
+//
+// Activation slots. A (micro, chunk) pair holds a slot from its first action (its RECV_ACT,
+// or its FWD at virtual stage 0) through its BWD. The slot carries the chunk's input, its
+// saved activations, its output (sent by SEND_ACT, which precedes BWD) and the received
+// d(output). Its SEND_GRAD, in the run right after its BWD, reads d(input) while the slot
+// may already belong to a pair whose RECV_ACT is in that same run; that RECV_ACT writes
+// the chunk input, so d(input) must live in a different buffer than the chunk input
+// (model_acts.dres vs .residual). No other reuse happens within a run (tests check this).
+// Pairs holding a slot at once never share it; max_in_flight is the peak number of pairs
+// held, and slots run over [0, max_in_flight). Peaks, checked by the tests:
+//   gpipe        m*v (every pair is held at the last forward)
+//   1f1b         min(pp - rank, m)
+//   interleaved  min(m*v, (pp - rank - 1)*2 + (v - 1)*pp + 1), Megatron's warm-up + 1
+#pragma once
+#include "base/common.h"
+#include "config/config.h"
+
+// Previous and next are virtual stages s-1 and s+1 of the pair's stage s.
+typedef enum {
+    SCHED_ACTION_RECV_ACT = 0, // receive the input activation of (micro, chunk) from previous
+    SCHED_ACTION_FWD,          // forward of (micro, chunk)
+    SCHED_ACTION_SEND_ACT,     // send the output activation of (micro, chunk) to next
+    SCHED_ACTION_RECV_GRAD,    // receive d(output) of (micro, chunk) from next
+    SCHED_ACTION_BWD,          // backward of (micro, chunk)
+    SCHED_ACTION_SEND_GRAD,    // send d(input) of (micro, chunk) to previous
+} sched_action_kind;
+
+typedef struct {
+    sched_action_kind kind;
+    int micro; // micro-batch 0..m-1
+    int chunk; // model chunk on this rank, 0..v-1
+    int stage; // virtual stage chunk*pp + rank, 0..pp*v-1
+    int slot;  // activation slot of the pair, in [0, max_in_flight); on all its actions
+    int peer;  // comm actions: pipeline rank at the other end ((rank +- 1) % pp); else -1
+} sched_action;
+
+typedef struct {
+    sched_action *actions;
+    int n_actions;
+    int max_in_flight; // peak number of (micro, chunk) pairs holding a slot at once
+    int pp, virtual_stages, micro_batches, rank;
+} sched_table;
+
+// Builds rank `rank`'s list for `schedule` over `pp` stages, `virtual_stages` chunks per
+// rank and `m` micro-batches:
+//   gpipe        all forwards, then all backwards; any v (pp >= 2 when v > 1) and m.
+//                With v > 1 the forward order is the interleaved one below (chunk-major
+//                within groups of pp micro-batches), so rank 0 need not wait for a
+//                micro-batch's whole trip before its next chunk-0 forward.
+//   1f1b         v = 1: min(pp - rank - 1, m) warm-up forwards, one forward and one
+//                backward in turn, then the cool-down backwards; any m >= 1.
+//   interleaved  v >= 2, pp >= 2, m % pp == 0: Megatron's interleaved 1F1B
+//                (forward_backward_pipelining_with_interleaving). The k-th forward runs
+//                chunk (k / pp) % v of micro-batch (k / (pp*v))*pp + k % pp; the k-th
+//                backward chunk v-1 - (k / pp) % v of the same micro-batch;
+//                (pp - rank - 1)*2 + (v - 1)*pp warm-up forwards (at most m*v).
+// Returns TRI_ERR_CONFIG, with a message naming the key, for any other combination.
+tri_status sched_build(sched_table *st, schedule_kind schedule, int pp, int virtual_stages,
+                       int m, int rank);
+void sched_free(sched_table *st);
+
+const char *sched_action_name(sched_action_kind k);
+static inline int sched_action_is_comm(sched_action_kind k) {
+    return k != SCHED_ACTION_FWD && k != SCHED_ACTION_BWD;
+}
+// One past the last action of the run of comm actions starting at index i (i itself if
+// action i is FWD or BWD).
+int sched_comm_run_end(const sched_table *st, int i);
+
+// Idle fraction of a step with equal stages and free communication: ((pp-1)/v) / (m +
+// (pp-1)/v), which is (pp-1)/(m+pp-1) for gpipe and 1f1b with one chunk. The tests measure
+// it on the simulator (forward 1, backward 2 per chunk, rendezvous messages): exact for
+// every schedule here when v == 1 or pp divides m; gpipe with v > 1 and a partial last
+// group of micro-batches idles more.
+double sched_bubble_fraction(schedule_kind schedule, int pp, int virtual_stages, int m);

@@ -1,0 +1,155 @@
+// plan.h: the planner (`trident plan`). For a resolved config it predicts, without launching
+// a process or allocating a model, what every rank of the job will hold and move:
+//   - memory per rank by kind, byte for byte as train.c reports it in the run record of
+//     metrics.jsonl (param, grad, master, adam, activation, grad_bucket and param_gather
+//     bytes), plus the model's scratch, per pipeline stage;
+//   - communication per step per group and collective, byte for byte as the comm layer counts
+//     it (comm.h: all-reduce its buffer, reduce-scatter its send buffer, all-gather its
+//     receive buffer, send and recv their message; a group of one counts nothing);
+//   - the pipeline bubble, the model FLOPs per token, and from a device table a predicted step
+//     time, tokens/s and MFU, with every assumption written out.
+// The sizes are derived from the parameter table (params.h), the schedule's in-flight bound
+// (sched.h) and optim_capacity (optim.h), following model.c, optim.c and train.c; the
+// counting follows the order of calls in a training step (train.c's train_loop).
+// tests/test_plan.sh checks every memory field and the comm bytes against real runs.
+#pragma once
+#include "comm/comm.h"
+#include "base/common.h"
+#include "config/config.h"
+
+// ---- devices ----
+
+// How the backend keeps a layer's attention state for the backward (backend.h's
+// attention_state_bytes): the softmax probabilities (B, NH/tp, T, T) floats (the CPU
+// backend), or their row statistics (B, NH/tp, T) floats (the CUDA backend's flash-style kernel).
+typedef enum { PLAN_ATTN_PROBS = 0, PLAN_ATTN_ROWSTATS = 1 } plan_attn_state;
+
+typedef struct {
+    const char *name;        // what --device takes: "h100", "h200", "a100", "cpu"
+    const char *description;
+    double peak_bf16;        // dense bf16 FLOP/s of one device (no sparsity)
+    double peak_fp32;        // dense fp32 FLOP/s (no TF32)
+    double mem_bytes;        // memory of one device (cpu: this machine's RAM / ranks on it)
+    double reserve_bytes;    // of it, not available to trident's buffers (runtime, comm buffers)
+    double mem_bw;           // memory bandwidth of one device, bytes/s
+    double intra_bw;         // per device, one direction, within a node (NVLink), bytes/s
+    double inter_bw;         // per device, one direction, between nodes (InfiniBand), bytes/s
+    int per_node;            // devices per node
+    double latency_intra, latency_inter; // seconds per collective call
+    double efficiency;       // achieved fraction of peak by a large matmul (and attention)
+    double gemm_half;        // a matmul whose smallest dimension is this runs at half of that
+    plan_attn_state attn;
+} plan_device;
+
+// Fills *dev with device `name` (case-insensitive). The CPU's memory, cores and hence ranks
+// per node are this machine's. Returns 0, or -1 for an unknown name.
+int plan_device_lookup(const char *name, int world, plan_device *dev);
+// The device a config's system.backend implies: cuda -> h100; cpu and auto -> cpu (this
+// build trains on the CPU; the planner never probes for GPUs).
+const char *plan_device_default(const run_config *cfg);
+// "h100, h200, a100, cpu"
+const char *plan_device_names(void);
+
+// ---- the plan of one layout ----
+
+typedef enum {
+    PLAN_MEM_PARAM = 0,    // parameters (ZeRO-3: this rank's shards)
+    PLAN_MEM_GRAD,         // gradient buffer, or ZeRO-2/3's gradient shards
+    PLAN_MEM_MASTER,       // fp32 master weights (bf16 training; fp32: the parameters are)
+    PLAN_MEM_ADAM,         // Adam m and v
+    PLAN_MEM_ACTIVATION,   // activation slots of the micro-batches in flight (+ recompute's layer)
+    PLAN_MEM_GRAD_BUCKET,  // ZeRO-2/3 gradient bucket workspaces and scratch
+    PLAN_MEM_PARAM_GATHER, // ZeRO-3 gathered-parameter workspace
+    PLAN_MEM_SCRATCH,      // the model's backward scratch (not in the run record)
+    PLAN_MEM_COUNT
+} plan_mem_kind;
+#define PLAN_MEM_RECORDED PLAN_MEM_SCRATCH // kinds [0, this) are the run record's fields
+
+// Where a step spends its communication: inside the schedule (per micro-batch: tp, p2p,
+// ZeRO bucket reductions and gathers) or after it (the rest of the dp reduction, norms,
+// parameter all-gathers).
+typedef enum { PLAN_PHASE_SCHEDULE = 0, PLAN_PHASE_STEP_END = 1, PLAN_PHASE_COUNT } plan_phase;
+
+typedef struct {
+    uint64_t bytes[PLAN_PHASE_COUNT][COMM_GROUP_COUNT][COMM_OP_COUNT];
+    uint64_t calls[PLAN_PHASE_COUNT][COMM_GROUP_COUNT][COMM_OP_COUNT];
+} plan_comm;
+
+// One pipeline stage, as seen by its tp rank 0, dp rank 0.
+typedef struct {
+    int pp_rank;
+    int64_t rank_params;     // parameters held (table.local_numel)
+    int n_slots;             // activation slots (the schedule's in-flight bound)
+    uint64_t mem[PLAN_MEM_COUNT];
+    uint64_t mem_total;
+    plan_comm comm;
+    double model_flops;      // model FLOPs of this rank per step (fwd + bwd, its tp share)
+    double hw_flops;         // FLOPs it executes (recompute runs each forward twice)
+    double t_compute, t_comm[PLAN_PHASE_COUNT]; // seconds per step
+    double t_optimizer;
+} plan_stage;
+
+typedef struct {
+    int world, tp, pp, dp, virtual_stages, zero; // zero: the stage in effect (0 when dp == 1)
+    int micro_batches;                            // per replica per step
+    int64_t n_params;                             // the whole model, padding included
+    double flops_per_token, tokens_per_step;
+    double bubble;                                // sched_bubble_fraction
+    plan_stage *stages;                           // pp of them
+    plan_device dev;
+    double usable_bytes;                          // dev.mem_bytes - dev.reserve_bytes
+    int fits;                                     // every stage's total within usable_bytes
+    int worst_stage;                              // the stage with the most memory
+    // Prediction: the schedule phase runs (m + (pp-1)/v) times the slowest stage's
+    // per-micro-batch time; then the step-end communication and the optimizer.
+    double t_schedule, t_step_end, t_optimizer, step_s, tokens_per_s, mfu;
+    double peak_flops;                            // the device peak used for time and MFU
+} plan_result;
+
+// Plans the layout of `cfg`, which config_resolve_world has resolved, on `dev`. Builds only
+// tables (parameters, schedules, buckets): nothing proportional to the model is allocated.
+tri_status plan_compute(plan_result *p, const run_config *cfg, const plan_device *dev);
+void plan_free(plan_result *p);
+// The same, keeping the tables it builds in `cache` for the next call with the same model,
+// tp, pp, virtual stages and dp (and schedule and micro-batches): how the search plans
+// thousands of layouts quickly.
+typedef struct plan_cache plan_cache;
+plan_cache *plan_cache_create(void);
+void plan_cache_free(plan_cache *c);
+tri_status plan_compute_cached(plan_result *p, const run_config *cfg, const plan_device *dev,
+                               plan_cache *cache);
+
+// Model state of a stage: param + grad + master + adam bytes.
+uint64_t plan_model_state_bytes(const plan_stage *s);
+// Bytes a stage moves in group g in one step (all phases and collectives): what the step
+// lines' comm_bytes report for rank 0.
+uint64_t plan_group_bytes(const plan_stage *s, comm_group_id g);
+const char *plan_mem_name(plan_mem_kind k); // "param_bytes", ...
+// Model FLOPs per token of a training step, as train.c reports it (flops_per_token).
+double plan_flops_per_token(const run_config *cfg);
+
+// ---- output and the command ----
+
+typedef struct {
+    const char *device; // --device NAME; NULL: plan_device_default
+    int json;           // --json: one JSON object instead of the text report
+    int search;         // --search
+    int top;            // --top N: layouts the search lists (default 15)
+    int world_given;    // --world was passed (else the config's tp * pp * dp, dp auto as 1)
+} plan_options;
+
+// Takes the planner's own options (--device, --json, --search, --top) out of argv, leaving
+// CONFIG, --world and --set for the arguments `trident check` parses. TRI_ERR_CONFIG on a
+// bad value.
+tri_status plan_parse_options(int *argc, char **argv, plan_options *po);
+// `trident plan`: resolves cfg (loaded, not yet resolved) for `world` and prints the plan,
+// or with --search the ranked layouts. `world` counts only when po->world_given.
+tri_status plan_run(run_config *cfg, int world, const plan_options *po);
+void plan_print_text(const plan_result *p, const run_config *cfg, FILE *f);
+void plan_print_json(const plan_result *p, const run_config *cfg, FILE *f);
+
+// --search: every layout of `cfg`'s model and batch on cfg's world (tp, pp, virtual
+// stages, schedule, zero, micro_batch, recompute, sequence parallelism), those that fit
+// ranked by predicted step time, the rest summarised by the reason they fail.
+tri_status plan_search(const run_config *cfg, int world, const plan_device *dev, int top,
+                       int json, FILE *f);

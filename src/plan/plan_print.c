@@ -1,0 +1,371 @@
+// plan_print.c: `trident plan`: options, the text report and the JSON object.
+#include <string.h>
+
+#include "io/metrics.h"
+#include "plan/plan.h"
+
+#define N_ASSUMPTIONS 12
+
+// Decimal units (GB = 1e9 bytes), as datasheets and the ZeRO paper count.
+static const char *fmt_bytes(char *buf, size_t n, double b) {
+    if (b >= 1e12) snprintf(buf, n, "%.2f TB", b / 1e12);
+    else if (b >= 1e9) snprintf(buf, n, "%.2f GB", b / 1e9);
+    else if (b >= 1e6) snprintf(buf, n, "%.2f MB", b / 1e6);
+    else if (b >= 1e3) snprintf(buf, n, "%.2f kB", b / 1e3);
+    else snprintf(buf, n, "%.0f B", b);
+    return buf;
+}
+
+static const char *fmt_count(char *buf, size_t n, double x) {
+    if (x >= 1e9) snprintf(buf, n, "%.2f B", x / 1e9);
+    else if (x >= 1e6) snprintf(buf, n, "%.2f M", x / 1e6);
+    else snprintf(buf, n, "%.0f", x);
+    return buf;
+}
+
+static const char *fmt_seconds(char *buf, size_t n, double s) {
+    if (s >= 1.0) snprintf(buf, n, "%.2f s", s);
+    else if (s >= 1e-3) snprintf(buf, n, "%.2f ms", s * 1e3);
+    else snprintf(buf, n, "%.1f us", s * 1e6);
+    return buf;
+}
+
+static const char *op_name(comm_op_id op) {
+    static const char *names[COMM_OP_COUNT] = {"all_reduce", "reduce_scatter", "all_gather",
+                                               "broadcast", "send", "recv"};
+    return names[op];
+}
+
+// Every assumption the prediction rests on, one sentence each.
+static int assumptions(const plan_result *p, const run_config *cfg, char out[][320]) {
+    const plan_device *d = &p->dev;
+    char a[32], b[32], c[32], e[32];
+    int n = 0;
+    snprintf(out[n++], 320, "a matmul runs at %.0f%% of the device's dense %s peak (%.4g TFLOP/s) "
+             "times s / (s + %.0f), s its smallest dimension (micro_batch x seq_len, d_model "
+             "or its tp share); attention at %.0f%%; recompute runs each layer's forward again",
+             100 * d->efficiency, cfg->train.precision == DTYPE_BF16 ? "bf16" : "fp32",
+             p->peak_flops / 1e12, d->gemm_half, 100 * d->efficiency);
+    snprintf(out[n++], 320, "collectives are rings: an all-reduce moves 2(n-1)/n of its buffer over "
+             "each rank's link, a reduce-scatter or all-gather (n-1)/n, a send its message");
+    snprintf(out[n++], 320, "a group whose ranks lie within one node (%d per node) gets %s/s per "
+             "device, otherwise %s/s; each call adds %s (within a node) or %s", d->per_node,
+             fmt_bytes(a, sizeof a, d->intra_bw), fmt_bytes(b, sizeof b, d->inter_bw),
+             fmt_seconds(c, sizeof c, d->latency_intra), fmt_seconds(e, sizeof e, d->latency_inter));
+    snprintf(out[n++], 320, "no overlap counted: communication time adds to compute time (an "
+             "upper bound: with parallel.overlap the dp reductions, ZeRO-3 gathers and some "
+             "pipeline transfers run under compute)");
+    snprintf(out[n++], 320, "the schedule takes (m + (pp-1)/v) times the slowest stage's time per "
+             "micro-batch (the bubble formula of sched_bubble_fraction)");
+    snprintf(out[n++], 320, "AdamW streams its state, gradients and weights at %s/s",
+             fmt_bytes(a, sizeof a, d->mem_bw));
+    snprintf(out[n++], 320, "attention keeps %s per layer for the backward",
+             d->attn == PLAN_ATTN_PROBS ? "the softmax probabilities, B x NH/tp x T x T floats "
+                                          "(the CPU backend)"
+                                        : "the softmax row statistics, B x NH/tp x T floats "
+                                          "(the CUDA backend's flash-style kernel)");
+    snprintf(out[n++], 320, "%s of each device's %s is left to the runtime, not to trident's "
+             "buffers", fmt_bytes(a, sizeof a, d->reserve_bytes), fmt_bytes(b, sizeof b, d->mem_bytes));
+    if (!strcmp(d->name, "cpu"))
+        snprintf(out[n++], 320, "cpu: one rank per core; memory per rank is this machine's RAM "
+                 "divided by min(world, cores)");
+    if (cfg->train.precision == DTYPE_BF16)
+        snprintf(out[n++], 320, "bf16 as this build trains it: parameters, their all-gathers and "
+                 "the activations kept for the backward 2 bytes; master weights 4, Adam m + v 8; "
+                 "fp32 staging of one layer's parameters and activations; the residual stream "
+                 "and messages 4 bytes; gradients per train.grad_dtype");
+    snprintf(out[n++], 320, "steady-state steps: no evaluation, no checkpoint (under zero3_gather "
+             "step, a step after an evaluation gathers nothing before its first pass)");
+    return n;
+}
+
+static void print_memory_kinds(const plan_stage *s, FILE *f) {
+    static const char *what[PLAN_MEM_COUNT] = {
+        "parameters", "gradients", "fp32 master weights", "Adam m and v",
+        "activation slots", "ZeRO-2/3 gradient buckets", "ZeRO-3 gathered parameters",
+        "backward scratch (not in the run record)"};
+    char b[32];
+    for (int k = 0; k < PLAN_MEM_COUNT; k++)
+        fprintf(f, "  %-20s %10s %16llu  %s\n", plan_mem_name((plan_mem_kind)k),
+                fmt_bytes(b, sizeof b, (double)s->mem[k]), (unsigned long long)s->mem[k], what[k]);
+    fprintf(f, "  %-20s %10s %16llu\n", "total", fmt_bytes(b, sizeof b, (double)s->mem_total),
+            (unsigned long long)s->mem_total);
+}
+
+static int same_memory(const plan_stage *a, const plan_stage *b) {
+    return !memcmp(a->mem, b->mem, sizeof a->mem);
+}
+
+static void print_stages(const plan_result *p, FILE *f) {
+    char a[32], b[32], c[32], d[32], e[32];
+    fprintf(f, "\nmemory per stage:\n  %-9s %10s %11s %21s %12s %11s %10s\n", "stage", "params",
+            "model state", "activations (slots)", "ZeRO buffers", "scratch", "total");
+    for (int r = 0; r < p->pp;) {
+        int end = r + 1;
+        while (end < p->pp && same_memory(&p->stages[r], &p->stages[end])) end++;
+        const plan_stage *s = &p->stages[r];
+        char name[24], act[40];
+        if (end - r > 1) snprintf(name, sizeof name, "%d-%d", r, end - 1);
+        else snprintf(name, sizeof name, "%d", r);
+        snprintf(act, sizeof act, "%s (%d)", fmt_bytes(c, sizeof c, (double)s->mem[PLAN_MEM_ACTIVATION]),
+                 s->n_slots);
+        fprintf(f, "  %-9s %10s %11s %21s %12s %11s %10s\n", name,
+                fmt_count(a, sizeof a, (double)s->rank_params),
+                fmt_bytes(b, sizeof b, (double)plan_model_state_bytes(s)), act,
+                fmt_bytes(d, sizeof d,
+                          (double)(s->mem[PLAN_MEM_GRAD_BUCKET] + s->mem[PLAN_MEM_PARAM_GATHER])),
+                fmt_bytes(e, sizeof e, (double)s->mem[PLAN_MEM_SCRATCH]),
+                fmt_bytes(c, sizeof c, (double)s->mem_total));
+        r = end;
+    }
+}
+
+static void print_comm(const plan_result *p, FILE *f) {
+    const plan_stage *s = &p->stages[0];
+    char a[32], b[32];
+    fprintf(f, "\ncommunication per step of rank 0 (bytes as the comm layer counts them):\n");
+    fprintf(f, "  %-6s %-15s %8s %16s %12s %12s\n", "group", "collective", "calls", "bytes",
+            "in schedule", "at step end");
+    int any = 0;
+    for (int g = 0; g < COMM_GROUP_COUNT; g++) {
+        for (int op = 0; op < COMM_OP_COUNT; op++) {
+            uint64_t calls = 0, bytes[PLAN_PHASE_COUNT];
+            for (int ph = 0; ph < PLAN_PHASE_COUNT; ph++) {
+                calls += s->comm.calls[ph][g][op];
+                bytes[ph] = s->comm.bytes[ph][g][op];
+            }
+            if (!calls) continue;
+            any = 1;
+            fprintf(f, "  %-6s %-15s %8llu %16llu %12s %12s\n", comm_group_name((comm_group_id)g),
+                    op_name((comm_op_id)op), (unsigned long long)calls,
+                    (unsigned long long)(bytes[0] + bytes[1]),
+                    fmt_bytes(a, sizeof a, (double)bytes[PLAN_PHASE_SCHEDULE]),
+                    fmt_bytes(b, sizeof b, (double)bytes[PLAN_PHASE_STEP_END]));
+        }
+    }
+    if (!any) fprintf(f, "  none (a world of one)\n");
+    fprintf(f, "  step line comm_bytes: tp %llu, pp %llu, dp %llu\n",
+            (unsigned long long)plan_group_bytes(s, COMM_GROUP_TP),
+            (unsigned long long)plan_group_bytes(s, COMM_GROUP_PP),
+            (unsigned long long)plan_group_bytes(s, COMM_GROUP_DP));
+}
+
+void plan_print_text(const plan_result *p, const run_config *cfg, FILE *f) {
+    char a[32], b[32], c[32], d[32], e[32];
+    const plan_stage *w = &p->stages[p->worst_stage], *s0 = &p->stages[0];
+    fprintf(f, "plan: %s on %d x %s (%s)\n", cfg->source_path ? cfg->source_path : "config",
+            p->world, p->dev.name, p->dev.description);
+    fprintf(f, "model: %d layers, d_model %d, %d heads, seq_len %d, vocab %d (padded %d): %s "
+            "parameters\n",
+            cfg->model.n_layer, cfg->model.d_model, cfg->model.n_head, cfg->model.seq_len,
+            cfg->model.vocab_size, config_padded_vocab(cfg), fmt_count(a, sizeof a, (double)p->n_params));
+    fprintf(f, "layout: tp %d x pp %d x dp %d, virtual_stages %d, schedule %s, zero %d%s, "
+            "sequence_parallel %s, recompute %s, precision %s (grads %s, reduce %s)\n",
+            p->tp, p->pp, p->dp, p->virtual_stages, config_schedule_name(cfg->parallel.schedule),
+            cfg->parallel.zero, p->zero != cfg->parallel.zero ? " (0 in effect: dp 1)" : "",
+            cfg->parallel.sequence_parallel ? "true" : "false",
+            config_recompute_name(cfg->parallel.recompute), dtype_name(cfg->train.precision),
+            dtype_name(cfg->train.grad_dtype), dtype_name(cfg->train.reduce_dtype));
+    fprintf(f, "batch: %d sequences x %d tokens = %s tokens per step; micro_batch %d, %d "
+            "micro-batches per replica\n", cfg->train.global_batch, cfg->model.seq_len,
+            fmt_count(a, sizeof a, p->tokens_per_step), cfg->train.micro_batch, p->micro_batches);
+
+    fprintf(f, "\nmemory of rank 0 (stage 0, tp rank 0, dp rank 0: the run record's \"memory\"), "
+            "%s parameters held:\n", fmt_count(a, sizeof a, (double)s0->rank_params));
+    print_memory_kinds(s0, f);
+    fprintf(f, "  model state: %s = %.2f bytes per parameter held\n",
+            fmt_bytes(a, sizeof a, (double)plan_model_state_bytes(s0)),
+            (double)plan_model_state_bytes(s0) / (double)s0->rank_params);
+    if (p->pp > 1) print_stages(p, f);
+    fprintf(f, "\nfits: %s: stage %d needs %s of %s usable (%s - %s reserved)\n",
+            p->fits ? "yes" : "NO", w->pp_rank, fmt_bytes(a, sizeof a, (double)w->mem_total),
+            fmt_bytes(b, sizeof b, p->usable_bytes), fmt_bytes(c, sizeof c, p->dev.mem_bytes),
+            fmt_bytes(d, sizeof d, p->dev.reserve_bytes));
+    print_comm(p, f);
+
+    const double fill = (double)(p->pp - 1) / p->virtual_stages;
+    fprintf(f, "\npipeline bubble: %.1f%% = ((pp-1)/v) / (m + (pp-1)/v) with pp %d, v %d, m %d\n",
+            100 * p->bubble, p->pp, p->virtual_stages, p->micro_batches);
+    fprintf(f, "FLOPs per token: %.4g = 6 x (12 L C^2 + Vp C) + 12 L T C (matmuls fwd + bwd, "
+            "attention)\n", p->flops_per_token);
+    double slowest = (p->t_schedule / (p->micro_batches + fill));
+    fprintf(f, "predicted step: %s = schedule %s (%s per micro-batch x %.4g) + step-end "
+            "communication %s + optimizer %s\n", fmt_seconds(a, sizeof a, p->step_s),
+            fmt_seconds(b, sizeof b, p->t_schedule), fmt_seconds(c, sizeof c, slowest),
+            p->micro_batches + fill, fmt_seconds(d, sizeof d, p->t_step_end),
+            fmt_seconds(e, sizeof e, p->t_optimizer));
+    for (int r = 0; r < p->pp; r++) {
+        const plan_stage *s = &p->stages[r];
+        if (p->pp > 4 && r != 0 && r != p->pp - 1 && r != 1) continue; // first, one middle, last
+        fprintf(f, "  stage %d per micro-batch: compute %s, communication %s\n", r,
+                fmt_seconds(a, sizeof a, s->t_compute / p->micro_batches),
+                fmt_seconds(b, sizeof b, s->t_comm[PLAN_PHASE_SCHEDULE] / p->micro_batches));
+    }
+    fprintf(f, "  %s tokens/s, MFU %.1f%% of %.4g TFLOP/s per device\n",
+            fmt_count(a, sizeof a, p->tokens_per_s), 100 * p->mfu, p->peak_flops / 1e12);
+    char lines[N_ASSUMPTIONS][320];
+    int n = assumptions(p, cfg, lines);
+    fprintf(f, "\nassumptions:\n");
+    for (int i = 0; i < n; i++) fprintf(f, "  - %s\n", lines[i]);
+}
+
+// ---------------------------------------------------------------------------------------
+// JSON
+
+static void json_double(FILE *f, const char *key, double x) {
+    char buf[32];
+    metrics_format_double(buf, sizeof buf, x);
+    fprintf(f, "\"%s\":%s", key, buf);
+}
+
+static void json_memory(FILE *f, const plan_stage *s, int kinds) {
+    fputc('{', f);
+    for (int k = 0; k < kinds; k++)
+        fprintf(f, "%s\"%s\":%llu", k ? "," : "", plan_mem_name((plan_mem_kind)k),
+                (unsigned long long)s->mem[k]);
+    fputc('}', f);
+}
+
+static void json_comm_bytes(FILE *f, const plan_stage *s) {
+    fputc('{', f);
+    for (int g = 0; g < COMM_GROUP_WORLD; g++)
+        fprintf(f, "%s\"%s\":%llu", g ? "," : "", comm_group_name((comm_group_id)g),
+                (unsigned long long)plan_group_bytes(s, (comm_group_id)g));
+    fputc('}', f);
+}
+
+// {"tp":{"all_reduce":{"calls":..,"bytes":..},..},..}: the collectives a stage calls.
+static void json_comm(FILE *f, const plan_stage *s) {
+    fputc('{', f);
+    int first_group = 1;
+    for (int g = 0; g < COMM_GROUP_COUNT; g++) {
+        int first_op = 1;
+        for (int op = 0; op < COMM_OP_COUNT; op++) {
+            uint64_t calls = s->comm.calls[0][g][op] + s->comm.calls[1][g][op];
+            uint64_t bytes = s->comm.bytes[0][g][op] + s->comm.bytes[1][g][op];
+            if (!calls) continue;
+            if (first_op)
+                fprintf(f, "%s\"%s\":{", first_group ? "" : ",", comm_group_name((comm_group_id)g));
+            fprintf(f, "%s\"%s\":{\"calls\":%llu,\"bytes\":%llu}", first_op ? "" : ",",
+                    op_name((comm_op_id)op), (unsigned long long)calls, (unsigned long long)bytes);
+            first_op = 0, first_group = 0;
+        }
+        if (!first_op) fputc('}', f);
+    }
+    fputc('}', f);
+}
+
+void plan_print_json(const plan_result *p, const run_config *cfg, FILE *f) {
+    const plan_stage *s0 = &p->stages[0];
+    fprintf(f, "{\"type\":\"plan\",\"world\":%d,\"device\":{\"name\":\"%s\",\"description\":\"%s\",",
+            p->world, p->dev.name, p->dev.description);
+    json_double(f, "mem_bytes", p->dev.mem_bytes);
+    fputc(',', f);
+    json_double(f, "usable_bytes", p->usable_bytes);
+    fputc(',', f);
+    json_double(f, "peak_flops", p->peak_flops);
+    fprintf(f, "},\"mesh\":{\"tp\":%d,\"pp\":%d,\"dp\":%d},\"zero_in_effect\":%d,"
+            "\"micro_batches\":%d,\"n_params\":%lld,\"rank_params\":%lld,\"memory\":",
+            p->tp, p->pp, p->dp, p->zero, p->micro_batches, (long long)p->n_params,
+            (long long)s0->rank_params);
+    json_memory(f, s0, PLAN_MEM_RECORDED);
+    fprintf(f, ",\"scratch_bytes\":%llu,\"total_bytes\":%llu,\"comm_bytes\":",
+            (unsigned long long)s0->mem[PLAN_MEM_SCRATCH], (unsigned long long)s0->mem_total);
+    json_comm_bytes(f, s0);
+    fprintf(f, ",\"comm\":");
+    json_comm(f, s0);
+    fprintf(f, ",\"stages\":[");
+    for (int r = 0; r < p->pp; r++) {
+        const plan_stage *s = &p->stages[r];
+        fprintf(f, "%s{\"pp_rank\":%d,\"rank_params\":%lld,\"slots\":%d,\"memory\":", r ? "," : "",
+                r, (long long)s->rank_params, s->n_slots);
+        json_memory(f, s, PLAN_MEM_COUNT);
+        fprintf(f, ",\"total_bytes\":%llu,\"comm_bytes\":", (unsigned long long)s->mem_total);
+        json_comm_bytes(f, s);
+        fprintf(f, ",\"comm\":");
+        json_comm(f, s);
+        fputc(',', f);
+        json_double(f, "model_flops", s->model_flops);
+        fputc(',', f);
+        json_double(f, "hw_flops", s->hw_flops);
+        fputc(',', f);
+        json_double(f, "compute_s", s->t_compute);
+        fputc(',', f);
+        json_double(f, "comm_s", s->t_comm[0] + s->t_comm[1]);
+        fputc('}', f);
+    }
+    fprintf(f, "],\"fits\":%s,\"worst_stage\":%d,", p->fits ? "true" : "false", p->worst_stage);
+    const char *keys[] = {"bubble", "flops_per_token", "tokens_per_step", "step_s", "schedule_s",
+                          "step_end_s", "optimizer_s", "tokens_per_s", "mfu"};
+    const double vals[] = {p->bubble, p->flops_per_token, p->tokens_per_step, p->step_s,
+                           p->t_schedule, p->t_step_end, p->t_optimizer, p->tokens_per_s, p->mfu};
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+        json_double(f, keys[i], vals[i]);
+        fputc(',', f);
+    }
+    char lines[N_ASSUMPTIONS][320];
+    int n = assumptions(p, cfg, lines);
+    fprintf(f, "\"assumptions\":[");
+    for (int i = 0; i < n; i++) fprintf(f, "%s\"%s\"", i ? "," : "", lines[i]);
+    fprintf(f, "],\"config\":");
+    config_print_json(cfg, f);
+    fprintf(f, "}\n");
+}
+
+// ---------------------------------------------------------------------------------------
+// The command
+
+tri_status plan_parse_options(int *argc, char **argv, plan_options *po) {
+    memset(po, 0, sizeof *po);
+    po->top = 15;
+    int kept = 0;
+    for (int i = 0; i < *argc; i++) {
+        const char *a = argv[i];
+        const int has_value = i + 1 < *argc;
+        if (!strcmp(a, "--json")) {
+            po->json = 1;
+        } else if (!strcmp(a, "--search")) {
+            po->search = 1;
+        } else if (!strcmp(a, "--device") && has_value) {
+            po->device = argv[++i];
+        } else if (!strcmp(a, "--top") && has_value) {
+            char *end;
+            long n = strtol(argv[++i], &end, 10);
+            if (*end || n < 1 || n > 100000) {
+                fprintf(stderr, "trident: --top needs a positive count, got %s\n", argv[i]);
+                return TRI_ERR_CONFIG;
+            }
+            po->top = (int)n;
+        } else if ((!strcmp(a, "--device") || !strcmp(a, "--top")) && !has_value) {
+            fprintf(stderr, "trident: %s needs a value\n", a);
+            return TRI_ERR_CONFIG;
+        } else {
+            if (!strcmp(a, "--world")) po->world_given = 1;
+            argv[kept++] = argv[i];
+        }
+    }
+    *argc = kept;
+    return TRI_OK;
+}
+
+tri_status plan_run(run_config *cfg, int world, const plan_options *po) {
+    const char *name = po->device ? po->device : plan_device_default(cfg);
+    if (!po->world_given) { // the config's own layout
+        const int dp = cfg->parallel.dp == DP_AUTO ? 1 : cfg->parallel.dp;
+        world = cfg->parallel.tp * cfg->parallel.pp * dp;
+    }
+    plan_device dev;
+    if (plan_device_lookup(name, world, &dev)) {
+        LOG_ERROR("--device: unknown device %s", name);
+        LOG_HINT("the device table has %s", plan_device_names());
+        return TRI_ERR_CONFIG;
+    }
+    if (po->search) return plan_search(cfg, world, &dev, po->top, po->json, stdout);
+    TRI_CHECK(config_resolve_world(cfg, world));
+    plan_result p;
+    TRI_CHECK(plan_compute(&p, cfg, &dev));
+    if (po->json) plan_print_json(&p, cfg, stdout);
+    else plan_print_text(&p, cfg, stdout);
+    plan_free(&p);
+    return TRI_OK;
+}
