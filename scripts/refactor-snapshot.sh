@@ -15,6 +15,10 @@
 # write under /tmp/trident-snapshot so that the paths in the run records are the same.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# One snapshot at a time on a machine: every copy of the tree writes the same paths.
+if [ -z "${SNAPSHOT_LOCKED:-}" ]; then
+    exec env SNAPSHOT_LOCKED=1 flock /tmp/trident-snapshot.lock "$0" "$@"
+fi
 out=${1:?usage: scripts/refactor-snapshot.sh OUT_DIR}
 mkdir -p "$out"
 T=${TRIDENT_BIN:-build/trident}
