@@ -14,7 +14,10 @@
 #include "config/config.h"
 #include "io/data.h"
 #include "io/llmc.h"
+#include "io/model_init.h"
+#include "config/config_layout.h"
 #include "model/model.h"
+#include "parallel/zero.h"
 
 static int write_file(const char *dir, const char *name, const void *data, size_t bytes) {
     char path[4096];
@@ -45,16 +48,22 @@ int main(int argc, char **argv) {
     backend *be;
     comm *cm;
     model m;
+    zero_state *z;
     data_stream ds;
-    if (backend_cpu_create(&be, cfg.system.threads) || comm_self_create(&cm) ||
-        model_create(&m, &cfg, B, 1, 1, 1, 0, be, cm, NULL) ||
-        data_open(&ds, cfg.data.train, T, cfg.model.vocab_size, GB, "data.train"))
-        return 1;
-
+    if (backend_cpu_create(&be, cfg.system.threads) || comm_self_create(&cm)) return 1;
+    // One process, fp32: the model and a ZeRO layer of one replica holding its parameters
+    // (from model.init_from or run.seed, as a run starts) and gradients.
+    const model_layout ml = config_model_layout(&cfg, 0, 0, 1, be->attn_state);
+    if (model_create(&m, &cfg.model, &ml, be, cm, NULL)) return 1;
     size_t bytes = m.table.local_numel * sizeof(float);
     float *host = xmalloc(bytes);
+    if (model_init_params(&cfg, &m.table, host)) return 1;
+    const zero_config zc = config_zero_config(&cfg, 0);
+    if (zero_create(&z, &zc, &m, host, be, cm, NULL) ||
+        data_open(&ds, cfg.data.train, T, cfg.model.vocab_size, GB, "data.train"))
+        return 1;
+    if (zero_local_params(z, host)) return 1; // the initial model as the run holds it
     char path[4096];
-    be->copy_to_host(be, host, m.params, bytes);
     snprintf(path, sizeof path, "%s/init.bin", dir);
     if (llmc_write(path, &m.table, host, T, m.d.V, m.d.NH)) return 1;
 
@@ -73,7 +82,7 @@ int main(int argc, char **argv) {
         }
         if (model_backward(&m, 0, 0, (float)(1.0 / ((double)GB * T)))) return 1;
     }
-    be->copy_to_host(be, host, m.grads, bytes);
+    be->copy_to_host(be, host, zero_full_grads(z), bytes);
     snprintf(path, sizeof path, "%s/grads.bin", dir);
     if (llmc_write(path, &m.table, host, T, m.d.V, m.d.NH)) return 1;
     char loss_text[64];
@@ -90,6 +99,7 @@ int main(int argc, char **argv) {
     printf("ref_dump: wrote %s (loss %.6f)\n", dir, loss_sum / ((double)GB * T));
     free(tokens), free(inputs), free(targets), free(host);
     data_close(&ds);
+    zero_free(z);
     model_free(&m);
     be->destroy(be);
     cm->destroy(cm);

@@ -204,7 +204,7 @@ static void check_flops_and_scale(void) {
                "flops_per_token_6N_plus_attention", "%.6g, want %.6g (6N %.6g)", p.flops_per_token,
                want, 6 * N);
     uint64_t total = 0;
-    for (int k = 0; k < PLAN_MEM_COUNT; k++) total += p.stages[0].mem[k];
+    for (int k = 0; k < MEM_KIND_COUNT; k++) total += p.stages[0].mem[k];
     TEST_CHECK(p.pp == 8 && p.stages[0].mem_total == total && p.fits && p.mfu > 0 && p.mfu < 1 &&
                    dt < 1.0, "plan_70b_on_512", "pp %d fits %d mfu %.3f in %.3f s", p.pp, p.fits,
                p.mfu, dt);

@@ -12,7 +12,8 @@
 // and the two must name the same message (direction, micro-batch, stages). A state where
 // no rank can move and some are unfinished is a deadlock. The same run, timed (forward 1,
 // backward 2 units per chunk, messages free), measures the bubble for
-// sched_bubble_fraction.
+// sched_bubble_fraction. Evaluation's forward-only tables (sched_build_forward) run through
+// the same simulator, with their own slot rule (sched.h).
 #include <stdarg.h>
 #include <string.h>
 
@@ -33,6 +34,7 @@
 
 typedef struct {
     schedule_kind schedule;
+    int forward_only; // sched_build_forward's table (schedule unused)
     int pp, v, m;
     sched_table t[MAX_PP];
     double bubble; // measured by the timed run
@@ -45,8 +47,8 @@ static const char *schedule_name(schedule_kind s) {
 
 static int fail(sim_case *c, const char *fmt, ...) {
     if (c->why[0]) return 0;
-    int n = snprintf(c->why, sizeof c->why, "%s pp %d v %d m %d: ", schedule_name(c->schedule),
-                     c->pp, c->v, c->m);
+    int n = snprintf(c->why, sizeof c->why, "%s pp %d v %d m %d: ",
+                     c->forward_only ? "forward-only" : schedule_name(c->schedule), c->pp, c->v, c->m);
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(c->why + n, sizeof c->why - (size_t)n, fmt, ap);
@@ -98,8 +100,8 @@ static int check_pairs(sim_case *c, int r, int pos[6][MAX_PAIRS], int *slot) {
         slot[p] = a->slot;
     }
     for (int p = 0; p < n; p++) {
-        int s = (p % v) * pp + r, micro = p / v;
-        int want[6] = {s > 0, 1, s < last, s < last, 1, s > 0};
+        int s = (p % v) * pp + r, micro = p / v, b = !c->forward_only;
+        int want[6] = {s > 0, 1, s < last, b && s < last, b, b && s > 0};
         for (int k = 0; k < 6; k++)
             if ((pos[k][p] >= 0) != want[k])
                 return fail(c, "rank %d micro %d stage %d: %s %s", r, micro, s, name(k),
@@ -140,6 +142,10 @@ static int check_runs(sim_case *c, int r) {
                 if (q != j && t->actions[q].slot == a->slot && t->actions[q].kind != RECV_ACT)
                     return fail(c, "rank %d: send_grad and %s share slot %d in one run", r,
                                 name(t->actions[q].kind), a->slot);
+            for (int q = i; q < end && c->forward_only; q++) // a send's output is not overwritten
+                if (q != j && t->actions[q].slot == a->slot)
+                    return fail(c, "rank %d: %s and %s share slot %d in one run", r,
+                                name(a->kind), name(t->actions[q].kind), a->slot);
         }
         if (last_act > first_grad)
             return fail(c, "rank %d: run at %d has a gradient op before an activation op", r, i);
@@ -156,7 +162,22 @@ static int check_runs(sim_case *c, int r) {
     return 1;
 }
 
-// One rank's slots: a pair holds its slot from its first action through its BWD; no two
+// The training tables' peak for (pp, v, m) at rank r: the smallest over the schedules that
+// support it (what a forward-only table must fit in, whatever the run's schedule).
+static int least_training_peak(const sim_case *c, int r) {
+    const schedule_kind kinds[] = {SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED};
+    int least = 1 << 30;
+    for (int k = 0; k < 3; k++) {
+        sched_table t;
+        if (sched_build(&t, kinds[k], c->pp, c->v, c->m, r) != TRI_OK) continue;
+        if (t.max_in_flight < least) least = t.max_in_flight;
+        sched_free(&t);
+    }
+    return least;
+}
+
+// One rank's slots: a pair holds its slot from its first action through its BWD (in a
+// forward-only table: through the run of its SEND_ACT, or its FWD on the last stage); no two
 // pairs held at once share one; max_in_flight is the peak held and the expected bound.
 static int check_slots(sim_case *c, int r, int pos[6][MAX_PAIRS], const int *slot) {
     const sched_table *t = &c->t[r];
@@ -165,6 +186,8 @@ static int check_slots(sim_case *c, int r, int pos[6][MAX_PAIRS], const int *slo
     for (int p = 0; p < n; p++) {
         start[p] = pos[RECV_ACT][p] >= 0 ? pos[RECV_ACT][p] : pos[FWD][p];
         end[p] = pos[BWD][p];
+        if (c->forward_only)
+            end[p] = pos[SEND_ACT][p] >= 0 ? sched_comm_run_end(t, pos[SEND_ACT][p]) - 1 : pos[FWD][p];
     }
     for (int i = 0; i < t->n_actions; i++) {
         int held = 0;
@@ -179,6 +202,13 @@ static int check_slots(sim_case *c, int r, int pos[6][MAX_PAIRS], const int *slo
     if (t->max_in_flight != peak)
         return fail(c, "rank %d: max_in_flight %d, but %d pairs are held at once", r,
                     t->max_in_flight, peak);
+    if (c->forward_only) {
+        const int least = least_training_peak(c, r);
+        if (peak > 2 || peak > least)
+            return fail(c, "rank %d: %d pairs held at once, more than 2 or than the %d slots of "
+                        "a training table", r, peak, least);
+        return 1;
+    }
     if (peak != expected_peak(c, r))
         return fail(c, "rank %d: %d pairs held at once, expected %d", r, peak, expected_peak(c, r));
     return 1;
@@ -307,7 +337,7 @@ static int simulate(sim_case *c) {
                             g_ch[a][b].n_recvs);
     for (int micro = 0; micro < m; micro++)
         for (int s = 0; s <= last; s++)
-            if (!done[0][micro][s] || !done[1][micro][s])
+            if (!done[0][micro][s] || (!c->forward_only && !done[1][micro][s]))
                 return fail(c, "micro %d stage %d never ran", micro, s);
     double makespan = 0;
     for (int r = 0; r < pp; r++) makespan = clock[r] > makespan ? clock[r] : makespan;
@@ -318,9 +348,12 @@ static int simulate(sim_case *c) {
 static int run_case(sim_case *c) {
     static int pos[MAX_PP][6][MAX_PAIRS], slot[MAX_PP][MAX_PAIRS];
     int built = 0, ok = 1;
-    for (; built < c->pp && ok; built++)
-        if (sched_build(&c->t[built], c->schedule, c->pp, c->v, c->m, built) != TRI_OK)
-            ok = fail(c, "sched_build failed for rank %d", built);
+    for (; built < c->pp && ok; built++) {
+        tri_status rc = c->forward_only ? sched_build_forward(&c->t[built], c->pp, c->v, c->m, built)
+                                        : sched_build(&c->t[built], c->schedule, c->pp, c->v, c->m, built);
+        if (rc != TRI_OK) ok = fail(c, "sched_build failed for rank %d", built);
+        else if (c->t[built].forward_only != c->forward_only) ok = fail(c, "rank %d: forward_only flag", built);
+    }
     for (int r = 0; r < c->pp && ok; r++)
         ok = check_pairs(c, r, pos[r], slot[r]) && check_runs(c, r) &&
              check_slots(c, r, pos[r], slot[r]);
@@ -380,6 +413,25 @@ int main(void) {
                            first_fail);
             }
     printf("bubble, largest excess of measured over formula: %s\n", worst[0] ? worst : "none");
+
+    // Evaluation's forward-only tables: every (pp, v, m) that gpipe supports.
+    for (int pi = 0; pi < 5; pi++)
+        for (int vi = 0; vi < 3; vi++) {
+            int pp = pps[pi], v = vs[vi], simulated = 0, failed = 0;
+            char first_fail[600] = "", test_name[96];
+            for (int m = 1; m <= 32; m++) {
+                if (!supported(SCHEDULE_GPIPE, pp, v, m)) continue;
+                static sim_case c;
+                memset(&c, 0, sizeof c);
+                c.forward_only = 1, c.pp = pp, c.v = v, c.m = m;
+                simulated++;
+                if (!run_case(&c) && !failed++) snprintf(first_fail, sizeof first_fail, "%s", c.why);
+            }
+            if (!simulated) continue;
+            snprintf(test_name, sizeof test_name, "sched_sim forward-only pp=%d v=%d (%d m values)",
+                     pp, v, simulated);
+            TEST_CHECK(!failed, test_name, "%d of %d failed; first: %s", failed, simulated, first_fail);
+        }
 
     // The formula itself.
     double b1 = sched_bubble_fraction(SCHEDULE_1F1B, 4, 1, 8);

@@ -26,7 +26,7 @@ static double max_diff(const float *a, const float *b, size_t n) {
 // One entry's check at tp: X (N, in) @ W^T against the per-rank pieces.
 static void check_entry(backend *be, const run_config *cfg, int tp, const char *name) {
     param_table full;
-    params_build_full(&full, cfg);
+    params_build_full(&full, &cfg->model, cfg->parallel.tp);
     const param_entry *fe = &full.entries[params_find(&full, name)];
     const int OC = (int)fe->global_rows, IC = (int)fe->global_cols, N = 6;
     uint64_t seed = 42;
@@ -39,7 +39,7 @@ static void check_entry(backend *be, const run_config *cfg, int tp, const char *
     double err = 0;
     for (int r = 0; r < tp; r++) {
         param_table pt;
-        params_build(&pt, cfg, tp, r, 0);
+        params_build(&pt, &cfg->model, &(model_shard){.tp = tp, .tp_rank = r, .pp = 1, .virtual_stages = 1});
         const param_entry *e = &pt.entries[params_find(&pt, name)];
         const int lr = (int)e->local_rows, lc = (int)e->local_cols;
         float *Wl = xmalloc(sizeof(float) * lr * lc), *out = xcalloc((size_t)N * lr, sizeof(float));
@@ -74,7 +74,7 @@ static void check_entry(backend *be, const run_config *cfg, int tp, const char *
 
 static void check_vocab(backend *be, const run_config *cfg, int tp) {
     param_table full;
-    params_build_full(&full, cfg);
+    params_build_full(&full, &cfg->model, cfg->parallel.tp);
     const param_entry *fe = &full.entries[params_wte(&full)];
     const int Vp = (int)fe->global_rows, C = (int)fe->global_cols, B = 2, T = 5;
     uint64_t seed = 7;
@@ -86,7 +86,7 @@ static void check_vocab(backend *be, const run_config *cfg, int tp) {
     be->embedding_fwd(be, ref, tok, wte, NULL, B, T, C, 0, Vp, 0);
     for (int r = 0; r < tp; r++) {
         param_table pt;
-        params_build(&pt, cfg, tp, r, 0);
+        params_build(&pt, &cfg->model, &(model_shard){.tp = tp, .tp_rank = r, .pp = 1, .virtual_stages = 1});
         const param_entry *e = &pt.entries[params_wte(&pt)];
         float *wl = xmalloc(sizeof(float) * e->local_numel), *out = xcalloc((size_t)B * T * C, sizeof(float));
         params_slice_from_global(&pt, e, wte, wl);

@@ -11,6 +11,7 @@
 #include "config/config.h"
 #include "io/export.h"
 #include "model/model.h"
+#include "parallel/zero.h"
 
 static uint64_t rng_next(uint64_t *state) { // splitmix64
     uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
@@ -55,15 +56,25 @@ tri_status sample_run(const sample_options *opt) {
     comm *cm = NULL;
     model m;
     memset(&m, 0, sizeof m);
+    zero_state *store = NULL;
     tri_status rc;
     TRI_CHECK_GOTO(comm_self_create(&cm), rc, done);
     TRI_CHECK_GOTO(backend_cpu_create(&be, opt->threads), rc, done);
-    TRI_CHECK_GOTO(model_create(&m, &cfg, 1, 1, 1, 1, 0, be, cm, NULL), rc, done);
-    { // the file's (or checkpoint's) parameters over the initial ones
-        float *host = xmalloc(m.table.local_numel * sizeof(float));
+    // One process, one micro-batch of one sequence, fp32: the model, and a ZeRO layer of one
+    // replica holding the file's (or checkpoint's) parameters.
+    const model_layout ml = {.shard = {.tp = 1, .tp_rank = 0, .pp = 1, .pp_rank = 0, .virtual_stages = 1},
+                             .micro_batch = 1, .n_slots = 1, .recompute = RECOMPUTE_NONE,
+                             .precision = DTYPE_FP32, .grad_dtype = DTYPE_FP32,
+                             .attn_state = be->attn_state};
+    TRI_CHECK_GOTO(model_create(&m, &cfg.model, &ml, be, cm, NULL), rc, done);
+    {
+        const zero_config zc = {.stage = 0, .dp = 1, .dp_rank = 0, .param_dtype = DTYPE_FP32,
+                                .grad_dtype = DTYPE_FP32, .reduce_dtype = DTYPE_FP32};
+        float *host = xmalloc(m.table.local_numel * sizeof(float) + 1);
         llmc_load_params(&f, &m.table, host);
-        be->copy_to_device(be, m.params, host, m.table.local_numel * sizeof(float));
+        rc = zero_create(&store, &zc, &m, host, be, cm, NULL);
         free(host);
+        if (rc != TRI_OK) goto done;
     }
 
     int *context = xcalloc((size_t)T, sizeof(int));
@@ -102,6 +113,7 @@ free_buffers:
     free(logits);
 done:
     llmc_free(&f);
+    zero_free(store);
     model_free(&m);
     if (be) be->destroy(be);
     if (cm) cm->destroy(cm);

@@ -14,6 +14,15 @@
 
 typedef struct backend backend;
 
+// How a backend's attention keeps its state for the backward, which sizes the activation
+// slots: the softmax probabilities (B, NH, T, T) floats (the CPU), or the log-sum-exp of each
+// row (B, NH, T) floats (the CUDA backend's flash-style kernels).
+typedef enum { ATTN_STATE_PROBS = 0, ATTN_STATE_ROWSTATS = 1 } attn_state_kind;
+
+static inline size_t attn_state_bytes(attn_state_kind kind, size_t B, size_t T, size_t NH) {
+    return B * NH * T * (kind == ATTN_STATE_PROBS ? T : 1) * sizeof(float);
+}
+
 struct backend {
     const char *name; // "cpu", "cuda"
     void *ctx;
@@ -23,7 +32,7 @@ struct backend {
                              // and the comm backend of choice is NCCL
     double peak_flops;       // the MFU denominator: a datasheet peak, or 0 to measure the
                              // backend's matmul rate at start
-    const char *plan_device; // the planner's device whose attention state this backend keeps
+    attn_state_kind attn_state; // how attention_fwd keeps its state for attention_bwd
     void *stream;            // the stream every op runs on, in call order (a cudaStream_t), for
                              // a comm backend that orders itself against it with events; NULL
                              // on the CPU. Set at creation.

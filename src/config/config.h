@@ -1,18 +1,20 @@
 // config.h: the run config of DESIGN.md as a typed struct, parsed from YAML with libyaml.
 //
+// The config layer sits above the modules it configures: the types of its values (the
+// model's shape, the optimizer's settings, the schedule, recompute and gather kinds, the
+// dtypes) are the modules' own, and the modules take those, not the run config.
+//
 // Unknown keys are errors (with a "did you mean"); wrong types, out-of-range values and
 // inconsistent combinations are errors; every violation is reported at once, each with its
 // key path and the file's line, before any communicator is created.
 #pragma once
 #include "base/common.h"
 #include "base/dtype.h"
+#include "model/model.h"      // model_config, recompute_kind
+#include "parallel/optim.h"   // optim_config, decay_kind
+#include "parallel/sched.h"   // schedule_kind
+#include "parallel/zero.h"    // zero3_gather_kind
 
-typedef enum { SCHEDULE_GPIPE = 0, SCHEDULE_1F1B = 1, SCHEDULE_INTERLEAVED = 2 } schedule_kind;
-typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_FULL = 1 } recompute_kind;
-// ZeRO-3 with several micro-batches: gather a chunk's parameters before every pass (forward
-// or backward) of every micro-batch, or once per step and keep them until the update.
-typedef enum { ZERO3_GATHER_PASS = 0, ZERO3_GATHER_STEP = 1 } zero3_gather_kind;
-typedef enum { DECAY_COSINE = 0, DECAY_LINEAR = 1, DECAY_CONSTANT = 2 } decay_kind;
 typedef enum { BACKEND_AUTO = 0, BACKEND_CPU = 1, BACKEND_CUDA = 2 } backend_kind;
 typedef enum { COMM_AUTO = 0, COMM_MPI = 1, COMM_NCCL = 2, COMM_SELF = 3 } comm_kind;
 
@@ -20,12 +22,7 @@ typedef enum { COMM_AUTO = 0, COMM_MPI = 1, COMM_NCCL = 2, COMM_SELF = 3 } comm_
 
 typedef struct {
     struct { char *name; char *out_dir; uint64_t seed; } run;
-    struct {
-        char *arch;          // "gpt2"
-        int n_layer, n_head, d_model, seq_len;
-        int vocab_size, vocab_pad_to;
-        char *init_from;     // llm.c model file or NULL
-    } model;
+    model_config model;      // model/model_config.h: arch, n_layer, ..., init_from
     struct {
         int tp, pp, dp;      // dp may be DP_AUTO until config_resolve_world()
         int virtual_stages;
@@ -43,12 +40,7 @@ typedef struct {
         tri_dtype precision, grad_dtype, reduce_dtype;
         double grad_clip;    // 0 = off
     } train;
-    struct {
-        double lr, min_lr;
-        int warmup_steps;
-        decay_kind decay;
-        double beta1, beta2, eps, weight_decay;
-    } optim;
+    optim_config optim;      // parallel/optim.h: lr, min_lr, warmup_steps, decay, ...
     struct { char *train; char *val; int eval_every, eval_batches; } data;
     struct { char *dir; int every, keep, async; char *resume; } checkpoint;
     struct { int every; char *metrics; } log;

@@ -457,6 +457,5 @@ int config_micro_batches(const run_config *cfg) {
 }
 
 int config_padded_vocab(const run_config *cfg) {
-    long long mult = (long long)cfg->model.vocab_pad_to * cfg->parallel.tp;
-    return (int)((cfg->model.vocab_size + mult - 1) / mult * mult);
+    return model_padded_vocab(&cfg->model, cfg->parallel.tp);
 }

@@ -42,19 +42,18 @@ void ckpt_entry_rects(const param_table *pt, const param_entry *e, size_t a, siz
 // ---- spans ----
 
 // Where element lo of a piece lives, per kind, and its size.
-span ckpt_piece_span(const ckpt_state *s, const optim_piece *pc, ckpt_kind kind, size_t lo,
+span ckpt_piece_span(const ckpt_state *s, const zero_piece *pc, ckpt_kind kind, size_t lo,
                      size_t hi) {
-    const optim_state *o = s->optim;
-    size_t off = pc->pos + (lo - pc->lo);
+    const size_t off = pc->pos + (lo - pc->lo);
     span sp = {pc->entry, lo, hi, kind, NULL, sizeof(float)};
     switch (kind) {
     case KIND_PARAM:
-        sp.elem = o->pelem;
-        sp.dev = o->zero == 3 ? (char *)o->param_shard + off * o->pelem : (char *)s->params + lo * o->pelem;
+        sp.elem = dtype_size(zero_param_dtype(s->zero));
+        sp.dev = zero_piece_param(s->zero, pc, lo);
         break;
-    case KIND_MASTER: sp.dev = o->master + off; break;
-    case KIND_ADAM_M: sp.dev = o->m + off; break;
-    case KIND_ADAM_V: sp.dev = o->v + off; break;
+    case KIND_MASTER: sp.dev = optim_state_at(s->optim, OPTIM_MASTER, off); break;
+    case KIND_ADAM_M: sp.dev = optim_state_at(s->optim, OPTIM_ADAM_M, off); break;
+    case KIND_ADAM_V: sp.dev = optim_state_at(s->optim, OPTIM_ADAM_V, off); break;
     default: TRI_ASSERT(0);
     }
     return sp;
@@ -62,20 +61,21 @@ span ckpt_piece_span(const ckpt_state *s, const optim_piece *pc, ckpt_kind kind,
 
 // The spans this rank writes: its pieces, without copies that another rank stores.
 static int stored_spans(const ckpt_state *s, span *out) {
-    const optim_state *o = s->optim;
+    const zero_layout *zl = zero_layout_of(s->zero);
     const param_table *pt = s->pt;
     // Stage 0 (or dp == 1): every replica owns everything; store the dp-th part.
     size_t cut_lo = 0, cut_hi = (size_t)-1;
-    if (o->zero == 0 && o->dp > 1) {
-        size_t share = (pt->local_numel + (size_t)o->dp - 1) / (size_t)o->dp;
-        cut_lo = share * (size_t)o->dp_rank, cut_hi = cut_lo + share;
+    if (zl->stage == 0 && zl->dp > 1) {
+        size_t share = (pt->local_numel + (size_t)zl->dp - 1) / (size_t)zl->dp;
+        cut_lo = share * (size_t)zl->dp_rank, cut_hi = cut_lo + share;
     }
     int n = 0;
     // Mixed precision stores the fp32 master weights: the bf16 parameters are their rounding.
-    const ckpt_kind kinds[] = {o->bf16 ? KIND_MASTER : KIND_PARAM, KIND_ADAM_M, KIND_ADAM_V};
+    const int bf16 = zero_param_dtype(s->zero) == DTYPE_BF16;
+    const ckpt_kind kinds[] = {bf16 ? KIND_MASTER : KIND_PARAM, KIND_ADAM_M, KIND_ADAM_V};
     for (int k = 0; k < 3; k++) {
-        for (int p = 0; p < o->n_pieces; p++) {
-            const optim_piece *pc = &o->pieces[p];
+        for (int p = 0; p < zl->n_pieces; p++) {
+            const zero_piece *pc = &zl->pieces[p];
             const param_entry *e = &pt->entries[pc->entry];
             if (e->split == SPLIT_REPLICATED && s->tp_rank != 0) continue;
             if (pc->entry == pt->wte && pt->wte_is_copy) continue;
@@ -292,11 +292,11 @@ static tri_status write_manifest(ckpt_writer *w) {
     fprintf(f, "rng: {seed: %llu, draws: 0}\n", (unsigned long long)cfg->run.seed);
     fprintf(f, "mesh: {world: %d, tp: %d, pp: %d, dp: %d, virtual_stages: %d, zero: %d, schedule: %s}\n",
             s->world, cfg->parallel.tp, cfg->parallel.pp, cfg->parallel.dp,
-            cfg->parallel.virtual_stages, s->optim->zero, config_schedule_name(cfg->parallel.schedule));
+            cfg->parallel.virtual_stages, zero_layout_of(s->zero)->stage, config_schedule_name(cfg->parallel.schedule));
     fprintf(f, "config:\n");
     config_print_yaml(cfg, f, 2);
     param_table full;
-    params_build_full(&full, cfg);
+    params_build_full(&full, &cfg->model, cfg->parallel.tp);
     fprintf(f, "tensors:\n");
     for (int i = 0; i < full.n_entries; i++)
         fprintf(f, "  - {name: %s, shape: [%lld, %lld]}\n", full.entries[i].name,

@@ -20,8 +20,9 @@
 #include "compute/backend.h"
 #include "comm/comm.h"
 #include "config/config.h"
-#include "parallel/optim.h"
 #include "model/params.h"
+#include "parallel/optim.h"
+#include "parallel/zero.h"
 
 // Where training stands: what a checkpoint restores besides the tensors.
 typedef struct {
@@ -35,9 +36,8 @@ typedef struct {
 typedef struct {
     const run_config *cfg;
     const param_table *pt;
-    optim_state *optim;
-    void *params;      // the model's parameter buffer, fp32 or bf16 (NULL under ZeRO-3:
-                       // the optimizer's shards)
+    zero_state *zero;  // where the parameters are and which pieces this rank owns
+    optimizer *optim;  // their moments and master weights
     backend *be;
     comm *cm;
     int rank, world, tp_rank;

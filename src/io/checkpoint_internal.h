@@ -37,7 +37,7 @@ typedef struct {
 } span;
 
 // Where elements [lo, hi) of a piece live for `kind`, and their size.
-span ckpt_piece_span(const ckpt_state *s, const optim_piece *pc, ckpt_kind kind, size_t lo,
+span ckpt_piece_span(const ckpt_state *s, const zero_piece *pc, ckpt_kind kind, size_t lo,
                      size_t hi);
 
 // Every rank's status, agreed: the worst (largest) code over the world.

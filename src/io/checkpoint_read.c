@@ -15,21 +15,23 @@
 // The spans this rank must fill on load: every parameter it holds (its shards under
 // ZeRO-3), and the moments (and, in mixed precision, the master weights) of all its pieces.
 static int needed_spans(const ckpt_state *s, span *out) {
-    const optim_state *o = s->optim;
+    const zero_layout *zl = zero_layout_of(s->zero);
     const param_table *pt = s->pt;
+    const int bf16 = zero_param_dtype(s->zero) == DTYPE_BF16;
+    const size_t pelem = dtype_size(zero_param_dtype(s->zero));
     int n = 0;
-    if (o->zero < 3) {
+    if (zl->stage < 3) {
         for (int i = 0; i < pt->n_entries; i++, n++) {
             const param_entry *e = &pt->entries[i];
             if (out) out[n] = (span){i, e->offset, e->offset + (size_t)e->local_numel, KIND_PARAM,
-                                     (char *)s->params + e->offset * o->pelem, o->pelem};
+                                     zero_param_at(s->zero, e->offset), pelem};
         }
     }
     const ckpt_kind kinds[] = {KIND_PARAM, KIND_MASTER, KIND_ADAM_M, KIND_ADAM_V};
     for (int k = 0; k < 4; k++) {
-        if ((kinds[k] == KIND_PARAM && o->zero < 3) || (kinds[k] == KIND_MASTER && !o->bf16)) continue;
-        for (int p = 0; p < o->n_pieces; p++, n++) {
-            const optim_piece *pc = &o->pieces[p];
+        if ((kinds[k] == KIND_PARAM && zl->stage < 3) || (kinds[k] == KIND_MASTER && !bf16)) continue;
+        for (int p = 0; p < zl->n_pieces; p++, n++) {
+            const zero_piece *pc = &zl->pieces[p];
             if (out) out[n] = ckpt_piece_span(s, pc, kinds[k], pc->lo, pc->hi);
         }
     }
@@ -518,7 +520,7 @@ tri_status ckpt_load(const char *path, const ckpt_state *s, ckpt_progress *p) {
     tri_status rc = load_rank(path, s, &m);
     if (rc == TRI_OK) {
         *p = (ckpt_progress){m.step, m.samples, m.tokens, m.optim_t};
-        s->optim->t = m.optim_t;
+        optim_set_steps_taken(s->optim, m.optim_t);
         LOG_INFO("resumed from %s: step %d, %lld tokens seen, next sample %lld", path, m.step,
                  (long long)m.tokens, (long long)m.samples);
     } else if (s->rank == 0) {
@@ -535,7 +537,7 @@ tri_status ckpt_read_model(const char *path, run_config *cfg, param_table *full,
     cfg->model.seq_len = m.seq_len, cfg->model.vocab_size = m.vocab_size;
     cfg->model.vocab_pad_to = m.vocab_pad_to;
     cfg->parallel.tp = cfg->parallel.pp = cfg->parallel.virtual_stages = 1;
-    params_build_full(full, cfg);
+    params_build_full(full, &cfg->model, 1);
     tri_status rc = check_shapes(&m, full);
     if (rc == TRI_OK) rc = check_files(&m);
     float *out = xmalloc(full->local_numel * sizeof(float) + 1);

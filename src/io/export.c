@@ -38,7 +38,7 @@ static float *global_params(const llmc_model *f, param_table *pt) {
     config_defaults(&cfg);
     llmc_config_from_file(f, &cfg);
     cfg.model.vocab_pad_to = f->Vp; // keep the file's padding exactly
-    params_build_full(pt, &cfg);
+    params_build_full(pt, &cfg.model, 1);
     float *global = xmalloc(pt->local_numel * sizeof(float));
     llmc_load_params(f, pt, global);
     config_free(&cfg);

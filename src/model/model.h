@@ -1,16 +1,38 @@
 // model.h: GPT-2 forward and backward for one micro-batch, through the compute backend
 // and the comm interface, with Megatron tensor parallelism over the tp group.
 //
+// The model computes; it does not own its parameters and gradients. Where each table entry's
+// parameters are read and its gradients accumulate, and when they are needed or final, is a
+// model_store that the parallel layer's ZeRO storage fills in (parallel/zero.h). The model's
+// own buffers (activations and scratch) are described by model_buffers, carved from the
+// rank's arenas and summed by the planner from the same specs.
+//
 // Shapes below are this rank's. N = B*T rows. Column-parallel activations are split over
 // tp (3C/tp, 4C/tp, C/tp, Vp/tp columns). With sequence parallelism the residual stream and
 // the LayerNorms hold only this rank's block of rows: Nl = N/tp rows [tp_rank*Nl, +Nl);
 // without it Nl = N.
 #pragma once
-#include "compute/backend.h"
 #include "comm/comm.h"
-#include "config/config.h"
+#include "compute/backend.h"
 #include "compute/mempool.h"
+#include "model/model_config.h"
 #include "model/params.h"
+
+typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_FULL = 1 } recompute_kind;
+
+// How one rank runs the model: the part it holds, the micro-batch, how many micro-batches
+// are in flight at once (the schedule's bound), activation recompute and the precision.
+// With model_config, everything the model's buffers depend on.
+typedef struct {
+    model_shard shard;
+    int micro_batch;             // B
+    int n_slots;                 // activation slots: micro-batches (and chunks) in flight
+    int sequence_parallel;       // parallel.sequence_parallel (in effect only with tp > 1)
+    recompute_kind recompute;
+    tri_dtype precision;         // parameters and kept activations: DTYPE_FP32 or DTYPE_BF16
+    tri_dtype grad_dtype;        // gradient accumulation: DTYPE_FP32 or DTYPE_BF16
+    attn_state_kind attn_state;  // how the backend keeps attention state for the backward
+} model_layout;
 
 typedef struct {
     int L, C, NH, HS, T, B, V, Vp; // global sizes; B = micro-batch
@@ -22,6 +44,9 @@ typedef struct {
     int NH_local, C_local, C3_local, C4_local, Vp_local, vocab_start;
 } model_dims;
 
+// The dims of the model `mc` on the rank `ml` describes.
+model_dims model_dims_of(const model_config *mc, const model_layout *ml);
+
 // Activations of one (micro-batch, chunk) that the backward needs: one "slot" per pair in
 // flight (the schedule's bound; one without pipelining). Lc = layers of a chunk.
 typedef struct {
@@ -32,7 +57,7 @@ typedef struct {
     float *ln1, *ln2;  // (Lc, N, C): LayerNorm outputs, all rows (gathered under SP)
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd; // (Lc, Nl)
     float *qkv;        // (Lc, N, 3C/tp)
-    void *att_state;   // Lc * attention_state_bytes(B, T, NH/tp)
+    void *att_state;   // Lc * attn_state_bytes(B, T, NH/tp)
     float *atty;       // (Lc, N, C/tp)
     float *fch, *fch_gelu; // (Lc, N, 4C/tp)
     float *dres;       // (Nl, C): d(loss)/d(residual stream); d(chunk output) on entry to
@@ -49,53 +74,46 @@ typedef struct {
     uint16_t *ln1_16, *ln2_16, *qkv16, *atty16, *fch16, *fch_gelu16;
 } model_acts;
 
+// Where the model's parameters and gradients live (filled in by the ZeRO layer). An entry's
+// parameters are fp32 or bf16 (layout.precision), its gradient accumulator fp32 or bf16
+// (layout.grad_dtype); the pointers may change between passes (ZeRO-3 gathers into a
+// workspace, ZeRO-2 alternates bucket workspaces), so the model reads them at each use.
+typedef struct {
+    void *ctx;
+    void **param_of;   // (table.n_entries)
+    void **grad_of;    // (table.n_entries)
+    // At the start of every forward and backward of a chunk (ZeRO-3 gathers there). NULL: none.
+    tri_status (*pass_begin)(void *ctx, int chunk, int backward);
+    // Before an op reads the parameters of entries [first, first + count) (a layer, the
+    // embeddings, the final LayerNorm, the LM head): a gather pass_begin started may be in
+    // flight until then. NULL: none.
+    tri_status (*params_ready)(void *ctx, int first, int count);
+    // When the gradients of entries [first, first + count) of the current micro-batch are
+    // final (after each layer's backward, after the LM head, after the embedding), so that
+    // they can be reduced while the backward goes on. NULL: none.
+    tri_status (*grads_ready)(void *ctx, int first, int count);
+} model_store;
+
 typedef struct {
     model_dims d;
     param_table table;
     backend *be;
     comm *cm;
-    mem_pool *pool;    // where the buffers come from (NULL: the backend)
-    float *params;     // (capacity) on the device: table.local_numel, padded for ZeRO shards;
-                       // NULL under ZeRO-3, where the optimizer holds parameter shards
-    float *init_host;  // ZeRO-3 (shard_params): the initial local parameters in host memory,
-                       // until the optimizer has taken its shards (the caller frees it)
-    float **param_of;  // (table.n_entries): where each entry's parameters are read from
-    // train.precision bf16: the parameters are stored as bf16 (params16, or the optimizer's
-    // shards under ZeRO-3, through param16_of) and widened into `stage` (fp32, one layer's
-    // entries plus the embeddings and final LayerNorm, at stage_off) each time an op reads
-    // them; params and param_of are unused. Math stays in fp32.
+    model_store store;
+    mem_specs buffers; // model_buffers of this model: what create carved, free gives back
+    mem_pool *pool;    // where they came from (NULL: the backend)
+    // train.precision bf16: the parameters are bf16 and widened into `stage` (fp32, one
+    // layer's entries plus the embeddings and final LayerNorm, at pstage_off) each time an op
+    // other than a matmul reads them. Math stays in fp32.
     int bf16;
-    uint16_t *params16;
-    uint16_t **param16_of;
     float *stage;
     size_t *pstage_off; // where each entry is staged in `stage` (params_stage_layout without
                         // the matmul weights, which the bf16 matmuls read as they are)
-    size_t *stage_off;  // where each entry's gradient is staged in gstage (every entry)
-    // train.grad_dtype bf16: gradients accumulate in bf16 (grads16, or the optimizer's bucket
-    // workspaces under ZeRO-2/3, through grad16_of); the backward adds into fp32 staging
-    // (gstage, at stage_off), which each grads_ready point adds into them, rounded, and zeroes.
+    // train.grad_dtype bf16: the backward adds into fp32 staging (gstage, at stage_off), which
+    // each grads_ready point adds into the bf16 accumulators, rounded, and zeroes.
     int g16;
-    uint16_t *grads16;
-    uint16_t **grad16_of;
     float *gstage;
-    float *grads;      // (capacity), accumulated over micro-batches; NULL when the
-                       // optimizer keeps only gradient buckets (ZeRO-2)
-    size_t capacity;
-    float **grad_of;   // (table.n_entries): where each entry's gradient accumulates
-                       // (into grads by default; into a bucket's workspace under ZeRO-2)
-    // Called when the gradients of entries [first, first + count) of the current micro-batch
-    // are final (after each layer's backward, after the LM head, after the embedding), so
-    // that an optimizer can reduce them while the backward goes on. NULL: not called.
-    tri_status (*grads_ready)(void *ctx, int first, int count);
-    void *grads_ready_ctx;
-    // Called at the start of every forward and backward of a chunk: ZeRO-3 gathers the
-    // chunk's parameters there and points param_of at them. NULL: not called.
-    tri_status (*params_needed)(void *ctx, int chunk, int backward);
-    void *params_needed_ctx;
-    // Called before an op reads the parameters of entries [first, first + count) (a layer,
-    // the embeddings, the final LayerNorm, the LM head): a gather params_needed started may
-    // still be in flight until then. NULL: not called. Shares params_needed_ctx.
-    tri_status (*params_ready)(void *ctx, int first, int count);
+    size_t *stage_off;
     model_acts *slots; // one per micro-batch in flight (the schedule's bound)
     int n_slots;
     int recompute;     // parallel.recompute full: slots keep each layer's input only; the
@@ -114,7 +132,6 @@ typedef struct {
                        // or the residual gradient gathered over tp
     double *loss_acc;  // last stage: the loss sums of the forwards since model_take_loss
     size_t att_state_bytes; // per layer
-    size_t activation_bytes, scratch_bytes;
 } model;
 
 // bf16 matmuls: the LM head's backward runs in MODEL_HEAD_CHUNKS chunks of rows, so that its
@@ -125,33 +142,21 @@ typedef struct {
 static inline size_t model_head_chunk_rows(size_t N) {
     return (N + MODEL_HEAD_CHUNKS - 1) / MODEL_HEAD_CHUNKS;
 }
-static inline size_t model_mm16_numel(size_t N, size_t C, size_t C_local, size_t Vp_local,
-                                      int head) {
-    size_t widest = 4 * C_local > C ? 4 * C_local : C;
-    size_t n = N * widest, h = model_head_chunk_rows(N) * (C + Vp_local);
-    return head && h > n ? h : n;
-}
 
-// Builds the table and allocates parameters, gradients and `n_slots` activation slots for
-// micro-batch size B (the backend's memory); the parameter and gradient buffers are padded
-// to a multiple of `pad_multiple` elements (the ZeRO shard count). Parameters are
-// initialised from run.seed, or loaded from model.init_from when set. The tp and pp groups
-// of `cm` set the tensor split and the layers held.
-// With full_grads 0 no gradient buffer is allocated: the caller points grad_of elsewhere.
-// With shard_params 1 (ZeRO-3) no parameter buffer is allocated on the device either: the
-// initial values stay in host memory (init_host) for the optimizer's shards, so that no rank
-// ever holds all of its parameters on the device.
-// Every device buffer comes from `pool` (the rank's arenas, sized by the planner), or from
-// the backend when pool is NULL.
-tri_status model_create(model *m, const run_config *cfg, int B, int n_slots, int pad_multiple,
-                        int full_grads, int shard_params, backend *be, comm *cm, mem_pool *pool);
+// The model's buffers on the rank `ml` describes, as specs (mempool.h): a pure function of
+// the model, the layout and the rank's parameter table (params_build of ml->shard). With m
+// (model_create) each spec's dst is the field of m it fills; with m NULL (the planner) the
+// specs only size.
+void model_buffers(mem_specs *specs, const model_config *mc, const model_layout *ml,
+                   const param_table *pt, model *m);
+
+// Builds the table and carves the activations and scratch of `ml` from `pool` (or the backend
+// when pool is NULL). The parameters and gradients are the store's: call model_set_store
+// before the first forward. The tp group of `cm` is the shard's.
+tri_status model_create(model *m, const model_config *mc, const model_layout *ml, backend *be,
+                        comm *cm, mem_pool *pool);
 void model_free(model *m);
-
-// The parameter buffer the optimizer updates: params (fp32) or params16 (bf16); NULL under
-// ZeRO-3, where the optimizer holds the parameters as shards.
-static inline void *model_params(model *m) { return m->bf16 ? (void *)m->params16 : (void *)m->params; }
-// The full gradient buffer (ZeRO 0-1): grads (fp32) or grads16 (bf16); NULL at ZeRO 2-3.
-static inline void *model_grads(model *m) { return m->g16 ? (void *)m->grads16 : (void *)m->grads; }
+void model_set_store(model *m, const model_store *store);
 
 // Forward of chunk `chunk` (0..chunks-1) of one micro-batch into activation slot `slot`.
 // inputs/targets are host (B*T) token ids, the same on every tp rank: the first chunk of
@@ -167,7 +172,7 @@ tri_status model_forward(model *m, int slot, int chunk, const int *inputs, const
 double model_take_loss(model *m);
 
 // Backward of the (micro-batch, chunk) whose forward filled `slot`; gradients accumulate
-// into m->grads. The last chunk of the last stage starts from the loss (dloss is
+// into the store's. The last chunk of the last stage starts from the loss (dloss is
 // d(loss)/d(per-token loss): 1 / tokens in the global batch); any other chunk from
 // model_chunk_grad() holding d(output). Leaves d(input) there for the previous stage.
 tri_status model_backward(model *m, int slot, int chunk, float dloss);
@@ -177,12 +182,6 @@ tri_status model_backward(model *m, int slot, int chunk, float dloss);
 float *model_chunk_input(model *m, int slot);
 float *model_chunk_output(model *m, int slot);
 float *model_chunk_grad(model *m, int slot);
-
-// After the last backward of a step: under sequence parallelism each tp rank holds the
-// LayerNorm gradients of its own rows only, so they are summed over tp; with pipelining
-// the two copies of the tied embedding (first and last stage) sum their gradients.
-// Nothing to do when there is no full gradient buffer (ZeRO-2 does it on its shards).
-tri_status model_finish_grads(model *m);
 
 // Logits of position t of batch row 0 after model_forward (host copy of the local shard).
 void model_logits_row(model *m, int slot, int t, float *out);

@@ -24,22 +24,22 @@ static void add_entry(param_table *pt, int *n, const char *name, int ndim, int64
     e->valid_rows = rows;
 }
 
-// Whether pipeline rank pp_rank holds global layer l.
-static int holds_layer(const run_config *cfg, int pp_rank, int l) {
-    const int pp = cfg->parallel.pp, v = cfg->parallel.virtual_stages;
-    const int Lc = cfg->model.n_layer / (pp * v);
-    return (l / Lc) % pp == pp_rank; // virtual stage l / Lc = c * pp + r
+// Whether the shard's pipeline rank holds global layer l.
+static int holds_layer(const model_config *mc, const model_shard *sh, int l) {
+    const int Lc = mc->n_layer / (sh->pp * sh->virtual_stages);
+    return (l / Lc) % sh->pp == sh->pp_rank; // virtual stage l / Lc = c * pp + r
 }
 
-static void build(param_table *pt, const run_config *cfg, int tp, int tp_rank, int pp, int pp_rank) {
-    const int L = cfg->model.n_layer, C = cfg->model.d_model, T = cfg->model.seq_len;
-    const int Vp = config_padded_vocab(cfg);
+// The table of shard `sh` with the vocabulary padded to Vp rows.
+static void build(param_table *pt, const model_config *mc, const model_shard *sh, int Vp) {
+    const int L = mc->n_layer, C = mc->d_model, T = mc->seq_len;
+    const int tp = sh->tp, tp_rank = sh->tp_rank, pp = sh->pp, pp_rank = sh->pp_rank;
     const int first = pp_rank == 0, last = pp_rank == pp - 1;
     memset(pt, 0, sizeof *pt);
     pt->n_layer = L;
     pt->tp = tp, pt->tp_rank = tp_rank;
     pt->pp = pp, pt->pp_rank = pp_rank;
-    pt->virtual_stages = pp == 1 ? 1 : cfg->parallel.virtual_stages;
+    pt->virtual_stages = pp == 1 ? 1 : sh->virtual_stages;
     pt->entries = xcalloc((size_t)(3 + L * PARAM_PER_LAYER + 2), sizeof(param_entry));
     pt->layer_first = xcalloc((size_t)L, sizeof(int));
     pt->wte = pt->wpe = pt->lnfw = pt->lnfb = -1;
@@ -49,13 +49,13 @@ static void build(param_table *pt, const run_config *cfg, int tp, int tp_rank, i
     if (first) {
         pt->wte = n;
         add_entry(pt, &n, "wte", 2, Vp, C, SPLIT_VOCAB, 1, PARAM_LAYER_EMBED, INIT_NORMAL, std);
-        pt->entries[pt->wte].valid_rows = cfg->model.vocab_size;
+        pt->entries[pt->wte].valid_rows = mc->vocab_size;
         pt->wpe = n;
         add_entry(pt, &n, "wpe", 2, T, C, SPLIT_REPLICATED, 1, PARAM_LAYER_EMBED, INIT_NORMAL, std);
     }
     for (int l = 0; l < L; l++) {
         pt->layer_first[l] = -1;
-        if (pp > 1 && !holds_layer(cfg, pp_rank, l)) continue;
+        if (pp > 1 && !holds_layer(mc, sh, l)) continue;
         pt->layer_first[l] = n;
         char name[32];
 #define LAYER_ENTRY(suffix, ndim, rows, cols, split, blocks, init, s)                          \
@@ -84,7 +84,7 @@ static void build(param_table *pt, const run_config *cfg, int tp, int tp_rank, i
             pt->wte = n;
             pt->wte_is_copy = 1;
             add_entry(pt, &n, "wte", 2, Vp, C, SPLIT_VOCAB, 1, PARAM_LAYER_FINAL, INIT_NORMAL, std);
-            pt->entries[pt->wte].valid_rows = cfg->model.vocab_size;
+            pt->entries[pt->wte].valid_rows = mc->vocab_size;
         }
     }
     pt->n_entries = n;
@@ -111,11 +111,14 @@ static void build(param_table *pt, const run_config *cfg, int tp, int tp_rank, i
                        (int64_t)L * (12 * (int64_t)C * C + 13 * (int64_t)C);
 }
 
-void params_build(param_table *pt, const run_config *cfg, int tp, int tp_rank, int pp_rank) {
-    build(pt, cfg, tp, tp_rank, cfg->parallel.pp, pp_rank);
+void params_build(param_table *pt, const model_config *mc, const model_shard *sh) {
+    build(pt, mc, sh, model_padded_vocab(mc, sh->tp));
 }
 
-void params_build_full(param_table *pt, const run_config *cfg) { build(pt, cfg, 1, 0, 1, 0); }
+void params_build_full(param_table *pt, const model_config *mc, int vocab_tp) {
+    const model_shard whole = {.tp = 1, .tp_rank = 0, .pp = 1, .pp_rank = 0, .virtual_stages = 1};
+    build(pt, mc, &whole, model_padded_vocab(mc, vocab_tp));
+}
 
 void params_free(param_table *pt) {
     free(pt->entries);

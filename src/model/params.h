@@ -4,7 +4,7 @@
 // counts are all derived from this table, never written out twice.
 #pragma once
 #include "base/common.h"
-#include "config/config.h"
+#include "model/model_config.h"
 
 typedef enum {
     SPLIT_REPLICATED = 0, // every tp rank holds the whole tensor (LayerNorm, row-parallel bias)
@@ -62,11 +62,11 @@ typedef struct {
     int64_t global_numel;   // elements of the whole model, padding included
 } param_table;
 
-// Builds the table for the model of `cfg` as held by tp rank `tp_rank` of `tp` on
-// pipeline rank `pp_rank` of cfg->parallel.pp (with cfg->parallel.virtual_stages chunks).
-void params_build(param_table *pt, const run_config *cfg, int tp, int tp_rank, int pp_rank);
-// The whole model in one table (tp = 1, every layer): the layout of exports.
-void params_build_full(param_table *pt, const run_config *cfg);
+// Builds the table of the model `mc` as the shard `sh` holds it.
+void params_build(param_table *pt, const model_config *mc, const model_shard *sh);
+// The whole model in one table (tp = 1, every layer): the layout of exports, with the
+// vocabulary padded as a run on vocab_tp ranks pads it (model_padded_vocab).
+void params_build_full(param_table *pt, const model_config *mc, int vocab_tp);
 void params_free(param_table *pt);
 
 // First global layer of chunk `chunk` of pipeline rank `pp_rank` (DESIGN.md layer placement:

@@ -105,17 +105,23 @@ static void emit(builder *b, const sched_pair *fwd, const sched_pair *bwd, int n
     }
 }
 
-// Gives each pair the lowest slot free at its first action and frees it after its BWD.
-// Greedy by start on intervals uses exactly as many slots as the peak overlap, so
-// max_in_flight is both the slot count and the peak number of pairs held.
-static void assign_slots(sched_table *st) {
+// Gives each pair the lowest slot free at its first action and frees it after its BWD, or in
+// a forward-only table after its last action: its SEND_ACT (at the end of that comm run, so
+// that a RECV_ACT posted in the same run never takes the slot being sent from), or its FWD
+// on the last virtual stage. Greedy by start on intervals uses exactly as many slots as the
+// peak overlap, so max_in_flight is both the slot count and the peak number of pairs held.
+static void assign_slots(sched_table *st, int forward_only) {
     const int n = st->micro_batches * st->virtual_stages;
+    const int last_stage = st->pp * st->virtual_stages - 1;
     int *slot_of = xmalloc((size_t)n * sizeof *slot_of);
-    char *busy = xcalloc((size_t)n, 1);
+    char *busy = xcalloc((size_t)n, 1), *release = xcalloc((size_t)n, 1);
     for (int i = 0; i < n; i++) slot_of[i] = -1;
     for (int i = 0; i < st->n_actions; i++) {
         sched_action *a = &st->actions[i];
         int pair = a->micro * st->virtual_stages + a->chunk;
+        if (!sched_action_is_comm(a->kind)) // a new run: the sends of the last one are done
+            for (int s = 0; s < n; s++)
+                if (release[s]) busy[s] = release[s] = 0;
         if (slot_of[pair] < 0) {
             TRI_ASSERT(a->kind == SCHED_ACTION_RECV_ACT || a->kind == SCHED_ACTION_FWD);
             int s = 0;
@@ -127,8 +133,11 @@ static void assign_slots(sched_table *st) {
         }
         a->slot = slot_of[pair];
         if (a->kind == SCHED_ACTION_BWD) busy[a->slot] = 0;
+        if (forward_only && a->kind == SCHED_ACTION_FWD && a->stage == last_stage) busy[a->slot] = 0;
+        if (forward_only && a->kind == SCHED_ACTION_SEND_ACT) release[a->slot] = 1;
     }
     free(busy);
+    free(release);
     free(slot_of);
 }
 
@@ -200,7 +209,30 @@ tri_status sched_build(sched_table *st, schedule_kind schedule, int pp, int virt
     emit(&b, fwd, bwd, n, warmup, schedule == SCHEDULE_1F1B);
     free(fwd);
     free(bwd);
-    assign_slots(st);
+    assign_slots(st, 0);
+    return TRI_OK;
+}
+
+tri_status sched_build_forward(sched_table *st, int pp, int virtual_stages, int m, int rank) {
+    memset(st, 0, sizeof *st);
+    TRI_ASSERT(pp >= 1 && rank >= 0 && rank < pp);
+    // The forward half of gpipe's table (the same combinations are valid).
+    TRI_CHECK(check_supported(SCHEDULE_GPIPE, pp, virtual_stages, m));
+    const int v = virtual_stages, n = m * v;
+    *st = (sched_table){.pp = pp, .virtual_stages = v, .micro_batches = m, .rank = rank,
+                        .forward_only = 1};
+    sched_pair *fwd = xmalloc((size_t)n * sizeof *fwd), *bwd = xmalloc((size_t)n * sizeof *bwd);
+    pair_orders(pp, v, m, fwd, bwd);
+    builder b = {.st = st};
+    push(&b, SCHED_ACTION_RECV_ACT, fwd[0]);
+    for (int k = 0; k < n; k++) {
+        push(&b, SCHED_ACTION_FWD, fwd[k]);
+        push(&b, SCHED_ACTION_SEND_ACT, fwd[k]);
+        if (k + 1 < n) push(&b, SCHED_ACTION_RECV_ACT, fwd[k + 1]);
+    }
+    free(fwd);
+    free(bwd);
+    assign_slots(st, 1);
     return TRI_OK;
 }
 

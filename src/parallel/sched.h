@@ -42,7 +42,8 @@
 //   interleaved  min(m*v, (pp - rank - 1)*2 + (v - 1)*pp + 1), Megatron's warm-up + 1
 #pragma once
 #include "base/common.h"
-#include "config/config.h"
+
+typedef enum { SCHEDULE_GPIPE = 0, SCHEDULE_1F1B = 1, SCHEDULE_INTERLEAVED = 2 } schedule_kind;
 
 // Previous and next are virtual stages s-1 and s+1 of the pair's stage s.
 typedef enum {
@@ -68,6 +69,7 @@ typedef struct {
     int n_actions;
     int max_in_flight; // peak number of (micro, chunk) pairs holding a slot at once
     int pp, virtual_stages, micro_batches, rank;
+    int forward_only;  // sched_build_forward's: no backward, no gradient
 } sched_table;
 
 // Builds rank `rank`'s list for `schedule` over `pp` stages, `virtual_stages` chunks per
@@ -86,6 +88,12 @@ typedef struct {
 // Returns TRI_ERR_CONFIG, with a message naming the key, for any other combination.
 tri_status sched_build(sched_table *st, schedule_kind schedule, int pp, int virtual_stages,
                        int m, int rank);
+// The forward-only table of evaluation: gpipe's forward half (the same order of pairs, the
+// same receive posted in the run before each forward), where a pair holds its slot from
+// its first action through its SEND_ACT's run (through its FWD on the last virtual stage):
+// at most 2 slots, and never more than the training table of any schedule gives the rank
+// (tests/test_sched.c checks both).
+tri_status sched_build_forward(sched_table *st, int pp, int virtual_stages, int m, int rank);
 void sched_free(sched_table *st);
 
 const char *sched_action_name(sched_action_kind k);

@@ -1,260 +1,129 @@
 // plan.c: per-rank memory and communication of a layout, and the predicted step time (see
-// plan.h). Each function below names the code whose sizes or calls it reproduces; when that
-// code changes, this file and tests/test_plan.sh change with it.
+// plan.h). Memory sums the buffer specs of the model, the ZeRO layer and the optimizer;
+// communication replays one training step's calls with the model's dims and the ZeRO layer's
+// buckets; each function of the replay names the code whose calls it follows.
 #include "plan/plan.h"
 
 #include <string.h>
 
 #include "compute/mempool.h"
+#include "config/config_layout.h"
 #include "model/model.h"
-#include "parallel/optim.h"
 #include "model/params.h"
+#include "parallel/optim.h"
 #include "parallel/sched.h"
+#include "parallel/zero.h"
 
-// Bytes per element of each kind of buffer and message under the config's precision, as
-// this build trains: bf16 parameters (and their dp all-gathers) with an fp32 master copy
-// sharded like the Adam state, issue 6's ZeRO formulas; the wide activations a slot keeps
-// for the backward in bf16 (activation_bytes); the residual stream and the tp and pipeline
-// messages in fp32; gradients, their workspaces and their dp reduction in train.grad_dtype
-// (= train.reduce_dtype).
+// Bytes per element of each kind of buffer and message under the config's precision (the
+// dtypes the modules use): bf16 parameters (and their dp all-gathers) with an fp32 master
+// copy; the residual stream and the tp and pipeline messages in fp32; gradients, their
+// workspaces and SP/embedding sums in train.grad_dtype; the dp reduction in
+// train.reduce_dtype.
 typedef struct {
     size_t param;  // parameters (and their dp all-gathers)
     size_t grad;   // gradient buffers, shards and bucket workspaces
     size_t master; // fp32 master weights: none in fp32 training
     size_t adam;   // m and v together
-    size_t act;    // activations, and the tp and pipeline messages that carry them
+    size_t act;    // the tp and pipeline messages that carry activations
     size_t reduce; // the dp reduction of the gradients
 } elem_sizes;
 
 static elem_sizes elem_sizes_of(const run_config *cfg) {
     const int bf16 = cfg->train.precision == DTYPE_BF16;
     return (elem_sizes){
-        .param = bf16 ? 2 : 4,
-        .grad = cfg->train.grad_dtype == DTYPE_BF16 ? 2 : 4,
+        .param = dtype_size(cfg->train.precision),
+        .grad = dtype_size(cfg->train.grad_dtype),
         .master = bf16 ? 4 : 0,
         .adam = 8,
         .act = 4,
-        .reduce = cfg->train.reduce_dtype == DTYPE_BF16 ? 2 : 4,
+        .reduce = dtype_size(cfg->train.reduce_dtype),
     };
 }
 
-// The sizes of one layout that every stage shares (model.h's model_dims).
+// One layout being planned.
 typedef struct {
     const run_config *cfg;
     const plan_device *dev;
     elem_sizes es;
-    int world, tp, pp, dp, v, zero, sp, recompute, m;
-    size_t B, T, C, N, Nl, NH_local, C_local, Vp_local;
+    int world, tp, pp, dp, v, zero, m, recompute;
 } layout;
 
-// A ZeRO bucket as optim.c's define_buckets and bucket_chunk make it.
+// What one stage holds: its parameter table (tp rank 0), its ZeRO layout (dp rank 0) and the
+// model's dims (the same on every tp and dp rank of the stage, and on every middle stage).
 typedef struct {
-    int first, count, layers, chunk, is_layer;
-    size_t begin, numel, padded, shard;
-} bucket;
-
-// What one stage holds: its parameter table and buckets (the same on every tp and dp rank
-// of the stage, and on every middle stage).
-typedef struct {
-    param_table pt;
-    bucket *buckets;
-    int n_buckets, chunks;
+    const param_table *pt;
+    zero_layout zl;
+    model_dims d;
 } stage_tables;
 
-static void stage_tables_build(stage_tables *st, const layout *lo, int pp_rank) {
-    params_build(&st->pt, lo->cfg, lo->tp, 0, pp_rank);
-    const param_table *pt = &st->pt;
-    const size_t dp = (size_t)lo->dp;
-    st->chunks = pt->pp == 1 ? 1 : pt->virtual_stages;
-    st->buckets = xcalloc((size_t)pt->n_entries, sizeof(bucket));
-    st->n_buckets = 0;
-    for (int i = 0; i < pt->n_entries;) {
-        bucket *b = &st->buckets[st->n_buckets++];
-        b->first = i;
-        b->count = optim_bucket_span(pt, i, lo->cfg->parallel.bucket_mb * 1048576.0, &b->layers);
-        b->begin = pt->entries[i].offset;
-        for (int k = i; k < i + b->count; k++) b->numel += (size_t)pt->entries[k].local_numel;
-        b->padded = (b->numel + dp - 1) / dp * dp;
-        b->shard = b->padded / dp;
-        const param_entry *e = &pt->entries[i];
-        b->is_layer = e->layer >= 0;
-        b->chunk = b->is_layer ? optim_layer_chunk(pt, e->layer)
-                   : e->layer == PARAM_LAYER_EMBED ? 0 : st->chunks - 1;
-        i += b->count;
-    }
-}
-
-static void stage_tables_free(stage_tables *st) {
-    params_free(&st->pt);
-    free(st->buckets);
-    memset(st, 0, sizeof *st);
-}
-
 // ---------------------------------------------------------------------------------------
-// Memory (train.c's run record, model.c's alloc_acts and alloc_scratch, optim.c's
-// optim_create, create_buckets and create_param_shards)
+// Memory: the specs the rank's model, ZeRO layer and optimizer carve.
 
-// The shard arrays' length (optim_state.arena_len): Adam state, master weights, and the
-// ZeRO-2/3 gradient and parameter shards.
-static size_t arena_len(const layout *lo, const stage_tables *st, size_t capacity) {
-    if (lo->zero == 0) return capacity;
-    if (lo->zero == 1) return capacity / (size_t)lo->dp;
-    size_t n = 0;
-    for (int k = 0; k < st->n_buckets; k++) n += st->buckets[k].shard;
-    return n;
+static void specs_memory(const run_config *cfg, const param_table *pt, const zero_layout *zl,
+                         int tp_rank, int pp_rank, int dp_rank, int n_slots, attn_state_kind attn,
+                         uint64_t mem[MEM_KIND_COUNT]) {
+    mem_specs s = {0};
+    const model_layout ml = config_model_layout(cfg, tp_rank, pp_rank, n_slots, attn);
+    const zero_config zc = config_zero_config(cfg, dp_rank);
+    model_buffers(&s, &cfg->model, &ml, pt, NULL);
+    zero_buffers(&s, &zc, zl, pt, NULL);
+    optim_buffers(&s, zl, zc.param_dtype, NULL);
+    mem_specs_totals(&s, mem);
+    mem_specs_free(&s);
 }
 
-// Every buffer is carved from the rank's arenas in whole granules (mempool.h): R(bytes).
-#define R(bytes) ((uint64_t)mem_round((size_t)(bytes)))
-
-// The wide activations of `layers` layers (ln1, ln2, qkv, atty, fch, fch_gelu), each its own
-// buffer, at `elem` bytes.
-static uint64_t wide_bytes(const layout *lo, uint64_t layers, uint64_t elem) {
-    const uint64_t N = lo->N, C = lo->C, Cl = lo->C_local;
-    return 2 * R(layers * N * C * elem) + R(layers * N * 3 * Cl * elem) + R(layers * N * Cl * elem) +
-           2 * R(layers * N * 4 * Cl * elem);
+void plan_rank_memory(const run_config *cfg, int tp_rank, int pp_rank, int dp_rank, int n_slots,
+                      attn_state_kind attn, uint64_t mem[MEM_KIND_COUNT]) {
+    param_table pt;
+    zero_layout zl;
+    const model_shard sh = config_model_shard(cfg, tp_rank, pp_rank);
+    params_build(&pt, &cfg->model, &sh);
+    const zero_config zc = config_zero_config(cfg, dp_rank);
+    zero_layout_build(&zl, &zc, &pt);
+    specs_memory(cfg, &pt, &zl, tp_rank, pp_rank, dp_rank, n_slots, attn, mem);
+    zero_layout_free(&zl);
+    params_free(&pt);
 }
 
-// One activation slot (alloc_acts), buffer by buffer: `layers` layers with everything the
-// backward reads (the wide activations at `wide_elem` bytes: 2 under bf16), or with layers 0
-// (a recompute slot) only each of the chunk's Lc layer inputs and its output; `head`: the
-// final LayerNorm, logits and loss buffers.
-static uint64_t slot_bytes(const layout *lo, int layers, int Lc, int head, uint64_t wide_elem) {
-    const uint64_t Nl = lo->Nl, C = lo->C, N = lo->N, a = lo->es.act, f = 4, L = (uint64_t)layers;
-    uint64_t att = lo->B * lo->NH_local * lo->T * (lo->dev->attn == PLAN_ATTN_PROBS ? lo->T : 1) * f;
-    uint64_t n = R(Nl * C * a) + 2 * R(N * sizeof(int)); // dres, inputs, targets
-    if (!layers) {
-        n += R(((uint64_t)Lc + 1) * Nl * C * a);
-    } else {
-        n += R((L + 1) * Nl * C * a) + R(L * Nl * C * a) // residual, residual2
-             + 4 * R(L * Nl * f) + R(L * att)          // LayerNorm statistics, attention state
-             + wide_bytes(lo, L, wide_elem);           // ln1, ln2, qkv, atty, fch, fch_gelu
-    }
-    if (head) // lnf, its statistics, logits, rowmax, sumexp, target logit, losses
-        n += R(N * C * a) + 2 * R(Nl * f) + R(N * lo->Vp_local * a) + 4 * R(N * f);
-    return n;
-}
-
-// Activations of a stage: the slots; with recompute the one-layer work activations (and
-// under bf16 the buffer activations are rounded through); under bf16 without recompute the
-// fp32 wide activations of the layer being computed (model.c's lean work).
-static uint64_t activation_bytes(const layout *lo, int n_slots, int Lc, int head) {
-    const int bf16 = lo->es.master != 0;
-    if (lo->recompute) {
-        uint64_t widest = lo->N * (lo->C > 4 * lo->C_local ? lo->C : 4 * lo->C_local);
-        return (uint64_t)n_slots * slot_bytes(lo, 0, Lc, head, 4) + slot_bytes(lo, 1, Lc, 0, 4) +
-               (bf16 ? R(widest * 2) : 0);
-    }
-    return (uint64_t)n_slots * slot_bytes(lo, Lc, Lc, head, bf16 ? 2 : 4) + (bf16 ? wide_bytes(lo, 1, 4) : 0);
-}
-
-// The arenas of one stage (tp rank 0, dp rank 0; every rank of a stage needs the same), each
-// the sum of the buffers model.c and optim.c carve from it.
 static void stage_memory(plan_stage *s, const layout *lo, const stage_tables *st) {
-    const param_table *pt = &st->pt;
-    const elem_sizes *es = &lo->es;
-    const size_t capacity = optim_capacity(lo->cfg, lo->dp, pt->local_numel);
-    const size_t arena = arena_len(lo, st, capacity);
-    const int Lc = params_chunk_layers(pt), head = s->pp_rank == lo->pp - 1;
-    uint64_t *mem = s->mem;
-    memset(mem, 0, sizeof s->mem);
-    s->rank_params = (int64_t)pt->local_numel;
-    mem[PLAN_MEM_PARAM] = R((lo->zero == 3 ? (arena ? arena : 1) : capacity) * es->param);
-    mem[PLAN_MEM_GRAD] = R(lo->zero < 2 ? capacity * es->grad : (arena ? arena : 1) * es->grad);
-    mem[PLAN_MEM_MASTER] = es->master ? R((arena ? arena : 1) * es->master) : 0;
-    mem[PLAN_MEM_ADAM] = 2 * R(arena * es->adam / 2); // m and v
-    mem[PLAN_MEM_ACTIVATION] = activation_bytes(lo, s->n_slots, Lc, head);
-    size_t widest = 1; // bf16 gradients: the widest piece or bucket shard, widened (optim.c)
-    if (lo->zero >= 2) { // one workspace all layer buckets share, one per other bucket, scratch
-        size_t layer_ws = 0, scratch = 0;
-        uint64_t others = 0;
-        for (int k = 0; k < st->n_buckets; k++) {
-            const bucket *b = &st->buckets[k];
-            if (b->is_layer) layer_ws = b->padded > layer_ws ? b->padded : layer_ws;
-            else others += R(b->padded * es->grad);
-            scratch = b->padded > scratch ? b->padded : scratch;
-            widest = b->shard > widest ? b->shard : widest;
-        }
-        // parallel.overlap: two layer workspaces, one filled while the other is reduced
-        const int n_layer_ws = lo->cfg->parallel.overlap ? 2 : 1;
-        mem[PLAN_MEM_GRAD_BUCKET] = (layer_ws ? n_layer_ws * R(layer_ws * es->grad) : 0) + others +
-                                    R(scratch * (es->grad > es->param ? es->grad : es->param));
-    } else { // pieces lie within entries: the widest entry
-        for (int i = 0; i < pt->n_entries; i++)
-            widest = (size_t)pt->entries[i].local_numel > widest ? (size_t)pt->entries[i].local_numel : widest;
-    }
-    // reduce_dtype other than grad_dtype: the reduction's buffer (a bucket, or at stage 1
-    // the whole buffer); then, or with bf16 gradients, the fp32 widening buffer.
-    const int mixed = es->reduce != es->grad && lo->dp > 1;
-    if (mixed) {
-        size_t n = lo->zero == 1 ? capacity : 1;
-        for (int k = 0; lo->zero != 1 && k < st->n_buckets; k++)
-            n = st->buckets[k].padded > n ? st->buckets[k].padded : n;
-        mem[PLAN_MEM_GRAD_BUCKET] += R(n * es->reduce);
-    }
-    if (es->grad == 2 || mixed) mem[PLAN_MEM_GRAD_BUCKET] += R(widest * sizeof(float));
-    if (lo->zero == 3) { // the largest chunk's buckets ("pass"), or every chunk's ("step")
-        size_t most = 0, all = 0;
-        for (int c = 0; c < st->chunks; c++) {
-            size_t n = 0;
-            for (int k = 0; k < st->n_buckets; k++)
-                if (st->buckets[k].chunk == c) n += st->buckets[k].padded;
-            most = n > most ? n : most;
-            all += n;
-        }
-        const int step = lo->cfg->parallel.zero3_gather == ZERO3_GATHER_STEP;
-        size_t ws = step ? all : most;
-        // "pass" with overlap: a second workspace, for the next pass's gathers
-        mem[PLAN_MEM_PARAM_GATHER] = (!step && lo->cfg->parallel.overlap ? 2 : 1) * R((ws ? ws : 1) * es->param);
-    }
-    const uint64_t N = lo->N, C = lo->C, a = lo->es.act; // dln, dqkv, datty, dfch, rows_full
-    mem[PLAN_MEM_SCRATCH] = R(N * C * a) + R(N * 3 * lo->C_local * a) + R(N * lo->C_local * a) +
-                            R(N * 4 * lo->C_local * a) + (lo->sp ? R(N * C * a) : 0) +
-                            (head ? R(sizeof(double)) : 0) + // the loss accumulator
-                            R(sizeof(double)); // the optimizer's gradient-norm accumulator
-    if (lo->es.master) // bf16: the fp32 staging of the parameters an op reads (model.c), and
-                       // the matmuls' bf16 operand buffer
-        mem[PLAN_MEM_SCRATCH] += R(params_stage_layout(pt, NULL, 0) * sizeof(float)) +
-                                 R(model_mm16_numel(N, C, lo->C_local, lo->Vp_local, head) * 2);
-    if (lo->es.grad == 2) // bf16 gradients: the fp32 staging the backward accumulates into
-        mem[PLAN_MEM_SCRATCH] += R(params_stage_layout(pt, NULL, 1) * sizeof(float));
+    s->rank_params = (int64_t)st->pt->local_numel;
+    specs_memory(lo->cfg, st->pt, &st->zl, 0, s->pp_rank, 0, s->n_slots, lo->dev->attn, s->mem);
     s->mem_total = 0;
-    for (int k = 0; k < PLAN_MEM_COUNT; k++) s->mem_total += mem[k];
+    for (int k = 0; k < MEM_KIND_COUNT; k++) s->mem_total += s->mem[k];
 }
 
 // ---------------------------------------------------------------------------------------
-// Communication: one training step of one rank, call by call (train.c's train_loop,
-// run_schedule and run_p2p_group; model.c's forward, backward and finish_grads; optim.c's
-// params_needed, bucket_ready, reduce_grads, grad_norm and step).
+// Communication: one training step of one rank, call by call (app/train.c's train_step;
+// parallel/executor.c; model_pass.c and model_layer.c; zero.c's grads_ready, pass_begin,
+// finish_grads and update; optim.c's grad_norm).
 
 typedef struct {
     const layout *lo;
     const stage_tables *st;
     plan_stage *s;
     int group_size[COMM_GROUP_COUNT];
-    int has_embed, has_head;
     int *gathered; // zero3_gather step: (chunks) gathered since the last update
     plan_phase phase;
 } rank_step;
 
-// comm_mpi.c and comm_self count nothing for a group of one.
+// The comm layer counts nothing for a group of one.
 static void count(rank_step *r, comm_group_id g, comm_op_id op, uint64_t bytes) {
     if (r->group_size[g] <= 1) return;
     r->s->comm.bytes[r->phase][g][op] += bytes;
     r->s->comm.calls[r->phase][g][op] += 1;
 }
 
-// tp_reduce_rows: an all-reduce of N*C, or under SP a reduce-scatter leaving Nl*C.
+// model_tp_reduce_rows: an all-reduce of N*C, or under SP a reduce-scatter leaving Nl*C.
 static void tp_reduce_rows(rank_step *r) {
-    const layout *lo = r->lo;
-    count(r, COMM_GROUP_TP, lo->sp ? COMM_OP_REDUCE_SCATTER : COMM_OP_ALL_REDUCE,
-          (uint64_t)lo->N * lo->C * lo->es.act);
+    const model_dims *d = &r->st->d;
+    count(r, COMM_GROUP_TP, d->sp ? COMM_OP_REDUCE_SCATTER : COMM_OP_ALL_REDUCE,
+          (uint64_t)d->N * d->C * r->lo->es.act);
 }
 
-// tp_gather_rows and dresidual_all_rows: SP's all-gather of every rank's Nl*C rows.
+// tp_gather_rows and model_dresidual_all_rows: SP's all-gather of every rank's Nl*C rows.
 static void tp_gather_rows(rank_step *r) {
-    const layout *lo = r->lo;
-    if (lo->sp) count(r, COMM_GROUP_TP, COMM_OP_ALL_GATHER, (uint64_t)lo->N * lo->C * lo->es.act);
+    const model_dims *d = &r->st->d;
+    if (d->sp) count(r, COMM_GROUP_TP, COMM_OP_ALL_GATHER, (uint64_t)d->N * d->C * r->lo->es.act);
 }
 
 static void layer_forward(rank_step *r) {
@@ -272,57 +141,61 @@ static void layer_backward(rank_step *r) {
     tp_reduce_rows(r); // d(ln1)
 }
 
-// optim_params_needed: ZeRO-3 gathers the chunk's buckets before each pass (or once a step).
-static void params_needed(rank_step *r, int chunk) {
+// zero_pass_begin: ZeRO-3 gathers the chunk's buckets before each pass (or once a step).
+static void pass_begin(rank_step *r, int chunk) {
     const layout *lo = r->lo;
-    if (lo->zero != 3 || r->gathered[chunk]) return;
+    const zero_layout *zl = &r->st->zl;
+    if (zl->stage != 3 || r->gathered[chunk]) return;
     r->gathered[chunk] = lo->cfg->parallel.zero3_gather == ZERO3_GATHER_STEP;
-    for (int k = 0; k < r->st->n_buckets; k++)
-        if (r->st->buckets[k].chunk == chunk)
-            count(r, COMM_GROUP_DP, COMM_OP_ALL_GATHER, r->st->buckets[k].padded * lo->es.param);
+    for (int k = 0; k < zl->n_buckets; k++)
+        if (zl->buckets[k].chunk == chunk)
+            count(r, COMM_GROUP_DP, COMM_OP_ALL_GATHER, zl->buckets[k].padded * lo->es.param);
 }
 
 static void forward(rank_step *r, int chunk) {
-    const layout *lo = r->lo;
-    params_needed(r, chunk);
-    if (r->has_embed && chunk == 0) tp_reduce_rows(r);
-    for (int i = 0; i < params_chunk_layers(&r->st->pt); i++) layer_forward(r);
-    if (!(r->has_head && chunk == r->st->chunks - 1)) return;
+    const model_dims *d = &r->st->d;
+    pass_begin(r, chunk);
+    if (d->has_embed && chunk == 0) tp_reduce_rows(r);
+    for (int i = 0; i < d->Lc; i++) layer_forward(r);
+    if (!(d->has_head && chunk == d->chunks - 1)) return;
     tp_gather_rows(r); // final LayerNorm
     for (int i = 0; i < 3; i++) // vocab-parallel cross-entropy: row max, sum of exp, target logit
-        count(r, COMM_GROUP_TP, COMM_OP_ALL_REDUCE, (uint64_t)lo->N * sizeof(float));
+        count(r, COMM_GROUP_TP, COMM_OP_ALL_REDUCE, (uint64_t)d->N * sizeof(float));
 }
 
-// The chunk's backward, and optim_bucket_ready for each bucket it finishes: ZeRO-0
+// The chunk's backward, and the store's grads_ready for each bucket it finishes: ZeRO-0
 // all-reduces a bucket after the step's last micro-batch, ZeRO-2/3 reduce-scatter it after
 // every micro-batch. A bucket of several layers is ready once, after its last layer.
 static void backward(rank_step *r, int chunk, int micro) {
     const layout *lo = r->lo;
-    params_needed(r, chunk);
-    if (r->has_head && chunk == r->st->chunks - 1) tp_reduce_rows(r); // d(final LayerNorm)
-    for (int i = 0; i < params_chunk_layers(&r->st->pt); i++) layer_backward(r);
-    if (r->has_embed && chunk == 0) tp_gather_rows(r);
-    if (!(lo->zero >= 2 || (lo->zero == 0 && lo->dp > 1))) return;
-    for (int k = 0; k < r->st->n_buckets; k++) {
-        const bucket *b = &r->st->buckets[k];
+    const model_dims *d = &r->st->d;
+    const zero_layout *zl = &r->st->zl;
+    pass_begin(r, chunk);
+    if (d->has_head && chunk == d->chunks - 1) tp_reduce_rows(r); // d(final LayerNorm)
+    for (int i = 0; i < d->Lc; i++) layer_backward(r);
+    if (d->has_embed && chunk == 0) tp_gather_rows(r);
+    if (!(zl->stage >= 2 || (zl->stage == 0 && lo->dp > 1))) return;
+    for (int k = 0; k < zl->n_buckets; k++) {
+        const zero_bucket *b = &zl->buckets[k];
         if (b->chunk != chunk) continue;
-        if (lo->zero == 0 && micro == lo->m - 1)
+        if (zl->stage == 0 && micro == lo->m - 1)
             count(r, COMM_GROUP_DP, COMM_OP_ALL_REDUCE, b->numel * lo->es.reduce);
-        else if (lo->zero >= 2)
+        else if (zl->stage >= 2)
             count(r, COMM_GROUP_DP, COMM_OP_REDUCE_SCATTER, b->padded * lo->es.reduce);
     }
 }
 
-// After the schedule: model_finish_grads, optim_reduce_grads, the loss and norm sums,
-// optim_step.
-static void step_end(rank_step *r, int dp_rank) {
+// After the schedule: the loss over pp (executor_take_loss), zero_finish_grads, the loss over
+// dp, optim_grad_norm, and zero_update_end's all-gathers.
+static void step_end(rank_step *r) {
     const layout *lo = r->lo;
-    const param_table *pt = &r->st->pt;
-    const size_t capacity = optim_capacity(lo->cfg, lo->dp, pt->local_numel);
+    const param_table *pt = r->st->pt;
+    const zero_layout *zl = &r->st->zl;
+    const model_dims *d = &r->st->d;
     r->phase = PLAN_PHASE_STEP_END;
     if (lo->pp > 1) count(r, COMM_GROUP_PP, COMM_OP_ALL_REDUCE, sizeof(double)); // the loss
-    if (lo->zero < 2) { // the model's full gradient buffer: SP's LayerNorms, the tied wte
-        for (int i = 0; lo->sp && i < pt->n_entries; i++)
+    if (zl->stage < 2) { // the full gradient buffer: SP's LayerNorms, the tied wte
+        for (int i = 0; d->sp && i < pt->n_entries; i++)
             if (pt->entries[i].layernorm)
                 count(r, COMM_GROUP_TP, COMM_OP_ALL_REDUCE,
                       (uint64_t)pt->entries[i].local_numel * lo->es.grad);
@@ -330,43 +203,35 @@ static void step_end(rank_step *r, int dp_rank) {
             count(r, COMM_GROUP_EMBED, COMM_OP_ALL_REDUCE,
                   (uint64_t)pt->entries[pt->wte].local_numel * lo->es.grad);
     }
-    if (lo->zero == 1)
-        count(r, COMM_GROUP_DP, COMM_OP_REDUCE_SCATTER, capacity * lo->es.reduce);
-    for (int k = 0; lo->zero >= 2 && k < r->st->n_buckets; k++) { // the same sums on this rank's pieces
-        const bucket *b = &r->st->buckets[k];
-        const size_t own = b->begin + (size_t)dp_rank * b->shard, own_end = own + b->shard;
-        for (int i = b->first; i < b->first + b->count; i++) {
-            const param_entry *e = &pt->entries[i];
-            size_t lo_ = e->offset > own ? e->offset : own;
-            size_t end = e->offset + (size_t)e->local_numel, hi = end < own_end ? end : own_end;
-            if (lo_ >= hi) continue;
-            if (lo->sp && e->layernorm)
-                count(r, COMM_GROUP_TP, COMM_OP_ALL_REDUCE, (hi - lo_) * lo->es.grad);
-            if (lo->pp > 1 && i == pt->wte)
-                count(r, COMM_GROUP_EMBED, COMM_OP_ALL_REDUCE, (hi - lo_) * lo->es.grad);
-        }
+    if (zl->stage == 1) count(r, COMM_GROUP_DP, COMM_OP_REDUCE_SCATTER, zl->capacity * lo->es.reduce);
+    for (int p = 0; zl->stage >= 2 && p < zl->n_pieces; p++) { // the same sums on the pieces
+        const zero_piece *pc = &zl->pieces[p];
+        const param_entry *e = &pt->entries[pc->entry];
+        if (d->sp && e->layernorm)
+            count(r, COMM_GROUP_TP, COMM_OP_ALL_REDUCE, (pc->hi - pc->lo) * lo->es.grad);
+        if (lo->pp > 1 && pc->entry == pt->wte)
+            count(r, COMM_GROUP_EMBED, COMM_OP_ALL_REDUCE, (pc->hi - pc->lo) * lo->es.grad);
     }
     count(r, COMM_GROUP_DP, COMM_OP_ALL_REDUCE, sizeof(double)); // the loss
-    if (lo->zero) count(r, COMM_GROUP_DP, COMM_OP_ALL_REDUCE, sizeof(double)); // norm over shards
+    if (zl->stage) count(r, COMM_GROUP_DP, COMM_OP_ALL_REDUCE, sizeof(double)); // norm over shards
     count(r, COMM_GROUP_MP, COMM_OP_ALL_REDUCE, sizeof(double));                // norm over tp x pp
-    if (lo->zero == 1) count(r, COMM_GROUP_DP, COMM_OP_ALL_GATHER, capacity * lo->es.param);
-    for (int k = 0; lo->zero == 2 && k < r->st->n_buckets; k++)
-        count(r, COMM_GROUP_DP, COMM_OP_ALL_GATHER, r->st->buckets[k].padded * lo->es.param);
+    if (zl->stage == 1) count(r, COMM_GROUP_DP, COMM_OP_ALL_GATHER, zl->capacity * lo->es.param);
+    for (int k = 0; zl->stage == 2 && k < zl->n_buckets; k++)
+        count(r, COMM_GROUP_DP, COMM_OP_ALL_GATHER, zl->buckets[k].padded * lo->es.param);
 }
 
 static void stage_comm(plan_stage *s, const layout *lo, const stage_tables *st,
                        const sched_table *sched) {
     rank_step r = {.lo = lo, .st = st, .s = s, .phase = PLAN_PHASE_SCHEDULE};
     const int first = s->pp_rank == 0, last = s->pp_rank == lo->pp - 1;
-    r.has_embed = first, r.has_head = last;
     r.group_size[COMM_GROUP_TP] = lo->tp;
     r.group_size[COMM_GROUP_DP] = lo->dp;
     r.group_size[COMM_GROUP_PP] = lo->pp;
     r.group_size[COMM_GROUP_EMBED] = lo->pp > 1 && (first || last) ? 2 : 1;
     r.group_size[COMM_GROUP_MP] = lo->tp * lo->pp;
     r.group_size[COMM_GROUP_WORLD] = lo->world;
-    r.gathered = xcalloc((size_t)st->chunks, sizeof(int));
-    const uint64_t message = (uint64_t)lo->Nl * lo->C * lo->es.act; // a chunk's input or d(input)
+    r.gathered = xcalloc((size_t)st->zl.chunks, sizeof(int));
+    const uint64_t message = (uint64_t)st->d.N_local * st->d.C * lo->es.act; // a chunk's input or d(input)
     for (int i = 0; i < sched->n_actions; i++) {
         const sched_action *a = &sched->actions[i];
         switch (a->kind) {
@@ -378,7 +243,7 @@ static void stage_comm(plan_stage *s, const layout *lo, const stage_tables *st,
         case SCHED_ACTION_RECV_GRAD: count(&r, COMM_GROUP_PP, COMM_OP_RECV, message); break;
         }
     }
-    step_end(&r, 0);
+    step_end(&r);
     free(r.gathered);
 }
 
@@ -452,10 +317,11 @@ static double matmul_s_per_flop(const plan_device *d, double rate, double dim) {
 static void stage_time(plan_stage *s, const layout *lo, const stage_tables *st, double rate) {
     const run_config *cfg = lo->cfg;
     const plan_device *d = lo->dev;
-    const double C = (double)lo->C, T = (double)lo->T, N = (double)lo->N, tp = lo->tp;
-    const double Cl = (double)lo->C_local, Vpl = (double)lo->Vp_local;
-    const double layers = (double)params_chunk_layers(&st->pt) * st->chunks;
-    const double tokens = (double)lo->m * (double)lo->B * T;
+    const model_dims *md = &st->d;
+    const double C = (double)md->C, T = (double)md->T, N = (double)md->N, tp = lo->tp;
+    const double Cl = (double)md->C_local, Vpl = (double)md->Vp_local;
+    const double layers = (double)md->Lc * md->chunks;
+    const double tokens = (double)lo->m * (double)md->B * T;
     const double rows = N < C ? N : C; // a matmul's smallest dimension: rows, C, or C/tp
 #define MIN_DIM(x) ((x) < rows ? (x) : rows)
     const double layer_s = (18 * C * C * matmul_s_per_flop(d, rate, MIN_DIM(3 * Cl)) +
@@ -477,21 +343,22 @@ static void stage_time(plan_stage *s, const layout *lo, const stage_tables *st, 
     const elem_sizes *es = &lo->es;
     const double per_elem = 2.0 * es->adam + es->grad + 2.0 * (es->master ? es->master : es->param) +
                             (es->master ? es->param : 0);
-    const double elems = (double)s->mem[PLAN_MEM_ADAM] / es->adam;
+    const double elems = (double)s->mem[MEM_ADAM] / es->adam;
     s->t_optimizer = elems * per_elem / d->mem_bw;
 }
 
 // ---------------------------------------------------------------------------------------
 
 // What plan_compute builds, kept for the next layout that shares it (plan_search walks
-// layouts so that consecutive ones do): the stage tables depend on the model, tp, pp, v, dp
-// and bucket_mb; the schedules on (schedule, pp, v, m).
+// layouts so that consecutive ones do): the parameter tables of the first, middle and last
+// stage depend on the model, tp, pp and v; the schedules on (schedule, pp, v, m). The ZeRO
+// layouts and the model's dims, cheap beside them, are built for each layout.
 struct plan_cache {
-    double table_key[11];
-    stage_tables kinds[3]; // first, middle, last stage
+    double table_key[9];
+    param_table kinds[3]; // first, middle, last stage
     int built[3];
     int sched_key[4];
-    sched_table *scheds;   // (n_scheds) one per pipeline rank
+    sched_table *scheds;  // (n_scheds) one per pipeline rank
     int n_scheds;
 };
 
@@ -499,7 +366,7 @@ plan_cache *plan_cache_create(void) { return xcalloc(1, sizeof(plan_cache)); }
 
 static void cache_drop_tables(plan_cache *c) {
     for (int k = 0; k < 3; k++)
-        if (c->built[k]) stage_tables_free(&c->kinds[k]), c->built[k] = 0;
+        if (c->built[k]) params_free(&c->kinds[k]), c->built[k] = 0;
 }
 
 static void cache_drop_scheds(plan_cache *c) {
@@ -516,18 +383,25 @@ void plan_cache_free(plan_cache *c) {
     free(c);
 }
 
-// The tables of stage kind `kind` (0 first, 1 middle, 2 last) of pipeline rank r.
-static const stage_tables *cached_tables(plan_cache *c, const layout *lo, int r) {
+// The stage kind (0 first, 1 middle, 2 last) of pipeline rank r.
+static int stage_kind(const layout *lo, int r) { return r == 0 ? 0 : r == lo->pp - 1 ? 2 : 1; }
+
+// The parameter table of pipeline rank r's kind (tp rank 0).
+static const param_table *cached_table(plan_cache *c, const layout *lo, int r) {
     const run_config *cfg = lo->cfg;
-    const double key[11] = {cfg->model.n_layer, cfg->model.n_head, cfg->model.d_model,
-                            cfg->model.seq_len, cfg->model.vocab_size, cfg->model.vocab_pad_to,
-                            lo->tp, lo->pp, lo->v, lo->dp, cfg->parallel.bucket_mb};
+    const double key[9] = {cfg->model.n_layer, cfg->model.n_head, cfg->model.d_model,
+                           cfg->model.seq_len, cfg->model.vocab_size, cfg->model.vocab_pad_to,
+                           lo->tp, lo->pp, lo->v};
     if (memcmp(key, c->table_key, sizeof key)) {
         cache_drop_tables(c);
         memcpy(c->table_key, key, sizeof key);
     }
-    const int kind = r == 0 ? 0 : r == lo->pp - 1 ? 2 : 1;
-    if (!c->built[kind]) stage_tables_build(&c->kinds[kind], lo, r), c->built[kind] = 1;
+    const int kind = stage_kind(lo, r);
+    if (!c->built[kind]) {
+        const model_shard sh = config_model_shard(cfg, 0, r);
+        params_build(&c->kinds[kind], &cfg->model, &sh);
+        c->built[kind] = 1;
+    }
     return &c->kinds[kind];
 }
 
@@ -541,6 +415,17 @@ static tri_status cached_scheds(plan_cache *c, const layout *lo) {
                               lo->m, c->n_scheds));
     memcpy(c->sched_key, key, sizeof key);
     return TRI_OK;
+}
+
+// The tables of every stage kind for this layout: the cached parameter table, the ZeRO layout
+// of dp rank 0 and the model's dims.
+static void stage_tables_build(stage_tables *st, plan_cache *c, const layout *lo, int r) {
+    const run_config *cfg = lo->cfg;
+    st->pt = cached_table(c, lo, r);
+    const zero_config zc = config_zero_config(cfg, 0);
+    zero_layout_build(&st->zl, &zc, st->pt);
+    const model_layout ml = config_model_layout(cfg, 0, r, 1, lo->dev->attn);
+    st->d = model_dims_of(&cfg->model, &ml);
 }
 
 tri_status plan_compute(plan_result *p, const run_config *cfg, const plan_device *dev) {
@@ -558,14 +443,8 @@ tri_status plan_compute_cached(plan_result *p, const run_config *cfg, const plan
     layout lo = {.cfg = cfg, .dev = dev, .es = elem_sizes_of(cfg), .world = tp * pp * dp,
                  .tp = tp, .pp = pp, .dp = dp, .v = cfg->parallel.virtual_stages,
                  .zero = dp > 1 ? cfg->parallel.zero : 0,
-                 .sp = cfg->parallel.sequence_parallel && tp > 1,
                  .recompute = cfg->parallel.recompute == RECOMPUTE_FULL,
                  .m = config_micro_batches(cfg)};
-    lo.B = (size_t)cfg->train.micro_batch, lo.T = (size_t)cfg->model.seq_len;
-    lo.C = (size_t)cfg->model.d_model, lo.N = lo.B * lo.T;
-    lo.Nl = lo.sp ? lo.N / (size_t)tp : lo.N;
-    lo.NH_local = (size_t)(cfg->model.n_head / tp), lo.C_local = lo.C / (size_t)tp;
-    lo.Vp_local = (size_t)(config_padded_vocab(cfg) / tp);
     TRI_CHECK(cached_scheds(cache, &lo));
 
     p->dev = *dev;
@@ -577,12 +456,16 @@ tri_status plan_compute_cached(plan_result *p, const run_config *cfg, const plan
     p->peak_flops = cfg->train.precision == DTYPE_BF16 ? dev->peak_bf16 : dev->peak_fp32;
     p->usable_bytes = dev->mem_bytes - dev->reserve_bytes;
     p->stages = xcalloc((size_t)pp, sizeof(plan_stage));
+    // First, middle and last stages differ; every middle stage holds the same sizes.
+    stage_tables kinds[3];
+    int built[3] = {0, 0, 0};
     double t_micro = 0;
     for (int r = 0; r < pp; r++) {
-        // First, middle and last stages differ; every middle stage holds the same sizes.
-        const stage_tables *st = cached_tables(cache, &lo, r);
+        const int kind = stage_kind(&lo, r);
+        if (!built[kind]) stage_tables_build(&kinds[kind], cache, &lo, r), built[kind] = 1;
+        const stage_tables *st = &kinds[kind];
         plan_stage *s = &p->stages[r];
-        p->n_params = st->pt.global_numel;
+        p->n_params = st->pt->global_numel;
         s->pp_rank = r;
         s->n_slots = cache->scheds[r].max_in_flight;
         stage_memory(s, &lo, st);
@@ -595,6 +478,8 @@ tri_status plan_compute_cached(plan_result *p, const run_config *cfg, const plan
         if (s->t_optimizer > p->t_optimizer) p->t_optimizer = s->t_optimizer;
         if (s->mem_total > p->stages[p->worst_stage].mem_total) p->worst_stage = r;
     }
+    for (int k = 0; k < 3; k++)
+        if (built[k]) zero_layout_free(&kinds[k].zl);
     p->fits = (double)p->stages[p->worst_stage].mem_total <= p->usable_bytes;
     // The schedule: m micro-batches plus the fill and drain, (pp-1)/v of the slowest stage's.
     p->t_schedule = t_micro * (lo.m + (double)(pp - 1) / lo.v);
@@ -610,8 +495,8 @@ void plan_free(plan_result *p) {
 }
 
 uint64_t plan_model_state_bytes(const plan_stage *s) {
-    return s->mem[PLAN_MEM_PARAM] + s->mem[PLAN_MEM_GRAD] + s->mem[PLAN_MEM_MASTER] +
-           s->mem[PLAN_MEM_ADAM];
+    return s->mem[MEM_PARAM] + s->mem[MEM_GRAD] + s->mem[MEM_MASTER] +
+           s->mem[MEM_ADAM];
 }
 
 uint64_t plan_group_bytes(const plan_stage *s, comm_group_id g) {
@@ -619,11 +504,4 @@ uint64_t plan_group_bytes(const plan_stage *s, comm_group_id g) {
     for (int ph = 0; ph < PLAN_PHASE_COUNT; ph++)
         for (int op = 0; op < COMM_OP_COUNT; op++) n += s->comm.bytes[ph][g][op];
     return n;
-}
-
-const char *plan_mem_name(plan_mem_kind k) {
-    static const char *names[PLAN_MEM_COUNT] = {
-        "param_bytes", "grad_bytes", "master_bytes", "adam_bytes", "activation_bytes",
-        "grad_bucket_bytes", "param_gather_bytes", "scratch_bytes"};
-    return (unsigned)k < PLAN_MEM_COUNT ? names[k] : "?";
 }

@@ -8,21 +8,19 @@
 //     receive buffer, send and recv their message; a group of one counts nothing);
 //   - the pipeline bubble, the model FLOPs per token, and from a device table a predicted step
 //     time, tokens/s and MFU, with every assumption written out.
-// The sizes are derived from the parameter table (params.h), the schedule's in-flight bound
-// (sched.h) and optim_capacity (optim.h), following model.c, optim.c and train.c; the
-// counting follows the order of calls in a training step (train.c's train_loop).
+// Memory is the sum of the buffer specs that the model, the ZeRO layer and the optimizer
+// carve (model_buffers, zero_buffers, optim_buffers): the planner has no sizing code of its
+// own. Communication follows the order of calls in a training step (app/train.c's
+// train_step, the executor, model_pass.c and model_layer.c, zero.c, optim.c), with the sizes
+// of the model's dims and the ZeRO layer's buckets.
 // tests/test_plan.sh checks every memory field and the comm bytes against real runs.
 #pragma once
 #include "comm/comm.h"
+#include "compute/mempool.h"
 #include "base/common.h"
 #include "config/config.h"
 
 // ---- devices ----
-
-// How the backend keeps a layer's attention state for the backward (backend.h's
-// attention_state_bytes): the softmax probabilities (B, NH/tp, T, T) floats (the CPU
-// backend), or their row statistics (B, NH/tp, T) floats (the CUDA backend's flash-style kernel).
-typedef enum { PLAN_ATTN_PROBS = 0, PLAN_ATTN_ROWSTATS = 1 } plan_attn_state;
 
 typedef struct {
     const char *name;        // what --device takes: "h100", "h200", "a100", "cpu"
@@ -38,7 +36,7 @@ typedef struct {
     double latency_intra, latency_inter; // seconds per collective call
     double efficiency;       // achieved fraction of peak by a large matmul (and attention)
     double gemm_half;        // a matmul whose smallest dimension is this runs at half of that
-    plan_attn_state attn;
+    attn_state_kind attn;    // how the device's backend keeps attention state (backend.h)
 } plan_device;
 
 // Fills *dev with device `name` (case-insensitive). The CPU's memory, cores and hence ranks
@@ -52,18 +50,6 @@ const char *plan_device_names(void);
 
 // ---- the plan of one layout ----
 
-typedef enum {
-    PLAN_MEM_PARAM = 0,    // parameters (ZeRO-3: this rank's shards)
-    PLAN_MEM_GRAD,         // gradient buffer, or ZeRO-2/3's gradient shards
-    PLAN_MEM_MASTER,       // fp32 master weights (bf16 training; fp32: the parameters are)
-    PLAN_MEM_ADAM,         // Adam m and v
-    PLAN_MEM_ACTIVATION,   // activation slots of the micro-batches in flight (+ recompute's layer)
-    PLAN_MEM_GRAD_BUCKET,  // ZeRO-2/3 gradient bucket workspaces and scratch
-    PLAN_MEM_PARAM_GATHER, // ZeRO-3 gathered-parameter workspace
-    PLAN_MEM_SCRATCH,      // the model's backward scratch (not in the run record)
-    PLAN_MEM_COUNT
-} plan_mem_kind;
-#define PLAN_MEM_RECORDED PLAN_MEM_SCRATCH // kinds [0, this) are the run record's fields
 
 // Where a step spends its communication: inside the schedule (per micro-batch: tp, p2p,
 // ZeRO bucket reductions and gathers) or after it (the rest of the dp reduction, norms,
@@ -80,7 +66,7 @@ typedef struct {
     int pp_rank;
     int64_t rank_params;     // parameters held (table.local_numel)
     int n_slots;             // activation slots (the schedule's in-flight bound)
-    uint64_t mem[PLAN_MEM_COUNT];
+    uint64_t mem[MEM_KIND_COUNT];
     uint64_t mem_total;
     plan_comm comm;
     double model_flops;      // model FLOPs of this rank per step (fwd + bwd, its tp share)
@@ -119,12 +105,18 @@ void plan_cache_free(plan_cache *c);
 tri_status plan_compute_cached(plan_result *p, const run_config *cfg, const plan_device *dev,
                                plan_cache *cache);
 
+// The arenas of the rank at (tp_rank, pp_rank, dp_rank) of `cfg` (resolved) with n_slots
+// activation slots, on a backend whose attention keeps `attn`: the sums of model_buffers,
+// zero_buffers and optim_buffers, byte for byte what that rank's model, ZeRO layer and
+// optimizer carve (the trainer sizes its arenas with it).
+void plan_rank_memory(const run_config *cfg, int tp_rank, int pp_rank, int dp_rank, int n_slots,
+                      attn_state_kind attn, uint64_t mem[MEM_KIND_COUNT]);
+
 // Model state of a stage: param + grad + master + adam bytes.
 uint64_t plan_model_state_bytes(const plan_stage *s);
 // Bytes a stage moves in group g in one step (all phases and collectives): what the step
 // lines' comm_bytes report for rank 0.
 uint64_t plan_group_bytes(const plan_stage *s, comm_group_id g);
-const char *plan_mem_name(plan_mem_kind k); // "param_bytes", ...
 // Model FLOPs per token of a training step, as train.c reports it (flops_per_token).
 double plan_flops_per_token(const run_config *cfg);
 

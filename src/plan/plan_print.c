@@ -60,7 +60,7 @@ static int assumptions(const plan_result *p, const run_config *cfg, char out[][3
     snprintf(out[n++], 320, "AdamW streams its state, gradients and weights at %s/s",
              fmt_bytes(a, sizeof a, d->mem_bw));
     snprintf(out[n++], 320, "attention keeps %s per layer for the backward",
-             d->attn == PLAN_ATTN_PROBS ? "the softmax probabilities, B x NH/tp x T x T floats "
+             d->attn == ATTN_STATE_PROBS ? "the softmax probabilities, B x NH/tp x T x T floats "
                                           "(the CPU backend)"
                                         : "the softmax row statistics, B x NH/tp x T floats "
                                           "(the CUDA backend's flash-style kernel)");
@@ -80,13 +80,13 @@ static int assumptions(const plan_result *p, const run_config *cfg, char out[][3
 }
 
 static void print_memory_kinds(const plan_stage *s, FILE *f) {
-    static const char *what[PLAN_MEM_COUNT] = {
+    static const char *what[MEM_KIND_COUNT] = {
         "parameters", "gradients", "fp32 master weights", "Adam m and v",
         "activation slots", "ZeRO-2/3 gradient buckets", "ZeRO-3 gathered parameters",
         "backward scratch (not in the run record)"};
     char b[32];
-    for (int k = 0; k < PLAN_MEM_COUNT; k++)
-        fprintf(f, "  %-20s %10s %16llu  %s\n", plan_mem_name((plan_mem_kind)k),
+    for (int k = 0; k < MEM_KIND_COUNT; k++)
+        fprintf(f, "  %-20s %10s %16llu  %s\n", mem_kind_name((mem_kind)k),
                 fmt_bytes(b, sizeof b, (double)s->mem[k]), (unsigned long long)s->mem[k], what[k]);
     fprintf(f, "  %-20s %10s %16llu\n", "total", fmt_bytes(b, sizeof b, (double)s->mem_total),
             (unsigned long long)s->mem_total);
@@ -107,14 +107,14 @@ static void print_stages(const plan_result *p, FILE *f) {
         char name[24], act[40];
         if (end - r > 1) snprintf(name, sizeof name, "%d-%d", r, end - 1);
         else snprintf(name, sizeof name, "%d", r);
-        snprintf(act, sizeof act, "%s (%d)", fmt_bytes(c, sizeof c, (double)s->mem[PLAN_MEM_ACTIVATION]),
+        snprintf(act, sizeof act, "%s (%d)", fmt_bytes(c, sizeof c, (double)s->mem[MEM_ACTIVATION]),
                  s->n_slots);
         fprintf(f, "  %-9s %10s %11s %21s %12s %11s %10s\n", name,
                 fmt_count(a, sizeof a, (double)s->rank_params),
                 fmt_bytes(b, sizeof b, (double)plan_model_state_bytes(s)), act,
                 fmt_bytes(d, sizeof d,
-                          (double)(s->mem[PLAN_MEM_GRAD_BUCKET] + s->mem[PLAN_MEM_PARAM_GATHER])),
-                fmt_bytes(e, sizeof e, (double)s->mem[PLAN_MEM_SCRATCH]),
+                          (double)(s->mem[MEM_GRAD_BUCKET] + s->mem[MEM_PARAM_GATHER])),
+                fmt_bytes(e, sizeof e, (double)s->mem[MEM_SCRATCH]),
                 fmt_bytes(c, sizeof c, (double)s->mem_total));
         r = end;
     }
@@ -221,7 +221,7 @@ static void json_double(FILE *f, const char *key, double x) {
 static void json_memory(FILE *f, const plan_stage *s, int kinds) {
     fputc('{', f);
     for (int k = 0; k < kinds; k++)
-        fprintf(f, "%s\"%s\":%llu", k ? "," : "", plan_mem_name((plan_mem_kind)k),
+        fprintf(f, "%s\"%s\":%llu", k ? "," : "", mem_kind_name((mem_kind)k),
                 (unsigned long long)s->mem[k]);
     fputc('}', f);
 }
@@ -268,9 +268,9 @@ void plan_print_json(const plan_result *p, const run_config *cfg, FILE *f) {
             "\"micro_batches\":%d,\"n_params\":%lld,\"rank_params\":%lld,\"memory\":",
             p->tp, p->pp, p->dp, p->zero, p->micro_batches, (long long)p->n_params,
             (long long)s0->rank_params);
-    json_memory(f, s0, PLAN_MEM_RECORDED);
+    json_memory(f, s0, MEM_RECORDED);
     fprintf(f, ",\"scratch_bytes\":%llu,\"total_bytes\":%llu,\"comm_bytes\":",
-            (unsigned long long)s0->mem[PLAN_MEM_SCRATCH], (unsigned long long)s0->mem_total);
+            (unsigned long long)s0->mem[MEM_SCRATCH], (unsigned long long)s0->mem_total);
     json_comm_bytes(f, s0);
     fprintf(f, ",\"comm\":");
     json_comm(f, s0);
@@ -279,7 +279,7 @@ void plan_print_json(const plan_result *p, const run_config *cfg, FILE *f) {
         const plan_stage *s = &p->stages[r];
         fprintf(f, "%s{\"pp_rank\":%d,\"rank_params\":%lld,\"slots\":%d,\"memory\":", r ? "," : "",
                 r, (long long)s->rank_params, s->n_slots);
-        json_memory(f, s, PLAN_MEM_COUNT);
+        json_memory(f, s, MEM_KIND_COUNT);
         fprintf(f, ",\"total_bytes\":%llu,\"comm_bytes\":", (unsigned long long)s->mem_total);
         json_comm_bytes(f, s);
         fprintf(f, ",\"comm\":");

@@ -1,0 +1,238 @@
+// trainer.c: setting up one process's training state (trainer_internal.h) from a run
+// config: the compute and comm backends of the mesh, the data, the schedule tables, the
+// rank's arenas (sized by the same buffer specs that the model, the ZeRO layer and the
+// optimizer carve), the initial parameters, a resumed checkpoint and the run record.
+#include "app/trainer_internal.h"
+
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm/comm_mpi.h"
+#include "comm/comm_staged.h"
+#include "comm/nccl_api.h"
+#include "compute/backend_select.h"
+#include "config/config_layout.h"
+#include "io/model_init.h"
+#include "plan/plan.h"
+
+// The backend's practical matmul rate, measured once (about 0.1 s) as the MFU denominator
+// on the CPU, where no datasheet peak applies.
+static double measure_matmul_rate(backend *be) {
+    const int N = 512, K = 768, M = 768;
+    float *a = be->alloc(be, (size_t)N * K * 4), *w = be->alloc(be, (size_t)M * K * 4);
+    float *o = be->alloc(be, (size_t)N * M * 4);
+    if (!a || !w || !o) return 0.0;
+    be->matmul_fwd(be, o, a, w, NULL, N, K, M); // warm-up
+    be->synchronize(be);
+    // The best of several short windows: interference only ever lowers a measurement.
+    double best = 0.0;
+    for (int window = 0; window < 5; window++) {
+        int reps = 0;
+        double t0 = time_now_s(), t;
+        do {
+            be->matmul_fwd(be, o, a, w, NULL, N, K, M);
+            be->synchronize(be);
+            reps++;
+            t = time_now_s() - t0;
+        } while (t < 0.03);
+        double rate = 2.0 * N * K * M * reps / t;
+        if (rate > best) best = rate;
+    }
+    be->free(be, a), be->free(be, w), be->free(be, o);
+    return best;
+}
+
+static tri_status open_data(trainer *tr) {
+    run_config *cfg = tr->cfg;
+    const int T = cfg->model.seq_len, V = cfg->model.vocab_size;
+    TRI_CHECK(data_open(&tr->train, cfg->data.train, T, V, cfg->train.global_batch, "data.train"));
+    if (cfg->data.eval_every > 0)
+        TRI_CHECK(data_open(&tr->val, cfg->data.val, T, V, cfg->train.global_batch, "data.val"));
+    return TRI_OK;
+}
+
+static void synchronize_backend(void *be) { ((backend *)be)->synchronize(be); }
+
+// The comm backend of the mesh: a world of one needs none; MPI moves host memory (a host
+// backend's, or a device backend's staged through the host), NCCL device memory (what
+// system.comm auto picks for a device backend).
+static tri_status create_comm(trainer *tr) {
+    const run_config *cfg = tr->cfg;
+    if (tr->li->world == 1) return comm_self_create(&tr->cm);
+    const int device = tr->be->device_memory;
+    if (cfg->system.comm == COMM_NCCL && !device) {
+        LOG_ERROR("system.comm: nccl moves GPU memory, but this run computes on the %s backend; "
+                  "use mpi (or auto)", tr->be->name);
+        return TRI_ERR_CONFIG;
+    }
+    if (device && cfg->system.comm != COMM_MPI) {
+        TRI_CHECK(comm_nccl_create(&tr->cm, cfg, tr->li, cfg->system.comm_timeout_s));
+        // NCCL runs on streams of its own: the backend's stream must have written a buffer
+        // before a collective reads it, which events on that stream order without blocking
+        // the host (inputs_ready, a host synchronize, where the backend has no stream).
+        tr->cm->compute_stream = tr->be->stream;
+        tr->cm->inputs_ready = synchronize_backend;
+        tr->cm->inputs_ready_ctx = tr->be;
+        return TRI_OK;
+    }
+    TRI_CHECK(comm_mpi_create(&tr->cm, cfg, tr->li, cfg->system.comm_timeout_s));
+    // MPI moves host memory: with a device backend (several ranks sharing a GPU, which NCCL
+    // refuses) every call is staged through host buffers. TRIDENT_COMM_STAGED=1 does it on
+    // the CPU path too, for the tests.
+    const char *force = getenv("TRIDENT_COMM_STAGED");
+    if (device || (force && !strcmp(force, "1"))) {
+        comm *staged;
+        TRI_CHECK(comm_staged_create(&staged, tr->cm, tr->be));
+        tr->cm = staged;
+    }
+    return TRI_OK;
+}
+
+ckpt_state trainer_checkpoint_view(trainer *tr) {
+    return (ckpt_state){.cfg = tr->cfg, .pt = &tr->model.table, .zero = tr->zero,
+                        .optim = tr->optim, .be = tr->be, .cm = tr->cm, .rank = tr->li->rank,
+                        .world = tr->li->world, .tp_rank = tr->coord.tp};
+}
+
+// Resumes per checkpoint.resume (before anything is written), and prepares the writer.
+static tri_status open_checkpoints(trainer *tr) {
+    const run_config *cfg = tr->cfg;
+    char path[4096];
+    int mute = log_mute_if_not_rank0();
+    tri_status rc = ckpt_resolve_resume(cfg, path, sizeof path);
+    log_unmute(mute);
+    TRI_CHECK(rc);
+    ckpt_state view = trainer_checkpoint_view(tr);
+    if (path[0]) {
+        TRI_CHECK(ckpt_load(path, &view, &tr->start));
+        tr->resumed = 1;
+    } else if (cfg->checkpoint.dir && !strcmp(cfg->checkpoint.resume, "auto")) {
+        LOG_INFO("no checkpoint in %s: starting from step 0", cfg->checkpoint.dir);
+    }
+    if (cfg->checkpoint.dir) TRI_CHECK(ckpt_writer_create(&tr->ckpt, &view));
+    return TRI_OK;
+}
+
+// The model, the ZeRO layer holding its parameters and gradients, and the optimizer, each
+// carving its buffers from the rank's arenas; the arenas are the sums of the same specs
+// (plan_rank_memory), so every arena is used whole (memory_json checks it).
+static tri_status create_model(trainer *tr) {
+    run_config *cfg = tr->cfg;
+    const int n_slots = tr->sched.max_in_flight;
+    uint64_t arenas[MEM_KIND_COUNT];
+    plan_rank_memory(cfg, tr->coord.tp, tr->coord.pp, tr->dp_rank, n_slots, tr->be->attn_state, arenas);
+    TRI_CHECK(mem_pool_create(&tr->pool, tr->be, arenas));
+    const model_layout ml = config_model_layout(cfg, tr->coord.tp, tr->coord.pp, n_slots, tr->be->attn_state);
+    TRI_CHECK(model_create(&tr->model, &cfg->model, &ml, tr->be, tr->cm, &tr->pool));
+    float *host = xmalloc(tr->model.table.local_numel * sizeof(float) + 1);
+    tri_status rc = model_init_params(cfg, &tr->model.table, host);
+    if (rc != TRI_OK) {
+        free(host);
+        return rc;
+    }
+    const zero_config zc = config_zero_config(cfg, tr->dp_rank);
+    rc = zero_create(&tr->zero, &zc, &tr->model, host, tr->be, tr->cm, &tr->pool);
+    free(host);
+    TRI_CHECK(rc);
+    TRI_CHECK(optim_create(&tr->optim, &cfg->optim, cfg->train.grad_clip, tr->zero, tr->be, tr->cm, &tr->pool));
+    executor_init(&tr->exec, &tr->model, tr->zero, tr->cm, cfg->parallel.overlap);
+    return TRI_OK;
+}
+
+// The run record's "memory" (what the model, ZeRO layer and optimizer carved from the rank's
+// arenas) and "memory_planned" (the arenas: what `trident plan` computes for this rank's
+// stage). A carve past its arena fails at startup; every rank checks that it used its
+// arenas whole.
+static tri_status memory_json(const trainer *tr, char *out, size_t n) {
+    const mem_pool *pool = &tr->pool;
+    size_t len = 0;
+    for (int which = 0; which < 2; which++) {
+        len += (size_t)snprintf(out + len, n - len, ",\"%s\":{", which ? "memory_planned" : "memory");
+        for (int k = 0; k < MEM_KIND_COUNT; k++)
+            len += (size_t)snprintf(out + len, n - len, "%s\"%s\":%zu", k ? "," : "",
+                                    mem_kind_name((mem_kind)k), which ? pool->size[k] : pool->used[k]);
+        len += (size_t)snprintf(out + len, n - len, "}");
+    }
+    for (int k = 0; k < MEM_KIND_COUNT; k++) {
+        if (pool->used[k] == pool->size[k]) continue;
+        LOG_ERROR("memory: %s used %zu bytes of the %zu the planner gave it; please report this "
+                  "as a bug", mem_kind_name((mem_kind)k), pool->used[k], pool->size[k]);
+        return TRI_ERR_INTERNAL;
+    }
+    return TRI_OK;
+}
+
+tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
+    tr->cfg = cfg;
+    tr->li = li;
+    // Every rank validates the same config; only rank 0 prints what is wrong.
+    int mute = log_mute_if_not_rank0();
+    tri_status rc = config_resolve_world(cfg, li->world);
+    log_unmute(mute);
+    // The launcher ends the job at the first failing exit: the other ranks give rank 0 time
+    // to report first, so that the message is never cut off.
+    if (rc != TRI_OK && li->rank != 0) sleep(2);
+    TRI_CHECK(rc);
+    tr->coord = mesh_coord_of(cfg, li->rank);
+    log_set_rank(li->rank, tr->coord.tp, tr->coord.dp, tr->coord.pp);
+    if (li->rank == 0 && li->world > 1) mesh_print(cfg, stdout);
+    tr->dp = cfg->parallel.dp;
+    tr->dp_rank = tr->coord.dp;
+    tr->n_micro = config_micro_batches(cfg);
+    // system.threads 0: the node's cores divided among the ranks started on it.
+    int threads = cfg->system.threads;
+    if (threads == 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = (int)(cores / (li->local_size > 0 ? li->local_size : 1));
+        if (threads < 1) threads = 1;
+    }
+    // The compute backend first: on the CUDA path it selects the device that NCCL's
+    // communicators and every buffer belong to.
+    TRI_CHECK(backend_create_for(cfg, li->local_rank, threads, &tr->be));
+    TRI_CHECK(create_comm(tr));
+    // Before the model exists, so that the peak memory is the model's and optimizer's alone.
+    // The MFU denominator: the backend's datasheet peak, or its measured matmul rate.
+    tr->peak_flops = tr->be->peak_flops > 0 ? tr->be->peak_flops : measure_matmul_rate(tr->be);
+    TRI_CHECK(open_data(tr));
+    const int pp = cfg->parallel.pp, v = cfg->parallel.virtual_stages;
+    TRI_CHECK(sched_build(&tr->sched, cfg->parallel.schedule, pp, v, tr->n_micro, tr->coord.pp));
+    TRI_CHECK(sched_build_forward(&tr->eval_sched, pp, pp == 1 ? 1 : v, tr->n_micro, tr->coord.pp));
+    TRI_CHECK(create_model(tr));
+    TRI_CHECK(open_checkpoints(tr));
+    if (li->rank == 0 && make_dirs(cfg->run.out_dir) != 0) {
+        LOG_ERROR("cannot create directory %s: %s", cfg->run.out_dir, strerror(errno));
+        LOG_HINT("check run.out_dir");
+        return TRI_ERR_CONFIG;
+    }
+    tr->flops_per_token = plan_flops_per_token(cfg);
+    char memory[1024], extra[1536];
+    TRI_CHECK(memory_json(tr, memory, sizeof memory));
+    snprintf(extra, sizeof extra,
+             ",\"n_params\":%lld,\"threads\":%d,\"micro_batches\":%d,\"flops_per_token\":%.0f,"
+             "\"mfu_peak_flops\":%.4g,\"rank_params\":%zu%s",
+             (long long)tr->model.table.global_numel, tr->be->threads, tr->n_micro,
+             tr->flops_per_token, tr->peak_flops, tr->model.table.local_numel, memory);
+    if (li->rank == 0)
+        TRI_CHECK(metrics_open(&tr->metrics, cfg, tr->cm->world_size, tr->be->name, tr->cm->name,
+                               extra, tr->resumed ? tr->start.step : -1));
+    return TRI_OK;
+}
+
+void trainer_free(trainer *tr) {
+    ckpt_writer_free(tr->ckpt);
+    metrics_close(&tr->metrics);
+    executor_free(&tr->exec);
+    if (tr->be) {
+        optim_free(tr->optim);
+        zero_free(tr->zero);
+        model_free(&tr->model);
+        mem_pool_free(&tr->pool);
+        tr->be->destroy(tr->be);
+    }
+    sched_free(&tr->sched);
+    sched_free(&tr->eval_sched);
+    data_close(&tr->train);
+    data_close(&tr->val);
+    if (tr->cm) tr->cm->destroy(tr->cm);
+}

@@ -1,0 +1,15 @@
+// config_layout.h: what the modules take, derived from a resolved run config (dp resolved by
+// config_resolve_world) for one rank: the model's shard and layout (model.h), the ZeRO
+// layer's config (zero.h). The trainer and the planner both build them here, so they size
+// and run the same things.
+#pragma once
+#include "config/config.h"
+
+// The part of the model held by the rank at tp coordinate tp_rank on pipeline stage pp_rank.
+model_shard config_model_shard(const run_config *cfg, int tp_rank, int pp_rank);
+// That rank's model layout with n_slots activation slots (the schedule's in-flight bound)
+// and the attention state of the backend (or planned device) it runs on.
+model_layout config_model_layout(const run_config *cfg, int tp_rank, int pp_rank, int n_slots,
+                                 attn_state_kind attn);
+// The ZeRO layer of dp rank dp_rank.
+zero_config config_zero_config(const run_config *cfg, int dp_rank);

@@ -1,0 +1,54 @@
+// model_internal.h: what the files of the model share and nothing else includes.
+//   model.c        dims, buffers (model_buffers), create/free, the store, accessors
+//   model_layer.c  a transformer layer forward and backward, its tp collectives, bf16 keeping
+//   model_pass.c   the forward and backward of a chunk: embedding, layers, LM head and loss
+#pragma once
+#include "model/model.h"
+
+// An entry's parameters as fp32 for an op: in place (fp32 training), or widened from bf16
+// into its staging region. Not for the matmul weights under bf16 (model_param16).
+const float *model_param(model *m, int idx);
+static inline const uint16_t *model_param16(const model *m, int idx) {
+    return (const uint16_t *)m->store.param_of[idx];
+}
+// Where an op accumulates an entry's gradient: the store's fp32 accumulator, or under bf16
+// gradients the entry's fp32 staging (flushed at each grads_ready point).
+static inline float *model_grad(model *m, int idx) {
+    return m->g16 ? m->gstage + m->stage_off[idx] : (float *)m->store.grad_of[idx];
+}
+// The parameters of entries [first, first + count) are about to be read (model_store).
+static inline tri_status model_params_ready(model *m, int first, int count) {
+    return m->store.params_ready ? m->store.params_ready(m->store.ctx, first, count) : TRI_OK;
+}
+
+// ---- tensor-parallel collectives (model_layer.c) ----
+// Forward of "reduce from the tp region": `partial` (N, C) holds this rank's partial sums;
+// the reduced rows this rank keeps land in `rows` (Nl, C). Without SP both are the same
+// buffer (all-reduce); with SP a reduce-scatter leaves this rank's block of rows.
+tri_status model_tp_reduce_rows(model *m, float *partial, float *rows);
+// The residual gradient dres (Nl, C) as all rows (N, C), the input of a row-parallel
+// backward.
+tri_status model_dresidual_all_rows(model *m, float *dres, float **out);
+// In-place sum over tp of n floats (nothing when tp == 1).
+tri_status model_tp_all_reduce(model *m, float *x, size_t n);
+
+// ---- pieces of a layer that the chunk's ends use too (model_layer.c) ----
+// out (N, OC) = inp @ W^T + bias with W the parameters of table entry `w`: in fp32, or under
+// bf16 on the bf16 operands (inp16, inp's rounding, and the bf16 parameters).
+void model_linear_fwd(model *m, float *out, const float *inp, const uint16_t *inp16, int w,
+                      const float *bias, int N, int IC, int OC);
+// LayerNorm of this rank's rows into their place in `full` (N, C), then the rows of every
+// rank (SP all-gather; without SP the rows are already all rows).
+tri_status model_layernorm_to_all_rows(model *m, float *full, float *mean, float *rstd,
+                                       const float *in, const float *w, const float *b);
+// Backward of "copy to the tp region" for a LayerNorm output: m->dln (N, C) holds this
+// rank's partial gradient of all rows; after the reduction the LayerNorm backward
+// accumulates the gradient of this rank's rows into dres.
+tri_status model_layernorm_bwd_from_all_rows(model *m, float *dres, const float *in,
+                                             const float *w, float *dw, float *db,
+                                             const float *mean, const float *rstd);
+
+// Layer l of the model is local layer i of the slot's chunk. The backward reads acts->dres
+// as d(loss)/d(layer output) and leaves d(loss)/d(layer input) there.
+tri_status model_layer_forward(model *m, model_acts *acts, int l, int i);
+tri_status model_layer_backward(model *m, model_acts *acts, int l, int i);

@@ -1,0 +1,299 @@
+// model_layer.c: one transformer layer of GPT-2, forward and backward, with its
+// tensor-parallel collectives (model.c has the structure) and, under bf16, the keeping of its
+// wide activations in bf16.
+#include "model/model_internal.h"
+
+#include <string.h>
+
+#define P(m, idx) model_param(m, idx)
+#define G(m, idx) model_grad(m, idx)
+#define P16(m, idx) model_param16(m, idx)
+
+tri_status model_tp_all_reduce(model *m, float *x, size_t n) {
+    if (m->d.tp == 1) return TRI_OK;
+    return m->cm->all_reduce(m->cm, COMM_GROUP_TP, x, n, DTYPE_FP32, COMM_REDUCE_SUM);
+}
+
+tri_status model_tp_reduce_rows(model *m, float *partial, float *rows) {
+    const model_dims *d = &m->d;
+    if (!d->sp) {
+        TRI_ASSERT(partial == rows);
+        return model_tp_all_reduce(m, partial, (size_t)d->N * d->C);
+    }
+    return m->cm->reduce_scatter(m->cm, COMM_GROUP_TP, partial, rows, (size_t)d->N_local * d->C,
+                                 DTYPE_FP32);
+}
+
+// Forward of "copy to the tp region" under SP: `full` (N, C) holds this rank's rows at
+// row0; the all-gather fills in every rank's rows. Identity without SP.
+static tri_status tp_gather_rows(model *m, float *full) {
+    const model_dims *d = &m->d;
+    if (!d->sp) return TRI_OK;
+    size_t block = (size_t)d->N_local * d->C;
+    return m->cm->all_gather(m->cm, COMM_GROUP_TP, full + (size_t)d->row0 * d->C, full, block,
+                             DTYPE_FP32);
+}
+
+tri_status model_dresidual_all_rows(model *m, float *dres, float **out) {
+    const model_dims *d = &m->d;
+    if (!d->sp) {
+        *out = dres;
+        return TRI_OK;
+    }
+    *out = m->rows_full;
+    return m->cm->all_gather(m->cm, COMM_GROUP_TP, dres, m->rows_full,
+                             (size_t)d->N_local * d->C, DTYPE_FP32);
+}
+
+
+typedef struct {
+    float *in, *res2, *out;                  // (Nl, C)
+    float *ln1, *ln2;                        // (N, C)
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+    float *qkv, *atty, *fch, *fch_gelu;
+    void *att_state;
+} layer_acts;
+
+// Layer activations of local layer i of slot a: all in the slot, or with recompute the
+// layer's input and output in the slot and the rest in the one-layer work activations.
+static layer_acts layer_acts_in(model *m, model_acts *a, int i);
+
+static layer_acts layer_acts_of(model *m, model_acts *a, int i) {
+    if (!m->recompute && !m->bf16) return layer_acts_in(m, a, i);
+    const size_t NlC = (size_t)m->d.N_local * m->d.C;
+    layer_acts w = layer_acts_in(m, &m->work, 0);
+    w.in = a->residual + i * NlC;
+    w.out = a->residual + (i + 1) * NlC;
+    if (!m->recompute) { // bf16: the fp32 residual stream, LayerNorm statistics and
+                         // attention state stay in the slot; the wide ones compute in work
+        layer_acts s = layer_acts_in(m, a, i);
+        w.res2 = s.res2, w.att_state = s.att_state;
+        w.ln1_mean = s.ln1_mean, w.ln1_rstd = s.ln1_rstd, w.ln2_mean = s.ln2_mean, w.ln2_rstd = s.ln2_rstd;
+    }
+    return w;
+}
+
+// The wide activations of a layer, in the order of model_acts' bf16 fields: their sizes,
+// the layer's fp32 copies in `w`, and where slot `a` keeps layer i's bf16 rounding.
+enum { ACT_LN1 = 0, ACT_LN2, ACT_QKV, ACT_ATTY, ACT_FCH, ACT_FCH_GELU, ACT_WIDE };
+
+static size_t wide_numel(const model *m, int which) {
+    const model_dims *d = &m->d;
+    const int cols[ACT_WIDE] = {d->C, d->C, d->C3_local, d->C_local, d->C4_local, d->C4_local};
+    return (size_t)d->N * (size_t)cols[which];
+}
+
+static float *wide_f32(layer_acts *w, int which) {
+    float *p[ACT_WIDE] = {w->ln1, w->ln2, w->qkv, w->atty, w->fch, w->fch_gelu};
+    return p[which];
+}
+
+static uint16_t *wide_bf16(model *m, model_acts *a, int i, int which) {
+    if (m->recompute) return m->round16;
+    uint16_t *p[ACT_WIDE] = {a->ln1_16, a->ln2_16, a->qkv16, a->atty16, a->fch16, a->fch_gelu16};
+    return p[which] + (size_t)i * wide_numel(m, which);
+}
+
+// bf16: an activation just computed is kept as its bf16 rounding (in the slot), and the ops
+// after it read that rounding: the matmuls and the attention take bf16 operands. Its fp32
+// work copy is read no more in the forward.
+static void keep_bf16(model *m, model_acts *a, layer_acts *w, int i, int which) {
+    if (!m->bf16) return;
+    m->be->to_bf16(m->be, wide_bf16(m, a, i, which), wide_f32(w, which), wide_numel(m, which));
+}
+
+// bf16 without recompute: the one kept activation the backward reads in fp32, GELU's input,
+// back into its work buffer; the others are read as bf16 operands (stored_bf16).
+static void load_bf16(model *m, model_acts *a, layer_acts *w, int i) {
+    m->be->from_bf16(m->be, wide_f32(w, ACT_FCH), wide_bf16(m, a, i, ACT_FCH),
+                     wide_numel(m, ACT_FCH));
+}
+
+// bf16, in the backward: layer i's activation `which` as a matmul operand. Without recompute
+// the slot's bf16 copy; with it, the work copy rounded again into round16 (the same bits as
+// the forward kept).
+static const uint16_t *stored_bf16(model *m, model_acts *a, layer_acts *w, int i, int which) {
+    uint16_t *p = wide_bf16(m, a, i, which);
+    if (m->recompute) m->be->to_bf16(m->be, p, wide_f32(w, which), wide_numel(m, which));
+    return p;
+}
+
+void model_linear_fwd(model *m, float *out, const float *inp, const uint16_t *inp16, int w,
+                       const float *bias, int N, int IC, int OC) {
+    if (m->bf16) m->be->matmul_fwd_bf16(m->be, out, inp16, P16(m, w), bias, N, IC, OC);
+    else m->be->matmul_fwd(m->be, out, inp, P(m, w), bias, N, IC, OC);
+}
+
+// The MLP's fc layer and its GELU in one op: pre (N, OC) = inp @ W^T + bias, out =
+// gelu(pre).
+static void linear_gelu_fwd(model *m, float *out, float *pre, const float *inp,
+                            const uint16_t *inp16, int w, const float *bias, int N, int IC,
+                            int OC) {
+    if (m->bf16) m->be->matmul_gelu_fwd(m->be, out, pre, inp16, P16(m, w), bias, N, IC, OC, 1);
+    else m->be->matmul_gelu_fwd(m->be, out, pre, inp, P(m, w), bias, N, IC, OC, 0);
+}
+
+// Its backward into dinp and the gradients of entry w (dbias: its bias's, or NULL). Under
+// bf16 dout is rounded into mm16 first. gelu_pre: the layer's input is gelu(gelu_pre), and
+// dinp is the gradient at gelu_pre (NULL: at the input).
+static void linear_bwd(model *m, float *dinp, int w, float *dbias, const float *dout,
+                       const float *inp, const uint16_t *inp16, const float *gelu_pre, int N,
+                       int IC, int OC) {
+    backend *be = m->be;
+    const void *d = dout, *x = inp, *wt = m->bf16 ? (const void *)P16(m, w) : (const void *)P(m, w);
+    if (m->bf16) {
+        be->to_bf16(be, m->mm16, dout, (size_t)N * OC);
+        d = m->mm16, x = inp16;
+    }
+    if (gelu_pre) be->matmul_bwd_dgelu(be, dinp, G(m, w), dbias, d, x, wt, gelu_pre, N, IC, OC, m->bf16);
+    else if (m->bf16) be->matmul_bwd_bf16(be, dinp, G(m, w), dbias, d, x, wt, N, IC, OC);
+    else be->matmul_bwd(be, dinp, G(m, w), dbias, d, x, wt, N, IC, OC);
+}
+
+// Element n of an activation buffer, or NULL for one a slot does not hold in fp32 (bf16).
+#define AT(p, n) ((p) ? (p) + (n) : NULL)
+
+static layer_acts layer_acts_in(model *m, model_acts *a, int l) {
+    const model_dims *d = &m->d;
+    const size_t N = d->N, Nl = d->N_local, C = d->C;
+    return (layer_acts){
+        .in = a->residual + l * Nl * C,
+        .res2 = a->residual2 + l * Nl * C,
+        .out = a->residual + (l + 1) * Nl * C,
+        .ln1 = AT(a->ln1, l * N * C),
+        .ln2 = AT(a->ln2, l * N * C),
+        .ln1_mean = a->ln1_mean + l * Nl,
+        .ln1_rstd = a->ln1_rstd + l * Nl,
+        .ln2_mean = a->ln2_mean + l * Nl,
+        .ln2_rstd = a->ln2_rstd + l * Nl,
+        .qkv = AT(a->qkv, l * N * d->C3_local),
+        .atty = AT(a->atty, l * N * d->C_local),
+        .fch = AT(a->fch, l * N * d->C4_local),
+        .fch_gelu = AT(a->fch_gelu, l * N * d->C4_local),
+        .att_state = (char *)a->att_state + l * m->att_state_bytes,
+    };
+}
+
+tri_status model_layernorm_to_all_rows(model *m, float *full, float *mean, float *rstd,
+                                        const float *in, const float *w, const float *b) {
+    const model_dims *d = &m->d;
+    m->be->layernorm_fwd(m->be, full + (size_t)d->row0 * d->C, mean, rstd, in, w, b, d->N_local, d->C);
+    return tp_gather_rows(m, full);
+}
+
+// The LayerNorm that follows a residual add, fused with it (rowpar_residual).
+typedef struct {
+    float *full, *mean, *rstd; // as layernorm_to_all_rows takes them
+    const float *w, *b;
+} next_layernorm;
+
+// A row-parallel linear (entry w) whose reduced output is added to the residual stream:
+// out (Nl, C) = residual (Nl, C) + reduce_over_tp(inp (N, IC_local) @ w^T) + bias. With ln,
+// the LayerNorm of out follows in the same op, into all rows (layernorm_to_all_rows).
+static tri_status rowpar_residual(model *m, float *out, const float *residual, const float *inp,
+                                  const uint16_t *inp16, int w, const float *bias, int IC_local,
+                                  const next_layernorm *ln) {
+    const model_dims *d = &m->d;
+    float *partial = d->sp ? m->rows_full : out;
+    model_linear_fwd(m, partial, inp, inp16, w, d->tp_rank == 0 ? bias : NULL, d->N, IC_local, d->C);
+    TRI_CHECK(model_tp_reduce_rows(m, partial, out));
+    if (!ln) {
+        m->be->residual_fwd(m->be, out, out, residual, (size_t)d->N_local * d->C);
+        return TRI_OK;
+    }
+    m->be->residual_layernorm_fwd(m->be, out, ln->full + (size_t)d->row0 * d->C, ln->mean,
+                                  ln->rstd, out, residual, ln->w, ln->b, d->N_local, d->C);
+    return tp_gather_rows(m, ln->full);
+}
+
+tri_status model_layer_forward(model *m, model_acts *acts, int l, int i) {
+    backend *be = m->be;
+    const model_dims *d = &m->d;
+    const int N = d->N, C = d->C;
+    layer_acts a = layer_acts_of(m, acts, i);
+    const param_table *pt = &m->table;
+    TRI_CHECK(model_params_ready(m, params_layer(pt, l, 0), PARAM_PER_LAYER));
+#define LP(which) P(m, params_layer(pt, l, which))
+#define LW(which) params_layer(pt, l, which)
+// bf16: the matmul input `which` just rounded by keep_bf16 (unused in fp32)
+#define IN16(which) (m->bf16 ? wide_bf16(m, acts, i, which) : NULL)
+    TRI_CHECK(model_layernorm_to_all_rows(m, a.ln1, a.ln1_mean, a.ln1_rstd, a.in, LP(PARAM_LN1W), LP(PARAM_LN1B)));
+    keep_bf16(m, acts, &a, i, ACT_LN1);
+    model_linear_fwd(m, a.qkv, a.ln1, IN16(ACT_LN1), LW(PARAM_QKVW), LP(PARAM_QKVB), N, C, d->C3_local);
+    keep_bf16(m, acts, &a, i, ACT_QKV);
+    if (m->bf16)
+        be->attention_fwd_bf16(be, a.atty, a.att_state, IN16(ACT_QKV), d->B, d->T, d->NH_local, d->HS);
+    else be->attention_fwd(be, a.atty, a.att_state, a.qkv, d->B, d->T, d->NH_local, d->HS);
+    keep_bf16(m, acts, &a, i, ACT_ATTY);
+    const next_layernorm ln2 = {a.ln2, a.ln2_mean, a.ln2_rstd, LP(PARAM_LN2W), LP(PARAM_LN2B)};
+    TRI_CHECK(rowpar_residual(m, a.res2, a.in, a.atty, IN16(ACT_ATTY), LW(PARAM_ATTPROJW),
+                              LP(PARAM_ATTPROJB), d->C_local, &ln2));
+    keep_bf16(m, acts, &a, i, ACT_LN2);
+    linear_gelu_fwd(m, a.fch_gelu, a.fch, a.ln2, IN16(ACT_LN2), LW(PARAM_FCW), LP(PARAM_FCB), N,
+                    C, d->C4_local);
+    keep_bf16(m, acts, &a, i, ACT_FCH);
+    keep_bf16(m, acts, &a, i, ACT_FCH_GELU);
+    TRI_CHECK(rowpar_residual(m, a.out, a.res2, a.fch_gelu, IN16(ACT_FCH_GELU), LW(PARAM_FCPROJW),
+                              LP(PARAM_FCPROJB), d->C4_local, NULL));
+#undef LP
+#undef LW
+#undef IN16
+    return TRI_OK;
+}
+
+// model_layernorm_bwd_from_all_rows: after the reduction the first Nl rows of m->dln are
+// the gradient of this rank's rows (all-reduce without SP, reduce-scatter with it).
+tri_status model_layernorm_bwd_from_all_rows(model *m, float *dres, const float *in,
+                                              const float *w, float *dw, float *db,
+                                              const float *mean, const float *rstd) {
+    const model_dims *d = &m->d;
+    TRI_CHECK(model_tp_reduce_rows(m, m->dln, m->dln));
+    m->be->layernorm_bwd(m->be, dres, dw, db, m->dln, in, w, mean, rstd, d->N_local, d->C);
+    return TRI_OK;
+}
+
+tri_status model_layer_backward(model *m, model_acts *acts, int l, int i) {
+    if (m->recompute) TRI_CHECK(model_layer_forward(m, acts, l, i)); // the same bits as before
+    backend *be = m->be;
+    const model_dims *d = &m->d;
+    const int N = d->N, C = d->C;
+    layer_acts a = layer_acts_of(m, acts, i);
+    if (m->bf16 && !m->recompute) load_bf16(m, acts, &a, i);
+    if (m->bf16 && m->recompute) { // GELU's input as the backward reads it without recompute
+        m->be->to_bf16(m->be, m->round16, a.fch, wide_numel(m, ACT_FCH));
+        m->be->from_bf16(m->be, a.fch, m->round16, wide_numel(m, ACT_FCH));
+    }
+    const param_table *pt = &m->table;
+    TRI_CHECK(model_params_ready(m, params_layer(pt, l, 0), PARAM_PER_LAYER));
+    float *dout;
+#define LP(which) P(m, params_layer(pt, l, which))
+#define LG(which) G(m, params_layer(pt, l, which))
+#define LW(which) params_layer(pt, l, which)
+#define IN16(which) (m->bf16 ? stored_bf16(m, acts, &a, i, which) : NULL)
+    // MLP: out = res2 + fcproj(gelu(fc(ln2(res2)))).
+    TRI_CHECK(model_dresidual_all_rows(m, acts->dres, &dout));
+    linear_bwd(m, m->dfch, LW(PARAM_FCPROJW), LG(PARAM_FCPROJB), dout, a.fch_gelu,
+               IN16(ACT_FCH_GELU), a.fch, N, d->C4_local, C); // dfch: at gelu's input
+    linear_bwd(m, m->dln, LW(PARAM_FCW), LG(PARAM_FCB), m->dfch, a.ln2, IN16(ACT_LN2), NULL, N,
+               C, d->C4_local);
+    TRI_CHECK(model_layernorm_bwd_from_all_rows(m, acts->dres, a.res2, LP(PARAM_LN2W), LG(PARAM_LN2W), LG(PARAM_LN2B),
+                                          a.ln2_mean, a.ln2_rstd));
+    // Attention: res2 = in + attproj(attention(qkv(ln1(in)))).
+    TRI_CHECK(model_dresidual_all_rows(m, acts->dres, &dout));
+    linear_bwd(m, m->datty, LW(PARAM_ATTPROJW), LG(PARAM_ATTPROJB), dout, a.atty,
+               IN16(ACT_ATTY), NULL, N, d->C_local, C);
+    if (m->bf16)
+        be->attention_bwd_bf16(be, m->dqkv, m->datty, IN16(ACT_QKV), a.att_state, d->B, d->T,
+                               d->NH_local, d->HS);
+    else be->attention_bwd(be, m->dqkv, m->datty, a.qkv, a.att_state, d->B, d->T, d->NH_local, d->HS);
+    linear_bwd(m, m->dln, LW(PARAM_QKVW), LG(PARAM_QKVB), m->dqkv, a.ln1, IN16(ACT_LN1), NULL, N,
+               C, d->C3_local);
+    TRI_CHECK(model_layernorm_bwd_from_all_rows(m, acts->dres, a.in, LP(PARAM_LN1W), LG(PARAM_LN1W), LG(PARAM_LN1B),
+                                          a.ln1_mean, a.ln1_rstd));
+#undef LP
+#undef LG
+#undef LW
+#undef IN16
+    return TRI_OK;
+}
+

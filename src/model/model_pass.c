@@ -1,0 +1,139 @@
+// model_pass.c: the forward and the backward of one chunk of one micro-batch: the
+// embedding (first chunk of stage 0), the chunk's layers (model_layer.c), and the final
+// LayerNorm, tied LM head and vocab-parallel cross-entropy (last chunk of the last stage).
+#include "model/model_internal.h"
+
+#include <string.h>
+
+#define P(m, idx) model_param(m, idx)
+#define G(m, idx) model_grad(m, idx)
+#define P16(m, idx) model_param16(m, idx)
+
+tri_status model_forward(model *m, int slot, int chunk, const int *inputs, const int *targets) {
+    backend *be = m->be;
+    const model_dims *d = &m->d;
+    const int N = d->N, C = d->C;
+    model_acts *a = &m->slots[slot];
+    const param_table *pt = &m->table;
+    const int first_layer = params_chunk_first_layer(pt, chunk);
+    if (m->store.pass_begin) TRI_CHECK(m->store.pass_begin(m->store.ctx, chunk, 0));
+
+    be->copy_to_device(be, a->inputs, inputs, (size_t)N * sizeof(int));
+    if (d->has_embed && chunk == 0) {
+        // Vocab-parallel embedding: a masked lookup of this rank's rows, then the sum over tp
+        // (a reduce-scatter of rows under SP). Only tp rank 0 adds the position embedding.
+        float *partial = d->sp ? m->rows_full : a->residual;
+        TRI_CHECK(model_params_ready(m, params_wte(pt), 1));
+        TRI_CHECK(model_params_ready(m, params_wpe(pt), 1));
+        be->embedding_fwd(be, partial, a->inputs, P(m, params_wte(pt)), P(m, params_wpe(pt)),
+                          d->B, d->T, C, d->vocab_start, d->Vp_local, d->tp_rank == 0);
+        TRI_CHECK(model_tp_reduce_rows(m, partial, a->residual));
+    }
+    for (int i = 0; i < d->Lc; i++) TRI_CHECK(model_layer_forward(m, a, first_layer + i, i));
+    if (!(d->has_head && chunk == d->chunks - 1)) return TRI_OK;
+
+    float *res = a->output;
+    TRI_CHECK(model_params_ready(m, params_lnfw(pt), 2));
+    TRI_CHECK(model_params_ready(m, params_wte(pt), 1));
+    TRI_CHECK(model_layernorm_to_all_rows(m, a->lnf, a->lnf_mean, a->lnf_rstd, res,
+                                    P(m, params_lnfw(pt)), P(m, params_lnfb(pt))));
+    // Tied LM head over this rank's vocabulary rows: logits (N, Vp/tp). Under bf16 the
+    // operands are lnf's rounding and the bf16 wte.
+    if (m->bf16) be->to_bf16(be, m->mm16, a->lnf, (size_t)N * C);
+    model_linear_fwd(m, a->logits, a->lnf, m->mm16, params_wte(pt), NULL, N, C, d->Vp_local);
+    if (!targets) return TRI_OK;
+
+    // Vocab-parallel cross-entropy: no rank ever holds the full-vocabulary logits.
+    be->copy_to_device(be, a->targets, targets, (size_t)N * sizeof(int));
+    be->xent_max(be, a->rowmax, a->logits, N, d->Vp_local, d->vocab_start, d->V);
+    if (d->tp > 1)
+        TRI_CHECK(m->cm->all_reduce(m->cm, COMM_GROUP_TP, a->rowmax, N, DTYPE_FP32, COMM_REDUCE_MAX));
+    be->xent_sumexp(be, a->sumexp, a->target_logit, a->logits, a->rowmax, a->targets, N,
+                    d->Vp_local, d->vocab_start, d->V);
+    TRI_CHECK(model_tp_all_reduce(m, a->sumexp, N));
+    TRI_CHECK(model_tp_all_reduce(m, a->target_logit, N));
+    be->xent_loss(be, a->losses, a->rowmax, a->sumexp, a->target_logit, N);
+    be->loss_sum(be, m->loss_acc, a->losses, (size_t)N);
+    return TRI_OK;
+}
+
+// bf16 gradients: what the backward accumulated in fp32 staging for entries [first, first +
+// count) is added into their bf16 buffers (rounded once per micro-batch), and the staging
+// is zeroed for the next.
+static void flush_bf16_grads(model *m, int first, int count) {
+    for (int e = first; e < first + count; e++) {
+        const size_t n = (size_t)m->table.entries[e].local_numel;
+        m->be->add_to_bf16(m->be, m->store.grad_of[e], m->gstage + m->stage_off[e], n);
+        m->be->memset_zero(m->be, m->gstage + m->stage_off[e], n * sizeof(float));
+    }
+}
+
+static tri_status grads_ready(model *m, int first, int count) {
+    if (m->g16) flush_bf16_grads(m, first, count);
+    return m->store.grads_ready ? m->store.grads_ready(m->store.ctx, first, count) : TRI_OK;
+}
+
+// The LM head's backward: d(lnf) into m->dln, dwte accumulated. Under bf16 in chunks of rows
+// (model_head_chunk_rows), each chunk's lnf and d(logits) rounded into mm16 together.
+static void head_backward(model *m, model_acts *a) {
+    const model_dims *d = &m->d;
+    const size_t C = d->C, Vp = d->Vp_local;
+    const int wte = params_wte(&m->table);
+    if (!m->bf16) {
+        m->be->matmul_bwd(m->be, m->dln, G(m, wte), NULL, a->logits, a->lnf, P(m, wte), d->N,
+                          d->C, d->Vp_local);
+        return;
+    }
+    const size_t rows = model_head_chunk_rows((size_t)d->N);
+    for (size_t r0 = 0; r0 < (size_t)d->N; r0 += rows) {
+        const size_t r = (size_t)d->N - r0 < rows ? (size_t)d->N - r0 : rows;
+        uint16_t *lnf16 = m->mm16, *dlogits16 = m->mm16 + r * C;
+        m->be->to_bf16(m->be, lnf16, a->lnf + r0 * C, r * C);
+        m->be->to_bf16(m->be, dlogits16, a->logits + r0 * Vp, r * Vp);
+        m->be->matmul_bwd_bf16(m->be, m->dln + r0 * C, G(m, wte), NULL, dlogits16, lnf16,
+                               P16(m, wte), (int)r, d->C, d->Vp_local);
+    }
+}
+
+tri_status model_backward(model *m, int slot, int chunk, float dloss) {
+    backend *be = m->be;
+    const model_dims *d = &m->d;
+    const int N = d->N, C = d->C;
+    model_acts *a = &m->slots[slot];
+    const param_table *pt = &m->table;
+    const int first_layer = params_chunk_first_layer(pt, chunk);
+    if (m->store.pass_begin) TRI_CHECK(m->store.pass_begin(m->store.ctx, chunk, 1));
+
+    if (d->has_head && chunk == d->chunks - 1) {
+        TRI_CHECK(model_params_ready(m, params_wte(pt), 1));
+        TRI_CHECK(model_params_ready(m, params_lnfw(pt), 2));
+        be->xent_bwd(be, a->logits, a->rowmax, a->sumexp, a->targets, dloss, N, d->Vp_local,
+                     d->vocab_start, d->V);
+        // LM head: d(lnf) = dlogits @ wte (partial over the vocabulary shards),
+        // dwte += dlogits^T lnf.
+        head_backward(m, a);
+        float *res = a->output;
+        be->memset_zero(be, a->dres, (size_t)d->N_local * C * sizeof(float));
+        TRI_CHECK(model_layernorm_bwd_from_all_rows(m, a->dres, res, P(m, params_lnfw(pt)),
+                                              G(m, params_lnfw(pt)), G(m, params_lnfb(pt)),
+                                              a->lnf_mean, a->lnf_rstd));
+        TRI_CHECK(grads_ready(m, params_lnfw(pt), 2));
+        if (pt->wte_is_copy) TRI_CHECK(grads_ready(m, params_wte(pt), 1));
+    }
+    for (int i = d->Lc - 1; i >= 0; i--) {
+        TRI_CHECK(model_layer_backward(m, a, first_layer + i, i));
+        TRI_CHECK(grads_ready(m, params_layer(pt, first_layer + i, 0), PARAM_PER_LAYER));
+    }
+    if (d->has_embed && chunk == 0) {
+        // The embedding's gradient is the residual stream's at layer 0, all rows: every rank
+        // adds to its own vocabulary rows, and computes the same (replicated) wpe gradient.
+        float *dout;
+        TRI_CHECK(model_dresidual_all_rows(m, a->dres, &dout));
+        be->embedding_bwd(be, G(m, params_wte(pt)), G(m, params_wpe(pt)), dout, a->inputs, d->B,
+                          d->T, C, d->vocab_start, d->Vp_local);
+        TRI_CHECK(grads_ready(m, params_wte(pt), 1));
+        TRI_CHECK(grads_ready(m, params_wpe(pt), 1));
+    }
+    return TRI_OK;
+}
+

@@ -1,0 +1,155 @@
+// executor.c: runs a schedule table (executor.h, sched.h for the rules of a table).
+#include "parallel/executor.h"
+
+#include <string.h>
+
+void executor_init(executor *ex, model *m, zero_state *z, comm *cm, int overlap) {
+    memset(ex, 0, sizeof *ex);
+    ex->m = m, ex->z = z, ex->cm = cm, ex->overlap = overlap;
+    const size_t N = (size_t)m->d.N;
+    ex->inputs = xmalloc(N * sizeof(int));
+    ex->targets = xmalloc(N * sizeof(int));
+}
+
+void executor_free(executor *ex) {
+    free(ex->inputs);
+    free(ex->targets);
+    free(ex->flight);
+    memset(ex, 0, sizeof *ex);
+}
+
+// Issues the comm actions [first, end) of the table as one group: both directions in flight
+// at once, posted in list order (the schedule orders every group the same way on both ends
+// of a pair of ranks, so messages between two ranks match in the order posted, as NCCL and a
+// single MPI tag require). A received activation goes to the slot's chunk input, a received
+// gradient to its residual gradient (kept apart: a group may send one slot's d(input) while
+// receiving the next pair's input into the same slot). With overlap the group stays in
+// flight (req) while compute goes on: it is waited for before anything touches one of its
+// slots (wait_flights).
+static tri_status run_p2p_group(executor *ex, const sched_table *t, int first, int end,
+                                comm_request *req) {
+    comm *cm = ex->cm;
+    model *m = ex->m;
+    const size_t count = (size_t)m->d.N_local * m->d.C;
+    TRI_CHECK(cm->group_start(cm));
+    for (int i = first; i < end; i++) {
+        const sched_action *a = &t->actions[i];
+        switch (a->kind) {
+        case SCHED_ACTION_SEND_ACT:
+            TRI_CHECK(cm->send(cm, COMM_GROUP_PP, model_chunk_output(m, a->slot), count, DTYPE_FP32, a->peer));
+            break;
+        case SCHED_ACTION_RECV_ACT:
+            TRI_CHECK(cm->recv(cm, COMM_GROUP_PP, model_chunk_input(m, a->slot), count, DTYPE_FP32, a->peer));
+            break;
+        case SCHED_ACTION_SEND_GRAD:
+            TRI_CHECK(cm->send(cm, COMM_GROUP_PP, model_chunk_grad(m, a->slot), count, DTYPE_FP32, a->peer));
+            break;
+        case SCHED_ACTION_RECV_GRAD:
+            TRI_CHECK(cm->recv(cm, COMM_GROUP_PP, model_chunk_grad(m, a->slot), count, DTYPE_FP32, a->peer));
+            break;
+        default: TRI_ASSERT(0);
+        }
+    }
+    if (ex->overlap) return cm->group_end_start(cm, req);
+    req->impl = NULL;
+    return cm->group_end(cm);
+}
+
+// Does any action of [first, end) use micro-batch slot `slot`?
+static int actions_use_slot(const sched_table *t, int first, int end, int slot) {
+    for (int i = first; i < end; i++)
+        if (t->actions[i].slot == slot) return 1;
+    return 0;
+}
+
+// Waits for the transfers in flight that use a slot the actions [first, end) use (all of
+// them when first == end), keeping the others in flight (counted when [first, end) is a
+// compute action).
+static tri_status wait_flights(executor *ex, const sched_table *t, int *n, int first, int end,
+                               double *waited) {
+    exec_flight *f = ex->flight;
+    int kept = 0;
+    for (int i = 0; i < *n; i++) {
+        int uses = first == end;
+        for (int k = first; k < end && !uses; k++)
+            uses = actions_use_slot(t, f[i].first, f[i].end, t->actions[k].slot);
+        if (!uses) {
+            f[kept++] = f[i];
+            continue;
+        }
+        double t0 = time_now_s();
+        TRI_CHECK(ex->cm->wait(ex->cm, &f[i].req));
+        *waited += time_now_s() - t0;
+    }
+    *n = kept;
+    if (end == first + 1 && !sched_action_is_comm(t->actions[first].kind)) ex->overlapped_p2p += kept;
+    return TRI_OK;
+}
+
+// A forward or backward action.
+static tri_status run_compute(executor *ex, const sched_table *t, const sched_action *a,
+                              exec_batches batches, float dloss) {
+    if (a->kind == SCHED_ACTION_FWD) {
+        batches.load(batches.ctx, a->micro, ex->inputs, ex->targets);
+        return model_forward(ex->m, a->slot, a->chunk, ex->inputs, ex->targets);
+    }
+    zero_backward_micro(ex->z, a->micro == t->micro_batches - 1);
+    return model_backward(ex->m, a->slot, a->chunk, dloss);
+}
+
+tri_status executor_run(executor *ex, const sched_table *t, exec_batches batches, float dloss,
+                        int prefetch, double *waited) {
+    TRI_ASSERT(t->max_in_flight <= ex->m->n_slots);
+    if (ex->cap < t->n_actions + 1) {
+        free(ex->flight);
+        ex->cap = t->n_actions + 1;
+        ex->flight = xcalloc((size_t)ex->cap, sizeof *ex->flight);
+    }
+    int n_flight = 0;
+    tri_status rc = TRI_OK;
+    for (int i = 0; i < t->n_actions && rc == TRI_OK;) {
+        const sched_action *a = &t->actions[i];
+        const int end = sched_action_is_comm(a->kind) ? sched_comm_run_end(t, i) : i + 1;
+        // What this group or op touches must not be in flight (parallel.overlap).
+        rc = wait_flights(ex, t, &n_flight, i, end, waited);
+        if (rc == TRI_OK && sched_action_is_comm(a->kind)) {
+            exec_flight *f = &ex->flight[n_flight];
+            *f = (exec_flight){i, end, {NULL}};
+            const double t0 = time_now_s();
+            rc = run_p2p_group(ex, t, i, end, &f->req);
+            *waited += time_now_s() - t0;
+            if (f->req.impl) n_flight++;
+            i = end;
+            continue;
+        }
+        if (rc == TRI_OK && prefetch) {
+            // ZeRO-3 gathers the next pass's parameters while this one computes.
+            int j = i + 1;
+            while (j < t->n_actions && sched_action_is_comm(t->actions[j].kind)) j++;
+            if (j < t->n_actions) zero_next_pass(ex->z, t->actions[j].chunk, t->actions[j].kind == SCHED_ACTION_BWD);
+            else zero_next_pass(ex->z, -1, 0);
+        }
+        if (rc == TRI_OK) rc = run_compute(ex, t, a, batches, dloss);
+        ex->cm->progress(ex->cm);
+        i++;
+    }
+    // Every transfer still in flight completes, also after an error.
+    zero_next_pass(ex->z, -1, 0); // nothing to gather ahead outside a table
+    tri_status wrc = wait_flights(ex, t, &n_flight, 0, 0, waited);
+    TRI_CHECK(rc);
+    return wrc;
+}
+
+tri_status executor_take_loss(executor *ex, double *loss_sum) {
+    *loss_sum = model_take_loss(ex->m); // the micro-batches' sums, added in order
+    // Only the last stage computed the loss; every stage learns it.
+    if (ex->m->d.pp > 1)
+        TRI_CHECK(ex->cm->all_reduce(ex->cm, COMM_GROUP_PP, loss_sum, 1, DTYPE_FP64, COMM_REDUCE_SUM));
+    return TRI_OK;
+}
+
+int executor_overlap_count(executor *ex) {
+    const int n = ex->overlapped_p2p;
+    ex->overlapped_p2p = 0;
+    return n;
+}
