@@ -46,7 +46,7 @@ int main(int argc, char **argv) {
     comm *cm;
     model m;
     data_stream ds;
-    if (backend_cpu_create(&be, cfg.system.threads) || comm_self_create(&cm) ||
+    if (backend_cpu_create(&be, cfg.system.threads) || comm_self_create(&cm, NULL) ||
         model_create(&m, &cfg, B, 1, 1, 1, 0, be, cm, NULL) ||
         data_open(&ds, cfg.data.train, T, cfg.model.vocab_size, GB, "data.train"))
         return 1;
@@ -92,7 +92,7 @@ int main(int argc, char **argv) {
     data_close(&ds);
     model_free(&m);
     be->destroy(be);
-    cm->destroy(cm);
+    comm_destroy(cm);
     config_free(&cfg);
     return 0;
 }

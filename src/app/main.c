@@ -123,7 +123,8 @@ static int cmd_check(int argc, char **argv) {
         config_print_yaml(&cfg, stdout, 0);
         printf("# micro-batches per step per replica: %d; padded vocabulary: %d\n",
                config_micro_batches(&cfg), config_padded_vocab(&cfg));
-        mesh_print(&cfg, stdout);
+        const mesh m = {.tp = cfg.parallel.tp, .dp = cfg.parallel.dp, .pp = cfg.parallel.pp};
+        mesh_print(&m, cfg.model.n_layer, cfg.parallel.virtual_stages, stdout);
     }
     config_free(&cfg);
     free(ca.sets);

@@ -56,7 +56,7 @@ tri_status sample_run(const sample_options *opt) {
     model m;
     memset(&m, 0, sizeof m);
     tri_status rc;
-    TRI_CHECK_GOTO(comm_self_create(&cm), rc, done);
+    TRI_CHECK_GOTO(comm_self_create(&cm, NULL), rc, done);
     TRI_CHECK_GOTO(backend_cpu_create(&be, opt->threads), rc, done);
     TRI_CHECK_GOTO(model_create(&m, &cfg, 1, 1, 1, 1, 0, be, cm, NULL), rc, done);
     { // the file's (or checkpoint's) parameters over the initial ones
@@ -104,7 +104,7 @@ done:
     llmc_free(&f);
     model_free(&m);
     if (be) be->destroy(be);
-    if (cm) cm->destroy(cm);
+    if (cm) comm_destroy(cm);
     config_free(&cfg);
     return rc;
 }

@@ -14,11 +14,8 @@
 #include "compute/backend_select.h"
 #include "io/checkpoint.h"
 #include "comm/comm.h"
-#include "comm/comm_mpi.h"
-#include "comm/comm_staged.h"
 #include "io/data.h"
 #include "compute/cuda_api.h"
-#include "comm/nccl_api.h"
 #include "io/llmc.h"
 #include "comm/mesh.h"
 #include "io/metrics.h"
@@ -99,41 +96,18 @@ static tri_status trainer_open_data(trainer *tr) {
     return TRI_OK;
 }
 
-static void synchronize_backend(void *be) { ((backend *)be)->synchronize(be); }
+// The mesh of a resolved config.
+static mesh mesh_of_config(const run_config *cfg) {
+    return (mesh){.tp = cfg->parallel.tp, .dp = cfg->parallel.dp, .pp = cfg->parallel.pp};
+}
 
-// The comm backend of the mesh: a world of one needs none; MPI moves host memory (a host
-// backend's, or a device backend's staged through the host), NCCL device memory (what
-// system.comm auto picks for a device backend).
+// The comm backend of the mesh (comm_create_for): none for a world of one; NCCL for a
+// device backend (what system.comm auto picks), MPI for a host one or with system.comm mpi.
 static tri_status create_comm(trainer *tr) {
     const run_config *cfg = tr->cfg;
-    if (tr->li->world == 1) return comm_self_create(&tr->cm);
-    const int device = tr->be->device_memory;
-    if (cfg->system.comm == COMM_NCCL && !device) {
-        LOG_ERROR("system.comm: nccl moves GPU memory, but this run computes on the %s backend; "
-                  "use mpi (or auto)", tr->be->name);
-        return TRI_ERR_CONFIG;
-    }
-    if (device && cfg->system.comm != COMM_MPI) {
-        TRI_CHECK(comm_nccl_create(&tr->cm, cfg, tr->li, cfg->system.comm_timeout_s));
-        // NCCL runs on streams of its own: the backend's stream must have written a buffer
-        // before a collective reads it, which events on that stream order without blocking
-        // the host (inputs_ready, a host synchronize, where the backend has no stream).
-        tr->cm->compute_stream = tr->be->stream;
-        tr->cm->inputs_ready = synchronize_backend;
-        tr->cm->inputs_ready_ctx = tr->be;
-        return TRI_OK;
-    }
-    TRI_CHECK(comm_mpi_create(&tr->cm, cfg, tr->li, cfg->system.comm_timeout_s));
-    // MPI moves host memory: with a device backend (several ranks sharing a GPU, which NCCL
-    // refuses) every call is staged through host buffers. TRIDENT_COMM_STAGED=1 does it on
-    // the CPU path too, for the tests.
-    const char *force = getenv("TRIDENT_COMM_STAGED");
-    if (device || (force && !strcmp(force, "1"))) {
-        comm *staged;
-        TRI_CHECK(comm_staged_create(&staged, tr->cm, tr->be));
-        tr->cm = staged;
-    }
-    return TRI_OK;
+    const mesh m = mesh_of_config(cfg);
+    return comm_create_for(&tr->cm, &m, cfg->system.comm, tr->li, tr->be,
+                           cfg->system.comm_timeout_s);
 }
 
 static ckpt_state checkpoint_view(trainer *tr) {
@@ -202,9 +176,11 @@ static tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     // to report first, so that the message is never cut off.
     if (rc != TRI_OK && li->rank != 0) sleep(2);
     TRI_CHECK(rc);
-    tr->coord = mesh_coord_of(cfg, li->rank);
+    const mesh m = mesh_of_config(cfg);
+    tr->coord = mesh_coord_of(&m, li->rank);
     log_set_rank(li->rank, tr->coord.tp, tr->coord.dp, tr->coord.pp);
-    if (li->rank == 0 && li->world > 1) mesh_print(cfg, stdout);
+    if (li->rank == 0 && li->world > 1)
+        mesh_print(&m, cfg->model.n_layer, cfg->parallel.virtual_stages, stdout);
     tr->dp = cfg->parallel.dp;
     tr->dp_rank = tr->coord.dp;
     tr->n_micro = config_micro_batches(cfg);
@@ -286,7 +262,7 @@ static void trainer_free(trainer *tr) {
     sched_free(&tr->sched);
     data_close(&tr->train);
     data_close(&tr->val);
-    if (tr->cm) tr->cm->destroy(tr->cm);
+    if (tr->cm) comm_destroy(tr->cm);
 }
 
 // Issues the comm actions [first, end) of the schedule as one group: both directions in
@@ -304,30 +280,30 @@ static tri_status run_p2p_group(trainer *tr, int first, int end, comm_request *r
     model *m = &tr->model;
     const size_t count = (size_t)m->d.N_local * m->d.C;
     double t0 = time_now_s();
-    TRI_CHECK(cm->group_start(cm));
+    TRI_CHECK(comm_group_start(cm));
     for (int i = first; i < end; i++) {
         const sched_action *a = &tr->sched.actions[i];
         switch (a->kind) {
         case SCHED_ACTION_SEND_ACT:
-            TRI_CHECK(cm->send(cm, COMM_GROUP_PP, model_chunk_output(m, a->slot), count, DTYPE_FP32, a->peer));
+            TRI_CHECK(comm_send(cm, COMM_GROUP_PP, model_chunk_output(m, a->slot), count, DTYPE_FP32, a->peer));
             break;
         case SCHED_ACTION_RECV_ACT:
-            TRI_CHECK(cm->recv(cm, COMM_GROUP_PP, model_chunk_input(m, a->slot), count, DTYPE_FP32, a->peer));
+            TRI_CHECK(comm_recv(cm, COMM_GROUP_PP, model_chunk_input(m, a->slot), count, DTYPE_FP32, a->peer));
             break;
         case SCHED_ACTION_SEND_GRAD:
-            TRI_CHECK(cm->send(cm, COMM_GROUP_PP, model_chunk_grad(m, a->slot), count, DTYPE_FP32, a->peer));
+            TRI_CHECK(comm_send(cm, COMM_GROUP_PP, model_chunk_grad(m, a->slot), count, DTYPE_FP32, a->peer));
             break;
         case SCHED_ACTION_RECV_GRAD:
-            TRI_CHECK(cm->recv(cm, COMM_GROUP_PP, model_chunk_grad(m, a->slot), count, DTYPE_FP32, a->peer));
+            TRI_CHECK(comm_recv(cm, COMM_GROUP_PP, model_chunk_grad(m, a->slot), count, DTYPE_FP32, a->peer));
             break;
         default: TRI_ASSERT(0);
         }
     }
     if (tr->cfg->parallel.overlap) {
-        TRI_CHECK(cm->group_end_start(cm, req));
+        TRI_CHECK(comm_group_end_start(cm, req));
     } else {
         req->impl = NULL;
-        TRI_CHECK(cm->group_end(cm));
+        TRI_CHECK(comm_group_end(cm));
     }
     *waited += time_now_s() - t0;
     return TRI_OK;
@@ -361,7 +337,7 @@ static tri_status wait_p2p(trainer *tr, p2p_flight *f, int *n, int first, int en
             continue;
         }
         double t0 = time_now_s();
-        TRI_CHECK(tr->cm->wait(tr->cm, &f[i].req));
+        TRI_CHECK(comm_wait(tr->cm, &f[i].req));
         *waited += time_now_s() - t0;
     }
     *n = kept;
@@ -419,7 +395,7 @@ static tri_status run_schedule(trainer *tr, int step, double *loss_sum, double *
             tr->optim.next_backward = j < tr->sched.n_actions && tr->sched.actions[j].kind == SCHED_ACTION_BWD;
             rc = run_compute(tr, a, step);
         }
-        tr->cm->progress(tr->cm);
+        comm_progress(tr->cm);
         i++;
     }
     // Every transfer still in flight completes, also after an error.
@@ -431,7 +407,7 @@ static tri_status run_schedule(trainer *tr, int step, double *loss_sum, double *
     *loss_sum = model_take_loss(&tr->model); // the micro-batches' sums, added in order
     // Only the last stage computed the loss; every stage learns it.
     if (tr->model.d.pp > 1)
-        TRI_CHECK(tr->cm->all_reduce(tr->cm, COMM_GROUP_PP, loss_sum, 1, DTYPE_FP64, COMM_REDUCE_SUM));
+        TRI_CHECK(comm_all_reduce(tr->cm, COMM_GROUP_PP, loss_sum, 1, DTYPE_FP64, COMM_REDUCE_SUM));
     return TRI_OK;
 }
 
@@ -445,10 +421,10 @@ static tri_status forward_only(trainer *tr) {
     comm *cm = tr->cm;
     for (int c = 0; c < m->d.chunks; c++) {
         if (!(r == 0 && c == 0))
-            TRI_CHECK(cm->recv(cm, COMM_GROUP_PP, model_chunk_input(m, 0), count, DTYPE_FP32, (r - 1 + pp) % pp));
+            TRI_CHECK(comm_recv(cm, COMM_GROUP_PP, model_chunk_input(m, 0), count, DTYPE_FP32, (r - 1 + pp) % pp));
         TRI_CHECK(model_forward(m, 0, c, tr->inputs, tr->targets));
         if (!(r == pp - 1 && c == m->d.chunks - 1))
-            TRI_CHECK(cm->send(cm, COMM_GROUP_PP, model_chunk_output(m, 0), count, DTYPE_FP32, (r + 1) % pp));
+            TRI_CHECK(comm_send(cm, COMM_GROUP_PP, model_chunk_output(m, 0), count, DTYPE_FP32, (r + 1) % pp));
     }
     return TRI_OK;
 }
@@ -468,8 +444,8 @@ static tri_status evaluate(trainer *tr, double *val_loss) {
     }
     double sum = model_take_loss(&tr->model);
     if (tr->model.d.pp > 1)
-        TRI_CHECK(tr->cm->all_reduce(tr->cm, COMM_GROUP_PP, &sum, 1, DTYPE_FP64, COMM_REDUCE_SUM));
-    if (tr->dp > 1) TRI_CHECK(tr->cm->all_reduce(tr->cm, COMM_GROUP_DP, &sum, 1, DTYPE_FP64, COMM_REDUCE_SUM));
+        TRI_CHECK(comm_all_reduce(tr->cm, COMM_GROUP_PP, &sum, 1, DTYPE_FP64, COMM_REDUCE_SUM));
+    if (tr->dp > 1) TRI_CHECK(comm_all_reduce(tr->cm, COMM_GROUP_DP, &sum, 1, DTYPE_FP64, COMM_REDUCE_SUM));
     *val_loss = sum / ((double)cfg->data.eval_batches * GB * T);
     return TRI_OK;
 }
@@ -506,7 +482,7 @@ static tri_status save_model(trainer *tr) {
 static tri_status step_boundary(trainer *tr, int *stop) {
     double flags[2] = {g_stop_signal, ckpt_pending(tr->ckpt) && !ckpt_write_done(tr->ckpt)};
     if (tr->li->world > 1)
-        TRI_CHECK(tr->cm->all_reduce(tr->cm, COMM_GROUP_WORLD, flags, 2, DTYPE_FP64, COMM_REDUCE_MAX));
+        TRI_CHECK(comm_all_reduce(tr->cm, COMM_GROUP_WORLD, flags, 2, DTYPE_FP64, COMM_REDUCE_MAX));
     *stop = flags[0] > 0;
     if (ckpt_pending(tr->ckpt) && flags[1] == 0) TRI_CHECK(ckpt_commit(tr->ckpt));
     return TRI_OK;
@@ -554,7 +530,7 @@ static tri_status train_loop(trainer *tr) {
         TRI_CHECK(model_finish_grads(m));
         TRI_CHECK(optim_reduce_grads(&tr->optim, &m->table, m->d.sp, model_grads(m)));
         if (tr->dp > 1)
-            TRI_CHECK(tr->cm->all_reduce(tr->cm, COMM_GROUP_DP, &loss_sum, 1, DTYPE_FP64,
+            TRI_CHECK(comm_all_reduce(tr->cm, COMM_GROUP_DP, &loss_sum, 1, DTYPE_FP64,
                                          COMM_REDUCE_SUM));
         double loss = loss_sum / (double)tokens_per_step;
         double norm = 0.0;

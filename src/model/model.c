@@ -29,7 +29,7 @@ static tri_status params_ready(model *m, int first, int count) {
 
 static tri_status tp_all_reduce(model *m, float *x, size_t n) {
     if (m->d.tp == 1) return TRI_OK;
-    return m->cm->all_reduce(m->cm, COMM_GROUP_TP, x, n, DTYPE_FP32, COMM_REDUCE_SUM);
+    return comm_all_reduce(m->cm, COMM_GROUP_TP, x, n, DTYPE_FP32, COMM_REDUCE_SUM);
 }
 
 // Forward of "reduce from the tp region": `partial` (N, C) holds this rank's partial sums;
@@ -41,7 +41,7 @@ static tri_status tp_reduce_rows(model *m, float *partial, float *rows) {
         TRI_ASSERT(partial == rows);
         return tp_all_reduce(m, partial, (size_t)d->N * d->C);
     }
-    return m->cm->reduce_scatter(m->cm, COMM_GROUP_TP, partial, rows, (size_t)d->N_local * d->C,
+    return comm_reduce_scatter(m->cm, COMM_GROUP_TP, partial, rows, (size_t)d->N_local * d->C,
                                  DTYPE_FP32);
 }
 
@@ -51,7 +51,7 @@ static tri_status tp_gather_rows(model *m, float *full) {
     const model_dims *d = &m->d;
     if (!d->sp) return TRI_OK;
     size_t block = (size_t)d->N_local * d->C;
-    return m->cm->all_gather(m->cm, COMM_GROUP_TP, full + (size_t)d->row0 * d->C, full, block,
+    return comm_all_gather(m->cm, COMM_GROUP_TP, full + (size_t)d->row0 * d->C, full, block,
                              DTYPE_FP32);
 }
 
@@ -64,7 +64,7 @@ static tri_status dresidual_all_rows(model *m, float *dres, float **out) {
         return TRI_OK;
     }
     *out = m->rows_full;
-    return m->cm->all_gather(m->cm, COMM_GROUP_TP, dres, m->rows_full,
+    return comm_all_gather(m->cm, COMM_GROUP_TP, dres, m->rows_full,
                              (size_t)d->N_local * d->C, DTYPE_FP32);
 }
 
@@ -626,7 +626,7 @@ tri_status model_forward(model *m, int slot, int chunk, const int *inputs, const
     be->copy_to_device(be, a->targets, targets, (size_t)N * sizeof(int));
     be->xent_max(be, a->rowmax, a->logits, N, d->Vp_local, d->vocab_start, d->V);
     if (d->tp > 1)
-        TRI_CHECK(m->cm->all_reduce(m->cm, COMM_GROUP_TP, a->rowmax, N, DTYPE_FP32, COMM_REDUCE_MAX));
+        TRI_CHECK(comm_all_reduce(m->cm, COMM_GROUP_TP, a->rowmax, N, DTYPE_FP32, COMM_REDUCE_MAX));
     be->xent_sumexp(be, a->sumexp, a->target_logit, a->logits, a->rowmax, a->targets, N,
                     d->Vp_local, d->vocab_start, d->V);
     TRI_CHECK(tp_all_reduce(m, a->sumexp, N));
@@ -737,12 +737,12 @@ tri_status model_finish_grads(model *m) {
     for (int i = 0; m->d.sp && i < pt->n_entries; i++) {
         const param_entry *e = &pt->entries[i];
         if (e->layernorm && cm->groups[COMM_GROUP_TP].size > 1)
-            TRI_CHECK(cm->all_reduce(cm, COMM_GROUP_TP, GRADS_AT(e), (size_t)e->local_numel, dt,
+            TRI_CHECK(comm_all_reduce(cm, COMM_GROUP_TP, GRADS_AT(e), (size_t)e->local_numel, dt,
                                      COMM_REDUCE_SUM));
     }
     if (m->d.pp > 1 && pt->wte >= 0) { // first and last stage: the two copies of wte
         const param_entry *e = &pt->entries[pt->wte];
-        TRI_CHECK(cm->all_reduce(cm, COMM_GROUP_EMBED, GRADS_AT(e), (size_t)e->local_numel, dt,
+        TRI_CHECK(comm_all_reduce(cm, COMM_GROUP_EMBED, GRADS_AT(e), (size_t)e->local_numel, dt,
                                  COMM_REDUCE_SUM));
     }
 #undef GRADS_AT
@@ -772,6 +772,6 @@ tri_status model_gather_params(model *m, const param_table *full_table, const fl
         params_place_into_global(pt, e, local + e->offset, full + full_table->entries[fi].offset);
     }
     if (m->cm->groups[COMM_GROUP_MP].size == 1) return TRI_OK;
-    return m->cm->all_reduce(m->cm, COMM_GROUP_MP, full, full_table->local_numel, DTYPE_FP32,
+    return comm_all_reduce(m->cm, COMM_GROUP_MP, full, full_table->local_numel, DTYPE_FP32,
                              COMM_REDUCE_SUM);
 }

@@ -193,7 +193,7 @@ static comm_request *gather_req(optim_state *o, int w, int k) {
 // Completes the gathers in flight into workspace w (before it is gathered into again).
 static tri_status wait_ws(optim_state *o, int w) {
     for (int k = 0; o->gather_req && k < o->n_buckets; k++)
-        TRI_CHECK(o->cm->wait(o->cm, gather_req(o, w, k)));
+        TRI_CHECK(comm_wait(o->cm, gather_req(o, w, k)));
     return TRI_OK;
 }
 
@@ -213,10 +213,10 @@ static tri_status start_gathers(optim_state *o, int chunk, int backward, int w) 
         const int k = o->chunk_buckets[chunk][backward ? n - 1 - i : i];
         const optim_bucket *b = &o->buckets[k];
         comm_request *req = gather_req(o, w, k);
-        TRI_CHECK(o->cm->all_gather_start(o->cm, COMM_GROUP_DP, pel(o, o->param_shard, b->arena),
+        TRI_CHECK(comm_all_gather_start(o->cm, COMM_GROUP_DP, pel(o, o->param_shard, b->arena),
                                           pel(o, gather_ws(o, w), o->bucket_ws_offset[k]),
                                           b->shard, o->pdt, req));
-        if (!o->overlap) TRI_CHECK(o->cm->wait(o->cm, req));
+        if (!o->overlap) TRI_CHECK(comm_wait(o->cm, req));
         else if (req->impl) o->overlapped_gathers++;
     }
     return TRI_OK;
@@ -257,7 +257,7 @@ tri_status optim_params_ready(void *ctx, int first, int count) {
     optim_state *o = ctx;
     (void)count; // a bucket holds whole entries: the first one names it
     if (!o->gather_req) return TRI_OK;
-    return o->cm->wait(o->cm, gather_req(o, o->cur_ws, o->bucket_of_entry[first]));
+    return comm_wait(o->cm, gather_req(o, o->cur_ws, o->bucket_of_entry[first]));
 }
 
 // n parameters from device `src` (fp32 or bf16) into host fp32.
@@ -281,7 +281,7 @@ tri_status optim_local_params(optim_state *o, const param_table *pt, const void 
     TRI_CHECK(wait_gathers(o));
     for (int k = 0; k < o->n_buckets; k++) {
         const optim_bucket *b = &o->buckets[k];
-        TRI_CHECK(o->cm->all_gather(o->cm, COMM_GROUP_DP, pel(o, o->param_shard, b->arena), o->scratch,
+        TRI_CHECK(comm_all_gather(o->cm, COMM_GROUP_DP, pel(o, o->param_shard, b->arena), o->scratch,
                                     b->shard, o->pdt));
         params_to_host(o, host + b->begin, o->scratch, b->numel);
     }
@@ -418,7 +418,7 @@ static void grads_from_reduce(optim_state *o, void *dst, const void *src, size_t
 static tri_status finish_reduction(optim_state *o, int k) {
     const optim_bucket *b = &o->buckets[k];
     void *ws = o->red_ws[k];
-    TRI_CHECK(o->cm->wait(o->cm, &o->red_req[k]));
+    TRI_CHECK(comm_wait(o->cm, &o->red_req[k]));
     if (o->zero == 0) return TRI_OK;
     if (o->g16) {
         o->be->from_bf16(o->be, o->gtmp, ws, b->shard);
@@ -470,16 +470,16 @@ static tri_status start_reduction(optim_state *o, int k, void *buf) {
     for (int i = 0; i < o->n_red; i++) // its previous micro-batch's, when nothing came between
         if (o->red_fifo[i] == k) TRI_CHECK(finish_reductions(o, 0));
     if (o->zero == 0)
-        TRI_CHECK(o->cm->all_reduce_start(o->cm, COMM_GROUP_DP, buf, b->numel, o->gdt,
+        TRI_CHECK(comm_all_reduce_start(o->cm, COMM_GROUP_DP, buf, b->numel, o->gdt,
                                           COMM_REDUCE_SUM, &o->red_req[k]));
     else
-        TRI_CHECK(o->cm->reduce_scatter_start(o->cm, COMM_GROUP_DP, buf, buf, b->shard, o->gdt,
+        TRI_CHECK(comm_reduce_scatter_start(o->cm, COMM_GROUP_DP, buf, buf, b->shard, o->gdt,
                                               &o->red_req[k]));
     o->red_ws[k] = buf;
     o->red_fifo[o->n_red++] = k;
     if (!o->overlap) return finish_reductions(o, 0);
     o->overlapped_reductions++;
-    o->cm->progress(o->cm);
+    comm_progress(o->cm);
     TRI_CHECK(finish_reductions(o, 1));
     if (o->layer_ws2 && (buf == o->layer_ws || buf == o->layer_ws2)) swap_layer_ws(o, buf);
     return TRI_OK;
@@ -500,14 +500,14 @@ tri_status optim_bucket_ready(void *ctx, int first, int count) {
         void *g = o->g16 ? (void *)o->grad16_of[first] : (void *)o->grad_of[first];
         if (!o->rtmp) return start_reduction(o, k, g);
         grads_to_reduce(o, o->rtmp, g, b->numel);
-        TRI_CHECK(o->cm->all_reduce(o->cm, COMM_GROUP_DP, o->rtmp, b->numel, o->rdt, COMM_REDUCE_SUM));
+        TRI_CHECK(comm_all_reduce(o->cm, COMM_GROUP_DP, o->rtmp, b->numel, o->rdt, COMM_REDUCE_SUM));
         grads_from_reduce(o, g, o->rtmp, b->numel);
         return TRI_OK;
     }
     // This micro-batch's gradients of the bucket, summed over dp, into this rank's shard.
     if (o->rtmp) { // reduced in reduce_dtype (in place: the shard lands first), added widened
         grads_to_reduce(o, o->rtmp, b->ws, b->padded);
-        TRI_CHECK(o->cm->reduce_scatter(o->cm, COMM_GROUP_DP, o->rtmp, o->rtmp, b->shard, o->rdt));
+        TRI_CHECK(comm_reduce_scatter(o->cm, COMM_GROUP_DP, o->rtmp, o->rtmp, b->shard, o->rdt));
         if (o->rdt == DTYPE_FP32) {
             o->be->add_to_bf16(o->be, (uint16_t *)o->grad_shard + b->arena, o->rtmp, b->shard);
         } else {
@@ -545,9 +545,9 @@ tri_status optim_reduce_grads(optim_state *o, const param_table *pt, int sequenc
         return TRI_OK; // dp == 1, or already all-reduced bucket by bucket (optim_bucket_ready)
     if (o->zero == 1) // in place: the summed shard of this rank lands in the first block
     {
-        if (!o->rtmp) return cm->reduce_scatter(cm, COMM_GROUP_DP, grads, grads, o->shard_len, o->gdt);
+        if (!o->rtmp) return comm_reduce_scatter(cm, COMM_GROUP_DP, grads, grads, o->shard_len, o->gdt);
         grads_to_reduce(o, o->rtmp, grads, o->capacity);
-        TRI_CHECK(cm->reduce_scatter(cm, COMM_GROUP_DP, o->rtmp, o->rtmp, o->shard_len, o->rdt));
+        TRI_CHECK(comm_reduce_scatter(cm, COMM_GROUP_DP, o->rtmp, o->rtmp, o->shard_len, o->rdt));
         grads_from_reduce(o, grads, o->rtmp, o->shard_len);
         return TRI_OK;
     }
@@ -558,9 +558,9 @@ tri_status optim_reduce_grads(optim_state *o, const param_table *pt, int sequenc
         const param_entry *e = &pt->entries[pc->entry];
         void *g = (char *)o->grad_shard + pc->pos * o->gelem;
         if (sequence_parallel && e->layernorm && cm->groups[COMM_GROUP_TP].size > 1)
-            TRI_CHECK(cm->all_reduce(cm, COMM_GROUP_TP, g, pc->hi - pc->lo, o->gdt, COMM_REDUCE_SUM));
+            TRI_CHECK(comm_all_reduce(cm, COMM_GROUP_TP, g, pc->hi - pc->lo, o->gdt, COMM_REDUCE_SUM));
         if (pt->pp > 1 && pc->entry == pt->wte)
-            TRI_CHECK(cm->all_reduce(cm, COMM_GROUP_EMBED, g, pc->hi - pc->lo, o->gdt, COMM_REDUCE_SUM));
+            TRI_CHECK(comm_all_reduce(cm, COMM_GROUP_EMBED, g, pc->hi - pc->lo, o->gdt, COMM_REDUCE_SUM));
     }
     return TRI_OK;
 }
@@ -592,9 +592,9 @@ tri_status optim_grad_norm(optim_state *o, const param_table *pt, const void *gr
     o->be->copy_to_host(o->be, &sumsq, o->norm_acc, sizeof sumsq);
     comm *cm = o->cm;
     if (o->zero)
-        TRI_CHECK(cm->all_reduce(cm, COMM_GROUP_DP, &sumsq, 1, DTYPE_FP64, COMM_REDUCE_SUM));
+        TRI_CHECK(comm_all_reduce(cm, COMM_GROUP_DP, &sumsq, 1, DTYPE_FP64, COMM_REDUCE_SUM));
     if (cm->groups[COMM_GROUP_MP].size > 1)
-        TRI_CHECK(cm->all_reduce(cm, COMM_GROUP_MP, &sumsq, 1, DTYPE_FP64, COMM_REDUCE_SUM));
+        TRI_CHECK(comm_all_reduce(cm, COMM_GROUP_MP, &sumsq, 1, DTYPE_FP64, COMM_REDUCE_SUM));
     *norm = sqrt(sumsq);
     if (!isfinite(*norm)) return TRI_ERR_NONFINITE;
     return TRI_OK;
@@ -622,12 +622,12 @@ tri_status optim_step(optim_state *o, const run_config *cfg, const param_table *
     }
     for (int c = 0; o->chunk_gathered && c < o->chunks; c++) o->chunk_gathered[c] = 0;
     if (o->zero == 1) // every rank's updated shard to every replica (this rank's in place)
-        return cm->all_gather(cm, COMM_GROUP_DP, pel(o, params, o->shard_begin), params,
+        return comm_all_gather(cm, COMM_GROUP_DP, pel(o, params, o->shard_begin), params,
                               o->shard_len, o->pdt);
     for (int k = 0; o->zero == 2 && k < o->n_buckets; k++) {
         const optim_bucket *b = &o->buckets[k];
         const void *own = pel(o, params, b->begin + (size_t)o->dp_rank * b->shard);
-        TRI_CHECK(cm->all_gather(cm, COMM_GROUP_DP, own, o->scratch, b->shard, o->pdt));
+        TRI_CHECK(comm_all_gather(cm, COMM_GROUP_DP, own, o->scratch, b->shard, o->pdt));
         be->copy(be, pel(o, params, b->begin), o->scratch, b->numel * o->pelem);
     }
     return TRI_OK;
