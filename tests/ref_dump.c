@@ -50,7 +50,7 @@ int main(int argc, char **argv) {
     model m;
     zero_state *z;
     data_stream ds;
-    if (backend_cpu_create(&be, cfg.system.threads) || comm_self_create(&cm)) return 1;
+    if (backend_cpu_create(&be, cfg.system.threads) || comm_self_create(&cm, NULL)) return 1;
     // One process, fp32: the model and a ZeRO layer of one replica holding its parameters
     // (from model.init_from or run.seed, as a run starts) and gradients.
     const model_layout ml = config_model_layout(&cfg, 0, 0, 1, be->attn_state);
@@ -102,7 +102,7 @@ int main(int argc, char **argv) {
     zero_free(z);
     model_free(&m);
     be->destroy(be);
-    cm->destroy(cm);
+    comm_destroy(cm);
     config_free(&cfg);
     return 0;
 }

@@ -3,10 +3,7 @@
 //
 // The expected groups are enumerated here straight from the formula, by nested loops over
 // the coordinates, not through mesh_coord_of; the code under test is mesh_coord_of,
-// mesh_rank_of and comm_mpi_group_color (the MPI_Comm_split colors of the MPI backend).
-#include <string.h>
-
-#include "comm/comm_mpi.h"
+// mesh_rank_of and mesh_group_color (the colors both comm backends split their groups by).
 #include "comm/mesh.h"
 #include "testlib.h"
 
@@ -29,18 +26,18 @@ static int formula(int TP, int DP, int tp, int dp, int pp) { return tp + TP * (d
 // One expected group: `ranks` (n of them) must be exactly the ranks of one color of kind g,
 // in this order (the split orders by world rank, so a group rank is a position here), and
 // `want_pos[i]` is the group rank the mesh coordinates give ranks[i].
-static void check_group(check_state *st, const run_config *cfg, comm_group_id g,
+static void check_group(check_state *st, const mesh *m, comm_group_id g,
                         const int *ranks, const int *want_pos, int n) {
-    const int TP = cfg->parallel.tp, DP = cfg->parallel.dp, PP = cfg->parallel.pp;
+    const int TP = m->tp, DP = m->dp, PP = m->pp;
     const int world = TP * DP * PP;
-    int color = comm_mpi_group_color(cfg, g, ranks[0]);
+    int color = mesh_group_color(m, g, ranks[0]);
     if (color < 0) {
         note_fail(st, TP, DP, PP, "rank %d is in no group of this kind (color %d)", ranks[0],
                   color);
         return;
     }
     for (int i = 0; i < n; i++) {
-        if (comm_mpi_group_color(cfg, g, ranks[i]) != color)
+        if (mesh_group_color(m, g, ranks[i]) != color)
             note_fail(st, TP, DP, PP, "rank %d is not grouped with rank %d", ranks[i], ranks[0]);
         if (i > 0 && ranks[i] <= ranks[i - 1])
             note_fail(st, TP, DP, PP, "group order: rank %d after rank %d", ranks[i], ranks[i - 1]);
@@ -48,13 +45,13 @@ static void check_group(check_state *st, const run_config *cfg, comm_group_id g,
             note_fail(st, TP, DP, PP, "rank %d has group rank %d by world order", ranks[i], i);
     }
     int same = 0;
-    for (int r = 0; r < world; r++) same += comm_mpi_group_color(cfg, g, r) == color;
+    for (int r = 0; r < world; r++) same += mesh_group_color(m, g, r) == color;
     if (same != n) note_fail(st, TP, DP, PP, "group of %d ranks has color shared by %d", n, same);
 }
 
 // Round trip, and a bijection between ranks and coordinates.
-static void check_round_trip(check_state *st, const run_config *cfg) {
-    const int TP = cfg->parallel.tp, DP = cfg->parallel.dp, PP = cfg->parallel.pp;
+static void check_round_trip(check_state *st, const mesh *m) {
+    const int TP = m->tp, DP = m->dp, PP = m->pp;
     const int world = TP * DP * PP;
     int seen[MAX_WORLD] = {0};
     for (int pp = 0; pp < PP; pp++)
@@ -66,40 +63,40 @@ static void check_round_trip(check_state *st, const run_config *cfg) {
                     continue;
                 }
                 seen[r]++;
-                mesh_coord c = mesh_coord_of(cfg, r);
+                mesh_coord c = mesh_coord_of(m, r);
                 if (c.tp != tp || c.dp != dp || c.pp != pp)
                     note_fail(st, TP, DP, PP, "mesh_coord_of(%d) wrong (tp %d)", r, c.tp);
-                int back = mesh_rank_of(cfg, (mesh_coord){tp, dp, pp});
+                int back = mesh_rank_of(m, (mesh_coord){tp, dp, pp});
                 if (back != r) note_fail(st, TP, DP, PP, "mesh_rank_of gives %d, want %d", back, r);
             }
     for (int r = 0; r < world; r++) {
         if (seen[r] != 1) note_fail(st, TP, DP, PP, "rank %d has %d coordinates", r, seen[r]);
-        int back = mesh_rank_of(cfg, mesh_coord_of(cfg, r));
+        int back = mesh_rank_of(m, mesh_coord_of(m, r));
         if (back != r) note_fail(st, TP, DP, PP, "rank %d -> coord -> %d", r, back);
     }
 }
 
 // Every group of every kind, enumerated from the formula.
-static void check_groups(check_state *groups, const run_config *cfg) {
-    const int TP = cfg->parallel.tp, DP = cfg->parallel.dp, PP = cfg->parallel.pp;
+static void check_groups(check_state *groups, const mesh *m) {
+    const int TP = m->tp, DP = m->dp, PP = m->pp;
     int ranks[MAX_WORLD], pos[MAX_WORLD], n;
     // tp: adjacent ranks, one group per (dp, pp), group rank = tp.
     for (int pp = 0; pp < PP; pp++)
         for (int dp = 0; dp < DP; dp++) {
             for (n = 0; n < TP; n++) pos[n] = n, ranks[n] = formula(TP, DP, n, dp, pp);
-            check_group(&groups[COMM_GROUP_TP], cfg, COMM_GROUP_TP, ranks, pos, n);
+            check_group(&groups[COMM_GROUP_TP], m, COMM_GROUP_TP, ranks, pos, n);
         }
     // dp: stride TP, one group per (tp, pp), group rank = dp.
     for (int pp = 0; pp < PP; pp++)
         for (int tp = 0; tp < TP; tp++) {
             for (n = 0; n < DP; n++) pos[n] = n, ranks[n] = formula(TP, DP, tp, n, pp);
-            check_group(&groups[COMM_GROUP_DP], cfg, COMM_GROUP_DP, ranks, pos, n);
+            check_group(&groups[COMM_GROUP_DP], m, COMM_GROUP_DP, ranks, pos, n);
         }
     // pp: stride TP * DP, one group per (tp, dp), group rank = pp.
     for (int dp = 0; dp < DP; dp++)
         for (int tp = 0; tp < TP; tp++) {
             for (n = 0; n < PP; n++) pos[n] = n, ranks[n] = formula(TP, DP, tp, dp, n);
-            check_group(&groups[COMM_GROUP_PP], cfg, COMM_GROUP_PP, ranks, pos, n);
+            check_group(&groups[COMM_GROUP_PP], m, COMM_GROUP_PP, ranks, pos, n);
         }
     // embed: first and last stage of each pipeline (one rank when pp == 1); middle stages
     // are in none.
@@ -109,10 +106,10 @@ static void check_groups(check_state *groups, const run_config *cfg) {
             n = 0;
             pos[n] = 0, ranks[n++] = formula(TP, DP, tp, dp, 0);
             if (PP > 1) pos[n] = 1, ranks[n++] = formula(TP, DP, tp, dp, PP - 1);
-            check_group(embed, cfg, COMM_GROUP_EMBED, ranks, pos, n);
+            check_group(embed, m, COMM_GROUP_EMBED, ranks, pos, n);
             for (int pp = 1; pp < PP - 1; pp++) {
                 int r = formula(TP, DP, tp, dp, pp);
-                int color = comm_mpi_group_color(cfg, COMM_GROUP_EMBED, r);
+                int color = mesh_group_color(m, COMM_GROUP_EMBED, r);
                 if (color != -1)
                     note_fail(embed, TP, DP, PP, "middle-stage rank %d has embed color %d", r,
                               color);
@@ -124,11 +121,11 @@ static void check_groups(check_state *groups, const run_config *cfg) {
         for (int pp = 0; pp < PP; pp++)
             for (int tp = 0; tp < TP; tp++)
                 pos[n] = tp + TP * pp, ranks[n++] = formula(TP, DP, tp, dp, pp);
-        check_group(&groups[COMM_GROUP_MP], cfg, COMM_GROUP_MP, ranks, pos, n);
+        check_group(&groups[COMM_GROUP_MP], m, COMM_GROUP_MP, ranks, pos, n);
     }
     // world.
     for (n = 0; n < TP * DP * PP; n++) pos[n] = n, ranks[n] = n;
-    check_group(&groups[COMM_GROUP_WORLD], cfg, COMM_GROUP_WORLD, ranks, pos, n);
+    check_group(&groups[COMM_GROUP_WORLD], m, COMM_GROUP_WORLD, ranks, pos, n);
 }
 
 int main(void) {
@@ -139,13 +136,9 @@ int main(void) {
             for (int PP = 1; PP <= 4; PP++) {
                 if (TP * DP * PP > MAX_WORLD) continue;
                 shapes++;
-                run_config cfg;
-                memset(&cfg, 0, sizeof cfg);
-                cfg.parallel.tp = TP;
-                cfg.parallel.dp = DP;
-                cfg.parallel.pp = PP;
-                check_round_trip(&round_trip, &cfg);
-                check_groups(groups, &cfg);
+                const mesh m = {.tp = TP, .dp = DP, .pp = PP};
+                check_round_trip(&round_trip, &m);
+                check_groups(groups, &m);
             }
 
     TEST_CHECK(!round_trip.fails, "mesh_round_trip", "%d failures; first: %s", round_trip.fails,

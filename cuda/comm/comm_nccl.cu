@@ -5,55 +5,50 @@
 //   dp     same (tp, pp), ordered by dp
 //   pp     same (tp, dp), ordered by pp
 //   embed  first and last stage of the pipeline of the same (tp, dp) (the tied embedding);
-//          a middle stage sees a group of one (itself), as in the MPI backend, so that a
-//          collective on it is the identity on every rank
+//          a middle stage is in none (size 0), as in the MPI backend
 //   mp     same dp (tp x pp, for norms), ordered by tp + TP * pp
 //   world  every rank
 // Rank 0 makes the world communicator's ncclUniqueId and shares it through launch_exchange
 // (PMIx); the groups are split from the world with ncclCommSplit. Groups of one rank never
-// touch NCCL. Every communicator is non-blocking (ncclConfig_t.blocking = 0), so that no
-// NCCL call can hang the process: creation, every collective and the final flush are polled
-// against a deadline of comm->timeout_s, and a timeout aborts every communicator and
-// returns TRI_ERR_COMM (the caller exits with code 5) after naming the group, the
-// collective, the step and the ranks waited for.
+// touch NCCL (the layer, src/comm/comm_dispatch.c, never calls the backend for them). Every
+// communicator is non-blocking (ncclConfig_t.blocking = 0), so that no NCCL call can hang
+// the process: creation, every collective and the final flush are polled against a deadline
+// of comm->timeout_s, and a timeout aborts every communicator and returns TRI_ERR_COMM (the
+// caller exits with code 5) after naming the group, the collective, the step and the ranks
+// waited for.
 //
 // Each group owns a CUDA stream (cudaStreamNonBlocking). An operation is ordered after the
 // compute backend's work (a CUDA event recorded on comm->compute_stream and waited for by
 // the group's stream, or without compute_stream the host synchronize of inputs_ready),
 // enqueued on its group's stream, polled with ncclCommGetAsyncError until the non-blocking
 // communicator has enqueued it (it leaves ncclInProgress), and followed there by a done
-// event: together an nccl_request. The blocking forms wait for the done event on the host,
-// polling cudaEventQuery and ncclCommGetAsyncError against the deadline. The non-blocking
-// forms hand the request to the caller; `wait` polls the same way, or with compute_stream
-// makes that stream wait for the done event (cudaStreamWaitEvent) and returns at once: the
-// request then stays on the handed-off list, which `progress` and every later `wait` look at
-// (complete: back to the pool; past the deadline, or failed: reported, and every
-// communicator aborted, which also frees compute_stream).
+// event: together an nccl_request, which a start hands to the caller. `wait` on the host
+// (the layer's blocking forms) polls cudaEventQuery and ncclCommGetAsyncError against the
+// deadline; comm_wait with compute_stream makes that stream wait for the done event
+// (cudaStreamWaitEvent) and returns at once: the request then stays on the handed-off list,
+// which `progress` and every later `wait` look at (complete: back to the pool; past the
+// deadline, or failed: reported, and every communicator aborted, which also frees
+// compute_stream).
 //
-// Sends and receives between group_start and group_end are collected and issued together by
-// the outermost group_end, inside one ncclGroupStart/ncclGroupEnd; collectives called in
-// between still run outside the NCCL group (as in the MPI backend).
+// Sends and receives posted in a group are collected and issued together by group_end_start,
+// inside one ncclGroupStart/ncclGroupEnd; collectives called in between still run outside
+// the NCCL group (as in the MPI backend).
 //
 // Buffers: device memory runs in place on the streams. Host memory (small values the trainer
-// reduces from the host) is staged through device scratch and completes before the call
-// returns, also in the non-blocking forms (their request stays empty). An overlap NCCL has
-// no in-place form for is copied aside with the stream-ordered allocator (cudaMallocAsync),
-// freed on the stream after the collective, so that several may be in flight.
-//
-// Payload bytes (comm_count) are those of comm_mpi.c: all_reduce and broadcast count * size,
-// reduce_scatter the send buffer (count * group size * size), all_gather the receive buffer
-// (count * group size * size), send and recv count * size, barrier nothing. Groups of one
-// are short-circuited (identity, or a copy for reduce_scatter and all_gather) and count
-// nothing. In-place forms, as in comm_mpi.c: reduce_scatter with send == recv (result in the
-// first block) or recv == send + rank * count; all_gather with send == recv + rank * count.
+// reduces from the host) is staged through device scratch and completes inside start (the
+// request stays empty). An overlap NCCL has no in-place form for is copied aside with the
+// stream-ordered allocator (cudaMallocAsync), freed on the stream after the collective, so
+// that several may be in flight. In-place forms are comm.h's: reduce_scatter with
+// send == recv (result in the first block) or recv == send + rank * count; all_gather with
+// send == recv + rank * count. The layer counts the payload bytes.
 //
 // Device choice: the caller selects the GPU before comm_nccl_create (cuda_device_select:
 // local_rank % device count); the communicators and streams belong to that device.
 //
-// Files: this one has the operations; cuda/nccl_request.cu their requests and the waiting
-// for them; cuda/nccl_init.cu creates and tears down the communicators (comm_nccl_create);
-// cuda/comm_nccl_internal.h has the state they share; cuda/cuda_device.cu selects the
-// device.
+// Files: this one has the operations; cuda/comm/nccl_request.cu their requests and the
+// waiting for them; cuda/comm/nccl_init.cu creates and tears down the communicators
+// (comm_nccl_create); cuda/comm/comm_nccl_internal.h has the state they share;
+// cuda/compute/cuda_device.cu selects the device.
 #include "comm_nccl_internal.h"
 
 #include <stdarg.h>
@@ -112,21 +107,12 @@ static tri_status check_enqueue(comm *c, ncclResult_t res, const char *stmt, int
 
 // ---- checks ----
 
-static tri_status check_call(comm *c, comm_group_id g, int op, tri_dtype dt) {
-    nccl_ctx *x = ctx_of(c);
-    if (x->aborted) {
+// The layer checked group and dtype; what is left is this backend's own state.
+static tri_status check_usable(comm *c, comm_group_id g, int op) {
+    if (ctx_of(c)->aborted) {
         LOG_ERROR("%s on group %s after the communicators were aborted by an earlier failure",
                   nccl_op_name(op), comm_group_name(g));
         return TRI_ERR_COMM;
-    }
-    if ((unsigned)g >= COMM_GROUP_COUNT) {
-        LOG_ERROR("%s on an unknown group %d", nccl_op_name(op), (int)g);
-        return TRI_ERR_INTERNAL;
-    }
-    if (dtype_size(dt) == 0) {
-        LOG_ERROR("%s on group %s with an unknown dtype %d", nccl_op_name(op), comm_group_name(g),
-                  (int)dt);
-        return TRI_ERR_INTERNAL;
     }
     return TRI_OK;
 }
@@ -138,7 +124,7 @@ static ncclDataType_t nccl_dtype(tri_dtype dt) {
     case DTYPE_INT64: return ncclInt64;
     case DTYPE_BF16: return ncclBfloat16;
     }
-    return ncclFloat32; // unreachable: check_call rejects other values
+    return ncclFloat32; // unreachable: the layer rejects other values
 }
 
 // Host memory cannot be handed to NCCL: does p point to (pageable or pinned) host memory?
@@ -298,107 +284,51 @@ fail:
 
 static tri_status nccl_all_reduce_start(comm *c, comm_group_id g, void *buf, size_t count,
                                         tri_dtype dt, comm_reduce_op op, comm_request *req) {
-    req->impl = NULL;
-    TRI_CHECK(check_call(c, g, COMM_OP_ALL_REDUCE, dt));
-    if (c->groups[g].size == 1) return TRI_OK;
-    const size_t bytes = count * dtype_size(dt);
-    comm_count(c, g, COMM_OP_ALL_REDUCE, bytes);
+    TRI_CHECK(check_usable(c, g, COMM_OP_ALL_REDUCE));
     if (count == 0) return TRI_OK;
+    const size_t bytes = count * dtype_size(dt);
     coll_args a = {count, dt, op, 0};
     return start_collective(c, g, COMM_OP_ALL_REDUCE, buf, bytes, buf, bytes, bytes,
                             launch_all_reduce, &a, req);
 }
 
-// reduce_scatter and all_gather over a group of one: a copy on the group's stream, complete
-// before it returns.
-static tri_status local_copy(comm *c, comm_group_id g, int op, const void *send, void *recv,
-                             size_t bytes) {
-    if (send == recv || bytes == 0) return TRI_OK;
-    nccl_ctx *x = ctx_of(c);
-    nccl_request *r = nccl_request_get(x);
-    nccl_request_note(r, g, op, 0, -1);
-    tri_status st = TRI_OK;
-    TRI_CHECK_GOTO(nccl_order_inputs(c, 1u << g), st, fail);
-    CUDA_CHECK_GOTO(cudaMemcpyAsync(recv, send, bytes, cudaMemcpyDefault, x->groups[g].stream),
-                    st, fail);
-    return nccl_request_finish(c, r);
-fail:
-    nccl_request_put(x, r);
-    return st;
-}
-
 static tri_status nccl_reduce_scatter_start(comm *c, comm_group_id g, const void *send,
                                             void *recv, size_t count, tri_dtype dt,
                                             comm_request *req) {
-    req->impl = NULL;
-    TRI_CHECK(check_call(c, g, COMM_OP_REDUCE_SCATTER, dt));
-    const int size = c->groups[g].size;
-    const size_t bytes = count * dtype_size(dt);
-    if (size == 1) return local_copy(c, g, COMM_OP_REDUCE_SCATTER, send, recv, bytes);
-    comm_count(c, g, COMM_OP_REDUCE_SCATTER, bytes * (size_t)size);
+    TRI_CHECK(check_usable(c, g, COMM_OP_REDUCE_SCATTER));
     if (count == 0) return TRI_OK;
+    const size_t bytes = count * dtype_size(dt), all = bytes * (size_t)c->groups[g].size;
     coll_args a = {count, dt, COMM_REDUCE_SUM, 0};
-    return start_collective(c, g, COMM_OP_REDUCE_SCATTER, send, bytes * (size_t)size, recv,
-                            bytes, bytes * (size_t)size, launch_reduce_scatter, &a, req);
+    return start_collective(c, g, COMM_OP_REDUCE_SCATTER, send, all, recv, bytes, all,
+                            launch_reduce_scatter, &a, req);
 }
 
 static tri_status nccl_all_gather_start(comm *c, comm_group_id g, const void *send, void *recv,
                                         size_t count, tri_dtype dt, comm_request *req) {
-    req->impl = NULL;
-    TRI_CHECK(check_call(c, g, COMM_OP_ALL_GATHER, dt));
-    const int size = c->groups[g].size;
-    const size_t bytes = count * dtype_size(dt);
-    if (size == 1) return local_copy(c, g, COMM_OP_ALL_GATHER, send, recv, bytes);
-    comm_count(c, g, COMM_OP_ALL_GATHER, bytes * (size_t)size);
+    TRI_CHECK(check_usable(c, g, COMM_OP_ALL_GATHER));
     if (count == 0) return TRI_OK;
+    const size_t bytes = count * dtype_size(dt), all = bytes * (size_t)c->groups[g].size;
     coll_args a = {count, dt, COMM_REDUCE_SUM, 0};
-    return start_collective(c, g, COMM_OP_ALL_GATHER, send, bytes, recv, bytes * (size_t)size,
-                            bytes * (size_t)size, launch_all_gather, &a, req);
+    return start_collective(c, g, COMM_OP_ALL_GATHER, send, bytes, recv, all, all,
+                            launch_all_gather, &a, req);
 }
 
-// The blocking forms: start, then wait on the host.
-static tri_status nccl_all_reduce(comm *c, comm_group_id g, void *buf, size_t count,
-                                  tri_dtype dt, comm_reduce_op op) {
-    comm_request req;
-    TRI_CHECK(nccl_all_reduce_start(c, g, buf, count, dt, op, &req));
-    return nccl_wait_on_host(c, &req);
-}
-
-static tri_status nccl_reduce_scatter(comm *c, comm_group_id g, const void *send, void *recv,
-                                      size_t count, tri_dtype dt) {
-    comm_request req;
-    TRI_CHECK(nccl_reduce_scatter_start(c, g, send, recv, count, dt, &req));
-    return nccl_wait_on_host(c, &req);
-}
-
-static tri_status nccl_all_gather(comm *c, comm_group_id g, const void *send, void *recv,
-                                  size_t count, tri_dtype dt) {
-    comm_request req;
-    TRI_CHECK(nccl_all_gather_start(c, g, send, recv, count, dt, &req));
-    return nccl_wait_on_host(c, &req);
-}
-
-static tri_status nccl_broadcast(comm *c, comm_group_id g, void *buf, size_t count,
-                                 tri_dtype dt, int root) {
-    TRI_CHECK(check_call(c, g, COMM_OP_BROADCAST, dt));
-    const int size = c->groups[g].size;
-    TRI_ASSERT(root >= 0 && root < size);
-    if (size == 1) return TRI_OK;
-    const size_t bytes = count * dtype_size(dt);
-    comm_count(c, g, COMM_OP_BROADCAST, bytes);
+static tri_status nccl_broadcast_start(comm *c, comm_group_id g, void *buf, size_t count,
+                                       tri_dtype dt, int root, comm_request *req) {
+    TRI_CHECK(check_usable(c, g, COMM_OP_BROADCAST));
     if (count == 0) return TRI_OK;
+    const size_t bytes = count * dtype_size(dt);
     coll_args a = {count, dt, COMM_REDUCE_SUM, root};
-    comm_request req;
-    TRI_CHECK(start_collective(c, g, COMM_OP_BROADCAST, buf, bytes, buf, bytes, bytes,
-                               launch_broadcast, &a, &req));
-    return nccl_wait_on_host(c, &req);
+    return start_collective(c, g, COMM_OP_BROADCAST, buf, bytes, buf, bytes, bytes,
+                            launch_broadcast, &a, req);
 }
 
-// NCCL has no barrier: an all-reduce of one word that every rank must join.
-static tri_status nccl_barrier(comm *c, comm_group_id g) {
-    TRI_CHECK(check_call(c, g, COMM_OP_COUNT, DTYPE_FP32));
+// NCCL has no barrier: an all-reduce of one word that every rank must join. It uses the
+// device scratch, so it completes inside start (req stays empty).
+static tri_status nccl_barrier_start(comm *c, comm_group_id g, comm_request *req) {
+    (void)req;
+    TRI_CHECK(check_usable(c, g, COMM_OP_COUNT));
     nccl_ctx *x = ctx_of(c);
-    if (c->groups[g].size == 1) return TRI_OK;
     TRI_CHECK(scratch_reserve(x, sizeof(float)));
     nccl_group *grp = &x->groups[g];
     nccl_request *r = nccl_request_get(x);
@@ -414,60 +344,52 @@ fail:
     return st;
 }
 
+// reduce_scatter and all_gather over a group of one: a copy on the group's stream, complete
+// before it returns.
+static tri_status nccl_local_copy(comm *c, comm_group_id g, comm_op_id op, const void *send,
+                                  void *recv, size_t bytes) {
+    TRI_CHECK(check_usable(c, g, op));
+    if (bytes == 0) return TRI_OK;
+    nccl_ctx *x = ctx_of(c);
+    nccl_request *r = nccl_request_get(x);
+    nccl_request_note(r, g, op, 0, -1);
+    tri_status st = TRI_OK;
+    TRI_CHECK_GOTO(nccl_order_inputs(c, 1u << g), st, fail);
+    CUDA_CHECK_GOTO(cudaMemcpyAsync(recv, send, bytes, cudaMemcpyDefault, x->groups[g].stream),
+                    st, fail);
+    return nccl_request_finish(c, r);
+fail:
+    nccl_request_put(x, r);
+    return st;
+}
+
 // ---- point to point ----
 
-// Outside a group: issued and completed now. Inside: checked, counted and collected for the
-// outermost group_end.
+// Collected for group_end_start (the layer checked the peer and counted the payload).
 static tri_status nccl_p2p(comm *c, comm_group_id g, void *buf, size_t count, tri_dtype dt,
                            int peer, int op) {
-    TRI_CHECK(check_call(c, g, op, dt));
+    TRI_CHECK(check_usable(c, g, op));
     nccl_ctx *x = ctx_of(c);
-    nccl_group *grp = &x->groups[g];
-    const int size = c->groups[g].size;
-    if (peer < 0 || peer >= size || peer == c->groups[g].rank) {
-        // A group of one has no peer; talking to oneself is a schedule bug (as in comm_self).
-        LOG_ERROR("%s with rank %d of group %s (size %d, this rank %d): no such peer",
-                  nccl_op_name(op), peer, comm_group_name(g), size, c->groups[g].rank);
-        return TRI_ERR_INTERNAL;
-    }
     if (count > 0 && is_host_pointer(buf)) {
         LOG_ERROR("%s on group %s with a host buffer: the NCCL backend sends and receives "
                   "device memory only",
                   nccl_op_name(op), comm_group_name(g));
         return TRI_ERR_INTERNAL;
     }
-    const size_t bytes = count * dtype_size(dt);
-    comm_count(c, g, (comm_op_id)op, bytes);
     if (count == 0) return TRI_OK;
-    if (x->group_depth > 0) {
-        if (x->n_p2p == x->cap_p2p) {
-            x->cap_p2p = x->cap_p2p ? 2 * x->cap_p2p : 16;
-            x->p2p = (nccl_p2p_op *)realloc(x->p2p, (size_t)x->cap_p2p * sizeof *x->p2p);
-            TRI_ASSERT(x->p2p);
-        }
-        nccl_p2p_op *o = &x->p2p[x->n_p2p++];
-        o->g = g;
-        o->op = op;
-        o->buf = buf;
-        o->count = count;
-        o->dt = dt;
-        o->peer = peer;
-        return TRI_OK;
+    if (x->n_p2p == x->cap_p2p) {
+        x->cap_p2p = x->cap_p2p ? 2 * x->cap_p2p : 16;
+        x->p2p = (nccl_p2p_op *)realloc(x->p2p, (size_t)x->cap_p2p * sizeof *x->p2p);
+        TRI_ASSERT(x->p2p);
     }
-    nccl_request *r = nccl_request_get(x);
-    nccl_request_note(r, g, op, bytes, grp->world_ranks[peer]);
-    tri_status st = TRI_OK;
-    TRI_CHECK_GOTO(nccl_order_inputs(c, 1u << g), st, fail);
-    if (op == COMM_OP_SEND)
-        NCCL_ENQUEUE_GOTO(c, ncclSend(buf, count, nccl_dtype(dt), peer, grp->nccl, grp->stream),
-                          st, fail);
-    else
-        NCCL_ENQUEUE_GOTO(c, ncclRecv(buf, count, nccl_dtype(dt), peer, grp->nccl, grp->stream),
-                          st, fail);
-    return nccl_request_finish(c, r);
-fail:
-    nccl_request_put(x, r);
-    return st;
+    nccl_p2p_op *o = &x->p2p[x->n_p2p++];
+    o->g = g;
+    o->op = op;
+    o->buf = buf;
+    o->count = count;
+    o->dt = dt;
+    o->peer = peer;
+    return TRI_OK;
 }
 
 static tri_status nccl_send(comm *c, comm_group_id g, const void *buf, size_t count,
@@ -486,21 +408,16 @@ static tri_status nccl_group_start(comm *c) {
         LOG_ERROR("group_start after the communicators were aborted by an earlier failure");
         return TRI_ERR_COMM;
     }
-    if (x->group_depth++ == 0) x->n_p2p = 0;
+    x->n_p2p = 0;
     return TRI_OK;
 }
 
-// The outermost group_end issues every collected send and receive inside one NCCL group, so
-// that they progress together (both directions of a pipeline exchange in flight at once);
-// the request in req completes them.
+// Issues every collected send and receive inside one NCCL group, so that they progress
+// together (both directions of a pipeline exchange in flight at once); the request in req
+// completes them.
 static tri_status nccl_group_end_start(comm *c, comm_request *req) {
     nccl_ctx *x = ctx_of(c);
-    req->impl = NULL;
-    if (x->group_depth == 0) {
-        LOG_ERROR("group_end without a matching group_start");
-        return TRI_ERR_INTERNAL;
-    }
-    if (--x->group_depth > 0 || x->n_p2p == 0) return TRI_OK;
+    if (x->n_p2p == 0) return TRI_OK;
     nccl_request *r = nccl_request_get(x);
     unsigned mask = 0;
     for (int i = 0; i < x->n_p2p; i++) mask |= 1u << x->p2p[i].g;
@@ -540,28 +457,20 @@ fail:
     return st;
 }
 
-static tri_status nccl_group_end(comm *c) {
-    comm_request req;
-    TRI_CHECK(nccl_group_end_start(c, &req));
-    return nccl_wait_on_host(c, &req);
-}
-
 // ---- the table ----
 
-void nccl_install_ops(comm *c) {
-    c->all_reduce = nccl_all_reduce;
-    c->reduce_scatter = nccl_reduce_scatter;
-    c->all_gather = nccl_all_gather;
-    c->broadcast = nccl_broadcast;
-    c->barrier = nccl_barrier;
-    c->send = nccl_send;
-    c->recv = nccl_recv;
-    c->group_start = nccl_group_start;
-    c->group_end = nccl_group_end;
-    c->all_reduce_start = nccl_all_reduce_start;
-    c->reduce_scatter_start = nccl_reduce_scatter_start;
-    c->all_gather_start = nccl_all_gather_start;
-    c->group_end_start = nccl_group_end_start;
-    c->wait = nccl_wait;
-    c->progress = nccl_progress;
-}
+const struct comm_iface nccl_iface = {
+    /* .all_reduce_start     = */ nccl_all_reduce_start,
+    /* .reduce_scatter_start = */ nccl_reduce_scatter_start,
+    /* .all_gather_start     = */ nccl_all_gather_start,
+    /* .broadcast_start      = */ nccl_broadcast_start,
+    /* .barrier_start        = */ nccl_barrier_start,
+    /* .send                 = */ nccl_send,
+    /* .recv                 = */ nccl_recv,
+    /* .group_start          = */ nccl_group_start,
+    /* .group_end_start      = */ nccl_group_end_start,
+    /* .wait                 = */ nccl_wait,
+    /* .progress             = */ nccl_progress,
+    /* .local_copy           = */ nccl_local_copy,
+    /* .destroy              = */ nccl_destroy,
+};

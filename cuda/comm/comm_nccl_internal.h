@@ -1,16 +1,19 @@
 // comm_nccl_internal.h: what the three files of the NCCL comm backend share, and nothing
 // else includes: its state, and the functions each calls in the others.
-//   cuda/comm_nccl.cu     the operations (collectives, sends and receives, groups)
-//   cuda/nccl_request.cu  their requests: done events, the ordering after compute_stream,
-//                         and the polling of their completion against the timeout
-//   cuda/nccl_init.cu     comm_nccl_create (the communicators and streams of every group),
-//                         destroy and abort
+//   cuda/comm/comm_nccl.cu     the operations (collectives, sends and receives, groups) and
+//                              the backend's table (comm_backend.h)
+//   cuda/comm/nccl_request.cu  their requests: done events, the ordering after
+//                              compute_stream, and the polling of their completion against
+//                              the timeout
+//   cuda/comm/nccl_init.cu     comm_nccl_create (the communicators and streams of every
+//                              group), destroy and abort
 #pragma once
 
 #include "../base/cuda_common.h"
 #include "comm/nccl_api.h"
 
 extern "C" {
+#include "comm/comm_backend.h"
 #include "comm/mesh.h"
 }
 
@@ -66,8 +69,7 @@ typedef struct {
     nccl_group groups[COMM_GROUP_COUNT];
     mesh_coord coord;
     int device;
-    int group_depth;     // group_start nesting
-    nccl_p2p_op *p2p;    // (n_p2p) collected for the outermost group_end
+    nccl_p2p_op *p2p;    // (n_p2p) collected for group_end_start
     int n_p2p, cap_p2p;
     int aborted;         // set once the communicators were aborted: every later call fails
     // Device staging for host buffers and the barrier's word. Only operations that complete
@@ -82,10 +84,10 @@ typedef struct {
 
 static inline nccl_ctx *ctx_of(comm *c) { return (nccl_ctx *)c->ctx; }
 
-// ---- cuda/comm_nccl.cu ----
+// ---- cuda/comm/comm_nccl.cu ----
 
-// Fills the operations of c's table (all but destroy, which nccl_init.cu sets).
-void nccl_install_ops(comm *c);
+// The backend's table (comm_backend.h), which comm_nccl_create points comm.iface at.
+extern const struct comm_iface nccl_iface;
 
 // "all_reduce", ... for a comm_op_id; "barrier" for COMM_OP_COUNT.
 const char *nccl_op_name(int op);
@@ -96,7 +98,7 @@ void nccl_format_ranks(char *buf, size_t cap, const int *ranks, int n, int skip)
 // An error line on stderr with the full mesh prefix "[r5 tp1 dp0 pp1]", rank 0 included.
 void nccl_print_prefixed(comm *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-// ---- cuda/nccl_request.cu ----
+// ---- cuda/comm/nccl_request.cu ----
 // An operation: r = nccl_request_get; nccl_request_note for each group (and peer) it runs
 // on; nccl_order_inputs; enqueue it; then nccl_request_finish (blocking), or
 // nccl_request_record and hand r to a comm_request (non-blocking). Every failure is
@@ -126,16 +128,17 @@ tri_status nccl_order_inputs(comm *c, unsigned mask);
 tri_status nccl_request_record(comm *c, nccl_request *r);
 // Polls until r is enqueued or, with `completed`, until its done events fired.
 tri_status nccl_request_poll(comm *c, const nccl_request *r, int completed);
-// The blocking end of an operation: record, poll to completion, put back.
+// The end of an operation that completes inside its call: record, poll to completion, put
+// back.
 tri_status nccl_request_finish(comm *c, nccl_request *r);
 
-// Completes the request in req on the host (the blocking forms) and resets req.
-tri_status nccl_wait_on_host(comm *c, comm_request *req);
-// comm.h's wait and progress.
-tri_status nccl_wait(comm *c, comm_request *req);
+// comm_backend.h's wait (on the host, or handed to compute_stream) and progress.
+tri_status nccl_wait(comm *c, comm_request *req, int on_host);
 void nccl_progress(comm *c);
 
-// ---- cuda/nccl_init.cu ----
+// ---- cuda/comm/nccl_init.cu ----
 
 // Aborts every communicator without waiting for peers; every later call fails.
 void nccl_abort_all(comm *c);
+// comm_backend.h's destroy: flushes (against the timeout) and frees everything.
+void nccl_destroy(comm *c);

@@ -1,7 +1,7 @@
 // nccl_init.cu: creation and teardown of the NCCL comm backend: comm_nccl_create (the
 // world communicator from rank 0's unique id, the groups split from it, a stream per
 // group), destroy (finalize with a deadline) and abort. The design is described at the top
-// of cuda/comm_nccl.cu; the shared state is in cuda/comm_nccl_internal.h.
+// of cuda/comm/comm_nccl.cu; the shared state is in cuda/comm/comm_nccl_internal.h.
 #include "comm_nccl_internal.h"
 
 #include <string.h>
@@ -27,7 +27,7 @@ void nccl_abort_all(comm *c) {
 
 // Flushes and frees every communicator, waiting for the flush at most timeout_s (then
 // aborting), and releases the streams, events and buffers.
-static void nccl_destroy(comm *c) {
+void nccl_destroy(comm *c) {
     if (!c) return;
     nccl_ctx *x = ctx_of(c);
     if (x && !x->aborted) {
@@ -131,62 +131,29 @@ static tri_status wait_ready(comm *c, ncclComm_t nc, comm_group_id g) {
     }
 }
 
-// The world ranks of this rank's group g; sets size and rank in c->groups[g].
-static void build_group(comm *c, const run_config *cfg, comm_group_id g) {
-    nccl_ctx *x = ctx_of(c);
-    nccl_group *grp = &x->groups[g];
-    const int PP = cfg->parallel.pp;
-    const mesh_coord me = x->coord;
+// The world ranks of this rank's group g (those of its color, ascending: the split's key
+// order); sets size and rank in c->groups[g]. A middle stage's embedding group (no color)
+// is empty: size 0, rank -1.
+static void build_group(comm *c, const mesh *m, comm_group_id g) {
+    nccl_group *grp = &ctx_of(c)->groups[g];
+    const int color = mesh_group_color(m, g, c->world_rank);
     int n = 0, my_index = -1;
     int *ranks = (int *)xcalloc((size_t)c->world_size, sizeof(int));
-    for (int r = 0; r < c->world_size; r++) {
-        mesh_coord o = mesh_coord_of(cfg, r);
-        int in = 0;
-        switch (g) {
-        case COMM_GROUP_TP: in = o.dp == me.dp && o.pp == me.pp; break;
-        case COMM_GROUP_DP: in = o.tp == me.tp && o.pp == me.pp; break;
-        case COMM_GROUP_PP: in = o.tp == me.tp && o.dp == me.dp; break;
-        case COMM_GROUP_EMBED:
-            // A middle stage is a group of one: itself.
-            in = o.tp == me.tp && o.dp == me.dp &&
-                 (me.pp == 0 || me.pp == PP - 1 ? o.pp == 0 || o.pp == PP - 1 : o.pp == me.pp);
-            break;
-        case COMM_GROUP_MP: in = o.dp == me.dp; break;
-        default: in = 1; break;
-        }
-        if (!in) continue;
+    for (int r = 0; color >= 0 && r < c->world_size; r++) {
+        if (mesh_group_color(m, g, r) != color) continue;
         if (r == c->world_rank) my_index = n;
-        ranks[n++] = r; // ascending world rank = ascending split key, for every group
+        ranks[n++] = r;
     }
-    TRI_ASSERT(my_index >= 0);
+    TRI_ASSERT(color < 0 || my_index >= 0);
     grp->world_ranks = ranks;
     grp->n_world_ranks = n;
     c->groups[g].size = n;
     c->groups[g].rank = my_index;
 }
 
-// ncclCommSplit color and key of this rank for group g (NCCL_SPLIT_NOCOLOR: a middle stage,
-// alone in its embedding group, joins no communicator).
-// Keys are the group ranks, so NCCL's rank order is the mesh's.
-static void split_color_key(const comm *c, const run_config *cfg, comm_group_id g,
-                            mesh_coord me, int *color, int *key) {
-    const int TP = cfg->parallel.tp, DP = cfg->parallel.dp, PP = cfg->parallel.pp;
-    *key = c->groups[g].rank;
-    switch (g) {
-    case COMM_GROUP_TP: *color = me.dp + DP * me.pp; break;
-    case COMM_GROUP_DP: *color = me.tp + TP * me.pp; break;
-    case COMM_GROUP_PP: *color = me.tp + TP * me.dp; break;
-    case COMM_GROUP_EMBED:
-        *color = (me.pp == 0 || me.pp == PP - 1) ? me.tp + TP * me.dp : NCCL_SPLIT_NOCOLOR;
-        break;
-    case COMM_GROUP_MP: *color = me.dp; break;
-    default: *color = 0; break;
-    }
-}
-
-tri_status comm_nccl_create(comm **out, const run_config *cfg, launch_info *li, double timeout_s) {
+tri_status comm_nccl_create(comm **out, const mesh *m, launch_info *li, double timeout_s) {
     *out = NULL;
-    const int TP = cfg->parallel.tp, DP = cfg->parallel.dp, PP = cfg->parallel.pp;
+    const int TP = m->tp, DP = m->dp, PP = m->pp;
     if (DP < 1 || TP * DP * PP != li->world || li->rank < 0 || li->rank >= li->world) {
         LOG_ERROR("the mesh tp %d x dp %d x pp %d does not match a world of %d ranks (rank %d)",
                   TP, DP, PP, li->world, li->rank);
@@ -205,19 +172,18 @@ tri_status comm_nccl_create(comm **out, const run_config *cfg, launch_info *li, 
     comm *c = (comm *)xcalloc(1, sizeof *c);
     nccl_ctx *x = (nccl_ctx *)xcalloc(1, sizeof *x);
     c->name = "nccl";
+    c->iface = &nccl_iface;
     c->ctx = x;
     c->world_rank = li->rank;
     c->world_size = li->world;
     c->timeout_s = timeout_s;
     c->step = 0;
-    nccl_install_ops(c);
-    c->destroy = nccl_destroy;
-    x->coord = mesh_coord_of(cfg, li->rank);
+    x->coord = mesh_coord_of(m, li->rank);
     CUDA_CHECK_GOTO(cudaGetDevice(&x->device), rc, fail);
     CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&x->inputs_event, cudaEventDisableTiming), rc, fail);
 
     for (int g = 0; g < COMM_GROUP_COUNT; g++) {
-        build_group(c, cfg, (comm_group_id)g);
+        build_group(c, m, (comm_group_id)g);
         CUDA_CHECK_GOTO(cudaStreamCreateWithFlags(&x->groups[g].stream, cudaStreamNonBlocking),
                         rc, fail);
     }
@@ -263,8 +229,10 @@ tri_status comm_nccl_create(comm **out, const run_config *cfg, launch_info *li, 
                                      : g == COMM_GROUP_EMBED ? (PP > 1 ? 2 : 1)
                                                              : TP * PP;
         if (ranks_everywhere == 1) continue;
-        int color = 0, key = 0;
-        split_color_key(c, cfg, g, x->coord, &color, &key);
+        // Keys are the group ranks, so NCCL's rank order is the mesh's; a middle stage,
+        // in no embedding group, joins no communicator.
+        int color = mesh_group_color(m, g, li->rank), key = c->groups[g].rank;
+        if (color < 0) color = NCCL_SPLIT_NOCOLOR, key = 0;
         // With a non-blocking parent the split runs in NCCL's thread, which stores the new
         // communicator into *newcomm when it is done: the pointer must stay valid (it is
         // the group's slot), and it reads NULL until then.

@@ -1,8 +1,8 @@
 // nccl_request.cu: the requests of the NCCL comm backend: what one operation left running on
 // its groups' streams, its done events, and the waiting for them (on the host against the
 // timeout, or by compute_stream with the handed-off list watched by progress). The design is
-// described at the top of cuda/comm_nccl.cu; the shared state is in
-// cuda/comm_nccl_internal.h.
+// described at the top of cuda/comm/comm_nccl.cu; the shared state is in
+// cuda/comm/comm_nccl_internal.h.
 #include "comm_nccl_internal.h"
 
 #include <string.h>
@@ -213,7 +213,7 @@ tri_status nccl_request_finish(comm *c, nccl_request *r) {
 }
 
 // Completes a started request on the host (the blocking forms; wait without compute_stream).
-tri_status nccl_wait_on_host(comm *c, comm_request *req) {
+static tri_status nccl_wait_on_host(comm *c, comm_request *req) {
     nccl_request *r = (nccl_request *)req->impl;
     if (!r) return TRI_OK;
     req->impl = NULL;
@@ -251,9 +251,9 @@ static tri_status reap_handed_off(comm *c) {
     return TRI_OK;
 }
 
-tri_status nccl_wait(comm *c, comm_request *req) {
+tri_status nccl_wait(comm *c, comm_request *req, int on_host) {
     nccl_request *r = (nccl_request *)req->impl;
-    if (!r || !c->compute_stream) return nccl_wait_on_host(c, req);
+    if (!r || on_host || !c->compute_stream) return nccl_wait_on_host(c, req);
     nccl_ctx *x = ctx_of(c);
     req->impl = NULL;
     tri_status st = TRI_OK;

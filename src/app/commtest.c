@@ -10,11 +10,17 @@
 //
 // Group membership is computed here from the rank formula of DESIGN.md, not taken from the
 // backend, so a wrong split shows up as wrong elements. The payload counters of comm.h are
-// checked too: a mismatch with the documented definition (comm_mpi.c) fails the test.
-// The non-blocking forms (*_start, group_end_start, wait) are checked against the blocking
-// ones: bitwise the same results and the same counters, with many requests in flight at
-// once on every group. TRIDENT_COMM_STAGED=1 runs it all through the staged backend
-// (comm_staged.h) over MPI, staging through the CPU backend, as the trainer would.
+// checked after every row and every barrier, over every group and collective at once: the
+// row's own counter moves by its documented payload (comm.h's table; nothing for a group of
+// one, which the layer short-circuits) and no other moves at all. The non-blocking forms
+// (*_start, group_end_start, wait) are checked against the blocking ones: bitwise the same
+// results and the same counters, with many requests in flight at once on every group.
+//
+// The comm is made as the trainer makes it (comm_create_for) for the compute backend of
+// --backend (auto: CUDA where a device is visible) and the kind of --comm: MPI on the CPU,
+// NCCL on a GPU, the staged backend for --comm mpi on a GPU or TRIDENT_COMM_STAGED=1. The
+// buffers the comm sees live in that backend's memory; the test fills and checks host
+// copies of them (ct_buf).
 #include "app/commtest.h"
 
 #include <errno.h>
@@ -23,10 +29,9 @@
 #include <unistd.h>
 
 #include "compute/backend.h"
+#include "compute/backend_select.h"
 #include "base/bf16.h"
 #include "comm/comm.h"
-#include "comm/comm_mpi.h"
-#include "comm/comm_staged.h"
 #include "app/commtest_internal.h"
 #include "config/config.h"
 #include "comm/launch.h"
@@ -43,6 +48,8 @@ typedef struct {
     int iters;
     double timeout_s;
     int stall_rank, stall_step;
+    backend_kind backend;
+    comm_kind comm;
 } ct_options;
 
 static const float CT_POISON = -999.0f; // what a receive buffer holds before the call
@@ -73,17 +80,32 @@ static int ct_parse_bytes(const char *s, size_t *out) {
 static void ct_usage(FILE *f) {
     fprintf(f, "usage: trident comm-test [--world-shape TP,PP,DP] [--bytes MIN:MAX] [--iters N]\n"
                "                         [--timeout S] [--stall-rank R --stall-step S]\n"
+               "                         [--backend auto|cpu|cuda] [--comm auto|mpi|nccl]\n"
                "  --world-shape  the mesh; its product must be the world (default world,1,1)\n"
                "  --bytes        sizes from MIN to MAX, doubling (default 8:1M; K, M, G suffixes)\n"
                "  --iters        timed runs per size (default 20)\n"
                "  --timeout      comm timeout in seconds (default 300)\n"
-               "  --stall-rank, --stall-step  rank R stops at step S (tests the timeout)\n");
+               "  --stall-rank, --stall-step  rank R stops at step S (tests the timeout)\n"
+               "  --backend      the compute backend whose memory the buffers live in, as\n"
+               "                 system.backend (default auto: CUDA where a GPU is visible)\n"
+               "  --comm         the comm backend, as system.comm (default auto: NCCL for\n"
+               "                 CUDA, MPI for the CPU; mpi on CUDA: MPI staged through host)\n");
+}
+
+// The index of `v` in names (NULL-terminated), or -1.
+static int ct_parse_name(const char *v, const char *const *names) {
+    for (int i = 0; names[i]; i++)
+        if (!strcmp(v, names[i])) return i;
+    return -1;
 }
 
 // Returns 0, or an error message (printed by rank 0 only).
 static const char *ct_parse(int argc, char **argv, ct_options *o, char *msg, size_t cap) {
     *o = (ct_options){.min_bytes = 8, .max_bytes = 1 << 20, .iters = 20, .timeout_s = 300,
-                      .stall_rank = -1, .stall_step = -1};
+                      .stall_rank = -1, .stall_step = -1, .backend = BACKEND_AUTO,
+                      .comm = COMM_AUTO};
+    static const char *const backends[] = {"auto", "cpu", "cuda", NULL}; // backend_kind order
+    static const char *const comms[] = {"auto", "mpi", "nccl", NULL};     // comm_kind order
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long l;
@@ -137,6 +159,20 @@ static const char *ct_parse(int argc, char **argv, ct_options *o, char *msg, siz
             }
             if (a[8] == 'r') o->stall_rank = (int)l;
             else o->stall_step = (int)l;
+        } else if (!strcmp(a, "--backend")) {
+            int k = ct_parse_name(v, backends);
+            if (k < 0) {
+                snprintf(msg, cap, "--backend needs auto, cpu or cuda, got %s", v);
+                return msg;
+            }
+            o->backend = (backend_kind)k;
+        } else if (!strcmp(a, "--comm")) {
+            int k = ct_parse_name(v, comms);
+            if (k < 0) {
+                snprintf(msg, cap, "--comm needs auto, mpi or nccl, got %s", v);
+                return msg;
+            }
+            o->comm = (comm_kind)k;
         } else {
             snprintf(msg, cap, "unknown option %s", a);
             return msg;
@@ -149,10 +185,69 @@ static const char *ct_parse(int argc, char **argv, ct_options *o, char *msg, siz
     return NULL;
 }
 
+// ---- buffers and counters ----
+
+ct_buf ct_buf_new(const ct_state *s, size_t bytes) {
+    ct_buf b = {xcalloc(1, bytes ? bytes : 1), NULL, bytes};
+    b.dev = b.host;
+    if (!s->be->device_memory) return b;
+    b.dev = s->be->alloc(s->be, bytes ? bytes : 1);
+    if (!b.dev) { // as xmalloc: the test cannot go on without its buffers
+        fprintf(stderr, "comm-test: out of %s memory allocating %zu bytes\n", s->be->name, bytes);
+        abort();
+    }
+    return b;
+}
+
+void ct_buf_free(const ct_state *s, ct_buf *b) {
+    if (b->dev != b->host) s->be->free(s->be, b->dev);
+    free(b->host);
+    *b = (ct_buf){NULL, NULL, 0};
+}
+
+void ct_buf_push(const ct_state *s, const ct_buf *b) {
+    if (b->dev != b->host) s->be->copy_to_device(s->be, b->dev, b->host, b->bytes);
+}
+
+void ct_buf_pull(const ct_state *s, const ct_buf *b) {
+    if (b->dev != b->host) s->be->copy_to_host(s->be, b->host, b->dev, b->bytes);
+}
+
+static const char *const CT_COUNTER_NAMES[COMM_OP_COUNT] = {
+    "all_reduce", "reduce_scatter", "all_gather", "broadcast", "send", "recv",
+};
+
+void ct_counters_get(const comm *c, ct_counters *out) {
+    for (int g = 0; g < COMM_GROUP_COUNT; g++)
+        for (int op = 0; op < COMM_OP_COUNT; op++) {
+            out->v[g][0][op] = c->groups[g].bytes[op];
+            out->v[g][1][op] = c->groups[g].calls[op];
+        }
+}
+
+void ct_counters_expect(ct_state *s, const ct_counters *before, const ct_counters *want,
+                        const char *what) {
+    ct_counters now;
+    ct_counters_get(s->c, &now);
+    for (int h = 0; h < COMM_GROUP_COUNT; h++)
+        for (int op = 0; op < COMM_OP_COUNT; op++) {
+            const uint64_t db = now.v[h][0][op] - before->v[h][0][op];
+            const uint64_t dc = now.v[h][1][op] - before->v[h][1][op];
+            if (db == want->v[h][0][op] && dc == want->v[h][1][op]) continue;
+            LOG_ERROR("comm-test: %s: the %s counters of group %s say %llu bytes in %llu "
+                      "calls, expected %llu bytes in %llu calls",
+                      what, CT_COUNTER_NAMES[op], comm_group_name((comm_group_id)h),
+                      (unsigned long long)db,
+                      (unsigned long long)dc, (unsigned long long)want->v[h][0][op],
+                      (unsigned long long)want->v[h][1][op]);
+            s->bad_counters++;
+        }
+}
+
 // ---- groups, from the rank formula ----
 
-static int ct_same_group(const run_config *cfg, comm_group_id g, mesh_coord a, mesh_coord b) {
-    const int last = cfg->parallel.pp - 1;
+static int ct_same_group(const mesh *m, comm_group_id g, mesh_coord a, mesh_coord b) {
+    const int last = m->pp - 1;
     switch (g) {
     case COMM_GROUP_TP: return a.dp == b.dp && a.pp == b.pp;
     case COMM_GROUP_DP: return a.tp == b.tp && a.pp == b.pp;
@@ -169,15 +264,15 @@ static int ct_same_group(const run_config *cfg, comm_group_id g, mesh_coord a, m
     return 0;
 }
 
-static void ct_groups_init(ct_state *s, const run_config *cfg) {
-    const int TP = cfg->parallel.tp, DP = cfg->parallel.dp, PP = cfg->parallel.pp;
+static void ct_groups_init(ct_state *s) {
+    const int TP = s->mesh.tp, DP = s->mesh.dp, PP = s->mesh.pp;
     mesh_coord me = {s->rank % TP, (s->rank / TP) % DP, s->rank / (TP * DP)};
     for (int g = 0; g < COMM_GROUP_COUNT; g++) {
         s->members[g] = xcalloc((size_t)s->world, sizeof(int));
         s->my_index[g] = -1; // stays -1 where this rank is not a member (size 0)
         for (int r = 0; r < s->world; r++) {
             mesh_coord o = {r % TP, (r / TP) % DP, r / (TP * DP)};
-            if (!ct_same_group(cfg, (comm_group_id)g, me, o)) continue;
+            if (!ct_same_group(&s->mesh, (comm_group_id)g, me, o)) continue;
             if (r == s->rank) s->my_index[g] = s->n_members[g];
             s->members[g][s->n_members[g]++] = r;
         }
@@ -239,36 +334,37 @@ static ct_shape ct_row_shape(const ct_state *s, comm_group_id g, ct_op op, size_
     return sh;
 }
 
-// One call of `op` on group g.
-static tri_status ct_call(ct_state *s, comm_group_id g, ct_op op, float *a, float *b,
+// One call of `op` on group g, on buffers a and b in the comm's memory.
+static tri_status ct_call(ct_state *s, comm_group_id g, ct_op op, void *a, void *b,
                           size_t count) {
     comm *c = s->c;
     const int n = s->n_members[g], k = s->my_index[g];
     switch (op) {
-    case CT_ALL_REDUCE_SUM: return c->all_reduce(c, g, a, count, DTYPE_FP32, COMM_REDUCE_SUM);
-    case CT_ALL_REDUCE_MAX: return c->all_reduce(c, g, a, count, DTYPE_FP32, COMM_REDUCE_MAX);
-    case CT_REDUCE_SCATTER: return c->reduce_scatter(c, g, a, b, count, DTYPE_FP32);
-    case CT_ALL_GATHER: return c->all_gather(c, g, a, b, count, DTYPE_FP32);
-    case CT_BROADCAST_FIRST: return c->broadcast(c, g, a, count, DTYPE_FP32, 0);
-    case CT_BROADCAST_LAST: return c->broadcast(c, g, a, count, DTYPE_FP32, n - 1);
+    case CT_ALL_REDUCE_SUM: return comm_all_reduce(c, g, a, count, DTYPE_FP32, COMM_REDUCE_SUM);
+    case CT_ALL_REDUCE_MAX: return comm_all_reduce(c, g, a, count, DTYPE_FP32, COMM_REDUCE_MAX);
+    case CT_REDUCE_SCATTER: return comm_reduce_scatter(c, g, a, b, count, DTYPE_FP32);
+    case CT_ALL_GATHER: return comm_all_gather(c, g, a, b, count, DTYPE_FP32);
+    case CT_BROADCAST_FIRST: return comm_broadcast(c, g, a, count, DTYPE_FP32, 0);
+    case CT_BROADCAST_LAST: return comm_broadcast(c, g, a, count, DTYPE_FP32, n - 1);
     case CT_SENDRECV:
         if (n == 1) return TRI_OK; // no peer: nothing to exchange
-        TRI_CHECK(c->group_start(c));
-        TRI_CHECK(c->send(c, g, a, count, DTYPE_FP32, (k + 1) % n));
-        TRI_CHECK(c->recv(c, g, b, count, DTYPE_FP32, (k - 1 + n) % n));
-        return c->group_end(c);
+        TRI_CHECK(comm_group_start(c));
+        TRI_CHECK(comm_send(c, g, a, count, DTYPE_FP32, (k + 1) % n));
+        TRI_CHECK(comm_recv(c, g, b, count, DTYPE_FP32, (k - 1 + n) % n));
+        return comm_group_end(c);
     case CT_COUNT: break;
     }
     return TRI_ERR_INTERNAL;
 }
 
 // Fills the inputs of `op`, runs it once and returns the number of wrong elements.
-static tri_status ct_check(ct_state *s, comm_group_id g, ct_op op, float *a, float *b,
-                           size_t count, long long *wrong, int advance_step) {
+static tri_status ct_check(ct_state *s, comm_group_id g, ct_op op, const ct_buf *ab,
+                           const ct_buf *bb, size_t count, long long *wrong, int advance_step) {
     const int n = s->n_members[g], k = s->my_index[g], *m = s->members[g];
     const size_t in_count = op == CT_REDUCE_SCATTER ? count * (size_t)n : count;
     const size_t out_count = op == CT_ALL_GATHER ? count * (size_t)n : count;
     const int root = op == CT_BROADCAST_LAST ? n - 1 : 0;
+    float *a = (float *)ab->host, *b = (float *)bb->host;
     for (size_t i = 0; i < in_count; i++) a[i] = ct_value(s->rank, i);
     if (op == CT_BROADCAST_FIRST || op == CT_BROADCAST_LAST)
         if (k != root)
@@ -276,8 +372,12 @@ static tri_status ct_check(ct_state *s, comm_group_id g, ct_op op, float *a, flo
     for (size_t i = 0; i < out_count; i++) b[i] = CT_POISON;
     if (advance_step) ct_step(s);
     if (n == 0) return TRI_OK; // not a member: nothing to call (the step still advances)
-    TRI_CHECK(ct_call(s, g, op, a, b, count));
+    ct_buf_push(s, ab);
+    ct_buf_push(s, bb);
+    TRI_CHECK(ct_call(s, g, op, ab->dev, bb->dev, count));
     if (op == CT_SENDRECV && n == 1) return TRI_OK;
+    ct_buf_pull(s, ab);
+    ct_buf_pull(s, bb);
     long long bad = 0;
     for (size_t i = 0; i < out_count; i++) {
         float want = 0, got;
@@ -332,38 +432,51 @@ static tri_status ct_row(ct_state *s, comm_group_id g, ct_op op, size_t elems, i
                          long long *wrong, double *sec) {
     const int n = s->n_members[g];
     ct_shape sh = ct_row_shape(s, g, op, elems);
-    const size_t cap = sh.count * (size_t)(n > 0 ? n : 1);
-    float *a = xmalloc(cap * sizeof(float)), *b = xmalloc(cap * sizeof(float));
-    comm_op_id ids[2];
-    int n_ids;
-    ct_counter_ids(op, ids, &n_ids);
-    uint64_t bytes0[2], calls0[2];
-    for (int j = 0; j < n_ids; j++) {
-        bytes0[j] = s->c->groups[g].bytes[ids[j]];
-        calls0[j] = s->c->groups[g].calls[ids[j]];
-    }
-    tri_status st = ct_check(s, g, op, a, b, sh.count, wrong, iters > 0);
+    const size_t cap = sh.count * (size_t)(n > 0 ? n : 1) * sizeof(float);
+    ct_buf a = ct_buf_new(s, cap), b = ct_buf_new(s, cap);
+    ct_counters before;
+    ct_counters_get(s->c, &before);
+    tri_status st = ct_check(s, g, op, &a, &b, sh.count, wrong, iters > 0);
     double t0 = time_now_s();
     for (int it = 0; it < iters && st == TRI_OK; it++) {
         ct_step(s);
-        if (n > 0) st = ct_call(s, g, op, a, b, sh.count);
+        if (n > 0) st = ct_call(s, g, op, a.dev, b.dev, sh.count);
     }
     *sec = iters > 0 ? (time_now_s() - t0) / iters : 0;
-    // Every call of a group larger than one counts its payload once (comm_mpi.c's table).
+    // Every call of a group larger than one counts its payload once (comm.h's table); a
+    // group of one counts nothing, and no other counter moves.
     const uint64_t calls = sh.payload ? (uint64_t)(1 + iters) : 0;
-    for (int j = 0; j < n_ids && st == TRI_OK; j++) {
-        uint64_t db = s->c->groups[g].bytes[ids[j]] - bytes0[j];
-        uint64_t dc = s->c->groups[g].calls[ids[j]] - calls0[j];
-        if (db == calls * sh.payload && dc == calls) continue;
-        LOG_ERROR("comm-test: %s on group %s: counters say %llu bytes in %llu calls, expected "
-                  "%llu bytes in %llu calls", CT_OP_NAMES[op], comm_group_name(g),
-                  (unsigned long long)db, (unsigned long long)dc,
-                  (unsigned long long)(calls * sh.payload), (unsigned long long)calls);
-        s->bad_counters++;
+    comm_op_id ids[2];
+    int n_ids;
+    ct_counter_ids(op, ids, &n_ids);
+    ct_counters want;
+    memset(&want, 0, sizeof want);
+    for (int j = 0; j < n_ids; j++) {
+        want.v[g][0][ids[j]] = calls * sh.payload;
+        want.v[g][1][ids[j]] = calls;
     }
-    free(a);
-    free(b);
+    char what[64];
+    snprintf(what, sizeof what, "%s on group %s", CT_OP_NAMES[op], comm_group_name(g));
+    if (st == TRI_OK) ct_counters_expect(s, &before, &want, what);
+    ct_buf_free(s, &a);
+    ct_buf_free(s, &b);
     return st;
+}
+
+// A barrier on every group this rank is in: it must return (every member joins) and move no
+// counter at all.
+static tri_status ct_barriers(ct_state *s) {
+    for (int g = 0; g < COMM_GROUP_COUNT; g++) {
+        if (s->n_members[g] == 0) continue; // a middle stage, in no embedding group
+        ct_counters before, none;
+        memset(&none, 0, sizeof none);
+        ct_counters_get(s->c, &before);
+        TRI_CHECK(comm_barrier(s->c, (comm_group_id)g));
+        char what[64];
+        snprintf(what, sizeof what, "barrier on group %s", comm_group_name((comm_group_id)g));
+        ct_counters_expect(s, &before, &none, what);
+    }
+    return TRI_OK;
 }
 
 // Sums of non-integer floats depend on the order of the additions: two all-reduces of the
@@ -373,17 +486,22 @@ static tri_status ct_determinism(ct_state *s, comm_group_id g, size_t count, lon
     const int n = s->n_members[g];
     if (n <= 1 || count == 0) return TRI_OK;
     comm *c = s->c;
-    float *first = xmalloc(count * sizeof(float)), *again = xmalloc(count * sizeof(float));
-    float *root = xmalloc(count * sizeof(float));
+    ct_buf bufs[3]; // first run, second run, group rank 0's first result broadcast
+    for (int i = 0; i < 3; i++) bufs[i] = ct_buf_new(s, count * sizeof(float));
+    const float *first = (float *)bufs[0].host, *again = (float *)bufs[1].host;
+    const float *root = (float *)bufs[2].host;
     tri_status st = TRI_OK;
-    float *bufs[2] = {first, again};
     for (int run = 0; run < 2 && st == TRI_OK; run++) {
-        for (size_t i = 0; i < count; i++) bufs[run][i] = ct_fraction(s->rank, i);
-        st = c->all_reduce(c, g, bufs[run], count, DTYPE_FP32, COMM_REDUCE_SUM);
+        for (size_t i = 0; i < count; i++) ((float *)bufs[run].host)[i] = ct_fraction(s->rank, i);
+        ct_buf_push(s, &bufs[run]);
+        st = comm_all_reduce(c, g, bufs[run].dev, count, DTYPE_FP32, COMM_REDUCE_SUM);
+        if (st == TRI_OK) ct_buf_pull(s, &bufs[run]);
     }
     if (st == TRI_OK) {
-        memcpy(root, first, count * sizeof(float));
-        st = c->broadcast(c, g, root, count, DTYPE_FP32, 0); // group rank 0's result
+        memcpy(bufs[2].host, first, count * sizeof(float));
+        ct_buf_push(s, &bufs[2]);
+        st = comm_broadcast(c, g, bufs[2].dev, count, DTYPE_FP32, 0);
+        if (st == TRI_OK) ct_buf_pull(s, &bufs[2]);
     }
     long long bad = 0;
     for (size_t i = 0; st == TRI_OK && i < count; i++)
@@ -392,9 +510,7 @@ static tri_status ct_determinism(ct_state *s, comm_group_id g, size_t count, lon
     if (bad) LOG_ERROR("comm-test: all_reduce on group %s is not bitwise reproducible: %lld of "
                        "%zu elements differ", comm_group_name(g), bad, count);
     *wrong += bad;
-    free(first);
-    free(again);
-    free(root);
+    for (int i = 0; i < 3; i++) ct_buf_free(s, &bufs[i]);
     return st;
 }
 
@@ -404,10 +520,13 @@ static tri_status ct_in_place(ct_state *s, comm_group_id g, size_t count, long l
     const int n = s->n_members[g], k = s->my_index[g], *m = s->members[g];
     if (n <= 1 || count == 0) return TRI_OK;
     comm *c = s->c;
-    float *buf = xmalloc(count * (size_t)n * sizeof(float));
+    ct_buf bb = ct_buf_new(s, count * (size_t)n * sizeof(float));
+    float *buf = (float *)bb.host, *mine = buf + (size_t)k * count;
+    float *mine_dev = (float *)bb.dev + (size_t)k * count;
     for (size_t j = 0; j < count * (size_t)n; j++) buf[j] = ct_value(s->rank, j);
-    float *mine = buf + (size_t)k * count;
-    tri_status st = c->reduce_scatter(c, g, buf, mine, count, DTYPE_FP32);
+    ct_buf_push(s, &bb);
+    tri_status st = comm_reduce_scatter(c, g, bb.dev, mine_dev, count, DTYPE_FP32);
+    if (st == TRI_OK) ct_buf_pull(s, &bb);
     long long bad = 0;
     for (size_t i = 0; st == TRI_OK && i < count; i++) {
         float want = 0;
@@ -416,13 +535,15 @@ static tri_status ct_in_place(ct_state *s, comm_group_id g, size_t count, long l
     }
     for (size_t j = 0; j < count * (size_t)n; j++) buf[j] = CT_POISON;
     for (size_t i = 0; i < count; i++) mine[i] = ct_value(s->rank, i);
-    if (st == TRI_OK) st = c->all_gather(c, g, mine, buf, count, DTYPE_FP32);
+    ct_buf_push(s, &bb);
+    if (st == TRI_OK) st = comm_all_gather(c, g, mine_dev, bb.dev, count, DTYPE_FP32);
+    if (st == TRI_OK) ct_buf_pull(s, &bb);
     for (size_t j = 0; st == TRI_OK && j < count * (size_t)n; j++)
         bad += buf[j] != ct_value(m[j / count], j % count);
     if (bad) LOG_ERROR("comm-test: in-place reduce_scatter/all_gather on group %s: %lld wrong "
                        "elements", comm_group_name(g), bad);
     *wrong += bad;
-    free(buf);
+    ct_buf_free(s, &bb);
     return st;
 }
 
@@ -432,13 +553,18 @@ static tri_status ct_bf16(ct_state *s, comm_group_id g, size_t count, long long 
     const int n = s->n_members[g], k = s->my_index[g], *m = s->members[g];
     if (n <= 1 || count == 0) return TRI_OK;
     comm *c = s->c;
-    uint16_t *sum = xmalloc(count * sizeof *sum), *max = xmalloc(count * sizeof *max);
-    uint16_t *all = xmalloc(count * (size_t)n * sizeof *all), *mine = xmalloc(count * sizeof *mine);
+    const size_t bytes = count * sizeof(uint16_t);
+    ct_buf sb = ct_buf_new(s, bytes), xb = ct_buf_new(s, bytes);
+    ct_buf ab = ct_buf_new(s, bytes * (size_t)n), mb = ct_buf_new(s, bytes);
+    uint16_t *sum = (uint16_t *)sb.host, *max = (uint16_t *)xb.host;
+    uint16_t *all = (uint16_t *)ab.host, *mine = (uint16_t *)mb.host;
     for (size_t i = 0; i < count; i++) sum[i] = max[i] = bf16_from_f32(ct_value(s->rank, i));
     for (size_t j = 0; j < count * (size_t)n; j++) all[j] = bf16_from_f32(ct_value(s->rank, j));
-    tri_status st = c->all_reduce(c, g, sum, count, DTYPE_BF16, COMM_REDUCE_SUM);
-    if (st == TRI_OK) st = c->all_reduce(c, g, max, count, DTYPE_BF16, COMM_REDUCE_MAX);
-    if (st == TRI_OK) st = c->reduce_scatter(c, g, all, mine, count, DTYPE_BF16);
+    ct_buf_push(s, &sb), ct_buf_push(s, &xb), ct_buf_push(s, &ab);
+    tri_status st = comm_all_reduce(c, g, sb.dev, count, DTYPE_BF16, COMM_REDUCE_SUM);
+    if (st == TRI_OK) st = comm_all_reduce(c, g, xb.dev, count, DTYPE_BF16, COMM_REDUCE_MAX);
+    if (st == TRI_OK) st = comm_reduce_scatter(c, g, ab.dev, mb.dev, count, DTYPE_BF16);
+    if (st == TRI_OK) ct_buf_pull(s, &sb), ct_buf_pull(s, &xb), ct_buf_pull(s, &mb);
     long long bad = 0;
     for (size_t i = 0; st == TRI_OK && i < count; i++) {
         float want_sum = 0, want_max = -INFINITY, want_rs = 0;
@@ -453,7 +579,7 @@ static tri_status ct_bf16(ct_state *s, comm_group_id g, size_t count, long long 
     if (bad) LOG_ERROR("comm-test: bf16 collectives on group %s: %lld wrong elements",
                        comm_group_name(g), bad);
     *wrong += bad;
-    free(sum), free(max), free(all), free(mine);
+    ct_buf_free(s, &sb), ct_buf_free(s, &xb), ct_buf_free(s, &ab), ct_buf_free(s, &mb);
     return st;
 }
 
@@ -487,8 +613,9 @@ static tri_status ct_run(ct_state *s, const ct_options *o, long long *total_wron
         snprintf(alone + len, sizeof alone - len, " %s", comm_group_name((comm_group_id)g));
     }
     if (print) {
-        printf("# comm-test: world %d = tp %d x pp %d x dp %d, comm %s, iters %d, timeout %.1f s\n",
-               s->world, o->tp, o->pp, o->dp, c->name, o->iters, o->timeout_s);
+        printf("# comm-test: world %d = tp %d x pp %d x dp %d, comm %s, backend %s, iters %d, "
+               "timeout %.1f s\n",
+               s->world, o->tp, o->pp, o->dp, c->name, s->be->name, o->iters, o->timeout_s);
         if (alone[0]) printf("# groups of one rank (identity paths, checked untimed):%s\n", alone);
         printf("#\n# %10s %10s %6s %-16s %-6s %5s %11s %11s %11s %8s\n", "size(B)", "count",
                "type", "op", "group", "ranks", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
@@ -508,10 +635,10 @@ static tri_status ct_run(ct_state *s, const ct_options *o, long long *total_wron
                 local_wrong += wrong;
                 // nccl-tests style: the row's wrong count over the world, the slowest rank's time.
                 int64_t w64 = wrong;
-                TRI_CHECK(c->all_reduce(c, COMM_GROUP_WORLD, &w64, 1, DTYPE_INT64,
-                                        COMM_REDUCE_SUM));
-                TRI_CHECK(c->all_reduce(c, COMM_GROUP_WORLD, &sec, 1, DTYPE_FP64,
-                                        COMM_REDUCE_MAX));
+                TRI_CHECK(comm_all_reduce(c, COMM_GROUP_WORLD, &w64, 1, DTYPE_INT64,
+                                          COMM_REDUCE_SUM));
+                TRI_CHECK(comm_all_reduce(c, COMM_GROUP_WORLD, &sec, 1, DTYPE_FP64,
+                                          COMM_REDUCE_MAX));
                 if (!print) continue;
                 const int n = s->n_members[g];
                 double algbw = sec > 0 ? (double)sh.row_bytes / sec / 1e9 : 0;
@@ -528,6 +655,8 @@ static tri_status ct_run(ct_state *s, const ct_options *o, long long *total_wron
     }
     if (print && rows)
         printf("# average bus bandwidth: %.3f GB/s over %d rows\n", busbw_sum / rows, rows);
+    // A barrier on every group (untimed; counts nothing).
+    TRI_CHECK(ct_barriers(s));
     // In-place forms, and bitwise reproducibility of all_reduce on non-integer floats, at
     // the largest size (untimed; a middle pipeline stage skips the embedding group).
     long long in_place = 0, nondet = 0, bf16 = 0, async = 0;
@@ -544,7 +673,7 @@ static tri_status ct_run(ct_state *s, const ct_options *o, long long *total_wron
     TRI_CHECK(ct_async(s, async_elems < 16384 ? async_elems : 16384, &async));
     local_wrong += in_place + nondet + bf16 + async;
     int64_t extra[4] = {in_place, nondet, bf16, async};
-    TRI_CHECK(c->all_reduce(c, COMM_GROUP_WORLD, extra, 4, DTYPE_INT64, COMM_REDUCE_SUM));
+    TRI_CHECK(comm_all_reduce(c, COMM_GROUP_WORLD, extra, 4, DTYPE_INT64, COMM_REDUCE_SUM));
     if (print && s->world > 1) {
         printf("# in-place reduce_scatter and all_gather on every group: %lld wrong\n",
                (long long)extra[0]);
@@ -557,7 +686,7 @@ static tri_status ct_run(ct_state *s, const ct_options *o, long long *total_wron
                (long long)extra[3]);
     }
     int64_t totals[2] = {local_wrong, s->bad_counters};
-    TRI_CHECK(c->all_reduce(c, COMM_GROUP_WORLD, totals, 2, DTYPE_INT64, COMM_REDUCE_SUM));
+    TRI_CHECK(comm_all_reduce(c, COMM_GROUP_WORLD, totals, 2, DTYPE_INT64, COMM_REDUCE_SUM));
     *total_wrong = totals[0];
     if (totals[1] && print)
         printf("comm-test: %lld payload counter mismatches\n", (long long)totals[1]);
@@ -603,35 +732,24 @@ int commtest_main(int argc, char **argv) {
         return TRI_ERR_CONFIG;
     }
 
-    // A run config holding just the mesh; one micro-batch per stage keeps the batch rules happy.
+    // The compute backend first (on a GPU it selects the device the comm's buffers and
+    // NCCL's communicators belong to), then the comm, as the trainer makes them. The run
+    // config only carries system.backend to backend_create_for.
     run_config cfg;
     config_defaults(&cfg);
-    cfg.parallel.tp = o.tp;
-    cfg.parallel.pp = o.pp;
-    cfg.parallel.dp = o.dp;
-    cfg.train.micro_batch = 1;
-    cfg.train.global_batch = o.dp * o.pp;
-    cfg.system.comm_timeout_s = o.timeout_s;
+    cfg.system.backend = o.backend;
     comm *c = NULL;
     backend *be = NULL;
-    ct_state s = {.rank = li.rank, .world = li.world, .iters = o.iters,
+    const mesh m = {.tp = o.tp, .dp = o.dp, .pp = o.pp};
+    ct_state s = {.rank = li.rank, .world = li.world, .mesh = m, .iters = o.iters,
                   .stall_rank = o.stall_rank, .stall_step = o.stall_step};
-    TRI_CHECK_GOTO(config_resolve_world(&cfg, li.world), st, done);
-    mesh_coord me = mesh_coord_of(&cfg, li.rank);
-    log_set_rank(li.rank, me.tp, me.dp, me.pp);
-    if (li.world == 1) TRI_CHECK_GOTO(comm_self_create(&c), st, done);
-    else TRI_CHECK_GOTO(comm_mpi_create(&c, &cfg, &li, o.timeout_s), st, done);
-    // TRIDENT_COMM_STAGED=1: the staged backend over MPI, as the trainer makes it (train.c).
-    const char *staged = getenv("TRIDENT_COMM_STAGED");
-    if (li.world > 1 && staged && !strcmp(staged, "1")) {
-        TRI_CHECK_GOTO(backend_cpu_create(&be, 1), st, done);
-        comm *wrapped = NULL;
-        TRI_CHECK_GOTO(comm_staged_create(&wrapped, c, be), st, done);
-        c = wrapped;
-    }
+    s.me = mesh_coord_of(&m, li.rank);
+    log_set_rank(li.rank, s.me.tp, s.me.dp, s.me.pp);
+    TRI_CHECK_GOTO(backend_create_for(&cfg, li.local_rank, 1, &be), st, done);
+    TRI_CHECK_GOTO(comm_create_for(&c, &m, o.comm, &li, be, o.timeout_s), st, done);
     s.c = c;
-    s.me = me;
-    ct_groups_init(&s, &cfg);
+    s.be = be;
+    ct_groups_init(&s);
     long long wrong = 0;
     TRI_CHECK_GOTO(ct_run(&s, &o, &wrong), st, done);
     if (li.rank == 0) {
@@ -643,7 +761,7 @@ done:
     fflush(stdout);
     fflush(stderr);
     for (int g = 0; g < COMM_GROUP_COUNT; g++) free(s.members[g]);
-    if (c) c->destroy(c);
+    comm_destroy(c);
     if (be) be->destroy(be);
     launch_finalize(&li);
     config_free(&cfg);

@@ -6,6 +6,7 @@
 #include "compute/backend.h"
 #include "app/commtest.h"
 #include "config/config.h"
+#include "config/config_layout.h"
 #include "io/export.h"
 #include "comm/launch.h"
 #include "comm/mesh.h"
@@ -123,7 +124,8 @@ static int cmd_check(int argc, char **argv) {
         config_print_yaml(&cfg, stdout, 0);
         printf("# micro-batches per step per replica: %d; padded vocabulary: %d\n",
                config_micro_batches(&cfg), config_padded_vocab(&cfg));
-        mesh_print(&cfg, stdout);
+        const mesh m = config_mesh(&cfg);
+        mesh_print(&m, cfg.model.n_layer, cfg.parallel.virtual_stages, stdout);
     }
     config_free(&cfg);
     free(ca.sets);

@@ -58,7 +58,7 @@ tri_status sample_run(const sample_options *opt) {
     memset(&m, 0, sizeof m);
     zero_state *store = NULL;
     tri_status rc;
-    TRI_CHECK_GOTO(comm_self_create(&cm), rc, done);
+    TRI_CHECK_GOTO(comm_self_create(&cm, NULL), rc, done);
     TRI_CHECK_GOTO(backend_cpu_create(&be, opt->threads), rc, done);
     // One process, one micro-batch of one sequence, fp32: the model, and a ZeRO layer of one
     // replica holding the file's (or checkpoint's) parameters.
@@ -116,7 +116,7 @@ done:
     zero_free(store);
     model_free(&m);
     if (be) be->destroy(be);
-    if (cm) cm->destroy(cm);
+    if (cm) comm_destroy(cm);
     config_free(&cfg);
     return rc;
 }

@@ -62,7 +62,7 @@ static tri_status evaluate(trainer *tr, double *val_loss) {
     for (tr->eval_batch = 0; tr->eval_batch < cfg->data.eval_batches; tr->eval_batch++)
         TRI_CHECK(executor_run(&tr->exec, &tr->eval_sched, batches, 0.0f, 0, &waited));
     TRI_CHECK(executor_take_loss(&tr->exec, &sum));
-    if (tr->dp > 1) TRI_CHECK(tr->cm->all_reduce(tr->cm, COMM_GROUP_DP, &sum, 1, DTYPE_FP64, COMM_REDUCE_SUM));
+    if (tr->dp > 1) TRI_CHECK(comm_all_reduce(tr->cm, COMM_GROUP_DP, &sum, 1, DTYPE_FP64, COMM_REDUCE_SUM));
     *val_loss = sum / ((double)cfg->data.eval_batches * GB * T);
     return TRI_OK;
 }
@@ -99,7 +99,7 @@ static tri_status save_model(trainer *tr) {
 static tri_status step_boundary(trainer *tr, int *stop) {
     double flags[2] = {g_stop_signal, ckpt_pending(tr->ckpt) && !ckpt_write_done(tr->ckpt)};
     if (tr->li->world > 1)
-        TRI_CHECK(tr->cm->all_reduce(tr->cm, COMM_GROUP_WORLD, flags, 2, DTYPE_FP64, COMM_REDUCE_MAX));
+        TRI_CHECK(comm_all_reduce(tr->cm, COMM_GROUP_WORLD, flags, 2, DTYPE_FP64, COMM_REDUCE_MAX));
     *stop = flags[0] > 0;
     if (ckpt_pending(tr->ckpt) && flags[1] == 0) TRI_CHECK(ckpt_commit(tr->ckpt));
     return TRI_OK;
@@ -138,7 +138,7 @@ static tri_status train_step(trainer *tr, double *loss, double *norm, double *lr
               "%d pipeline transfers under a forward or backward", tr->step + 1, reductions,
               gathers, prefetched, executor_overlap_count(&tr->exec));
     if (tr->dp > 1)
-        TRI_CHECK(tr->cm->all_reduce(tr->cm, COMM_GROUP_DP, &loss_sum, 1, DTYPE_FP64, COMM_REDUCE_SUM));
+        TRI_CHECK(comm_all_reduce(tr->cm, COMM_GROUP_DP, &loss_sum, 1, DTYPE_FP64, COMM_REDUCE_SUM));
     *loss = loss_sum / (double)tokens_per_step;
     tri_status rc = optim_grad_norm(tr->optim, norm);
     if (!isfinite(*loss) || rc == TRI_ERR_NONFINITE) {

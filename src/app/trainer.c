@@ -8,9 +8,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm/comm_mpi.h"
-#include "comm/comm_staged.h"
-#include "comm/nccl_api.h"
 #include "compute/backend_select.h"
 #include "config/config_layout.h"
 #include "io/model_init.h"
@@ -52,41 +49,12 @@ static tri_status open_data(trainer *tr) {
     return TRI_OK;
 }
 
-static void synchronize_backend(void *be) { ((backend *)be)->synchronize(be); }
-
-// The comm backend of the mesh: a world of one needs none; MPI moves host memory (a host
-// backend's, or a device backend's staged through the host), NCCL device memory (what
-// system.comm auto picks for a device backend).
+// The comm backend of the mesh (comm_create_for): none for a world of one; NCCL for a
+// device backend (what system.comm auto picks), MPI for a host one or with system.comm mpi.
 static tri_status create_comm(trainer *tr) {
     const run_config *cfg = tr->cfg;
-    if (tr->li->world == 1) return comm_self_create(&tr->cm);
-    const int device = tr->be->device_memory;
-    if (cfg->system.comm == COMM_NCCL && !device) {
-        LOG_ERROR("system.comm: nccl moves GPU memory, but this run computes on the %s backend; "
-                  "use mpi (or auto)", tr->be->name);
-        return TRI_ERR_CONFIG;
-    }
-    if (device && cfg->system.comm != COMM_MPI) {
-        TRI_CHECK(comm_nccl_create(&tr->cm, cfg, tr->li, cfg->system.comm_timeout_s));
-        // NCCL runs on streams of its own: the backend's stream must have written a buffer
-        // before a collective reads it, which events on that stream order without blocking
-        // the host (inputs_ready, a host synchronize, where the backend has no stream).
-        tr->cm->compute_stream = tr->be->stream;
-        tr->cm->inputs_ready = synchronize_backend;
-        tr->cm->inputs_ready_ctx = tr->be;
-        return TRI_OK;
-    }
-    TRI_CHECK(comm_mpi_create(&tr->cm, cfg, tr->li, cfg->system.comm_timeout_s));
-    // MPI moves host memory: with a device backend (several ranks sharing a GPU, which NCCL
-    // refuses) every call is staged through host buffers. TRIDENT_COMM_STAGED=1 does it on
-    // the CPU path too, for the tests.
-    const char *force = getenv("TRIDENT_COMM_STAGED");
-    if (device || (force && !strcmp(force, "1"))) {
-        comm *staged;
-        TRI_CHECK(comm_staged_create(&staged, tr->cm, tr->be));
-        tr->cm = staged;
-    }
-    return TRI_OK;
+    const mesh m = config_mesh(cfg);
+    return comm_create_for(&tr->cm, &m, cfg->system.comm, tr->li, tr->be, cfg->system.comm_timeout_s);
 }
 
 ckpt_state trainer_checkpoint_view(trainer *tr) {
@@ -174,9 +142,10 @@ tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     // to report first, so that the message is never cut off.
     if (rc != TRI_OK && li->rank != 0) sleep(2);
     TRI_CHECK(rc);
-    tr->coord = mesh_coord_of(cfg, li->rank);
+    const mesh m = config_mesh(cfg);
+    tr->coord = mesh_coord_of(&m, li->rank);
     log_set_rank(li->rank, tr->coord.tp, tr->coord.dp, tr->coord.pp);
-    if (li->rank == 0 && li->world > 1) mesh_print(cfg, stdout);
+    if (li->rank == 0 && li->world > 1) mesh_print(&m, cfg->model.n_layer, cfg->parallel.virtual_stages, stdout);
     tr->dp = cfg->parallel.dp;
     tr->dp_rank = tr->coord.dp;
     tr->n_micro = config_micro_batches(cfg);
@@ -234,5 +203,5 @@ void trainer_free(trainer *tr) {
     sched_free(&tr->eval_sched);
     data_close(&tr->train);
     data_close(&tr->val);
-    if (tr->cm) tr->cm->destroy(tr->cm);
+    if (tr->cm) comm_destroy(tr->cm);
 }

@@ -1,28 +1,16 @@
-// comm_mpi.c: the MPI comm backend over host memory (DESIGN.md "Module boundaries").
+// comm_mpi.c: the MPI comm backend over host memory (DESIGN.md "Module boundaries"), an
+// implementation of comm_backend.h. The layer (comm_dispatch.c) checks the arguments, counts
+// the payload and short-circuits groups of one: every call here is on a group of two or
+// more.
 //
-// Payload bytes (what comm_count adds, per call, on the calling rank; the planner predicts
-// exactly these numbers):
-//   all_reduce      count * dtype size                 (the buffer)
-//   reduce_scatter  count * group size * dtype size    (the send buffer)
-//   all_gather      count * group size * dtype size    (the receive buffer)
-//   broadcast       count * dtype size                 (the buffer, on root and receivers)
-//   send, recv      count * dtype size                 (under COMM_OP_SEND / COMM_OP_RECV)
-//   barrier         nothing
-// A group of one moves nothing over a wire: its calls are short-circuited (identity, or a
-// copy for reduce_scatter and all_gather) without MPI and count nothing, as in comm_self.
-//
-// Every call is non-blocking MPI (MPI_Iallreduce, MPI_Ireduce_scatter_block, MPI_Iallgather,
-// MPI_Ibcast, MPI_Ibarrier, MPI_Isend/MPI_Irecv) completed by a polling loop (MPI_Testall,
-// then sched_yield, then a nanosleep backing off to 200 us, so that waiting ranks leave the
-// cores to the ranks still computing when the job is oversubscribed) with a deadline of
-// comm->timeout_s. Collectives called between group_start and group_end still complete
-// before they return; only send and recv are batched.
-//
-// The non-blocking forms (all_reduce_start, reduce_scatter_start, all_gather_start,
-// group_end_start) post the same MPI calls and hand their MPI requests to a comm_request
-// (an mpi_request, kept on the ctx's list of live requests for `progress`); `wait` runs the
-// polling loop on them. all_reduce, reduce_scatter, all_gather and group_end are literally
-// start + wait, so both forms give bitwise the same results.
+// Every operation is non-blocking MPI (MPI_Iallreduce, MPI_Ireduce_scatter_block,
+// MPI_Iallgather, MPI_Ibcast, MPI_Ibarrier, MPI_Isend/MPI_Irecv) whose MPI requests go to a
+// comm_request (an mpi_request, kept on the ctx's list of live requests for `progress`);
+// `wait` completes them by a polling loop (MPI_Testall, then sched_yield, then a nanosleep
+// backing off to 200 us, so that waiting ranks leave the cores to the ranks still computing
+// when the job is oversubscribed) with a deadline of comm->timeout_s. Sends and receives
+// posted in a group are handed to one request by group_end_start. The layer's blocking
+// forms are start + wait, so both forms give bitwise the same results.
 //
 // Determinism: MPI's built-in reductions on a fixed communicator with a fixed count pick
 // the same algorithm and the same reduction order every run (OpenMPI's tuned and libnbc
@@ -38,7 +26,7 @@
 #include <time.h>
 
 #include "base/bf16.h"
-#include "comm/mesh.h"
+#include "comm/comm_backend.h"
 
 // Prints a failed MPI call: the statement, file:line, rank and MPI's error string.
 static void mpi_report(const comm *c, int rc, const char *stmt, const char *file, int line) {
@@ -90,8 +78,7 @@ typedef struct {
     mesh_coord me;
     int owns_mpi;     // MPI_Init was ours: destroy finalises
     MPI_Op bf16_sum, bf16_max; // MPI has no bfloat16: user ops over 2-byte elements
-    int group_depth;  // > 0 between group_start and group_end
-    // send/recv posted inside a group, completed at group_end
+    // send/recv posted in the open group, handed to a request by group_end_start
     MPI_Request *pending;
     mpi_wait_desc *pending_desc;
     int n_pending, cap_pending;
@@ -140,21 +127,6 @@ static tri_status mpi_check_count(comm *c, const char *what, size_t count) {
     LOG_ERROR("%s of %zu elements on rank %d: MPI counts stop at %d elements; split the buffer",
               what, count, c->world_rank, INT_MAX);
     return TRI_ERR_INTERNAL;
-}
-
-// A collective on a group this rank is not a member of (the embedding group of a middle
-// pipeline stage) is a caller's bug.
-static tri_status mpi_check_group(comm *c, comm_group_id g, const char *what) {
-    if ((unsigned)g >= COMM_GROUP_COUNT) {
-        LOG_ERROR("%s on an unknown group %d", what, (int)g);
-        return TRI_ERR_INTERNAL;
-    }
-    if (c->groups[g].size == 0) {
-        LOG_ERROR("%s on group %s, of which rank %d (pipeline stage %d) is not a member", what,
-                  comm_group_name(g), c->world_rank, ctx_of(c)->me.pp);
-        return TRI_ERR_INTERNAL;
-    }
-    return TRI_OK;
 }
 
 // "0,1,2,3" into buf (truncated with "..." when long).
@@ -242,12 +214,6 @@ static tri_status mpi_wait_all(comm *c, int n, MPI_Request *reqs, const mpi_wait
     }
 }
 
-static tri_status mpi_wait_one(comm *c, MPI_Request *req, const char *what, comm_group_id g,
-                               size_t bytes) {
-    mpi_wait_desc d = {what, g, bytes, -1};
-    return mpi_wait_all(c, 1, req, &d);
-}
-
 // ---- requests of the non-blocking forms ----
 
 // Hands `n` posted MPI requests (and `copy`, freed at wait) to req, as a live request.
@@ -283,7 +249,9 @@ static void request_free(mpi_ctx *x, mpi_request *r) {
     free(r);
 }
 
-static tri_status mpi_wait(comm *c, comm_request *req) {
+// on_host makes no difference: MPI completes everything on the host.
+static tri_status mpi_wait(comm *c, comm_request *req, int on_host) {
+    (void)on_host;
     mpi_request *r = req->impl;
     if (!r) return TRI_OK;
     req->impl = NULL;
@@ -312,24 +280,13 @@ static void mpi_progress(comm *c) {
 
 static tri_status mpi_all_reduce_start(comm *c, comm_group_id g, void *buf, size_t count,
                                        tri_dtype dt, comm_reduce_op op, comm_request *req) {
-    req->impl = NULL;
-    TRI_CHECK(mpi_check_group(c, g, "all_reduce"));
-    if (c->groups[g].size == 1) return TRI_OK;
     TRI_CHECK(mpi_check_count(c, "all_reduce", count));
-    size_t bytes = count * dtype_size(dt);
-    comm_count(c, g, COMM_OP_ALL_REDUCE, bytes);
+    const size_t bytes = count * dtype_size(dt);
     MPI_Request mr;
     MPI_CHECK(c, MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, mpi_dtype(dt), mpi_op(c, dt, op),
                                 ctx_of(c)->groups[g].mpi, &mr));
     track_collective(c, req, mr, "all_reduce", g, bytes, NULL);
     return TRI_OK;
-}
-
-static tri_status mpi_all_reduce(comm *c, comm_group_id g, void *buf, size_t count,
-                                 tri_dtype dt, comm_reduce_op op) {
-    comm_request req;
-    TRI_CHECK(mpi_all_reduce_start(c, g, buf, count, dt, op, &req));
-    return mpi_wait(c, &req);
 }
 
 // Does [a, a+na) overlap [b, b+nb)?
@@ -341,16 +298,9 @@ static int overlaps(const void *a, size_t na, const void *b, size_t nb) {
 static tri_status mpi_reduce_scatter_start(comm *c, comm_group_id g, const void *send,
                                            void *recv, size_t count, tri_dtype dt,
                                            comm_request *req) {
-    req->impl = NULL;
-    TRI_CHECK(mpi_check_group(c, g, "reduce_scatter"));
     const int n = c->groups[g].size;
     const size_t block = count * dtype_size(dt), bytes = block * (size_t)n;
-    if (n == 1) {
-        if (send != recv) memmove(recv, send, block);
-        return TRI_OK;
-    }
     TRI_CHECK(mpi_check_count(c, "reduce_scatter", count * (size_t)n));
-    comm_count(c, g, COMM_OP_REDUCE_SCATTER, bytes);
     MPI_Request mr;
     MPI_Comm mc = ctx_of(c)->groups[g].mpi;
     void *copy = NULL;
@@ -373,25 +323,11 @@ static tri_status mpi_reduce_scatter_start(comm *c, comm_group_id g, const void 
     return TRI_OK;
 }
 
-static tri_status mpi_reduce_scatter(comm *c, comm_group_id g, const void *send, void *recv,
-                                     size_t count, tri_dtype dt) {
-    comm_request req;
-    TRI_CHECK(mpi_reduce_scatter_start(c, g, send, recv, count, dt, &req));
-    return mpi_wait(c, &req);
-}
-
 static tri_status mpi_all_gather_start(comm *c, comm_group_id g, const void *send, void *recv,
                                        size_t count, tri_dtype dt, comm_request *req) {
-    req->impl = NULL;
-    TRI_CHECK(mpi_check_group(c, g, "all_gather"));
     const int n = c->groups[g].size, me = c->groups[g].rank;
     const size_t block = count * dtype_size(dt), bytes = block * (size_t)n;
-    if (n == 1) {
-        if (send != recv) memmove(recv, send, block);
-        return TRI_OK;
-    }
     TRI_CHECK(mpi_check_count(c, "all_gather", count * (size_t)n));
-    comm_count(c, g, COMM_OP_ALL_GATHER, bytes);
     MPI_Request mr;
     MPI_Comm mc = ctx_of(c)->groups[g].mpi;
     void *copy = NULL;
@@ -414,65 +350,38 @@ static tri_status mpi_all_gather_start(comm *c, comm_group_id g, const void *sen
     return TRI_OK;
 }
 
-static tri_status mpi_all_gather(comm *c, comm_group_id g, const void *send, void *recv,
-                                 size_t count, tri_dtype dt) {
-    comm_request req;
-    TRI_CHECK(mpi_all_gather_start(c, g, send, recv, count, dt, &req));
-    return mpi_wait(c, &req);
-}
-
-static tri_status mpi_broadcast(comm *c, comm_group_id g, void *buf, size_t count, tri_dtype dt,
-                                int root) {
-    TRI_CHECK(mpi_check_group(c, g, "broadcast"));
-    const int n = c->groups[g].size;
-    if (root < 0 || root >= n) {
-        LOG_ERROR("broadcast on group %s from root %d, outside the group's %d ranks",
-                  comm_group_name(g), root, n);
-        return TRI_ERR_INTERNAL;
-    }
-    if (n == 1) return TRI_OK;
+static tri_status mpi_broadcast_start(comm *c, comm_group_id g, void *buf, size_t count,
+                                      tri_dtype dt, int root, comm_request *req) {
     TRI_CHECK(mpi_check_count(c, "broadcast", count));
-    size_t bytes = count * dtype_size(dt);
-    comm_count(c, g, COMM_OP_BROADCAST, bytes);
-    MPI_Request req;
-    MPI_CHECK(c, MPI_Ibcast(buf, (int)count, mpi_dtype(dt), root, ctx_of(c)->groups[g].mpi, &req));
-    return mpi_wait_one(c, &req, "broadcast", g, bytes);
+    const size_t bytes = count * dtype_size(dt);
+    MPI_Request mr;
+    MPI_CHECK(c, MPI_Ibcast(buf, (int)count, mpi_dtype(dt), root, ctx_of(c)->groups[g].mpi, &mr));
+    track_collective(c, req, mr, "broadcast", g, bytes, NULL);
+    return TRI_OK;
 }
 
-static tri_status mpi_barrier(comm *c, comm_group_id g) {
-    TRI_CHECK(mpi_check_group(c, g, "barrier"));
-    if (c->groups[g].size == 1) return TRI_OK;
-    MPI_Request req;
-    MPI_CHECK(c, MPI_Ibarrier(ctx_of(c)->groups[g].mpi, &req));
-    return mpi_wait_one(c, &req, "barrier", g, 0);
+static tri_status mpi_barrier_start(comm *c, comm_group_id g, comm_request *req) {
+    MPI_Request mr;
+    MPI_CHECK(c, MPI_Ibarrier(ctx_of(c)->groups[g].mpi, &mr));
+    track_collective(c, req, mr, "barrier", g, 0, NULL);
+    return TRI_OK;
 }
 
 // ---- point-to-point ----
 
-// Posts one send or receive; inside a group it joins the pending batch, outside it completes
-// before returning.
+// Posts one send or receive; it joins the open group's batch, which group_end_start hands
+// to a request.
 static tri_status mpi_p2p(comm *c, comm_group_id g, void *buf, size_t count, tri_dtype dt,
                           int peer, int is_send) {
     mpi_ctx *x = ctx_of(c);
     const char *what = is_send ? "send" : "recv";
-    TRI_CHECK(mpi_check_group(c, g, what));
-    const int n = c->groups[g].size;
-    if (peer < 0 || peer >= n || peer == c->groups[g].rank) {
-        // A group of one has no peer; talking to oneself is a schedule bug (as in comm_self).
-        LOG_ERROR("%s with rank %d of group %s (size %d, this rank %d): no such peer", what,
-                  peer, comm_group_name(g), n, c->groups[g].rank);
-        return TRI_ERR_INTERNAL;
-    }
     TRI_CHECK(mpi_check_count(c, what, count));
-    size_t bytes = count * dtype_size(dt);
-    comm_count(c, g, is_send ? COMM_OP_SEND : COMM_OP_RECV, bytes);
+    const size_t bytes = count * dtype_size(dt);
     MPI_Request req;
     MPI_Comm mc = x->groups[g].mpi;
     // One tag: messages between a pair on one communicator match in the order issued.
     if (is_send) MPI_CHECK(c, MPI_Isend(buf, (int)count, mpi_dtype(dt), peer, 0, mc, &req));
     else MPI_CHECK(c, MPI_Irecv(buf, (int)count, mpi_dtype(dt), peer, 0, mc, &req));
-    mpi_wait_desc d = {what, g, bytes, peer};
-    if (x->group_depth == 0) return mpi_wait_all(c, 1, &req, &d);
     if (x->n_pending == x->cap_pending) {
         x->cap_pending = x->cap_pending ? 2 * x->cap_pending : 16;
         x->pending = realloc(x->pending, (size_t)x->cap_pending * sizeof *x->pending);
@@ -481,7 +390,7 @@ static tri_status mpi_p2p(comm *c, comm_group_id g, void *buf, size_t count, tri
         TRI_ASSERT(x->pending && x->pending_desc);
     }
     x->pending[x->n_pending] = req;
-    x->pending_desc[x->n_pending] = d;
+    x->pending_desc[x->n_pending] = (mpi_wait_desc){what, g, bytes, peer};
     x->n_pending++;
     return TRI_OK;
 }
@@ -497,26 +406,17 @@ static tri_status mpi_recv(comm *c, comm_group_id g, void *buf, size_t count, tr
 }
 
 static tri_status mpi_group_start(comm *c) {
-    ctx_of(c)->group_depth++;
+    (void)c; // the sends and receives gather in ctx->pending until group_end_start
     return TRI_OK;
 }
 
-// The outermost group_end_start hands the batch to req; a nested one has nothing to hand.
+// Hands the group's sends and receives to req (none: req stays empty).
 static tri_status mpi_group_end_start(comm *c, comm_request *req) {
     mpi_ctx *x = ctx_of(c);
-    req->impl = NULL;
-    TRI_ASSERT(x->group_depth > 0); // group_end without group_start
-    if (--x->group_depth > 0) return TRI_OK;
     int n = x->n_pending;
     x->n_pending = 0;
     if (n > 0) request_track(c, req, n, x->pending, x->pending_desc, NULL);
     return TRI_OK;
-}
-
-static tri_status mpi_group_end(comm *c) {
-    comm_request req;
-    TRI_CHECK(mpi_group_end_start(c, &req));
-    return mpi_wait(c, &req);
 }
 
 // ---- setup ----
@@ -544,27 +444,11 @@ static void mpi_destroy(comm *c) {
     free(c);
 }
 
-int comm_mpi_group_color(const run_config *cfg, comm_group_id g, int rank) {
-    const int TP = cfg->parallel.tp, DP = cfg->parallel.dp, PP = cfg->parallel.pp;
-    const mesh_coord m = mesh_coord_of(cfg, rank);
-    switch (g) {
-    case COMM_GROUP_TP: return m.dp + DP * m.pp;
-    case COMM_GROUP_DP: return m.tp + TP * m.pp;
-    case COMM_GROUP_PP: return m.tp + TP * m.dp;
-    case COMM_GROUP_EMBED:
-        return m.pp == 0 || m.pp == PP - 1 ? m.tp + TP * m.dp : -1;
-    case COMM_GROUP_MP: return m.dp;
-    case COMM_GROUP_WORLD: return 0;
-    case COMM_GROUP_COUNT: break;
-    }
-    return -1;
-}
-
 // Splits group g from world (ordered by world rank) and fills its size, rank and members.
-static tri_status mpi_make_group(comm *c, const run_config *cfg, comm_group_id g) {
+static tri_status mpi_make_group(comm *c, const mesh *m, comm_group_id g) {
     mpi_ctx *x = ctx_of(c);
     mpi_group *mg = &x->groups[g];
-    int color = comm_mpi_group_color(cfg, g, c->world_rank);
+    int color = mesh_group_color(m, g, c->world_rank);
     if (color < 0) color = MPI_UNDEFINED;
     MPI_CHECK(c, MPI_Comm_split(x->groups[COMM_GROUP_WORLD].mpi, color, c->world_rank, &mg->mpi));
     if (mg->mpi == MPI_COMM_NULL) { // a middle stage: not a member
@@ -594,11 +478,26 @@ static tri_status mpi_make_group(comm *c, const run_config *cfg, comm_group_id g
     return TRI_OK;
 }
 
-tri_status comm_mpi_create(comm **out, const run_config *cfg, const launch_info *li,
-                           double timeout_s) {
+static const struct comm_iface mpi_iface = {
+    /* .all_reduce_start     = */ mpi_all_reduce_start,
+    /* .reduce_scatter_start = */ mpi_reduce_scatter_start,
+    /* .all_gather_start     = */ mpi_all_gather_start,
+    /* .broadcast_start      = */ mpi_broadcast_start,
+    /* .barrier_start        = */ mpi_barrier_start,
+    /* .send                 = */ mpi_send,
+    /* .recv                 = */ mpi_recv,
+    /* .group_start          = */ mpi_group_start,
+    /* .group_end_start      = */ mpi_group_end_start,
+    /* .wait                 = */ mpi_wait,
+    /* .progress             = */ mpi_progress,
+    /* .local_copy           = */ NULL, // host memory: the layer's memmove
+    /* .destroy              = */ mpi_destroy,
+};
+
+tri_status comm_mpi_create(comm **out, const mesh *m, const launch_info *li, double timeout_s) {
     *out = NULL;
-    const int TP = cfg->parallel.tp, DP = cfg->parallel.dp, PP = cfg->parallel.pp;
-    TRI_ASSERT(TP >= 1 && DP >= 1 && PP >= 1); // dp resolved by config_resolve_world
+    const int TP = m->tp, DP = m->dp, PP = m->pp;
+    TRI_ASSERT(TP >= 1 && DP >= 1 && PP >= 1);
     if (TP * DP * PP != li->world) {
         LOG_ERROR("the mesh tp %d x dp %d x pp %d = %d ranks does not match the world of %d",
                   TP, DP, PP, TP * DP * PP, li->world);
@@ -607,35 +506,13 @@ tri_status comm_mpi_create(comm **out, const run_config *cfg, const launch_info 
     comm *c = xcalloc(1, sizeof *c);
     mpi_ctx *x = xcalloc(1, sizeof *x);
     x->bf16_sum = x->bf16_max = MPI_OP_NULL;
-    *c = (comm){
-        /* .name           = */ "mpi",
-        /* .ctx            = */ x,
-        /* .world_rank     = */ li->rank,
-        /* .world_size     = */ li->world,
-        /* .groups         = */ {{0}},
-        /* .timeout_s      = */ timeout_s,
-        /* .step           = */ 0,
-        /* .inputs_ready   = */ NULL,
-        /* .inputs_ready_ctx = */ NULL,
-        /* .compute_stream = */ NULL,
-        /* .all_reduce     = */ mpi_all_reduce,
-        /* .reduce_scatter = */ mpi_reduce_scatter,
-        /* .all_gather     = */ mpi_all_gather,
-        /* .broadcast      = */ mpi_broadcast,
-        /* .barrier        = */ mpi_barrier,
-        /* .send           = */ mpi_send,
-        /* .recv           = */ mpi_recv,
-        /* .group_start    = */ mpi_group_start,
-        /* .group_end      = */ mpi_group_end,
-        /* .all_reduce_start     = */ mpi_all_reduce_start,
-        /* .reduce_scatter_start = */ mpi_reduce_scatter_start,
-        /* .all_gather_start     = */ mpi_all_gather_start,
-        /* .group_end_start      = */ mpi_group_end_start,
-        /* .wait           = */ mpi_wait,
-        /* .progress       = */ mpi_progress,
-        /* .destroy        = */ mpi_destroy,
-    };
-    x->me = mesh_coord_of(cfg, li->rank);
+    c->name = "mpi";
+    c->iface = &mpi_iface;
+    c->ctx = x;
+    c->world_rank = li->rank;
+    c->world_size = li->world;
+    c->timeout_s = timeout_s;
+    x->me = mesh_coord_of(m, li->rank);
     for (int g = 0; g < COMM_GROUP_COUNT; g++) {
         x->groups[g].mpi = MPI_COMM_NULL;
         c->groups[g] = (comm_group){.size = 1, .rank = 0, .impl = &x->groups[g]};
@@ -694,7 +571,7 @@ tri_status comm_mpi_create(comm **out, const run_config *cfg, const launch_info 
     for (int r = 0; r < li->world; r++) w->members[r] = r;
     for (int g = 0; g < COMM_GROUP_COUNT; g++)
         if (g != COMM_GROUP_WORLD)
-            TRI_CHECK_GOTO(mpi_make_group(c, cfg, (comm_group_id)g), st, fail);
+            TRI_CHECK_GOTO(mpi_make_group(c, m, (comm_group_id)g), st, fail);
 
     // The split must reproduce the mesh: group ranks are the mesh coordinates.
     const int mp_rank = x->me.tp + TP * x->me.pp;

@@ -1,14 +1,17 @@
 // comm_staged.c: see comm_staged.h.
 //
-// Every call copies its device inputs into a host buffer of the pool, runs the inner call
-// on host memory and copies the results back. The non-blocking forms keep their host buffer
-// (and the inner request) in the request until `wait`, which completes the inner request and
-// copies the result to the device; the blocking forms are start + wait. The copies go
-// through the compute backend, on its stream after the work already enqueued there, so the
-// inputs are complete when they are read (no inputs_ready needed).
+// Every call copies its device inputs into a host buffer of the pool, starts the inner
+// backend's call on host memory and keeps the host buffer (and the inner request) in the
+// request until `wait`, which completes the inner request and copies the result to the
+// device. The copies go through the compute backend, on its stream after the work already
+// enqueued there, so the inputs are complete when they are read (no inputs_ready needed).
+// The wrapper calls the inner backend's table (comm_backend.h) directly: the layer
+// (comm_dispatch.c) has checked, counted and short-circuited the call once, on the wrapper.
 #include "comm/comm_staged.h"
 
 #include <string.h>
+
+#include "comm/comm_backend.h"
 
 // A buffer of the host pool: each call in flight holds its own, so that several may be.
 typedef struct {
@@ -40,7 +43,6 @@ typedef struct {
     int n_pool;
     staged_copy *p2p;    // (n_p2p) sends and receives of the open group
     int n_p2p, cap_p2p;
-    int group_depth;     // > 0 between group_start and group_end
 } staged_ctx;
 
 static staged_ctx *ctx_of(comm *c) { return c->ctx; }
@@ -99,20 +101,8 @@ static comm *inner_of(comm *c) {
     return in;
 }
 
-// After an inner call: what it counted moves to the wrapper's counters (which the trainer
-// resets and reads), so that they count what inner counts.
-static void take_counts(comm *c) {
-    comm *in = ctx_of(c)->inner;
-    for (int g = 0; g < COMM_GROUP_COUNT; g++)
-        for (int op = 0; op < COMM_OP_COUNT; op++) {
-            c->groups[g].bytes[op] += in->groups[g].bytes[op];
-            c->groups[g].calls[op] += in->groups[g].calls[op];
-        }
-    comm_counters_reset(in);
-}
-
 // After an inner start: a request in flight goes to req; one that failed, or that inner
-// completed inside start (a group of one, an empty group), ends now.
+// completed inside start (an empty group), ends now.
 static tri_status staged_begun(comm *c, staged_request *r, tri_status st, comm_request *req) {
     if (st == TRI_OK && r->inner.impl) {
         req->impl = r;
@@ -124,12 +114,12 @@ static tri_status staged_begun(comm *c, staged_request *r, tri_status st, comm_r
     return st;
 }
 
-static tri_status staged_wait(comm *c, comm_request *req) {
+// on_host goes to the inner backend with the request.
+static tri_status staged_wait(comm *c, comm_request *req, int on_host) {
     staged_request *r = req->impl;
-    if (!r) return TRI_OK;
     req->impl = NULL;
     comm *in = inner_of(c);
-    tri_status st = in->wait(in, &r->inner);
+    tri_status st = in->iface->wait(in, &r->inner, on_host);
     finish_copies(ctx_of(c), r->copies, r->n, st == TRI_OK);
     free(r->copies);
     free(r);
@@ -138,24 +128,26 @@ static tri_status staged_wait(comm *c, comm_request *req) {
 
 static void staged_progress(comm *c) {
     comm *in = inner_of(c);
-    in->progress(in);
+    in->iface->progress(in);
 }
 
 // ---- collectives ----
 
-// all_reduce (one buffer, in place), reduce_scatter (all blocks in, this rank's block out)
-// and all_gather (the reverse): inputs at the start of one pool buffer, the result after
-// them (all_reduce: in place), so that the inner call sees no overlap.
+// all_reduce and broadcast (one buffer, in place), reduce_scatter (all blocks in, this
+// rank's block out) and all_gather (the reverse): inputs at the start of one pool buffer,
+// the result after them (all_reduce, broadcast: in place), so that the inner call sees no
+// overlap.
 static tri_status staged_collective_start(comm *c, comm_group_id g, comm_op_id op,
                                           const void *send, void *recv, size_t count,
-                                          tri_dtype dt, comm_reduce_op rop, comm_request *req) {
+                                          tri_dtype dt, comm_reduce_op rop, int root,
+                                          comm_request *req) {
     staged_ctx *x = ctx_of(c);
-    req->impl = NULL;
     const size_t block = count * dtype_size(dt);
-    const size_t all = block * (size_t)(c->groups[g].size > 0 ? c->groups[g].size : 1);
+    const size_t all = block * (size_t)c->groups[g].size;
     const size_t in_bytes = op == COMM_OP_REDUCE_SCATTER ? all : block;
     const size_t out_bytes = op == COMM_OP_ALL_GATHER ? all : block;
-    const size_t out_at = op == COMM_OP_ALL_REDUCE ? 0 : align_up(in_bytes);
+    const int in_place = op == COMM_OP_ALL_REDUCE || op == COMM_OP_BROADCAST;
+    const size_t out_at = in_place ? 0 : align_up(in_bytes);
     char *h = host_take(x, out_at + out_bytes);
     staged_request *r = xcalloc(1, sizeof *r);
     r->copies = xmalloc(sizeof *r->copies);
@@ -163,79 +155,68 @@ static tri_status staged_collective_start(comm *c, comm_group_id g, comm_op_id o
     r->n = 1;
     x->be->copy_to_host(x->be, h, send, in_bytes);
     comm *in = inner_of(c);
+    const struct comm_iface *f = in->iface;
     tri_status st;
-    if (op == COMM_OP_ALL_REDUCE) st = in->all_reduce_start(in, g, h, count, dt, rop, &r->inner);
-    else if (op == COMM_OP_REDUCE_SCATTER)
-        st = in->reduce_scatter_start(in, g, h, h + out_at, count, dt, &r->inner);
-    else st = in->all_gather_start(in, g, h, h + out_at, count, dt, &r->inner);
-    take_counts(c);
+    switch (op) {
+    case COMM_OP_ALL_REDUCE: st = f->all_reduce_start(in, g, h, count, dt, rop, &r->inner); break;
+    case COMM_OP_REDUCE_SCATTER:
+        st = f->reduce_scatter_start(in, g, h, h + out_at, count, dt, &r->inner);
+        break;
+    case COMM_OP_ALL_GATHER:
+        st = f->all_gather_start(in, g, h, h + out_at, count, dt, &r->inner);
+        break;
+    default: st = f->broadcast_start(in, g, h, count, dt, root, &r->inner); break;
+    }
     return staged_begun(c, r, st, req);
 }
 
 static tri_status staged_all_reduce_start(comm *c, comm_group_id g, void *buf, size_t count,
                                           tri_dtype dt, comm_reduce_op op, comm_request *req) {
-    return staged_collective_start(c, g, COMM_OP_ALL_REDUCE, buf, buf, count, dt, op, req);
+    return staged_collective_start(c, g, COMM_OP_ALL_REDUCE, buf, buf, count, dt, op, 0, req);
 }
 
 static tri_status staged_reduce_scatter_start(comm *c, comm_group_id g, const void *send,
                                               void *recv, size_t count, tri_dtype dt,
                                               comm_request *req) {
     return staged_collective_start(c, g, COMM_OP_REDUCE_SCATTER, send, recv, count, dt,
-                                   COMM_REDUCE_SUM, req);
+                                   COMM_REDUCE_SUM, 0, req);
 }
 
 static tri_status staged_all_gather_start(comm *c, comm_group_id g, const void *send,
                                           void *recv, size_t count, tri_dtype dt,
                                           comm_request *req) {
     return staged_collective_start(c, g, COMM_OP_ALL_GATHER, send, recv, count, dt,
-                                   COMM_REDUCE_SUM, req);
+                                   COMM_REDUCE_SUM, 0, req);
 }
 
-static tri_status staged_all_reduce(comm *c, comm_group_id g, void *buf, size_t count,
-                                    tri_dtype dt, comm_reduce_op op) {
-    comm_request req;
-    TRI_CHECK(staged_all_reduce_start(c, g, buf, count, dt, op, &req));
-    return staged_wait(c, &req);
+static tri_status staged_broadcast_start(comm *c, comm_group_id g, void *buf, size_t count,
+                                         tri_dtype dt, int root, comm_request *req) {
+    return staged_collective_start(c, g, COMM_OP_BROADCAST, buf, buf, count, dt,
+                                   COMM_REDUCE_SUM, root, req);
 }
 
-static tri_status staged_reduce_scatter(comm *c, comm_group_id g, const void *send, void *recv,
-                                        size_t count, tri_dtype dt) {
-    comm_request req;
-    TRI_CHECK(staged_reduce_scatter_start(c, g, send, recv, count, dt, &req));
-    return staged_wait(c, &req);
+static tri_status staged_barrier_start(comm *c, comm_group_id g, comm_request *req) {
+    staged_request *r = xcalloc(1, sizeof *r); // no buffers
+    comm *in = inner_of(c);
+    return staged_begun(c, r, in->iface->barrier_start(in, g, &r->inner), req);
 }
 
-static tri_status staged_all_gather(comm *c, comm_group_id g, const void *send, void *recv,
-                                    size_t count, tri_dtype dt) {
-    comm_request req;
-    TRI_CHECK(staged_all_gather_start(c, g, send, recv, count, dt, &req));
-    return staged_wait(c, &req);
-}
-
-static tri_status staged_broadcast(comm *c, comm_group_id g, void *buf, size_t count,
-                                   tri_dtype dt, int root) {
+// A group of one: this rank's block to recv, through a host buffer (send and recv may
+// overlap), complete before it returns.
+static tri_status staged_local_copy(comm *c, comm_group_id g, comm_op_id op, const void *send,
+                                    void *recv, size_t bytes) {
+    (void)g, (void)op;
     staged_ctx *x = ctx_of(c);
-    const size_t n = count * dtype_size(dt);
-    staged_copy cp = {host_take(x, n), buf, 0, n, 1};
-    x->be->copy_to_host(x->be, cp.host, buf, n);
-    comm *in = inner_of(c);
-    tri_status st = in->broadcast(in, g, cp.host, count, dt, root);
-    take_counts(c);
-    finish_copies(x, &cp, 1, st == TRI_OK);
-    return st;
-}
-
-static tri_status staged_barrier(comm *c, comm_group_id g) {
-    comm *in = inner_of(c);
-    tri_status st = in->barrier(in, g);
-    take_counts(c);
-    return st;
+    staged_copy cp = {host_take(x, bytes), recv, 0, bytes, 1};
+    x->be->copy_to_host(x->be, cp.host, send, bytes);
+    finish_copies(x, &cp, 1, 1);
+    return TRI_OK;
 }
 
 // ---- point-to-point ----
 
-// Outside a group a send or receive completes in the inner call; inside one its host copy
-// joins the group's list, and stays until the group completes.
+// A send's or receive's host copy joins the open group's list and stays until the group
+// completes.
 static tri_status staged_transfer(comm *c, comm_group_id g, void *buf, size_t count,
                                   tri_dtype dt, int peer, int is_recv) {
     staged_ctx *x = ctx_of(c);
@@ -243,20 +224,19 @@ static tri_status staged_transfer(comm *c, comm_group_id g, void *buf, size_t co
     staged_copy cp = {host_take(x, n), buf, 0, n, is_recv};
     if (!is_recv) x->be->copy_to_host(x->be, cp.host, buf, n);
     comm *in = inner_of(c);
-    tri_status st = is_recv ? in->recv(in, g, cp.host, count, dt, peer)
-                            : in->send(in, g, cp.host, count, dt, peer);
-    take_counts(c);
-    if (st == TRI_OK && x->group_depth > 0) {
-        if (x->n_p2p == x->cap_p2p) {
-            x->cap_p2p = x->cap_p2p ? 2 * x->cap_p2p : 8;
-            x->p2p = realloc(x->p2p, (size_t)x->cap_p2p * sizeof *x->p2p);
-            TRI_ASSERT(x->p2p);
-        }
-        x->p2p[x->n_p2p++] = cp;
-        return TRI_OK;
+    tri_status st = is_recv ? in->iface->recv(in, g, cp.host, count, dt, peer)
+                            : in->iface->send(in, g, cp.host, count, dt, peer);
+    if (st != TRI_OK) {
+        finish_copies(x, &cp, 1, 0);
+        return st;
     }
-    finish_copies(x, &cp, 1, st == TRI_OK);
-    return st;
+    if (x->n_p2p == x->cap_p2p) {
+        x->cap_p2p = x->cap_p2p ? 2 * x->cap_p2p : 8;
+        x->p2p = realloc(x->p2p, (size_t)x->cap_p2p * sizeof *x->p2p);
+        TRI_ASSERT(x->p2p);
+    }
+    x->p2p[x->n_p2p++] = cp;
+    return TRI_OK;
 }
 
 static tri_status staged_send(comm *c, comm_group_id g, const void *buf, size_t count,
@@ -270,38 +250,26 @@ static tri_status staged_recv(comm *c, comm_group_id g, void *buf, size_t count,
 }
 
 static tri_status staged_group_start(comm *c) {
-    staged_ctx *x = ctx_of(c);
-    x->group_depth++;
-    return x->inner->group_start(x->inner);
+    comm *in = inner_of(c);
+    return in->iface->group_start(in);
 }
 
-// The outermost group_end_start hands the group's copies to the request (inner hands it the
-// transfers); a nested one leaves them to the outermost.
+// Hands the group's copies to the request (inner hands it the transfers).
 static tri_status staged_group_end_start(comm *c, comm_request *req) {
     staged_ctx *x = ctx_of(c);
-    req->impl = NULL;
-    TRI_ASSERT(x->group_depth > 0); // group_end without group_start
-    comm *in = inner_of(c);
-    if (--x->group_depth > 0) return in->group_end(in); // inner's nested level: nothing moves
     staged_request *r = xcalloc(1, sizeof *r);
     r->copies = x->p2p;
     r->n = x->n_p2p;
     x->p2p = NULL;
     x->n_p2p = x->cap_p2p = 0;
-    tri_status st = in->group_end_start(in, &r->inner);
-    return staged_begun(c, r, st, req);
-}
-
-static tri_status staged_group_end(comm *c) {
-    comm_request req;
-    TRI_CHECK(staged_group_end_start(c, &req));
-    return staged_wait(c, &req);
+    comm *in = inner_of(c);
+    return staged_begun(c, r, in->iface->group_end_start(in, &r->inner), req);
 }
 
 static void staged_destroy(comm *c) {
     if (!c) return;
     staged_ctx *x = ctx_of(c);
-    x->inner->destroy(x->inner);
+    comm_destroy(x->inner);
     // Buffers of requests never waited for (an error ended the run first) go too.
     for (int i = 0; i < x->n_pool; i++) free(x->pool[i].ptr);
     free(x->pool);
@@ -310,33 +278,34 @@ static void staged_destroy(comm *c) {
     free(c);
 }
 
+static const struct comm_iface staged_iface = {
+    /* .all_reduce_start     = */ staged_all_reduce_start,
+    /* .reduce_scatter_start = */ staged_reduce_scatter_start,
+    /* .all_gather_start     = */ staged_all_gather_start,
+    /* .broadcast_start      = */ staged_broadcast_start,
+    /* .barrier_start        = */ staged_barrier_start,
+    /* .send                 = */ staged_send,
+    /* .recv                 = */ staged_recv,
+    /* .group_start          = */ staged_group_start,
+    /* .group_end_start      = */ staged_group_end_start,
+    /* .wait                 = */ staged_wait,
+    /* .progress             = */ staged_progress,
+    /* .local_copy           = */ staged_local_copy,
+    /* .destroy              = */ staged_destroy,
+};
+
 tri_status comm_staged_create(comm **out, comm *inner, backend *be) {
     staged_ctx *x = xcalloc(1, sizeof *x);
     x->inner = inner, x->be = be;
     comm *c = xcalloc(1, sizeof *c);
-    *c = *inner; // name, ranks, groups (sizes, ranks, handles), timeout
+    *c = *inner; // ranks, groups (sizes, ranks, handles), timeout
     c->name = "mpi (staged)";
+    c->iface = &staged_iface;
     c->ctx = x;
-    comm_counters_reset(c); // both count from here on: take_counts moves inner's to c
-    comm_counters_reset(inner);
+    comm_counters_reset(c); // the layer counts on the wrapper; inner's counters stay unused
     c->inputs_ready = NULL, c->inputs_ready_ctx = NULL;
     c->compute_stream = NULL;
-    c->all_reduce = staged_all_reduce;
-    c->reduce_scatter = staged_reduce_scatter;
-    c->all_gather = staged_all_gather;
-    c->broadcast = staged_broadcast;
-    c->barrier = staged_barrier;
-    c->send = staged_send;
-    c->recv = staged_recv;
-    c->group_start = staged_group_start;
-    c->group_end = staged_group_end;
-    c->all_reduce_start = staged_all_reduce_start;
-    c->reduce_scatter_start = staged_reduce_scatter_start;
-    c->all_gather_start = staged_all_gather_start;
-    c->group_end_start = staged_group_end_start;
-    c->wait = staged_wait;
-    c->progress = staged_progress;
-    c->destroy = staged_destroy;
+    c->group_depth = 0;
     *out = c;
     return TRI_OK;
 }

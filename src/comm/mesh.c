@@ -1,19 +1,31 @@
-// mesh.c: rank <-> (tp, dp, pp) coordinates and the mesh table.
+// mesh.c: rank <-> (tp, dp, pp) coordinates, the group colors and the mesh table.
 #include "comm/mesh.h"
 
-mesh_coord mesh_coord_of(const run_config *cfg, int rank) {
-    const int TP = cfg->parallel.tp, DP = cfg->parallel.dp;
+mesh_coord mesh_coord_of(const mesh *m, int rank) {
+    const int TP = m->tp, DP = m->dp;
     return (mesh_coord){.tp = rank % TP, .dp = (rank / TP) % DP, .pp = rank / (TP * DP)};
 }
 
-int mesh_rank_of(const run_config *cfg, mesh_coord c) {
-    return c.tp + cfg->parallel.tp * (c.dp + cfg->parallel.dp * c.pp);
+int mesh_rank_of(const mesh *m, mesh_coord c) { return c.tp + m->tp * (c.dp + m->dp * c.pp); }
+
+int mesh_group_color(const mesh *m, comm_group_id g, int rank) {
+    const int TP = m->tp, DP = m->dp, PP = m->pp;
+    const mesh_coord me = mesh_coord_of(m, rank);
+    switch (g) {
+    case COMM_GROUP_TP: return me.dp + DP * me.pp;
+    case COMM_GROUP_DP: return me.tp + TP * me.pp;
+    case COMM_GROUP_PP: return me.tp + TP * me.dp;
+    case COMM_GROUP_EMBED: return me.pp == 0 || me.pp == PP - 1 ? me.tp + TP * me.dp : -1;
+    case COMM_GROUP_MP: return me.dp;
+    case COMM_GROUP_WORLD: return 0;
+    case COMM_GROUP_COUNT: break;
+    }
+    return -1;
 }
 
-void mesh_print(const run_config *cfg, FILE *f) {
-    const int TP = cfg->parallel.tp, DP = cfg->parallel.dp, PP = cfg->parallel.pp;
-    const int v = cfg->parallel.virtual_stages, L = cfg->model.n_layer;
-    const int Lc = L / (PP * v);
+void mesh_print(const mesh *m, int n_layer, int virtual_stages, FILE *f) {
+    const int TP = m->tp, DP = m->dp, PP = m->pp;
+    const int v = virtual_stages, Lc = n_layer / (PP * v);
     fprintf(f, "mesh: world %d = tp %d x dp %d x pp %d (rank = tp + %d * (dp + %d * pp))\n",
             TP * DP * PP, TP, DP, PP, TP, DP);
     fprintf(f, "  %-5s %-5s %-24s %s\n", "pp", "dp", "ranks (tp group)", "layers");
@@ -23,7 +35,7 @@ void mesh_print(const run_config *cfg, FILE *f) {
             size_t n = 0;
             for (int tp = 0; tp < TP && n < sizeof ranks - 16; tp++)
                 n += (size_t)snprintf(ranks + n, sizeof ranks - n, "%s%d", tp ? "," : "",
-                                      mesh_rank_of(cfg, (mesh_coord){tp, dp, pp}));
+                                      mesh_rank_of(m, (mesh_coord){tp, dp, pp}));
             n = 0;
             for (int c = 0; c < v && n < sizeof layers - 32; c++) {
                 int first = (c * PP + pp) * Lc;

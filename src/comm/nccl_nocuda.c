@@ -4,8 +4,8 @@
 // Makefile).
 #include "comm/nccl_api.h"
 
-tri_status comm_nccl_create(comm **out, const run_config *cfg, launch_info *li, double timeout_s) {
-    (void)cfg; (void)li; (void)timeout_s;
+tri_status comm_nccl_create(comm **out, const mesh *m, launch_info *li, double timeout_s) {
+    (void)m; (void)li; (void)timeout_s;
     *out = NULL;
     LOG_ERROR("the NCCL comm backend (system.comm: nccl): this build of trident has no CUDA "
               "support; rebuild with nvcc on PATH (USE_CUDA=1)");

@@ -10,13 +10,13 @@
 #pragma once
 #include "base/common.h"
 #include "base/dtype.h"
+#include "comm/comm.h"        // comm_kind
 #include "model/model.h"      // model_config, recompute_kind
 #include "parallel/optim.h"   // optim_config, decay_kind
 #include "parallel/sched.h"   // schedule_kind
 #include "parallel/zero.h"    // zero3_gather_kind
 
 typedef enum { BACKEND_AUTO = 0, BACKEND_CPU = 1, BACKEND_CUDA = 2 } backend_kind;
-typedef enum { COMM_AUTO = 0, COMM_MPI = 1, COMM_NCCL = 2, COMM_SELF = 3 } comm_kind;
 
 #define DP_AUTO (-1)
 

@@ -1,6 +1,11 @@
 // config_layout.c: see config_layout.h.
 #include "config/config_layout.h"
 
+mesh config_mesh(const run_config *cfg) {
+    TRI_ASSERT(cfg->parallel.dp >= 1); // resolved
+    return (mesh){.tp = cfg->parallel.tp, .dp = cfg->parallel.dp, .pp = cfg->parallel.pp};
+}
+
 model_shard config_model_shard(const run_config *cfg, int tp_rank, int pp_rank) {
     return (model_shard){.tp = cfg->parallel.tp, .tp_rank = tp_rank, .pp = cfg->parallel.pp,
                          .pp_rank = pp_rank, .virtual_stages = cfg->parallel.virtual_stages};

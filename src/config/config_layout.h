@@ -1,10 +1,13 @@
 // config_layout.h: what the modules take, derived from a resolved run config (dp resolved by
-// config_resolve_world) for one rank: the model's shard and layout (model.h), the ZeRO
-// layer's config (zero.h). The trainer and the planner both build them here, so they size
+// config_resolve_world) for one rank: the mesh (comm/mesh.h), the model's shard and layout
+// (model.h), the ZeRO layer's config (zero.h). The trainer and the planner both build them here, so they size
 // and run the same things.
 #pragma once
+#include "comm/mesh.h"
 #include "config/config.h"
 
+// The mesh of the resolved tp, pp and dp (comm/mesh.h).
+mesh config_mesh(const run_config *cfg);
 // The part of the model held by the rank at tp coordinate tp_rank on pipeline stage pp_rank.
 model_shard config_model_shard(const run_config *cfg, int tp_rank, int pp_rank);
 // That rank's model layout with n_slots activation slots (the schedule's in-flight bound)

@@ -269,7 +269,7 @@ int ckpt_write_done(const ckpt_writer *w) { return w && w->pending && atomic_loa
 
 tri_status ckpt_agree(comm *cm, tri_status rc) {
     double v = (double)rc;
-    tri_status crc = cm->all_reduce(cm, COMM_GROUP_WORLD, &v, 1, DTYPE_FP64, COMM_REDUCE_MAX);
+    tri_status crc = comm_all_reduce(cm, COMM_GROUP_WORLD, &v, 1, DTYPE_FP64, COMM_REDUCE_MAX);
     if (crc != TRI_OK) return crc;
     return (tri_status)(int)v;
 }

@@ -248,6 +248,6 @@ tri_status model_gather_params(model *m, const param_table *full_table, const fl
         params_place_into_global(pt, e, local + e->offset, full + full_table->entries[fi].offset);
     }
     if (m->cm->groups[COMM_GROUP_MP].size == 1) return TRI_OK;
-    return m->cm->all_reduce(m->cm, COMM_GROUP_MP, full, full_table->local_numel, DTYPE_FP32,
+    return comm_all_reduce(m->cm, COMM_GROUP_MP, full, full_table->local_numel, DTYPE_FP32,
                              COMM_REDUCE_SUM);
 }

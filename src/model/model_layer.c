@@ -11,7 +11,7 @@
 
 tri_status model_tp_all_reduce(model *m, float *x, size_t n) {
     if (m->d.tp == 1) return TRI_OK;
-    return m->cm->all_reduce(m->cm, COMM_GROUP_TP, x, n, DTYPE_FP32, COMM_REDUCE_SUM);
+    return comm_all_reduce(m->cm, COMM_GROUP_TP, x, n, DTYPE_FP32, COMM_REDUCE_SUM);
 }
 
 tri_status model_tp_reduce_rows(model *m, float *partial, float *rows) {
@@ -20,7 +20,7 @@ tri_status model_tp_reduce_rows(model *m, float *partial, float *rows) {
         TRI_ASSERT(partial == rows);
         return model_tp_all_reduce(m, partial, (size_t)d->N * d->C);
     }
-    return m->cm->reduce_scatter(m->cm, COMM_GROUP_TP, partial, rows, (size_t)d->N_local * d->C,
+    return comm_reduce_scatter(m->cm, COMM_GROUP_TP, partial, rows, (size_t)d->N_local * d->C,
                                  DTYPE_FP32);
 }
 
@@ -30,7 +30,7 @@ static tri_status tp_gather_rows(model *m, float *full) {
     const model_dims *d = &m->d;
     if (!d->sp) return TRI_OK;
     size_t block = (size_t)d->N_local * d->C;
-    return m->cm->all_gather(m->cm, COMM_GROUP_TP, full + (size_t)d->row0 * d->C, full, block,
+    return comm_all_gather(m->cm, COMM_GROUP_TP, full + (size_t)d->row0 * d->C, full, block,
                              DTYPE_FP32);
 }
 
@@ -41,7 +41,7 @@ tri_status model_dresidual_all_rows(model *m, float *dres, float **out) {
         return TRI_OK;
     }
     *out = m->rows_full;
-    return m->cm->all_gather(m->cm, COMM_GROUP_TP, dres, m->rows_full,
+    return comm_all_gather(m->cm, COMM_GROUP_TP, dres, m->rows_full,
                              (size_t)d->N_local * d->C, DTYPE_FP32);
 }
 

@@ -47,7 +47,7 @@ tri_status model_forward(model *m, int slot, int chunk, const int *inputs, const
     be->copy_to_device(be, a->targets, targets, (size_t)N * sizeof(int));
     be->xent_max(be, a->rowmax, a->logits, N, d->Vp_local, d->vocab_start, d->V);
     if (d->tp > 1)
-        TRI_CHECK(m->cm->all_reduce(m->cm, COMM_GROUP_TP, a->rowmax, N, DTYPE_FP32, COMM_REDUCE_MAX));
+        TRI_CHECK(comm_all_reduce(m->cm, COMM_GROUP_TP, a->rowmax, N, DTYPE_FP32, COMM_REDUCE_MAX));
     be->xent_sumexp(be, a->sumexp, a->target_logit, a->logits, a->rowmax, a->targets, N,
                     d->Vp_local, d->vocab_start, d->V);
     TRI_CHECK(model_tp_all_reduce(m, a->sumexp, N));

@@ -31,28 +31,28 @@ static tri_status run_p2p_group(executor *ex, const sched_table *t, int first, i
     comm *cm = ex->cm;
     model *m = ex->m;
     const size_t count = (size_t)m->d.N_local * m->d.C;
-    TRI_CHECK(cm->group_start(cm));
+    TRI_CHECK(comm_group_start(cm));
     for (int i = first; i < end; i++) {
         const sched_action *a = &t->actions[i];
         switch (a->kind) {
         case SCHED_ACTION_SEND_ACT:
-            TRI_CHECK(cm->send(cm, COMM_GROUP_PP, model_chunk_output(m, a->slot), count, DTYPE_FP32, a->peer));
+            TRI_CHECK(comm_send(cm, COMM_GROUP_PP, model_chunk_output(m, a->slot), count, DTYPE_FP32, a->peer));
             break;
         case SCHED_ACTION_RECV_ACT:
-            TRI_CHECK(cm->recv(cm, COMM_GROUP_PP, model_chunk_input(m, a->slot), count, DTYPE_FP32, a->peer));
+            TRI_CHECK(comm_recv(cm, COMM_GROUP_PP, model_chunk_input(m, a->slot), count, DTYPE_FP32, a->peer));
             break;
         case SCHED_ACTION_SEND_GRAD:
-            TRI_CHECK(cm->send(cm, COMM_GROUP_PP, model_chunk_grad(m, a->slot), count, DTYPE_FP32, a->peer));
+            TRI_CHECK(comm_send(cm, COMM_GROUP_PP, model_chunk_grad(m, a->slot), count, DTYPE_FP32, a->peer));
             break;
         case SCHED_ACTION_RECV_GRAD:
-            TRI_CHECK(cm->recv(cm, COMM_GROUP_PP, model_chunk_grad(m, a->slot), count, DTYPE_FP32, a->peer));
+            TRI_CHECK(comm_recv(cm, COMM_GROUP_PP, model_chunk_grad(m, a->slot), count, DTYPE_FP32, a->peer));
             break;
         default: TRI_ASSERT(0);
         }
     }
-    if (ex->overlap) return cm->group_end_start(cm, req);
+    if (ex->overlap) return comm_group_end_start(cm, req);
     req->impl = NULL;
-    return cm->group_end(cm);
+    return comm_group_end(cm);
 }
 
 // Does any action of [first, end) use micro-batch slot `slot`?
@@ -78,7 +78,7 @@ static tri_status wait_flights(executor *ex, const sched_table *t, int *n, int f
             continue;
         }
         double t0 = time_now_s();
-        TRI_CHECK(ex->cm->wait(ex->cm, &f[i].req));
+        TRI_CHECK(comm_wait(ex->cm, &f[i].req));
         *waited += time_now_s() - t0;
     }
     *n = kept;
@@ -130,7 +130,7 @@ tri_status executor_run(executor *ex, const sched_table *t, exec_batches batches
             else zero_next_pass(ex->z, -1, 0);
         }
         if (rc == TRI_OK) rc = run_compute(ex, t, a, batches, dloss);
-        ex->cm->progress(ex->cm);
+        comm_progress(ex->cm);
         i++;
     }
     // Every transfer still in flight completes, also after an error.
@@ -144,7 +144,7 @@ tri_status executor_take_loss(executor *ex, double *loss_sum) {
     *loss_sum = model_take_loss(ex->m); // the micro-batches' sums, added in order
     // Only the last stage computed the loss; every stage learns it.
     if (ex->m->d.pp > 1)
-        TRI_CHECK(ex->cm->all_reduce(ex->cm, COMM_GROUP_PP, loss_sum, 1, DTYPE_FP64, COMM_REDUCE_SUM));
+        TRI_CHECK(comm_all_reduce(ex->cm, COMM_GROUP_PP, loss_sum, 1, DTYPE_FP64, COMM_REDUCE_SUM));
     return TRI_OK;
 }
 

@@ -90,9 +90,9 @@ tri_status optim_grad_norm(optimizer *o, double *norm) {
     o->be->copy_to_host(o->be, &sumsq, o->norm_acc, sizeof sumsq);
     comm *cm = o->cm;
     if (zl->stage)
-        TRI_CHECK(cm->all_reduce(cm, COMM_GROUP_DP, &sumsq, 1, DTYPE_FP64, COMM_REDUCE_SUM));
+        TRI_CHECK(comm_all_reduce(cm, COMM_GROUP_DP, &sumsq, 1, DTYPE_FP64, COMM_REDUCE_SUM));
     if (cm->groups[COMM_GROUP_MP].size > 1)
-        TRI_CHECK(cm->all_reduce(cm, COMM_GROUP_MP, &sumsq, 1, DTYPE_FP64, COMM_REDUCE_SUM));
+        TRI_CHECK(comm_all_reduce(cm, COMM_GROUP_MP, &sumsq, 1, DTYPE_FP64, COMM_REDUCE_SUM));
     *norm = sqrt(sumsq);
     if (!isfinite(*norm)) return TRI_ERR_NONFINITE;
     return TRI_OK;

@@ -133,7 +133,7 @@ static void grads_from_reduce(zero_state *z, void *dst, const void *src, size_t 
 static tri_status finish_reduction(zero_state *z, int k) {
     const zero_bucket *b = &z->lay.buckets[k];
     void *ws = z->red.ws[k];
-    TRI_CHECK(z->cm->wait(z->cm, &z->red.req[k]));
+    TRI_CHECK(comm_wait(z->cm, &z->red.req[k]));
     if (z->lay.stage == 0) return TRI_OK;
     if (z->gdt == DTYPE_BF16) {
         z->be->from_bf16(z->be, z->gtmp, ws, b->shard);
@@ -179,16 +179,16 @@ static tri_status start_reduction(zero_state *z, int k, void *buf) {
     for (int i = 0; i < r->n; i++) // its previous micro-batch's, when nothing came between
         if (r->fifo[i] == k) TRI_CHECK(finish_reductions(z, 0));
     if (z->lay.stage == 0)
-        TRI_CHECK(z->cm->all_reduce_start(z->cm, COMM_GROUP_DP, buf, b->numel, z->gdt,
+        TRI_CHECK(comm_all_reduce_start(z->cm, COMM_GROUP_DP, buf, b->numel, z->gdt,
                                           COMM_REDUCE_SUM, &r->req[k]));
     else
-        TRI_CHECK(z->cm->reduce_scatter_start(z->cm, COMM_GROUP_DP, buf, buf, b->shard, z->gdt,
+        TRI_CHECK(comm_reduce_scatter_start(z->cm, COMM_GROUP_DP, buf, buf, b->shard, z->gdt,
                                               &r->req[k]));
     r->ws[k] = buf;
     r->fifo[r->n++] = k;
     if (!z->overlap) return finish_reductions(z, 0);
     z->overlapped_reductions++;
-    z->cm->progress(z->cm);
+    comm_progress(z->cm);
     TRI_CHECK(finish_reductions(z, 1));
     if (z->layer_ws2 && (buf == z->layer_ws || buf == z->layer_ws2)) swap_layer_ws(z, buf);
     return TRI_OK;
@@ -199,7 +199,7 @@ static tri_status start_reduction(zero_state *z, int k, void *buf) {
 // shard, widened.
 static tri_status reduce_converted(zero_state *z, const zero_bucket *b, void *ws) {
     grads_to_reduce(z, z->rtmp, ws, b->padded);
-    TRI_CHECK(z->cm->reduce_scatter(z->cm, COMM_GROUP_DP, z->rtmp, z->rtmp, b->shard, z->rdt));
+    TRI_CHECK(comm_reduce_scatter(z->cm, COMM_GROUP_DP, z->rtmp, z->rtmp, b->shard, z->rdt));
     if (z->rdt == DTYPE_FP32) {
         z->be->add_to_bf16(z->be, (uint16_t *)z->grad_shard + b->arena, z->rtmp, b->shard);
     } else {
@@ -228,7 +228,7 @@ static tri_status zero_grads_ready(void *ctx, int first, int count) {
         void *g = z->grad_of[first];
         if (!z->rtmp) return start_reduction(z, k, g);
         grads_to_reduce(z, z->rtmp, g, b->numel);
-        TRI_CHECK(z->cm->all_reduce(z->cm, COMM_GROUP_DP, z->rtmp, b->numel, z->rdt, COMM_REDUCE_SUM));
+        TRI_CHECK(comm_all_reduce(z->cm, COMM_GROUP_DP, z->rtmp, b->numel, z->rdt, COMM_REDUCE_SUM));
         grads_from_reduce(z, g, z->rtmp, b->numel);
         return TRI_OK;
     }
@@ -267,12 +267,12 @@ static tri_status finish_full_grads(zero_state *z) {
     for (int i = 0; z->m->d.sp && i < pt->n_entries; i++) {
         const param_entry *e = &pt->entries[i];
         if (e->layernorm && cm->groups[COMM_GROUP_TP].size > 1)
-            TRI_CHECK(cm->all_reduce(cm, COMM_GROUP_TP, z->grad_of[i], (size_t)e->local_numel,
+            TRI_CHECK(comm_all_reduce(cm, COMM_GROUP_TP, z->grad_of[i], (size_t)e->local_numel,
                                      z->gdt, COMM_REDUCE_SUM));
     }
     if (z->m->d.pp > 1 && pt->wte >= 0) {
         const param_entry *e = &pt->entries[pt->wte];
-        TRI_CHECK(cm->all_reduce(cm, COMM_GROUP_EMBED, z->grad_of[pt->wte], (size_t)e->local_numel,
+        TRI_CHECK(comm_all_reduce(cm, COMM_GROUP_EMBED, z->grad_of[pt->wte], (size_t)e->local_numel,
                                  z->gdt, COMM_REDUCE_SUM));
     }
     return TRI_OK;
@@ -288,9 +288,9 @@ tri_status zero_finish_grads(zero_state *z) {
         return TRI_OK; // dp == 1, or already all-reduced bucket by bucket
     if (z->lay.stage == 1) { // in place: the summed shard of this rank lands in the first block
         const size_t len = z->lay.shard_len;
-        if (!z->rtmp) return cm->reduce_scatter(cm, COMM_GROUP_DP, z->grads, z->grads, len, z->gdt);
+        if (!z->rtmp) return comm_reduce_scatter(cm, COMM_GROUP_DP, z->grads, z->grads, len, z->gdt);
         grads_to_reduce(z, z->rtmp, z->grads, z->lay.capacity);
-        TRI_CHECK(cm->reduce_scatter(cm, COMM_GROUP_DP, z->rtmp, z->rtmp, len, z->rdt));
+        TRI_CHECK(comm_reduce_scatter(cm, COMM_GROUP_DP, z->rtmp, z->rtmp, len, z->rdt));
         grads_from_reduce(z, z->grads, z->rtmp, len);
         return TRI_OK;
     }
@@ -301,9 +301,9 @@ tri_status zero_finish_grads(zero_state *z) {
         const param_entry *e = &pt->entries[pc->entry];
         void *g = (char *)z->grad_shard + pc->pos * z->gelem;
         if (z->m->d.sp && e->layernorm && cm->groups[COMM_GROUP_TP].size > 1)
-            TRI_CHECK(cm->all_reduce(cm, COMM_GROUP_TP, g, pc->hi - pc->lo, z->gdt, COMM_REDUCE_SUM));
+            TRI_CHECK(comm_all_reduce(cm, COMM_GROUP_TP, g, pc->hi - pc->lo, z->gdt, COMM_REDUCE_SUM));
         if (pt->pp > 1 && pc->entry == pt->wte)
-            TRI_CHECK(cm->all_reduce(cm, COMM_GROUP_EMBED, g, pc->hi - pc->lo, z->gdt, COMM_REDUCE_SUM));
+            TRI_CHECK(comm_all_reduce(cm, COMM_GROUP_EMBED, g, pc->hi - pc->lo, z->gdt, COMM_REDUCE_SUM));
     }
     return TRI_OK;
 }
@@ -340,12 +340,12 @@ tri_status zero_update_end(zero_state *z) {
     comm *cm = z->cm;
     for (int c = 0; z->gather.gathered && c < z->lay.chunks; c++) z->gather.gathered[c] = 0;
     if (z->lay.stage == 1) // every rank's updated shard to every replica (this rank's in place)
-        return cm->all_gather(cm, COMM_GROUP_DP, zero_pel(z, z->params, z->lay.shard_begin),
+        return comm_all_gather(cm, COMM_GROUP_DP, zero_pel(z, z->params, z->lay.shard_begin),
                               z->params, z->lay.shard_len, z->pdt);
     for (int k = 0; z->lay.stage == 2 && k < z->lay.n_buckets; k++) {
         const zero_bucket *b = &z->lay.buckets[k];
         const void *own = zero_pel(z, z->params, b->begin + (size_t)z->lay.dp_rank * b->shard);
-        TRI_CHECK(cm->all_gather(cm, COMM_GROUP_DP, own, z->scratch, b->shard, z->pdt));
+        TRI_CHECK(comm_all_gather(cm, COMM_GROUP_DP, own, z->scratch, b->shard, z->pdt));
         z->be->copy(z->be, zero_pel(z, z->params, b->begin), z->scratch, b->numel * z->pelem);
     }
     return TRI_OK;
@@ -373,7 +373,7 @@ tri_status zero_local_params(zero_state *z, float *host) {
     TRI_CHECK(zero_wait_gathers(z));
     for (int k = 0; k < z->lay.n_buckets; k++) {
         const zero_bucket *b = &z->lay.buckets[k];
-        TRI_CHECK(z->cm->all_gather(z->cm, COMM_GROUP_DP, zero_pel(z, z->gather.shard, b->arena),
+        TRI_CHECK(comm_all_gather(z->cm, COMM_GROUP_DP, zero_pel(z, z->gather.shard, b->arena),
                                     z->scratch, b->shard, z->pdt));
         params_to_host(z, host + b->begin, z->scratch, b->numel);
     }

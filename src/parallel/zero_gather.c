@@ -52,7 +52,7 @@ static comm_request *gather_req(zero_state *z, int w, int k) {
 // Completes the gathers in flight into workspace w (before it is gathered into again).
 static tri_status wait_ws(zero_state *z, int w) {
     for (int k = 0; z->gather.req && k < z->lay.n_buckets; k++)
-        TRI_CHECK(z->cm->wait(z->cm, gather_req(z, w, k)));
+        TRI_CHECK(comm_wait(z->cm, gather_req(z, w, k)));
     return TRI_OK;
 }
 
@@ -72,10 +72,10 @@ static tri_status start_gathers(zero_state *z, int chunk, int backward, int w) {
         const int k = list[backward ? n - 1 - i : i];
         const zero_bucket *b = &z->lay.buckets[k];
         comm_request *req = gather_req(z, w, k);
-        TRI_CHECK(z->cm->all_gather_start(z->cm, COMM_GROUP_DP, zero_pel(z, z->gather.shard, b->arena),
+        TRI_CHECK(comm_all_gather_start(z->cm, COMM_GROUP_DP, zero_pel(z, z->gather.shard, b->arena),
                                           zero_pel(z, gather_ws(z, w), z->gather.ws_offset[k]),
                                           b->shard, z->pdt, req));
-        if (!z->overlap) TRI_CHECK(z->cm->wait(z->cm, req));
+        if (!z->overlap) TRI_CHECK(comm_wait(z->cm, req));
         else if (req->impl) z->overlapped_gathers++;
     }
     return TRI_OK;
@@ -114,5 +114,5 @@ tri_status zero_params_ready(void *ctx, int first, int count) {
     zero_state *z = ctx;
     (void)count; // a bucket holds whole entries: the first one names it
     if (!z->gather.req) return TRI_OK;
-    return z->cm->wait(z->cm, gather_req(z, z->gather.cur, z->lay.bucket_of_entry[first]));
+    return comm_wait(z->cm, gather_req(z, z->gather.cur, z->lay.bucket_of_entry[first]));
 }

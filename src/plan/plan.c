@@ -106,7 +106,7 @@ typedef struct {
     plan_phase phase;
 } rank_step;
 
-// The comm layer counts nothing for a group of one.
+// The comm layer (comm.h) counts nothing for a group of one.
 static void count(rank_step *r, comm_group_id g, comm_op_id op, uint64_t bytes) {
     if (r->group_size[g] <= 1) return;
     r->s->comm.bytes[r->phase][g][op] += bytes;
