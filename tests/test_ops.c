@@ -33,7 +33,7 @@ static void test_matmul_small(backend *b, int with_bias) {
 
     float *d_inp = dev_f(b, inp, (size_t)N * IC), *d_w = dev_f(b, w, (size_t)OC * IC);
     float *d_bias = dev_f(b, bias, OC), *d_out = dev_f(b, NULL, (size_t)N * OC);
-    b->matmul_fwd(b, d_out, d_inp, d_w, with_bias ? d_bias : NULL, N, IC, OC);
+    backend_matmul_fwd(b, d_out, NULL, operand_fp32(d_inp), operand_fp32(d_w), with_bias ? d_bias : NULL, N, IC, OC);
     float *out = host_of(b, d_out, (size_t)N * OC);
     double e = 0.0;
     for (size_t i = 0; i < (size_t)N * OC; i++) e = fmax(e, fabs(out[i] - ref[i]));
@@ -45,7 +45,7 @@ static void test_matmul_small(backend *b, int with_bias) {
     float *junk = rand_f((size_t)N * IC, 100, 200);
     float *d_dinp = dev_f(b, junk, (size_t)N * IC), *d_dw = dev_f(b, g0w, (size_t)OC * IC);
     float *d_db = dev_f(b, g0b, OC), *d_R = dev_f(b, R, (size_t)N * OC);
-    b->matmul_bwd(b, d_dinp, d_dw, with_bias ? d_db : NULL, d_R, d_inp, d_w, N, IC, OC);
+    backend_matmul_bwd(b, d_dinp, d_dw, with_bias ? d_db : NULL, operand_fp32(d_R), operand_fp32(d_inp), operand_fp32(d_w), NULL, N, IC, OC);
     double *fd_inp = xmalloc((size_t)N * IC * sizeof(double));
     double *fd_w = xmalloc((size_t)OC * IC * sizeof(double)), *fd_b = xmalloc(OC * sizeof(double));
     fd_grad(fwd_matmul, &a, (size_t)N * OC, Rd, a.inp, NULL, (size_t)N * IC, fd_inp);
@@ -71,7 +71,7 @@ static void test_matmul_small(backend *b, int with_bias) {
     }
     free(h);
     // dinp NULL: dweight still right (accumulating on top of the first call: 2x gradient).
-    b->matmul_bwd(b, NULL, d_dw, NULL, d_R, d_inp, d_w, N, IC, OC);
+    backend_matmul_bwd(b, NULL, d_dw, NULL, operand_fp32(d_R), operand_fp32(d_inp), operand_fp32(d_w), NULL, N, IC, OC);
     for (size_t i = 0; i < (size_t)OC * IC; i++) fd_w[i] *= 2.0;
     h = host_of(b, d_dw, (size_t)OC * IC);
     name_of(n1, sizeof n1, "dinp NULL, dweight += twice");
@@ -103,8 +103,8 @@ static void test_matmul_large(backend *b, int bf16) {
     ref_matmul(ref, di, dw, db, N, IC, OC);
     float *d_inp = dev_f(b, inp, (size_t)N * IC), *d_w = dev_f(b, w, (size_t)OC * IC);
     float *d_bias = dev_f(b, bias, OC), *d_out = dev_f(b, NULL, (size_t)N * OC);
-    if (bf16) b->matmul_fwd_bf16(b, d_out, h_inp, h_w, d_bias, N, IC, OC);
-    else b->matmul_fwd(b, d_out, d_inp, d_w, d_bias, N, IC, OC);
+    if (bf16) backend_matmul_fwd(b, d_out, NULL, operand_bf16(h_inp), operand_bf16(h_w), d_bias, N, IC, OC);
+    else backend_matmul_fwd(b, d_out, NULL, operand_fp32(d_inp), operand_fp32(d_w), d_bias, N, IC, OC);
     float *out = host_of(b, d_out, (size_t)N * OC);
     double e = 0.0,
            scale = sqrt((double)IC) * max_abs(di, (size_t)N * IC) * max_abs(dw, (size_t)OC * IC);
@@ -126,8 +126,8 @@ static void test_matmul_large(backend *b, int bf16) {
         }
     float *d_dinp = dev_f(b, NULL, (size_t)N * IC), *d_dw = dev_f(b, NULL, (size_t)OC * IC);
     float *d_db = dev_f(b, NULL, OC), *d_R = dev_f(b, R, (size_t)N * OC);
-    if (bf16) b->matmul_bwd_bf16(b, d_dinp, d_dw, d_db, h_R, h_inp, h_w, N, IC, OC);
-    else b->matmul_bwd(b, d_dinp, d_dw, d_db, d_R, d_inp, d_w, N, IC, OC);
+    if (bf16) backend_matmul_bwd(b, d_dinp, d_dw, d_db, operand_bf16(h_R), operand_bf16(h_inp), operand_bf16(h_w), NULL, N, IC, OC);
+    else backend_matmul_bwd(b, d_dinp, d_dw, d_db, operand_fp32(d_R), operand_fp32(d_inp), operand_fp32(d_w), NULL, N, IC, OC);
     float *h = host_of(b, d_dinp, (size_t)N * IC);
     name_of(name, sizeof name, "dinp");
     check_rel(bwd_name, name, h, NULL, gi, (size_t)N * IC, 1e-5);
@@ -237,8 +237,8 @@ static void test_matmul_gelu(backend *b) {
     float *dout = dev_rand(b, (size_t)N * OC, -1, 1);
     float *out = dev_f(b, NULL, (size_t)N * OC), *pre = dev_f(b, NULL, (size_t)N * OC);
     float *ref = dev_f(b, NULL, (size_t)N * OC), *ref_pre = dev_f(b, NULL, (size_t)N * OC);
-    b->matmul_gelu_fwd(b, out, pre, inp, w, bias, N, IC, OC, 0);
-    b->matmul_fwd(b, ref_pre, inp, w, bias, N, IC, OC);
+    backend_matmul_fwd(b, out, pre, (operand){inp, 0 ? DTYPE_BF16 : DTYPE_FP32}, (operand){w, 0 ? DTYPE_BF16 : DTYPE_FP32}, bias, N, IC, OC);
+    backend_matmul_fwd(b, ref_pre, NULL, operand_fp32(inp), operand_fp32(w), bias, N, IC, OC);
     b->gelu_fwd(b, ref, ref_pre, (size_t)N * OC);
     float *h[4] = {host_of(b, out, (size_t)N * OC), host_of(b, ref, (size_t)N * OC),
                    host_of(b, pre, (size_t)N * OC), host_of(b, ref_pre, (size_t)N * OC)};
@@ -250,8 +250,8 @@ static void test_matmul_gelu(backend *b) {
     float *dinp = dev_f(b, NULL, (size_t)N * IC), *dw = dev_f(b, NULL, (size_t)OC * IC);
     float *db = dev_f(b, NULL, OC), *rdinp = dev_f(b, NULL, (size_t)N * IC);
     float *rdw = dev_f(b, NULL, (size_t)OC * IC), *rdb = dev_f(b, NULL, OC);
-    b->matmul_bwd_dgelu(b, dinp, dw, db, dout, inp, w, pre2, N, IC, OC, 0);
-    b->matmul_bwd(b, rdinp, rdw, rdb, dout, inp, w, N, IC, OC);
+    backend_matmul_bwd(b, dinp, dw, db, (operand){dout, 0 ? DTYPE_BF16 : DTYPE_FP32}, (operand){inp, 0 ? DTYPE_BF16 : DTYPE_FP32}, (operand){w, 0 ? DTYPE_BF16 : DTYPE_FP32}, pre2, N, IC, OC);
+    backend_matmul_bwd(b, rdinp, rdw, rdb, operand_fp32(dout), operand_fp32(inp), operand_fp32(w), NULL, N, IC, OC);
     b->gelu_bwd(b, rdinp, pre2, rdinp, (size_t)N * IC);
     float *g[4] = {host_of(b, dinp, (size_t)N * IC), host_of(b, rdinp, (size_t)N * IC),
                    host_of(b, dw, (size_t)OC * IC), host_of(b, rdw, (size_t)OC * IC)};
@@ -298,12 +298,12 @@ static void test_attention_bf16(backend *b) {
     float *q = dev_f(b, h, nq), *dout = dev_rand(b, no, -1, 1);
     float *o1 = dev_f(b, NULL, no), *o2 = dev_f(b, NULL, no);
     float *g1 = dev_f(b, NULL, nq), *g2 = dev_f(b, NULL, nq);
-    void *s1 = b->alloc(b, b->attention_state_bytes(b, B, T, NH));
-    void *s2 = b->alloc(b, b->attention_state_bytes(b, B, T, NH));
-    b->attention_fwd_bf16(b, o1, s1, q16, B, T, NH, HS);
-    b->attention_fwd(b, o2, s2, q, B, T, NH, HS);
-    b->attention_bwd_bf16(b, g1, dout, q16, s1, B, T, NH, HS);
-    b->attention_bwd(b, g2, dout, q, s2, B, T, NH, HS);
+    void *s1 = b->alloc(b, attn_state_bytes(b->attn_state, B, T, NH));
+    void *s2 = b->alloc(b, attn_state_bytes(b->attn_state, B, T, NH));
+    backend_attention_fwd(b, o1, s1, operand_bf16(q16), B, T, NH, HS);
+    backend_attention_fwd(b, o2, s2, operand_fp32(q), B, T, NH, HS);
+    backend_attention_bwd(b, g1, dout, operand_bf16(q16), s1, B, T, NH, HS);
+    backend_attention_bwd(b, g2, dout, operand_fp32(q), s2, B, T, NH, HS);
     float *r[4] = {host_of(b, o1, no), host_of(b, o2, no), host_of(b, g1, nq), host_of(b, g2, nq)};
     char name[96];
     name_of(name, sizeof name, "attention_*_bf16 = fp32 on widened qkv");

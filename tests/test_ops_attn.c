@@ -36,11 +36,11 @@ static void test_attention(backend *b, int B, int T, int NH, int HS, cpu_attn_po
     attn_args a = {to_d(qkv, nqkv), B, T, NH, HS};
     double *ref = xmalloc(nout * sizeof(double)), *refP = xmalloc(nP * sizeof(double));
     ref_attention(ref, refP, a.qkv, B, T, NH, HS);
-    TRI_ASSERT(b->attention_state_bytes(b, B, T, NH) == nP * sizeof(float));
+    TRI_ASSERT(attn_state_bytes(b->attn_state, B, T, NH) == nP * sizeof(float));
     float *d_qkv = dev_f(b, qkv, nqkv), *d_out = dev_f(b, NULL, nout);
     float *junkP = rand_f(nP, 5, 6); // state reused from an earlier micro-batch
     float *d_P = dev_f(b, junkP, nP);
-    b->attention_fwd(b, d_out, d_P, d_qkv, B, T, NH, HS);
+    backend_attention_fwd(b, d_out, d_P, operand_fp32(d_qkv), B, T, NH, HS);
     float *out = host_of(b, d_out, nout), *P = host_of(b, d_P, nP);
     name_of(name, sizeof name, "out");
     check_rel(tag, name, out, NULL, ref, nout, 1e-5);
@@ -54,7 +54,7 @@ static void test_attention(backend *b, int B, int T, int NH, int HS, cpu_attn_po
     memcpy(qkv2, qkv, nqkv * sizeof(float));
     for (int c = C; c < 3 * C; c++) qkv2[(size_t)t0 * 3 * C + c] += 1.5f;
     b->copy_to_device(b, d_qkv, qkv2, nqkv * sizeof(float));
-    b->attention_fwd(b, d_out, d_P, d_qkv, B, T, NH, HS);
+    backend_attention_fwd(b, d_out, d_P, operand_fp32(d_qkv), B, T, NH, HS);
     float *out2 = host_of(b, d_out, nout);
     int same_before = !memcmp(out, out2, (size_t)t0 * C * sizeof(float));
     int changed_at = memcmp(out + (size_t)t0 * C, out2 + (size_t)t0 * C, (size_t)C * sizeof(float));
@@ -63,7 +63,7 @@ static void test_attention(backend *b, int B, int T, int NH, int HS, cpu_attn_po
     TEST_CHECK(same_before && changed_at, cname, "outputs before t0=%d %s; output at t0 %s", t0,
                same_before ? "same" : "CHANGED", changed_at ? "changed" : "UNCHANGED");
     b->copy_to_device(b, d_qkv, qkv, nqkv * sizeof(float));
-    b->attention_fwd(b, d_out, d_P, d_qkv, B, T, NH, HS);
+    backend_attention_fwd(b, d_out, d_P, operand_fp32(d_qkv), B, T, NH, HS);
 
     size_t n = nfd ? nfd : nqkv;
     size_t *idx = xmalloc(n * sizeof(size_t));
@@ -72,7 +72,7 @@ static void test_attention(backend *b, int B, int T, int NH, int HS, cpu_attn_po
     fd_grad(fwd_attn, &a, nout, Rd, a.qkv, idx, n, fd);
     float *junk = rand_f(nqkv, 100, 200);
     float *d_dqkv = dev_f(b, junk, nqkv), *d_R = dev_f(b, R, nout);
-    b->attention_bwd(b, d_dqkv, d_R, d_qkv, d_P, B, T, NH, HS);
+    backend_attention_bwd(b, d_dqkv, d_R, operand_fp32(d_qkv), d_P, B, T, NH, HS);
     float *dq = host_of(b, d_dqkv, nqkv), *picked = xmalloc(n * sizeof(float));
     for (size_t k = 0; k < n; k++) picked[k] = dq[idx[k]];
     name_of(name, sizeof name, nfd ? "dqkv (sampled, overwritten)" : "dqkv (overwritten)");
@@ -284,7 +284,7 @@ static int bench(int threads) {
                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, 4 * C, C, 1.0f, A, C,   \
                                W, C, 0.0f, Cm, 4 * C));                                            \
         openblas_set_num_threads(1);                                                               \
-        BENCH_TIME(s_tiled, 30, b->matmul_fwd(b, Cm, A, W, NULL, N, C, 4 * C));                    \
+        BENCH_TIME(s_tiled, 30, backend_matmul_fwd(b, Cm, NULL, operand_fp32(A), operand_fp32(W), NULL, N, C, 4 * C));                    \
         printf("sgemm (512x768)@(768x3072): 1 thread %.1f GFLOP/s; OpenBLAS %d threads %.1f "      \
                "GFLOP/s; backend matmul_fwd (OpenMP tiles) %.1f GFLOP/s\n",                        \
                fl / s_blas1 * 1e-9, b->threads, fl / s_blas * 1e-9, fl / s_tiled * 1e-9);          \
@@ -310,7 +310,7 @@ static int bench(int threads) {
     float *dfcpw = bench_buf(b, (size_t)4 * C * C), *dfcpb = bench_buf(b, C);
     float *h = bench_buf(b, (size_t)N * 4 * C), *hg = bench_buf(b, (size_t)N * 4 * C);
     float *dh = bench_buf(b, (size_t)N * 4 * C);
-    float *state = b->alloc(b, b->attention_state_bytes(b, B, T, NH));
+    float *state = b->alloc(b, attn_state_bytes(b->attn_state, B, T, NH));
     float *wte = bench_buf(b, (size_t)V * C), *wpe = bench_buf(b, (size_t)T * C);
     float *dwte = bench_buf(b, (size_t)V * C), *dwpe = bench_buf(b, (size_t)T * C);
     float *logits = bench_buf(b, (size_t)N * V), *rowmax = bench_buf(b, N);
@@ -327,29 +327,29 @@ static int bench(int threads) {
     BENCH("layernorm_bwd", 31, 2 * L + 1, 0, 0,
           b->layernorm_bwd(b, dx, dlnw, dlnb, ln, x, lnw, mean, rstd, N, C));
     BENCH("matmul_fwd qkv 768->2304", 15, L, mm * 3 * C, 1,
-          b->matmul_fwd(b, qkv, ln, qkvw, qkvb, N, C, 3 * C));
+          backend_matmul_fwd(b, qkv, NULL, operand_fp32(ln), operand_fp32(qkvw), qkvb, N, C, 3 * C));
     BENCH("matmul_bwd qkv", 15, L, 2 * mm * 3 * C, 1,
-          b->matmul_bwd(b, dx, dqkvw, dqkvb, dqkv, ln, qkvw, N, C, 3 * C));
-    BENCH("attention_fwd", 15, L, attf, 2, b->attention_fwd(b, att, state, qkv, B, T, NH, HS));
+          backend_matmul_bwd(b, dx, dqkvw, dqkvb, operand_fp32(dqkv), operand_fp32(ln), operand_fp32(qkvw), NULL, N, C, 3 * C));
+    BENCH("attention_fwd", 15, L, attf, 2, backend_attention_fwd(b, att, state, operand_fp32(qkv), B, T, NH, HS));
     BENCH("attention_bwd", 15, L, 2 * attf, 2,
-          b->attention_bwd(b, dqkv, datt, qkv, state, B, T, NH, HS));
+          backend_attention_bwd(b, dqkv, datt, operand_fp32(qkv), state, B, T, NH, HS));
     BENCH("matmul_fwd attproj 768->768", 15, L, mm * C, 1,
-          b->matmul_fwd(b, x, att, projw, projb, N, C, C));
+          backend_matmul_fwd(b, x, NULL, operand_fp32(att), operand_fp32(projw), projb, N, C, C));
     BENCH("matmul_bwd attproj", 15, L, 2 * mm * C, 1,
-          b->matmul_bwd(b, datt, dprojw, dprojb, dx, att, projw, N, C, C));
+          backend_matmul_bwd(b, datt, dprojw, dprojb, operand_fp32(dx), operand_fp32(att), operand_fp32(projw), NULL, N, C, C));
     BENCH("residual_fwd", 31, 2 * L, 0, 0, b->residual_fwd(b, x, x, ln, (size_t)N * C));
     BENCH("matmul_fwd fc 768->3072", 15, L, mm * 4 * C, 1,
-          b->matmul_fwd(b, h, ln, fcw, fcb, N, C, 4 * C));
+          backend_matmul_fwd(b, h, NULL, operand_fp32(ln), operand_fp32(fcw), fcb, N, C, 4 * C));
     BENCH("matmul_bwd fc", 15, L, 2 * mm * 4 * C, 1,
-          b->matmul_bwd(b, dx, dfcw, dfcb, dh, ln, fcw, N, C, 4 * C));
+          backend_matmul_bwd(b, dx, dfcw, dfcb, operand_fp32(dh), operand_fp32(ln), operand_fp32(fcw), NULL, N, C, 4 * C));
     BENCH("gelu_fwd", 31, L, 0, 0, b->gelu_fwd(b, hg, h, (size_t)N * 4 * C));
     BENCH("gelu_bwd", 31, L, 0, 0, b->gelu_bwd(b, dh, h, dh, (size_t)N * 4 * C));
     BENCH("matmul_fwd fcproj 3072->768", 15, L, mm * 4 * C, 1,
-          b->matmul_fwd(b, x, hg, fcpw, fcpb, N, 4 * C, C));
+          backend_matmul_fwd(b, x, NULL, operand_fp32(hg), operand_fp32(fcpw), fcpb, N, 4 * C, C));
     BENCH("matmul_bwd fcproj", 15, L, 2 * mm * 4 * C, 1,
-          b->matmul_bwd(b, dh, dfcpw, dfcpb, dx, hg, fcpw, N, 4 * C, C));
+          backend_matmul_bwd(b, dh, dfcpw, dfcpb, operand_fp32(dx), operand_fp32(hg), operand_fp32(fcpw), NULL, N, 4 * C, C));
     BENCH("matmul_fwd lm_head 768->50304", 5, 1, mm * V, 1,
-          b->matmul_fwd(b, logits, ln, wte, NULL, N, C, V));
+          backend_matmul_fwd(b, logits, NULL, operand_fp32(ln), operand_fp32(wte), NULL, N, C, V));
     BENCH("xent max+sumexp+loss", 9, 1, 0, 0, {
         b->xent_max(b, rowmax, logits, N, V, 0, Vv);
         b->xent_sumexp(b, sumexp, tgt, logits, rowmax, tokens, N, V, 0, Vv);
@@ -358,7 +358,7 @@ static int bench(int threads) {
     BENCH("xent_bwd", 9, 1, 0, 0,
           b->xent_bwd(b, logits, rowmax, sumexp, tokens, 1.0f / N, N, V, 0, Vv));
     BENCH("matmul_bwd lm_head", 5, 1, 2 * mm * V, 1,
-          b->matmul_bwd(b, ln, dwte, NULL, logits, ln, wte, N, C, V));
+          backend_matmul_bwd(b, ln, dwte, NULL, operand_fp32(logits), operand_fp32(ln), operand_fp32(wte), NULL, N, C, V));
     b->free(b, logits);
     b->free(b, dwte);
     float *pp = bench_buf(b, P), *pg = bench_buf(b, P), *pm = b->alloc(b, P * 4),
@@ -402,22 +402,22 @@ static int bench(int threads) {
     double s_chain;
     BENCH_TIME(s_chain, 9, {
         b->layernorm_fwd(b, ln, mean, rstd, x, lnw, lnb, N, C);
-        b->matmul_fwd(b, qkv, ln, qkvw, qkvb, N, C, 3 * C);
-        b->attention_fwd(b, att, state, qkv, B, T, NH, HS);
-        b->matmul_fwd(b, dx, att, projw, projb, N, C, C);
+        backend_matmul_fwd(b, qkv, NULL, operand_fp32(ln), operand_fp32(qkvw), qkvb, N, C, 3 * C);
+        backend_attention_fwd(b, att, state, operand_fp32(qkv), B, T, NH, HS);
+        backend_matmul_fwd(b, dx, NULL, operand_fp32(att), operand_fp32(projw), projb, N, C, C);
         b->residual_fwd(b, x, x, dx, (size_t)N * C);
         b->layernorm_fwd(b, ln, mean, rstd, x, lnw, lnb, N, C);
-        b->matmul_fwd(b, h, ln, fcw, fcb, N, C, 4 * C);
+        backend_matmul_fwd(b, h, NULL, operand_fp32(ln), operand_fp32(fcw), fcb, N, C, 4 * C);
         b->gelu_fwd(b, hg, h, (size_t)N * 4 * C);
-        b->matmul_fwd(b, dx, hg, fcpw, fcpb, N, 4 * C, C);
+        backend_matmul_fwd(b, dx, NULL, operand_fp32(hg), operand_fp32(fcpw), fcpb, N, 4 * C, C);
         b->residual_fwd(b, x, x, dx, (size_t)N * C);
-        b->matmul_bwd(b, dh, dfcpw, dfcpb, dx, hg, fcpw, N, 4 * C, C);
+        backend_matmul_bwd(b, dh, dfcpw, dfcpb, operand_fp32(dx), operand_fp32(hg), operand_fp32(fcpw), NULL, N, 4 * C, C);
         b->gelu_bwd(b, dh, h, dh, (size_t)N * 4 * C);
-        b->matmul_bwd(b, ln, dfcw, dfcb, dh, ln, fcw, N, C, 4 * C);
+        backend_matmul_bwd(b, ln, dfcw, dfcb, operand_fp32(dh), operand_fp32(ln), operand_fp32(fcw), NULL, N, C, 4 * C);
         b->layernorm_bwd(b, dx, dlnw, dlnb, ln, x, lnw, mean, rstd, N, C);
-        b->matmul_bwd(b, datt, dprojw, dprojb, dx, att, projw, N, C, C);
-        b->attention_bwd(b, dqkv, datt, qkv, state, B, T, NH, HS);
-        b->matmul_bwd(b, ln, dqkvw, dqkvb, dqkv, ln, qkvw, N, C, 3 * C);
+        backend_matmul_bwd(b, datt, dprojw, dprojb, operand_fp32(dx), operand_fp32(att), operand_fp32(projw), NULL, N, C, C);
+        backend_attention_bwd(b, dqkv, datt, operand_fp32(qkv), state, B, T, NH, HS);
+        backend_matmul_bwd(b, ln, dqkvw, dqkvb, operand_fp32(dqkv), operand_fp32(ln), operand_fp32(qkvw), NULL, N, C, 3 * C);
         b->layernorm_bwd(b, dx, dlnw, dlnb, ln, x, lnw, mean, rstd, N, C);
     });
     double parts = 0.0;
@@ -440,12 +440,12 @@ static int bench(int threads) {
         float *cq = bench_buf(b, (size_t)cb * ct * 3 * cc),
               *cdq = bench_buf(b, (size_t)cb * ct * 3 * cc);
         float *co = bench_buf(b, (size_t)cb * ct * cc);
-        float *cs = b->alloc(b, b->attention_state_bytes(b, cb, ct, cnh));
+        float *cs = b->alloc(b, attn_state_bytes(b->attn_state, cb, ct, cnh));
         for (int pol = CPU_ATTN_HEADS; pol <= CPU_ATTN_INNER; pol++) {
             ctx->attn_policy = (cpu_attn_policy)pol;
             double sf, sb;
-            BENCH_TIME(sf, 15, b->attention_fwd(b, co, cs, cq, cb, ct, cnh, chs));
-            BENCH_TIME(sb, 15, b->attention_bwd(b, cdq, co, cq, cs, cb, ct, cnh, chs));
+            BENCH_TIME(sf, 15, backend_attention_fwd(b, co, cs, operand_fp32(cq), cb, ct, cnh, chs));
+            BENCH_TIME(sb, 15, backend_attention_bwd(b, cdq, co, operand_fp32(cq), cs, cb, ct, cnh, chs));
             printf("attention B=%d T=%d NH=%2d HS=%d %-28s fwd %.3f ms  bwd %.3f ms\n", cb, ct, cnh,
                    chs,
                    pol == CPU_ATTN_HEADS ? "OpenMP over heads:" : "heads in turn, tiled:", sf * 1e3,

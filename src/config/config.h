@@ -6,6 +6,7 @@
 #pragma once
 #include "base/common.h"
 #include "base/dtype.h"
+#include "compute/backend.h" // backend_kind
 
 typedef enum { SCHEDULE_GPIPE = 0, SCHEDULE_1F1B = 1, SCHEDULE_INTERLEAVED = 2 } schedule_kind;
 typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_FULL = 1 } recompute_kind;
@@ -13,7 +14,6 @@ typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_FULL = 1 } recompute_kind;
 // or backward) of every micro-batch, or once per step and keep them until the update.
 typedef enum { ZERO3_GATHER_PASS = 0, ZERO3_GATHER_STEP = 1 } zero3_gather_kind;
 typedef enum { DECAY_COSINE = 0, DECAY_LINEAR = 1, DECAY_CONSTANT = 2 } decay_kind;
-typedef enum { BACKEND_AUTO = 0, BACKEND_CPU = 1, BACKEND_CUDA = 2 } backend_kind;
 typedef enum { COMM_AUTO = 0, COMM_MPI = 1, COMM_NCCL = 2, COMM_SELF = 3 } comm_kind;
 
 #define DP_AUTO (-1)

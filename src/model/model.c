@@ -21,6 +21,8 @@
 #define P(m, idx) param_in_f32(m, idx)
 #define G(m, idx) ((m)->g16 ? (m)->gstage + (m)->stage_off[idx] : (m)->grad_of[idx])
 #define P16(m, idx) ((const uint16_t *)(m)->param16_of[idx])
+// A matmul or attention operand: b16 under bf16, else f32 (only that one is evaluated).
+#define OPND(m, f32, b16) ((m)->bf16 ? operand_bf16(b16) : operand_fp32(f32))
 
 // The parameters of entries [first, first + count) are about to be read (model.h).
 static tri_status params_ready(model *m, int first, int count) {
@@ -287,7 +289,7 @@ tri_status model_create(model *m, const run_config *cfg, int B, int n_slots, int
         be->copy_to_device(be, m->params, host, bytes);
         free(host);
     }
-    m->att_state_bytes = be->attention_state_bytes(be, d->B, d->T, d->NH_local);
+    m->att_state_bytes = attn_state_bytes(be->attn_state, d->B, d->T, d->NH_local);
     m->n_slots = n_slots;
     m->slots = xcalloc((size_t)n_slots, sizeof(model_acts));
     m->recompute = cfg->parallel.recompute == RECOMPUTE_FULL;
@@ -405,8 +407,8 @@ static const uint16_t *stored_bf16(model *m, model_acts *a, layer_acts *w, int i
 // bf16 parameters).
 static void linear_fwd(model *m, float *out, const float *inp, const uint16_t *inp16, int w,
                        const float *bias, int N, int IC, int OC) {
-    if (m->bf16) m->be->matmul_fwd_bf16(m->be, out, inp16, P16(m, w), bias, N, IC, OC);
-    else m->be->matmul_fwd(m->be, out, inp, P(m, w), bias, N, IC, OC);
+    backend_matmul_fwd(m->be, out, NULL, OPND(m, inp, inp16), OPND(m, P(m, w), P16(m, w)), bias, N,
+                       IC, OC);
 }
 
 // The MLP's fc layer and its GELU in one op: pre (N, OC) = inp @ W^T + bias, out =
@@ -414,8 +416,8 @@ static void linear_fwd(model *m, float *out, const float *inp, const uint16_t *i
 static void linear_gelu_fwd(model *m, float *out, float *pre, const float *inp,
                             const uint16_t *inp16, int w, const float *bias, int N, int IC,
                             int OC) {
-    if (m->bf16) m->be->matmul_gelu_fwd(m->be, out, pre, inp16, P16(m, w), bias, N, IC, OC, 1);
-    else m->be->matmul_gelu_fwd(m->be, out, pre, inp, P(m, w), bias, N, IC, OC, 0);
+    backend_matmul_fwd(m->be, out, pre, OPND(m, inp, inp16), OPND(m, P(m, w), P16(m, w)), bias, N,
+                       IC, OC);
 }
 
 // Its backward into dinp and the gradients of entry w (dbias: its bias's, or NULL). Under
@@ -425,14 +427,9 @@ static void linear_bwd(model *m, float *dinp, int w, float *dbias, const float *
                        const float *inp, const uint16_t *inp16, const float *gelu_pre, int N,
                        int IC, int OC) {
     backend *be = m->be;
-    const void *d = dout, *x = inp, *wt = m->bf16 ? (const void *)P16(m, w) : (const void *)P(m, w);
-    if (m->bf16) {
-        be->to_bf16(be, m->mm16, dout, (size_t)N * OC);
-        d = m->mm16, x = inp16;
-    }
-    if (gelu_pre) be->matmul_bwd_dgelu(be, dinp, G(m, w), dbias, d, x, wt, gelu_pre, N, IC, OC, m->bf16);
-    else if (m->bf16) be->matmul_bwd_bf16(be, dinp, G(m, w), dbias, d, x, wt, N, IC, OC);
-    else be->matmul_bwd(be, dinp, G(m, w), dbias, d, x, wt, N, IC, OC);
+    if (m->bf16) be->to_bf16(be, m->mm16, dout, (size_t)N * OC);
+    backend_matmul_bwd(be, dinp, G(m, w), dbias, OPND(m, dout, m->mm16), OPND(m, inp, inp16),
+                       OPND(m, P(m, w), P16(m, w)), gelu_pre, N, IC, OC);
 }
 
 // Element n of an activation buffer, or NULL for one a slot does not hold in fp32 (bf16).
@@ -509,9 +506,8 @@ static tri_status layer_forward(model *m, model_acts *acts, int l, int i) {
     keep_bf16(m, acts, &a, i, ACT_LN1);
     linear_fwd(m, a.qkv, a.ln1, IN16(ACT_LN1), LW(PARAM_QKVW), LP(PARAM_QKVB), N, C, d->C3_local);
     keep_bf16(m, acts, &a, i, ACT_QKV);
-    if (m->bf16)
-        be->attention_fwd_bf16(be, a.atty, a.att_state, IN16(ACT_QKV), d->B, d->T, d->NH_local, d->HS);
-    else be->attention_fwd(be, a.atty, a.att_state, a.qkv, d->B, d->T, d->NH_local, d->HS);
+    backend_attention_fwd(be, a.atty, a.att_state, OPND(m, a.qkv, IN16(ACT_QKV)), d->B, d->T,
+                          d->NH_local, d->HS);
     keep_bf16(m, acts, &a, i, ACT_ATTY);
     const next_layernorm ln2 = {a.ln2, a.ln2_mean, a.ln2_rstd, LP(PARAM_LN2W), LP(PARAM_LN2B)};
     TRI_CHECK(rowpar_residual(m, a.res2, a.in, a.atty, IN16(ACT_ATTY), LW(PARAM_ATTPROJW),
@@ -573,10 +569,8 @@ static tri_status layer_backward(model *m, model_acts *acts, int l, int i) {
     TRI_CHECK(dresidual_all_rows(m, acts->dres, &dout));
     linear_bwd(m, m->datty, LW(PARAM_ATTPROJW), LG(PARAM_ATTPROJB), dout, a.atty,
                IN16(ACT_ATTY), NULL, N, d->C_local, C);
-    if (m->bf16)
-        be->attention_bwd_bf16(be, m->dqkv, m->datty, IN16(ACT_QKV), a.att_state, d->B, d->T,
-                               d->NH_local, d->HS);
-    else be->attention_bwd(be, m->dqkv, m->datty, a.qkv, a.att_state, d->B, d->T, d->NH_local, d->HS);
+    backend_attention_bwd(be, m->dqkv, m->datty, OPND(m, a.qkv, IN16(ACT_QKV)), a.att_state, d->B,
+                          d->T, d->NH_local, d->HS);
     linear_bwd(m, m->dln, LW(PARAM_QKVW), LG(PARAM_QKVB), m->dqkv, a.ln1, IN16(ACT_LN1), NULL, N,
                C, d->C3_local);
     TRI_CHECK(layernorm_bwd_from_all_rows(m, acts->dres, a.in, LP(PARAM_LN1W), LG(PARAM_LN1W), LG(PARAM_LN1B),
@@ -667,8 +661,9 @@ static void head_backward(model *m, model_acts *a) {
     const size_t C = d->C, Vp = d->Vp_local;
     const int wte = params_wte(&m->table);
     if (!m->bf16) {
-        m->be->matmul_bwd(m->be, m->dln, G(m, wte), NULL, a->logits, a->lnf, P(m, wte), d->N,
-                          d->C, d->Vp_local);
+        backend_matmul_bwd(m->be, m->dln, G(m, wte), NULL, operand_fp32(a->logits),
+                           operand_fp32(a->lnf), operand_fp32(P(m, wte)), NULL, d->N, d->C,
+                           d->Vp_local);
         return;
     }
     const size_t rows = model_head_chunk_rows((size_t)d->N);
@@ -677,8 +672,9 @@ static void head_backward(model *m, model_acts *a) {
         uint16_t *lnf16 = m->mm16, *dlogits16 = m->mm16 + r * C;
         m->be->to_bf16(m->be, lnf16, a->lnf + r0 * C, r * C);
         m->be->to_bf16(m->be, dlogits16, a->logits + r0 * Vp, r * Vp);
-        m->be->matmul_bwd_bf16(m->be, m->dln + r0 * C, G(m, wte), NULL, dlogits16, lnf16,
-                               P16(m, wte), (int)r, d->C, d->Vp_local);
+        backend_matmul_bwd(m->be, m->dln + r0 * C, G(m, wte), NULL, operand_bf16(dlogits16),
+                           operand_bf16(lnf16), operand_bf16(P16(m, wte)), NULL, (int)r, d->C,
+                           d->Vp_local);
     }
 }
 

@@ -121,7 +121,7 @@ static uint64_t wide_bytes(const layout *lo, uint64_t layers, uint64_t elem) {
 // final LayerNorm, logits and loss buffers.
 static uint64_t slot_bytes(const layout *lo, int layers, int Lc, int head, uint64_t wide_elem) {
     const uint64_t Nl = lo->Nl, C = lo->C, N = lo->N, a = lo->es.act, f = 4, L = (uint64_t)layers;
-    uint64_t att = lo->B * lo->NH_local * lo->T * (lo->dev->attn == PLAN_ATTN_PROBS ? lo->T : 1) * f;
+    uint64_t att = attn_state_bytes(lo->dev->attn, lo->B, lo->T, lo->NH_local);
     uint64_t n = R(Nl * C * a) + 2 * R(N * sizeof(int)); // dres, inputs, targets
     if (!layers) {
         n += R(((uint64_t)Lc + 1) * Nl * C * a);

@@ -15,14 +15,10 @@
 #pragma once
 #include "comm/comm.h"
 #include "base/common.h"
+#include "compute/backend.h" // attn_state_kind
 #include "config/config.h"
 
 // ---- devices ----
-
-// How the backend keeps a layer's attention state for the backward (backend.h's
-// attention_state_bytes): the softmax probabilities (B, NH/tp, T, T) floats (the CPU
-// backend), or their row statistics (B, NH/tp, T) floats (the CUDA backend's flash-style kernel).
-typedef enum { PLAN_ATTN_PROBS = 0, PLAN_ATTN_ROWSTATS = 1 } plan_attn_state;
 
 typedef struct {
     const char *name;        // what --device takes: "h100", "h200", "a100", "cpu"
@@ -38,7 +34,7 @@ typedef struct {
     double latency_intra, latency_inter; // seconds per collective call
     double efficiency;       // achieved fraction of peak by a large matmul (and attention)
     double gemm_half;        // a matmul whose smallest dimension is this runs at half of that
-    plan_attn_state attn;
+    attn_state_kind attn;    // what the device's backend keeps of attention (backend.h)
 } plan_device;
 
 // Fills *dev with device `name` (case-insensitive). The CPU's memory, cores and hence ranks

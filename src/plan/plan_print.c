@@ -60,7 +60,7 @@ static int assumptions(const plan_result *p, const run_config *cfg, char out[][3
     snprintf(out[n++], 320, "AdamW streams its state, gradients and weights at %s/s",
              fmt_bytes(a, sizeof a, d->mem_bw));
     snprintf(out[n++], 320, "attention keeps %s per layer for the backward",
-             d->attn == PLAN_ATTN_PROBS ? "the softmax probabilities, B x NH/tp x T x T floats "
+             d->attn == ATTN_STATE_PROBS ? "the softmax probabilities, B x NH/tp x T x T floats "
                                           "(the CPU backend)"
                                         : "the softmax row statistics, B x NH/tp x T floats "
                                           "(the CUDA backend's flash-style kernel)");

@@ -33,39 +33,35 @@ typedef struct {
 
 static void b_mm_fwd(void *p) {
     bench_args *x = p;
-    bench_be->matmul_fwd(bench_be, x->out, x->inp, x->w, x->bias, x->N, x->IC, x->OC);
+    backend_matmul_fwd(bench_be, x->out, NULL, operand_fp32(x->inp), operand_fp32(x->w), x->bias, x->N, x->IC, x->OC);
 }
 static void b_mm_bwd(void *p) {
     bench_args *x = p;
-    bench_be->matmul_bwd(bench_be, x->dinp, x->dw, x->db, x->out, x->inp, x->w, x->N, x->IC, x->OC);
+    backend_matmul_bwd(bench_be, x->dinp, x->dw, x->db, operand_fp32(x->out), operand_fp32(x->inp), operand_fp32(x->w), NULL, x->N, x->IC, x->OC);
 }
 static void b_mm_fwd_bf16(void *p) { // inp, w, out hold bf16 operands (as many bytes)
     bench_args *x = p;
-    bench_be->matmul_fwd_bf16(bench_be, x->dinp, (const uint16_t *)x->inp, (const uint16_t *)x->w, x->bias,
-                         x->N, x->IC, x->OC);
+    backend_matmul_fwd(bench_be, x->dinp, NULL, operand_bf16((const uint16_t *)x->inp), operand_bf16((const uint16_t *)x->w), x->bias, x->N, x->IC, x->OC);
 }
 static void b_mm_bwd_bf16(void *p) {
     bench_args *x = p;
-    bench_be->matmul_bwd_bf16(bench_be, x->dinp, x->dw, x->db, (const uint16_t *)x->out,
-                         (const uint16_t *)x->inp, (const uint16_t *)x->w, x->N, x->IC, x->OC);
+    backend_matmul_bwd(bench_be, x->dinp, x->dw, x->db, operand_bf16((const uint16_t *)x->out), operand_bf16((const uint16_t *)x->inp), operand_bf16((const uint16_t *)x->w), NULL, x->N, x->IC, x->OC);
 }
 static void b_att_fwd(void *p) {
     bench_args *x = p;
-    bench_be->attention_fwd(bench_be, x->out, x->state, x->inp, x->B, x->T, x->NH, x->HS);
+    backend_attention_fwd(bench_be, x->out, x->state, operand_fp32(x->inp), x->B, x->T, x->NH, x->HS);
 }
 static void b_att_bwd(void *p) {
     bench_args *x = p;
-    bench_be->attention_bwd(bench_be, x->dinp, x->out, x->inp, x->state, x->B, x->T, x->NH, x->HS);
+    backend_attention_bwd(bench_be, x->dinp, x->out, operand_fp32(x->inp), x->state, x->B, x->T, x->NH, x->HS);
 }
 static void b_att_fwd_bf16(void *p) { // w: the bf16 qkv
     bench_args *x = p;
-    bench_be->attention_fwd_bf16(bench_be, x->out, x->state, (const uint16_t *)x->w, x->B, x->T, x->NH,
-                            x->HS);
+    backend_attention_fwd(bench_be, x->out, x->state, operand_bf16((const uint16_t *)x->w), x->B, x->T, x->NH, x->HS);
 }
 static void b_att_bwd_bf16(void *p) {
     bench_args *x = p;
-    bench_be->attention_bwd_bf16(bench_be, x->dinp, x->out, (const uint16_t *)x->w, x->state, x->B, x->T,
-                            x->NH, x->HS);
+    backend_attention_bwd(bench_be, x->dinp, x->out, operand_bf16((const uint16_t *)x->w), x->state, x->B, x->T, x->NH, x->HS);
 }
 static void b_ln_fwd(void *p) {
     bench_args *x = p;
@@ -157,7 +153,7 @@ static void bench(backend *be, int small) {
     {
         bench_args a = {.inp = bench_buf((size_t)N * 3 * C), .out = bench_buf((size_t)N * C),
                         .dinp = bench_buf((size_t)N * 3 * C),
-                        .state = bench_be->alloc(bench_be, bench_be->attention_state_bytes(bench_be, B, T, NH)),
+                        .state = bench_be->alloc(bench_be, attn_state_bytes(bench_be->attn_state, B, T, NH)),
                         .B = B, .T = T, .NH = NH, .HS = HS};
         double tf = time_op(b_att_fwd, &a), tb = time_op(b_att_bwd, &a);
         double fl = 2.0 * B * NH * (double)T * T * HS; // causal half of 2 products of 2 T^2 HS

@@ -73,8 +73,8 @@ static void test_matmul(int N, int IC, int OC, int with_bias, int offset) {
              offset ? " unaligned" : "");
     twin inp = twin_rand((size_t)N * IC, -1, 1), w = twin_rand((size_t)OC * IC + offset, -1, 1);
     twin bias = twin_rand((size_t)OC + offset, -1, 1), out = twin_new(NULL, (size_t)N * OC);
-    dut->matmul_fwd(dut, out.d, inp.d, w.d + offset, with_bias ? bias.d + offset : NULL, N, IC, OC);
-    cpu->matmul_fwd(cpu, out.c, inp.c, w.c + offset, with_bias ? bias.c + offset : NULL, N, IC, OC);
+    backend_matmul_fwd(dut, out.d, NULL, operand_fp32(inp.d), operand_fp32(w.d + offset), with_bias ? bias.d + offset : NULL, N, IC, OC);
+    backend_matmul_fwd(cpu, out.c, NULL, operand_fp32(inp.c), operand_fp32(w.c + offset), with_bias ? bias.c + offset : NULL, N, IC, OC);
     compare(op, "fwd out", out, 1e-5);
 
     float *junk = rand_f((size_t)N * IC, 100, 200);
@@ -83,16 +83,15 @@ static void test_matmul(int N, int IC, int OC, int with_bias, int offset) {
     twin db = twin_rand((size_t)OC + offset, -1, 1);
     float *dw0 = save(dw), *db0 = save(db);
     float *dbias_d = with_bias ? db.d + offset : NULL, *dbias_c = with_bias ? db.c + offset : NULL;
-    dut->matmul_bwd(dut, dinp.d, dw.d + offset, dbias_d, dout.d, inp.d, w.d + offset, N, IC, OC);
-    cpu->matmul_bwd(cpu, dinp.c, dw.c + offset, dbias_c, dout.c, inp.c, w.c + offset, N, IC, OC);
+    backend_matmul_bwd(dut, dinp.d, dw.d + offset, dbias_d, operand_fp32(dout.d), operand_fp32(inp.d), operand_fp32(w.d + offset), NULL, N, IC, OC);
+    backend_matmul_bwd(cpu, dinp.c, dw.c + offset, dbias_c, operand_fp32(dout.c), operand_fp32(inp.c), operand_fp32(w.c + offset), NULL, N, IC, OC);
     compare(op, "bwd dinp (overwritten)", dinp, 1e-5);
     compare(op, "bwd dweight (accumulated)", dw, 1e-5);
     compare(op, with_bias ? "bwd dbias (accumulated)" : "bwd dbias untouched", db, 1e-5);
     // Again from the same state, without dinp: the same dweight and dbias, bitwise.
     float *dw1 = save(dw), *db1 = save(db);
     twin dw_again = twin_new(dw0, dw.n), db_again = twin_new(db0, db.n);
-    dut->matmul_bwd(dut, NULL, dw_again.d + offset, with_bias ? db_again.d + offset : NULL, dout.d,
-                    inp.d, w.d + offset, N, IC, OC);
+    backend_matmul_bwd(dut, NULL, dw_again.d + offset, with_bias ? db_again.d + offset : NULL, operand_fp32(dout.d), operand_fp32(inp.d), operand_fp32(w.d + offset), NULL, N, IC, OC);
     float *dw2 = save(dw_again), *db2 = save(db_again);
     TEST_CHECK(!memcmp(dw1, dw2, dw.n * sizeof(float)) && !memcmp(db1, db2, db.n * sizeof(float)),
                "matmul_bwd repeatable (bitwise), dinp NULL", "dweight or dbias differ");
@@ -121,18 +120,14 @@ static void test_matmul_bf16(int N, int IC, int OC, int with_bias, int offset) {
     uint16_t *w_d = twin_bf16(h_w, (size_t)OC * IC + offset, &w_c);
     uint16_t *dout_d = twin_bf16(h_dout, (size_t)N * OC, &dout_c);
     twin bias = twin_rand((size_t)OC + offset, -1, 1), out = twin_new(NULL, (size_t)N * OC);
-    dut->matmul_fwd_bf16(dut, out.d, inp_d, w_d + offset, with_bias ? bias.d + offset : NULL, N,
-                         IC, OC);
-    cpu->matmul_fwd_bf16(cpu, out.c, inp_c, w_c + offset, with_bias ? bias.c + offset : NULL, N,
-                         IC, OC);
+    backend_matmul_fwd(dut, out.d, NULL, operand_bf16(inp_d), operand_bf16(w_d + offset), with_bias ? bias.d + offset : NULL, N, IC, OC);
+    backend_matmul_fwd(cpu, out.c, NULL, operand_bf16(inp_c), operand_bf16(w_c + offset), with_bias ? bias.c + offset : NULL, N, IC, OC);
     compare(op, "fwd out", out, 1e-5);
     float *junk = rand_f((size_t)N * IC, 100, 200);
     twin dinp = twin_new(junk, (size_t)N * IC), dw = twin_rand((size_t)OC * IC, -1, 1);
     twin db = twin_rand((size_t)OC, -1, 1);
-    dut->matmul_bwd_bf16(dut, dinp.d, dw.d, with_bias ? db.d : NULL, dout_d, inp_d, w_d + offset,
-                         N, IC, OC);
-    cpu->matmul_bwd_bf16(cpu, dinp.c, dw.c, with_bias ? db.c : NULL, dout_c, inp_c, w_c + offset,
-                         N, IC, OC);
+    backend_matmul_bwd(dut, dinp.d, dw.d, with_bias ? db.d : NULL, operand_bf16(dout_d), operand_bf16(inp_d), operand_bf16(w_d + offset), NULL, N, IC, OC);
+    backend_matmul_bwd(cpu, dinp.c, dw.c, with_bias ? db.c : NULL, operand_bf16(dout_c), operand_bf16(inp_c), operand_bf16(w_c + offset), NULL, N, IC, OC);
     compare(op, "bwd dinp (overwritten)", dinp, 1e-5);
     compare(op, "bwd dweight (accumulated)", dw, 1e-5);
     compare(op, with_bias ? "bwd dbias (accumulated)" : "bwd dbias untouched", db, 1e-5);
@@ -161,19 +156,15 @@ static void test_matmul_gelu(int N, int IC, int OC, int with_bias, int bf16) {
     twin dout = twin_new(h_dout, (size_t)N * OC), bias = twin_rand(OC, -1, 1);
     twin out = twin_new(NULL, (size_t)N * OC), pre = twin_new(NULL, (size_t)N * OC);
 #define OPND(t16, t16c, tw, side) (bf16 ? (const void *)(side ? t16 : t16c) : (const void *)(side ? tw.d : tw.c))
-    dut->matmul_gelu_fwd(dut, out.d, pre.d, OPND(inp16, inp_c, inp, 1), OPND(w16, w_c, w, 1),
-                         with_bias ? bias.d : NULL, N, IC, OC, bf16);
-    cpu->matmul_gelu_fwd(cpu, out.c, pre.c, OPND(inp16, inp_c, inp, 0), OPND(w16, w_c, w, 0),
-                         with_bias ? bias.c : NULL, N, IC, OC, bf16);
+    backend_matmul_fwd(dut, out.d, pre.d, (operand){OPND(inp16, inp_c, inp, 1), bf16 ? DTYPE_BF16 : DTYPE_FP32}, (operand){OPND(w16, w_c, w, 1), bf16 ? DTYPE_BF16 : DTYPE_FP32}, with_bias ? bias.d : NULL, N, IC, OC);
+    backend_matmul_fwd(cpu, out.c, pre.c, (operand){OPND(inp16, inp_c, inp, 0), bf16 ? DTYPE_BF16 : DTYPE_FP32}, (operand){OPND(w16, w_c, w, 0), bf16 ? DTYPE_BF16 : DTYPE_FP32}, with_bias ? bias.c : NULL, N, IC, OC);
     compare(op, "fwd out", out, 1e-5);
     compare(op, "fwd pre", pre, 1e-5);
     // Backward of a layer (OC -> IC) whose input was gelu(pre2), pre2 (N, IC).
     twin pre2 = twin_rand((size_t)N * IC, -3, 3), dinp = twin_new(NULL, (size_t)N * IC);
     twin dw = twin_rand((size_t)OC * IC, -1, 1), db = twin_rand(OC, -1, 1);
-    dut->matmul_bwd_dgelu(dut, dinp.d, dw.d, with_bias ? db.d : NULL, OPND(dout16, dout_c, dout, 1),
-                          OPND(inp16, inp_c, inp, 1), OPND(w16, w_c, w, 1), pre2.d, N, IC, OC, bf16);
-    cpu->matmul_bwd_dgelu(cpu, dinp.c, dw.c, with_bias ? db.c : NULL, OPND(dout16, dout_c, dout, 0),
-                          OPND(inp16, inp_c, inp, 0), OPND(w16, w_c, w, 0), pre2.c, N, IC, OC, bf16);
+    backend_matmul_bwd(dut, dinp.d, dw.d, with_bias ? db.d : NULL, (operand){OPND(dout16, dout_c, dout, 1), bf16 ? DTYPE_BF16 : DTYPE_FP32}, (operand){OPND(inp16, inp_c, inp, 1), bf16 ? DTYPE_BF16 : DTYPE_FP32}, (operand){OPND(w16, w_c, w, 1), bf16 ? DTYPE_BF16 : DTYPE_FP32}, pre2.d, N, IC, OC);
+    backend_matmul_bwd(cpu, dinp.c, dw.c, with_bias ? db.c : NULL, (operand){OPND(dout16, dout_c, dout, 0), bf16 ? DTYPE_BF16 : DTYPE_FP32}, (operand){OPND(inp16, inp_c, inp, 0), bf16 ? DTYPE_BF16 : DTYPE_FP32}, (operand){OPND(w16, w_c, w, 0), bf16 ? DTYPE_BF16 : DTYPE_FP32}, pre2.c, N, IC, OC);
 #undef OPND
     compare(op, "bwd dinp at the GELU's input", dinp, 1e-5);
     compare(op, "bwd dweight (accumulated)", dw, 1e-5);
@@ -270,22 +261,22 @@ static void test_attention(int B, int T, int NH, int HS) {
     if (!self_test) {
         char name[128];
         snprintf(name, sizeof name, "%s state is B*NH*T floats", op);
-        size_t got = dut->attention_state_bytes(dut, B, T, NH);
+        size_t got = attn_state_bytes(dut->attn_state, B, T, NH);
         TEST_CHECK(got == (size_t)B * NH * T * sizeof(float), name, "%zu bytes", got);
     }
-    void *st_d = dut->alloc(dut, dut->attention_state_bytes(dut, B, T, NH));
-    void *st_c = cpu->alloc(cpu, cpu->attention_state_bytes(cpu, B, T, NH));
+    void *st_d = dut->alloc(dut, attn_state_bytes(dut->attn_state, B, T, NH));
+    void *st_c = cpu->alloc(cpu, attn_state_bytes(cpu->attn_state, B, T, NH));
     twin qkv = twin_rand(nqkv, -2, 2), out = twin_new(NULL, nout);
-    dut->attention_fwd(dut, out.d, st_d, qkv.d, B, T, NH, HS);
-    cpu->attention_fwd(cpu, out.c, st_c, qkv.c, B, T, NH, HS);
+    backend_attention_fwd(dut, out.d, st_d, operand_fp32(qkv.d), B, T, NH, HS);
+    backend_attention_fwd(cpu, out.c, st_c, operand_fp32(qkv.c), B, T, NH, HS);
     compare(op, "fwd out", out, 1e-5);
     float *junk = rand_f(nqkv, 100, 200);
     twin dout = twin_rand(nout, -1, 1), dqkv = twin_new(junk, nqkv);
-    dut->attention_bwd(dut, dqkv.d, dout.d, qkv.d, st_d, B, T, NH, HS);
-    cpu->attention_bwd(cpu, dqkv.c, dout.c, qkv.c, st_c, B, T, NH, HS);
+    backend_attention_bwd(dut, dqkv.d, dout.d, operand_fp32(qkv.d), st_d, B, T, NH, HS);
+    backend_attention_bwd(cpu, dqkv.c, dout.c, operand_fp32(qkv.c), st_c, B, T, NH, HS);
     compare(op, "bwd dqkv (overwritten)", dqkv, 1e-5);
     float *again = dev_f(dut, junk, nqkv);
-    dut->attention_bwd(dut, again, dout.d, qkv.d, st_d, B, T, NH, HS);
+    backend_attention_bwd(dut, again, dout.d, operand_fp32(qkv.d), st_d, B, T, NH, HS);
     check_same("attention_bwd dqkv", dqkv.d, again, nqkv);
     dut->free(dut, again), dut->free(dut, st_d), cpu->free(cpu, st_c);
     twin_free(qkv), twin_free(out), twin_free(dout), twin_free(dqkv);
@@ -304,19 +295,19 @@ static void test_attention_bf16(int B, int T, int NH, int HS) {
     const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
     float *h_qkv = rand_f(nqkv, -2, 2);
     uint16_t *qkv_c, *qkv_d = twin_bf16(h_qkv, nqkv, &qkv_c);
-    void *st_d = dut->alloc(dut, dut->attention_state_bytes(dut, B, T, NH));
-    void *st_c = cpu->alloc(cpu, cpu->attention_state_bytes(cpu, B, T, NH));
+    void *st_d = dut->alloc(dut, attn_state_bytes(dut->attn_state, B, T, NH));
+    void *st_c = cpu->alloc(cpu, attn_state_bytes(cpu->attn_state, B, T, NH));
     twin out = twin_new(NULL, nout);
-    dut->attention_fwd_bf16(dut, out.d, st_d, qkv_d, B, T, NH, HS);
-    cpu->attention_fwd_bf16(cpu, out.c, st_c, qkv_c, B, T, NH, HS);
+    backend_attention_fwd(dut, out.d, st_d, operand_bf16(qkv_d), B, T, NH, HS);
+    backend_attention_fwd(cpu, out.c, st_c, operand_bf16(qkv_c), B, T, NH, HS);
     compare(op, "fwd out", out, 1e-2);
     float *junk = rand_f(nqkv, 100, 200);
     twin dout = twin_rand(nout, -1, 1), dqkv = twin_new(junk, nqkv);
-    dut->attention_bwd_bf16(dut, dqkv.d, dout.d, qkv_d, st_d, B, T, NH, HS);
-    cpu->attention_bwd_bf16(cpu, dqkv.c, dout.c, qkv_c, st_c, B, T, NH, HS);
+    backend_attention_bwd(dut, dqkv.d, dout.d, operand_bf16(qkv_d), st_d, B, T, NH, HS);
+    backend_attention_bwd(cpu, dqkv.c, dout.c, operand_bf16(qkv_c), st_c, B, T, NH, HS);
     compare(op, "bwd dqkv (overwritten)", dqkv, 1e-2);
     float *again = dev_f(dut, junk, nqkv);
-    dut->attention_bwd_bf16(dut, again, dout.d, qkv_d, st_d, B, T, NH, HS);
+    backend_attention_bwd(dut, again, dout.d, operand_bf16(qkv_d), st_d, B, T, NH, HS);
     check_same("attention_bwd_bf16 dqkv", dqkv.d, again, nqkv);
     dut->free(dut, again), dut->free(dut, qkv_d), cpu->free(cpu, qkv_c);
     dut->free(dut, st_d), cpu->free(cpu, st_c);
@@ -525,7 +516,7 @@ static void test_gradients(void) {
         float *d_inp = dev_f(dut, inp, (size_t)N * IC), *d_w = dev_f(dut, w, (size_t)OC * IC);
         float *d_R = dev_f(dut, R, (size_t)N * OC), *d_dinp = dev_f(dut, NULL, (size_t)N * IC);
         float *d_dw = dev_f(dut, g0w, (size_t)OC * IC), *d_db = dev_f(dut, g0b, OC);
-        dut->matmul_bwd(dut, d_dinp, d_dw, d_db, d_R, d_inp, d_w, N, IC, OC);
+        backend_matmul_bwd(dut, d_dinp, d_dw, d_db, operand_fp32(d_R), operand_fp32(d_inp), operand_fp32(d_w), NULL, N, IC, OC);
         fd_check("grad matmul dinp", d_dinp, NULL, fwd_matmul, &a, (size_t)N * OC, Rd, a.inp,
                  (size_t)N * IC);
         fd_check("grad matmul dweight", d_dw, g0w, fwd_matmul, &a, (size_t)N * OC, Rd, a.w,
@@ -577,9 +568,9 @@ static void test_gradients(void) {
         double *Rd = to_d(R, nout);
         float *d_qkv = dev_f(dut, qkv, nqkv), *d_out = dev_f(dut, NULL, nout);
         float *d_R = dev_f(dut, R, nout), *d_dqkv = dev_f(dut, NULL, nqkv);
-        void *st = dut->alloc(dut, dut->attention_state_bytes(dut, B, T, NH));
-        dut->attention_fwd(dut, d_out, st, d_qkv, B, T, NH, HS);
-        dut->attention_bwd(dut, d_dqkv, d_R, d_qkv, st, B, T, NH, HS);
+        void *st = dut->alloc(dut, attn_state_bytes(dut->attn_state, B, T, NH));
+        backend_attention_fwd(dut, d_out, st, operand_fp32(d_qkv), B, T, NH, HS);
+        backend_attention_bwd(dut, d_dqkv, d_R, operand_fp32(d_qkv), st, B, T, NH, HS);
         fd_check("grad attention dqkv", d_dqkv, NULL, fwd_attn, &a, nout, Rd, a.qkv, nqkv);
         dut->free(dut, d_qkv), dut->free(dut, d_out), dut->free(dut, d_R);
         dut->free(dut, d_dqkv), dut->free(dut, st);
