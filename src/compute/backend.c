@@ -29,19 +29,17 @@ void backend_matmul_fwd(backend *b, float *out, float *gelu_pre, operand inp, op
 }
 
 void backend_matmul_bwd(backend *b, float *dinp, float *dweight, float *dbias, operand dout,
-                        operand inp, operand weight, const float *gelu_pre, int N, int IC,
-                        int OC) {
+                        operand inp, operand weight, const float *gelu_pre, int N, int IC, int OC) {
     static const char *const names[] = {"dout", "inp", "weight"};
     check_operands("matmul_bwd", (const operand[]){dout, inp, weight}, names, 3);
     TRI_ASSERT(N >= 0 && IC >= 0 && OC >= 0);
     TRI_ASSERT(dinp || !gelu_pre); // the gradient at the GELU's input is dinp's
-    if (!b->matmul_bwd(b, dinp, dweight, dbias, dout, inp, weight, gelu_pre, N, IC, OC) &&
-        gelu_pre)
+    if (!b->matmul_bwd(b, dinp, dweight, dbias, dout, inp, weight, gelu_pre, N, IC, OC) && gelu_pre)
         b->gelu_bwd(b, dinp, gelu_pre, dinp, (size_t)N * IC);
 }
 
-void backend_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, int T,
-                           int NH, int HS) {
+void backend_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, int T, int NH,
+                           int HS) {
     static const char *const names[] = {"qkv"};
     check_operands("attention_fwd", &qkv, names, 1);
     b->attention_fwd(b, out, state, qkv, B, T, NH, HS);

@@ -63,8 +63,9 @@ struct backend {
                              // and the comm backend of choice is NCCL
     double peak_flops;       // the MFU denominator: a datasheet peak, or 0 to measure the
                              // backend's matmul rate at start
-    attn_state_kind attn_state; // what attention_fwd keeps for the backward: its size is
-                                // attn_state_bytes(attn_state, ...), for the model and planner
+    // What attention_fwd keeps for the backward; attn_state_bytes(attn_state, ...) sizes it
+    // for the model and the planner.
+    attn_state_kind attn_state;
     void *stream;            // the stream every op runs on, in call order (a cudaStream_t), for
                              // a comm backend that orders itself against it with events; NULL
                              // on the CPU. Set at creation.
