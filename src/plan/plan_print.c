@@ -61,9 +61,9 @@ static int assumptions(const plan_result *p, const run_config *cfg, char out[][3
              fmt_bytes(a, sizeof a, d->mem_bw));
     snprintf(out[n++], 320, "attention keeps %s per layer for the backward",
              d->attn == ATTN_STATE_PROBS ? "the softmax probabilities, B x NH/tp x T x T floats "
-                                          "(the CPU backend)"
-                                        : "the softmax row statistics, B x NH/tp x T floats "
-                                          "(the CUDA backend's flash-style kernel)");
+                                           "(the CPU backend)"
+                                         : "the softmax row statistics, B x NH/tp x T floats "
+                                           "(the CUDA backend's flash-style kernel)");
     snprintf(out[n++], 320, "%s of each device's %s is left to the runtime, not to trident's "
              "buffers", fmt_bytes(a, sizeof a, d->reserve_bytes), fmt_bytes(b, sizeof b, d->mem_bytes));
     if (!strcmp(d->name, "cpu"))
