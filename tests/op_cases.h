@@ -1,16 +1,18 @@
-// op_cases.h: every op case of the compute backend, defined once (ggml's test-backend-ops):
-// OP_CASES below is the table (op, shape, operand dtype, how gradients are checked), and the
-// op families of tests/op_families.h say, for each op, which tensors a case has, how to run
-// it on a backend, what its double-precision reference is, and which tolerance each tensor
-// takes of those justified here. tests/test_ops.c runs every row on the
-// CPU backend against the reference; tests/gpu/test_gpu_ops.c runs the same rows on CUDA
-// against the CPU backend (tests/op_harness.h). A new shape is one row; a new op is one family
-// and its rows.
+// op_cases.h: every op case of the compute backend, defined once (ggml's test-backend-ops).
+// OP_CASES below is the table (op, shape, operand dtype, how gradients are checked); the op
+// families of tests/op_families.h say, for each op, which tensors a case has, how to run it
+// on a backend, what its double-precision reference is, and which of the tolerances
+// justified here each tensor takes, against the reference and against the CPU backend.
+// tests/test_ops.c runs every row on the CPU backend against the reference;
+// tests/gpu/test_gpu_ops.c runs the same rows on CUDA against the CPU backend (both through
+// tests/op_harness.h). A new shape is one row; a new op is one family and its rows.
 //
-// Tolerances: max |got - ref| / max |ref| per tensor, the same everywhere a tensor is checked.
+// Tolerances: max |got - ref| / max |ref| per tensor (ref: the reference, or the CPU's values).
 // Float keeps ~6e-8 relative per rounding, so:
+//   exact            xent's rowmax against the reference: a maximum of floats is one of them.
 //   TOL_FEW 1e-6     ops of one or two roundings per element (a residual add, a scale, a
-//                    lookup, a maximum, AdamW's moments against another backend's).
+//                    lookup, a maximum against another backend's, AdamW against another
+//                    backend's).
 //   TOL_CHAIN 1e-5   ops that chain up to a few dozen roundings per element (LayerNorm, GELU
 //                    with cpu_expf's 2 ulp, softmax, the reductions of a row or a column),
 //                    also against the analytic double gradients, and every fp32 op against
@@ -19,7 +21,7 @@
 //                    orders of margin, while a wrong index or formula is O(1) off.
 //   matmul forward   max |got - ref| <= 1e-5 * sqrt(K) * max |inp| * max |w|: a float dot
 //                    product of K terms accumulates rounding like a random walk.
-//   finite diff.     1e-4 (op_harness.h): the double FD with step 1e-4 * max(1, |x|) has
+//   TOL_FD 1e-4      gradients against finite differences (op_harness.h): the double FD with step 1e-4 * max(1, |x|) has
 //                    truncation error ~1e-8 and cancellation ~1e-12; the rest is the
 //                    backend's float rounding (~1e-6).
 //   TOL_BF16_TC 1e-2 bf16 attention on CUDA against the CPU: CUDA rounds P, dO and dS to bf16

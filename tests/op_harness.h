@@ -47,6 +47,8 @@ typedef struct {
 } case_tensor;
 
 #define CASE_TENSORS 12
+#define TOL_FD 1e-4 // gradients against finite differences (tests/op_cases.h says why)
+#define TOL_BF16_UNITS 1.0 // bf16 outputs, in units in the last place
 #define CASE_SAMPLE 8192
 #define FD_ALL (-1)
 
@@ -284,7 +286,7 @@ static void inst_check_ref(const op_inst *c, double *const *got, const char *tag
         const case_tensor *t = &c->t[k];
         if (!is_output(t) || (grads_only && !t->grad)) continue;
         const int by_fd = t->grad && c->row->fd;
-        const double tol = t->kind == ELEM_BF16 ? 1.0 : by_fd ? 1e-4 : t->tol;
+        const double tol = t->kind == ELEM_BF16 ? TOL_BF16_UNITS : by_fd ? TOL_FD : t->tol;
         char name[200];
         snprintf(name, sizeof name, "%s %s%s%s%s", c->name, t->name,
                  t->role == ROLE_ACC ? " (accumulated)" : "", by_fd ? " vs finite differences" : "",
@@ -337,7 +339,7 @@ OPS_REF_FN void op_case_check_twin(const op_case *row, size_t index, backend *du
                 const int u = bf16_units(gd[k][i], gc[k][i]);
                 differ += u != 0, e = fmax(e, u);
             }
-            tol = 1.0;
+            tol = TOL_BF16_UNITS;
             printf("# %s: %zu of %zu bf16 values one unit from the CPU's\n", name, differ, t->n);
         } else {
             e = rel_diff_d(gd[k], gc[k], t->n);
