@@ -1,19 +1,11 @@
-// ops_ref.h: what tests/test_ops.c, tests/test_ops_attn.c and tests/gpu/test_gpu_ops.c share:
-// random inputs, backend buffer helpers, the relative-error check, central finite
-// differences, and the ops' references written plainly here in double precision (forward),
-// against which the backward passes are checked by finite differences (L = sum(out * R) for
-// a random R, so dL/dout = R). Functions are OPS_REF_FN so that each test uses the ones it
-// needs.
-//
-// Tolerances (why these numbers):
-// - forward: max |got - ref| / max |ref| <= 1e-5. Float keeps ~6e-8 relative per rounding;
-//   the ops here chain at most a few dozen roundings per element (plus cpu_expf's 2 ulp),
-//   so 1e-5 has two orders of margin, while any wrong index or formula is O(1) off.
-// - matmul forward: max |got - ref| <= 1e-5 * sqrt(K) * max|inp| * max|w|. A float dot
-//   product of K terms accumulates rounding like a random walk, ~sqrt(K) * 6e-8 * scale.
-// - gradients: max |got - fd| / max |fd| <= 1e-4. The reference FD in double with step
-//   h = 1e-4 * max(1, |x|) has truncation error ~h^2 (1e-8) and cancellation ~1e-16 / h
-//   (1e-12); the rest is the backend's float rounding (~1e-6 relative).
+// ops_ref.h: what the op tests share (tests/op_cases.h and the tests that run its table,
+// tests/test_ops.c, tests/test_ops_attn.c, tests/gpu/test_gpu_ops.c): random inputs, backend
+// buffer helpers, the relative-error check, central finite differences, and the ops'
+// references written plainly here in double precision: the forwards, against which the
+// backward passes are checked by finite differences (L = sum(out * R) for a random R, so
+// dL/dout = R), and the backwards' analytic gradients, for shapes where finite differences
+// (two forwards per element) would take too long. tests/op_cases.h says why each tolerance
+// is what it is. Functions are OPS_REF_FN so that each test uses the ones it needs.
 #pragma once
 #include "compute/backend.h"
 #include "base/bf16.h"
@@ -104,7 +96,7 @@ OPS_REF_FN double rel_err(const float *got, const float *base, const double *ref
 }
 OPS_REF_FN void check_rel(const char *name, const char *tag, const float *got, const float *base,
                           const double *ref, size_t n, double tol) {
-    char full[200];
+    char full[320];
     snprintf(full, sizeof full, "%s%s%s", name, *tag ? " " : "", tag);
     double e = rel_err(got, base, ref, n);
     TEST_CHECK(e <= tol, full, "max error %.3g of max |ref| %.3g, tolerance %.1g", e,
@@ -214,15 +206,124 @@ OPS_REF_FN void ref_embedding(double *out, const int *tok, const double *wte, co
         }
 }
 
-// losses (N): logsumexp over the V_valid real columns minus the target's logit.
+// One rank's columns [vocab_start, vocab_start + Vp) of the logits (N, Vp), of which global
+// columns < V_valid are real: losses (N) = log(sum of exp over the real columns) - the
+// target's logit where this rank owns the target (what xent_loss computes from one rank's
+// sums; with every column on one rank, the cross-entropy).
 OPS_REF_FN void ref_xent(double *losses, const double *logits, const int *targets, int N, int Vp,
-                         int V_valid) {
+                         int vocab_start, int V_valid) {
+    const int real = V_valid - vocab_start < Vp ? V_valid - vocab_start : Vp;
     for (int n = 0; n < N; n++) {
         const double *l = logits + (size_t)n * Vp;
         double mx = -INFINITY, s = 0.0;
-        for (int c = 0; c < V_valid; c++) mx = fmax(mx, l[c]);
-        for (int c = 0; c < V_valid; c++) s += exp(l[c] - mx);
-        losses[n] = log(s) + mx - l[targets[n]];
+        for (int c = 0; c < real; c++) mx = fmax(mx, l[c]);
+        for (int c = 0; c < real; c++) s += exp(l[c] - mx);
+        const int t = targets[n] - vocab_start;
+        losses[n] = log(s) + mx - (t >= 0 && t < Vp ? l[t] : 0.0);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Analytic gradients in double precision (each backward op's formula written out plainly)
+
+// gelu_tanh'(x)
+OPS_REF_FN double ref_gelu_grad(double x) {
+    const double k = sqrt(2.0 / M_PI), u = k * (x + 0.044715 * x * x * x);
+    const double t = tanh(u), du = k * (1.0 + 3.0 * 0.044715 * x * x);
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du;
+}
+
+// dinp (N, C), dw, db (C) of L = sum(layernorm(inp) * dout), written (not accumulated).
+OPS_REF_FN void ref_layernorm_bwd(double *dinp, double *dw, double *db, const double *dout,
+                                  const double *inp, const double *w, int N, int C) {
+    memset(dw, 0, (size_t)C * sizeof(double));
+    memset(db, 0, (size_t)C * sizeof(double));
+    for (int n = 0; n < N; n++) {
+        const double *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+        double m = 0.0, v = 0.0, g = 0.0, gx = 0.0;
+        for (int i = 0; i < C; i++) m += x[i];
+        m /= C;
+        for (int i = 0; i < C; i++) v += (x[i] - m) * (x[i] - m);
+        const double s = 1.0 / sqrt(v / C + 1e-5);
+        for (int i = 0; i < C; i++) {
+            g += dy[i] * w[i];
+            gx += dy[i] * w[i] * (x[i] - m) * s;
+        }
+        for (int i = 0; i < C; i++) {
+            const double xh = (x[i] - m) * s;
+            dinp[(size_t)n * C + i] = s * (dy[i] * w[i] - g / C - xh * gx / C);
+            dw[i] += dy[i] * xh;
+            db[i] += dy[i];
+        }
+    }
+}
+
+// dqkv (B, T, 3*NH*HS) of L = sum(attention(qkv) * dout): with P the probabilities,
+// dP = dO V^T, dS = P * (dP - rowsum(P * dP)), dQ = dS K / sqrt(HS), dK = dS^T Q / sqrt(HS),
+// dV = P^T dO.
+OPS_REF_FN void ref_attention_bwd(double *dqkv, const double *dout, const double *qkv, int B, int T,
+                                  int NH, int HS) {
+    const int C = NH * HS;
+    const double scale = 1.0 / sqrt((double)HS);
+    double *P = xmalloc((size_t)B * NH * T * T * sizeof(double));
+    double *out = xmalloc((size_t)B * T * C * sizeof(double));
+    double *dS = xmalloc((size_t)T * sizeof(double));
+    ref_attention(out, P, qkv, B, T, NH, HS);
+    memset(dqkv, 0, (size_t)B * T * 3 * C * sizeof(double));
+#define AT_QKV(b, t, part, h) ((size_t)((b)*T + (t)) * 3 * C + (size_t)(part)*C + (size_t)(h)*HS)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const double *p = P + (((size_t)b * NH + h) * T + t) * T;
+                const double *dO = dout + ((size_t)b * T + t) * C + (size_t)h * HS;
+                double dot = 0.0;
+                for (int j = 0; j <= t; j++) {
+                    double dp = 0.0;
+                    for (int d = 0; d < HS; d++) dp += dO[d] * qkv[AT_QKV(b, j, 2, h) + d];
+                    dS[j] = dp;
+                    dot += p[j] * dp;
+                }
+                for (int j = 0; j <= t; j++) {
+                    const double ds = p[j] * (dS[j] - dot) * scale;
+                    for (int d = 0; d < HS; d++) {
+                        dqkv[AT_QKV(b, t, 0, h) + d] += ds * qkv[AT_QKV(b, j, 1, h) + d];
+                        dqkv[AT_QKV(b, j, 1, h) + d] += ds * qkv[AT_QKV(b, t, 0, h) + d];
+                        dqkv[AT_QKV(b, j, 2, h) + d] += p[j] * dO[d];
+                    }
+                }
+            }
+#undef AT_QKV
+    free(P), free(out), free(dS);
+}
+
+// dwte (V_local, C), dwpe (T, C) of L = sum(embedding(...) * dout), written; dwpe only with
+// add_pos (else left alone).
+OPS_REF_FN void ref_embedding_bwd(double *dwte, double *dwpe, const double *dout, const int *tok,
+                                  int B, int T, int C, int vocab_start, int V_local, int add_pos) {
+    memset(dwte, 0, (size_t)V_local * C * sizeof(double));
+    if (add_pos) memset(dwpe, 0, (size_t)T * C * sizeof(double));
+    for (int i = 0; i < B * T; i++) {
+        const int local = tok[i] - vocab_start;
+        for (int c = 0; c < C; c++) {
+            const double g = dout[(size_t)i * C + c];
+            if (local >= 0 && local < V_local) dwte[(size_t)local * C + c] += g;
+            if (add_pos) dwpe[(size_t)(i % T) * C + c] += g;
+        }
+    }
+}
+
+// dlogits (N, Vp) of L = dloss * sum(ref_xent's losses): dloss * (softmax - onehot(target))
+// over the real columns, 0 over the padded ones.
+OPS_REF_FN void ref_xent_bwd(double *dlogits, const double *logits, const int *targets, int N,
+                             int Vp, int vocab_start, int V_valid, double dloss) {
+    const int real = V_valid - vocab_start < Vp ? V_valid - vocab_start : Vp;
+    for (int n = 0; n < N; n++) {
+        const double *l = logits + (size_t)n * Vp;
+        double *g = dlogits + (size_t)n * Vp, mx = -INFINITY, s = 0.0;
+        for (int c = 0; c < real; c++) mx = fmax(mx, l[c]);
+        for (int c = 0; c < real; c++) s += exp(l[c] - mx);
+        for (int c = 0; c < Vp; c++)
+            g[c] = c < real ? dloss * (exp(l[c] - mx) / s - (c == targets[n] - vocab_start)) : 0.0;
     }
 }
 
@@ -279,9 +380,9 @@ OPS_REF_FN void fwd_attn(void *a, double *out) {
 typedef struct {
     double *logits;
     const int *targets;
-    int N, Vp, V_valid;
+    int N, Vp, vocab_start, V_valid;
 } xent_args;
 OPS_REF_FN void fwd_xent(void *a, double *out) {
     xent_args *x = a;
-    ref_xent(out, x->logits, x->targets, x->N, x->Vp, x->V_valid);
+    ref_xent(out, x->logits, x->targets, x->N, x->Vp, x->vocab_start, x->V_valid);
 }

@@ -1,208 +1,66 @@
-// test_ops_attn.c: the CPU backend's causal attention (both threading policies) and the
-// vocab-parallel cross-entropy against the double-precision references and finite
-// differences of tests/ops_ref.h, whose header says why the tolerances are what they are;
-// and the --bench timing table of every op. The other ops are tested in tests/test_ops.c.
+// test_ops_attn.c: the CPU backend's causal attention under each of its threading policies,
+// and the --bench timing table of every op. The attention rows of the op table
+// (tests/op_cases.h) run here against the double-precision references with the policies
+// HEADS and INNER on 1, 2 and 3 threads (tests/test_ops.c runs them with AUTO); then what the
+// table does not see: the probabilities the CPU keeps as its state, and causality.
 //
-//   build/tests/test_ops_attn       the tests, on backends of 1, 2 and 3 threads
+//   build/tests/test_ops_attn       the tests
 //   build/tests/test_ops_attn --bench [threads]
 //                                   a timing table at GPT-2 124M sizes (not a test)
 #include "compute/backend.h"
 #include "compute/backend_cpu_internal.h" // attention policy and cblas, for --bench and coverage
-#include "ops_ref.h"
+#include "op_cases.h"
 #include "testlib.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-// ---------------------------------------------------------------------------------------
-// Attention
+static const char *policy_name(cpu_attn_policy p) {
+    return p == CPU_ATTN_HEADS ? "heads" : p == CPU_ATTN_INNER ? "inner" : "auto";
+}
 
-// Forward and probabilities against the reference, causality, and dqkv against finite
-// differences (on `nfd` random elements of qkv, all when nfd is 0).
-static void test_attention(backend *b, int B, int T, int NH, int HS, cpu_attn_policy policy,
-                           size_t nfd) {
-    cpu_ctx *ctx = b->ctx;
-    ctx->attn_policy = policy;
-    char tag[96], name[96];
+// ---------------------------------------------------------------------------------------
+// The CPU's attention state and causality
+
+// The probabilities kept as the state, against the reference, over a state reused from an
+// earlier micro-batch (junk); then causality: new k and v for token t0 of batch 0 leave every
+// output before t0 bitwise unchanged (masked probabilities are exactly 0, and 0 * v adds
+// nothing).
+static void test_attention_state(backend *b, int B, int T, int NH, int HS, cpu_attn_policy policy) {
+    ((cpu_ctx *)b->ctx)->attn_policy = policy;
+    char tag[96], name[200];
     snprintf(tag, sizeof tag, "attention B=%d T=%d NH=%d HS=%d %s", B, T, NH, HS,
-             policy == CPU_ATTN_HEADS   ? "heads"
-             : policy == CPU_ATTN_INNER ? "inner"
-                                        : "auto");
+             policy_name(policy));
     const int C = NH * HS;
     const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
     const size_t nP = (size_t)B * NH * T * T;
-    float *qkv = rand_f(nqkv, -2, 2), *R = rand_f(nout, -1, 1);
-    attn_args a = {to_d(qkv, nqkv), B, T, NH, HS};
-    double *ref = xmalloc(nout * sizeof(double)), *refP = xmalloc(nP * sizeof(double));
-    ref_attention(ref, refP, a.qkv, B, T, NH, HS);
-    TRI_ASSERT(b->attention_state_bytes(b, B, T, NH) == nP * sizeof(float));
-    float *d_qkv = dev_f(b, qkv, nqkv), *d_out = dev_f(b, NULL, nout);
-    float *junkP = rand_f(nP, 5, 6); // state reused from an earlier micro-batch
-    float *d_P = dev_f(b, junkP, nP);
-    b->attention_fwd(b, d_out, d_P, d_qkv, B, T, NH, HS);
+    TRI_ASSERT(b->attn_state == ATTN_STATE_PROBS &&
+               attn_state_bytes(b->attn_state, B, T, NH) == nP * sizeof(float));
+    float *qkv = rand_f(nqkv, -2, 2), *junkP = rand_f(nP, 5, 6);
+    double *qkv_d = to_d(qkv, nqkv), *ref = xmalloc(nout * sizeof(double));
+    double *refP = xmalloc(nP * sizeof(double));
+    ref_attention(ref, refP, qkv_d, B, T, NH, HS);
+    float *d_qkv = dev_f(b, qkv, nqkv), *d_out = dev_f(b, NULL, nout), *d_P = dev_f(b, junkP, nP);
+    backend_attention_fwd(b, d_out, d_P, operand_fp32(d_qkv), B, T, NH, HS);
     float *out = host_of(b, d_out, nout), *P = host_of(b, d_P, nP);
-    name_of(name, sizeof name, "out");
-    check_rel(tag, name, out, NULL, ref, nout, 1e-5);
     name_of(name, sizeof name, "probabilities (state)");
     check_rel(tag, name, P, NULL, refP, nP, 1e-5);
 
-    // Causality: new k and v for token t0 of batch 0 leave every output before t0 bitwise
-    // unchanged (masked probabilities are exactly 0, and 0 * v adds nothing).
     const int t0 = T / 2;
-    float *qkv2 = xmalloc(nqkv * sizeof(float));
-    memcpy(qkv2, qkv, nqkv * sizeof(float));
-    for (int c = C; c < 3 * C; c++) qkv2[(size_t)t0 * 3 * C + c] += 1.5f;
-    b->copy_to_device(b, d_qkv, qkv2, nqkv * sizeof(float));
-    b->attention_fwd(b, d_out, d_P, d_qkv, B, T, NH, HS);
-    float *out2 = host_of(b, d_out, nout);
-    int same_before = !memcmp(out, out2, (size_t)t0 * C * sizeof(float));
-    int changed_at = memcmp(out + (size_t)t0 * C, out2 + (size_t)t0 * C, (size_t)C * sizeof(float));
-    char cname[200];
-    snprintf(cname, sizeof cname, "%s causal%s", tag, test_tag);
-    TEST_CHECK(same_before && changed_at, cname, "outputs before t0=%d %s; output at t0 %s", t0,
-               same_before ? "same" : "CHANGED", changed_at ? "changed" : "UNCHANGED");
+    for (int c = C; c < 3 * C; c++) qkv[(size_t)t0 * 3 * C + c] += 1.5f;
     b->copy_to_device(b, d_qkv, qkv, nqkv * sizeof(float));
-    b->attention_fwd(b, d_out, d_P, d_qkv, B, T, NH, HS);
-
-    size_t n = nfd ? nfd : nqkv;
-    size_t *idx = xmalloc(n * sizeof(size_t));
-    for (size_t k = 0; k < n; k++) idx[k] = nfd ? (size_t)((rnd() + 1.0) * 0.5 * nqkv) % nqkv : k;
-    double *Rd = to_d(R, nout), *fd = xmalloc(n * sizeof(double));
-    fd_grad(fwd_attn, &a, nout, Rd, a.qkv, idx, n, fd);
-    float *junk = rand_f(nqkv, 100, 200);
-    float *d_dqkv = dev_f(b, junk, nqkv), *d_R = dev_f(b, R, nout);
-    b->attention_bwd(b, d_dqkv, d_R, d_qkv, d_P, B, T, NH, HS);
-    float *dq = host_of(b, d_dqkv, nqkv), *picked = xmalloc(n * sizeof(float));
-    for (size_t k = 0; k < n; k++) picked[k] = dq[idx[k]];
-    name_of(name, sizeof name, nfd ? "dqkv (sampled, overwritten)" : "dqkv (overwritten)");
-    check_rel(tag, name, picked, NULL, fd, n, 1e-4);
-    b->free(b, d_qkv), b->free(b, d_out), b->free(b, d_P), b->free(b, d_dqkv), b->free(b, d_R);
-    free(qkv), free(R), free(a.qkv), free(ref), free(refP), free(junkP), free(out), free(P);
-    free(qkv2), free(out2), free(idx), free(Rd), free(fd), free(junk), free(dq), free(picked);
-    ctx->attn_policy = CPU_ATTN_AUTO;
-}
-
-// ---------------------------------------------------------------------------------------
-// Vocab-parallel cross-entropy
-
-// The four xent ops over `nranks` equal column slices of logits (N, Vp), the cross-rank
-// reductions done by hand as the tp all-reduces would (max of rowmax; sums of sumexp and
-// target_logit). Writes losses (N), the in-place gradient (N, Vp) and each rank's local
-// rowmax (nranks, N) before the all-reduce.
-static void xent_ranks(backend *b, const float *logits, const int *targets, int N, int Vp,
-                       int V_valid, int nranks, float dloss, float *losses, float *grad,
-                       float *local_max) {
-    const int Vl = Vp / nranks;
-    float **d_l = xmalloc(nranks * sizeof(float *));
-    float *slice = xmalloc((size_t)N * Vl * sizeof(float)), *h = xmalloc(N * sizeof(float));
-    float *gmax = xmalloc(N * sizeof(float)), *gsum = xcalloc(N, sizeof(float));
-    float *gtgt = xcalloc(N, sizeof(float)), *h2 = xmalloc(N * sizeof(float));
-    float *d_max = dev_f(b, NULL, N), *d_sum = dev_f(b, NULL, N), *d_tgt = dev_f(b, NULL, N);
-    int *d_targets = dev_i(b, targets, N);
-    for (int n = 0; n < N; n++) gmax[n] = -INFINITY;
-    for (int r = 0; r < nranks; r++) {
-        for (int n = 0; n < N; n++)
-            memcpy(slice + (size_t)n * Vl, logits + (size_t)n * Vp + (size_t)r * Vl,
-                   Vl * sizeof(float));
-        d_l[r] = dev_f(b, slice, (size_t)N * Vl);
-        b->xent_max(b, d_max, d_l[r], N, Vl, r * Vl, V_valid);
-        b->copy_to_host(b, local_max + (size_t)r * N, d_max, N * sizeof(float));
-        for (int n = 0; n < N; n++) gmax[n] = fmaxf(gmax[n], local_max[(size_t)r * N + n]);
-    }
-    b->copy_to_device(b, d_max, gmax, N * sizeof(float));
-    for (int r = 0; r < nranks; r++) {
-        b->xent_sumexp(b, d_sum, d_tgt, d_l[r], d_max, d_targets, N, Vl, r * Vl, V_valid);
-        b->copy_to_host(b, h, d_sum, N * sizeof(float));
-        b->copy_to_host(b, h2, d_tgt, N * sizeof(float));
-        for (int n = 0; n < N; n++) gsum[n] += h[n], gtgt[n] += h2[n];
-    }
-    b->copy_to_device(b, d_sum, gsum, N * sizeof(float));
-    b->copy_to_device(b, d_tgt, gtgt, N * sizeof(float));
-    float *d_loss = dev_f(b, NULL, N);
-    b->xent_loss(b, d_loss, d_max, d_sum, d_tgt, N);
-    b->copy_to_host(b, losses, d_loss, N * sizeof(float));
-    for (int r = 0; r < nranks; r++) {
-        b->xent_bwd(b, d_l[r], d_max, d_sum, d_targets, dloss, N, Vl, r * Vl, V_valid);
-        b->copy_to_host(b, slice, d_l[r], (size_t)N * Vl * sizeof(float));
-        for (int n = 0; n < N; n++)
-            memcpy(grad + (size_t)n * Vp + (size_t)r * Vl, slice + (size_t)n * Vl,
-                   Vl * sizeof(float));
-        b->free(b, d_l[r]);
-    }
-    b->free(b, d_max), b->free(b, d_sum), b->free(b, d_tgt), b->free(b, d_loss);
-    b->free(b, d_targets);
-    free(d_l), free(slice), free(h), free(h2), free(gmax), free(gsum), free(gtgt);
-}
-
-static void test_xent(backend *b, int V_valid) {
-    const int N = 6, Vp = 48;
-    const float dloss = 1.0f / N;
-    char tag[64], name[200];
-    snprintf(tag, sizeof tag, "xent V_valid=%d Vp=%d", V_valid, Vp);
-    float *logits = rand_f((size_t)N * Vp, -4, 4);
-    int targets[6];
-    for (int n = 0; n < N; n++) {
-        targets[n] = (int)((rnd() + 1.0) * 0.5 * V_valid) % V_valid;
-        for (int c = V_valid; c < Vp; c++) logits[(size_t)n * Vp + c] = 50.0f; // must be ignored
-    }
-    targets[N - 1] = V_valid - 1; // the last real column
-    xent_args a = {to_d(logits, (size_t)N * Vp), targets, N, Vp, V_valid};
-    double *ref = xmalloc(N * sizeof(double));
-    fwd_xent(&a, ref);
-    float loss1[6], *grad1 = xmalloc((size_t)N * Vp * sizeof(float)), max1[6];
-    xent_ranks(b, logits, targets, N, Vp, V_valid, 1, dloss, loss1, grad1, max1);
-    double refmax[6];
-    for (int n = 0; n < N; n++) {
-        refmax[n] = -INFINITY;
-        for (int c = 0; c < V_valid; c++) refmax[n] = fmax(refmax[n], a.logits[(size_t)n * Vp + c]);
-    }
-    name_of(name, sizeof name, "rowmax ignores padded columns");
-    check_rel(tag, name, max1, NULL, refmax, N, 0.0);
-    name_of(name, sizeof name, "losses");
-    check_rel(tag, name, loss1, NULL, ref, N, 1e-5);
-
-    // Gradient of L = dloss * sum(losses) over the real columns; padded ones exactly 0.
-    size_t nreal = (size_t)N * V_valid, *idx = xmalloc(nreal * sizeof(size_t));
-    for (int n = 0; n < N; n++)
-        for (int c = 0; c < V_valid; c++) idx[(size_t)n * V_valid + c] = (size_t)n * Vp + c;
-    double R[6], *fd = xmalloc(nreal * sizeof(double));
-    for (int n = 0; n < N; n++) R[n] = dloss;
-    fd_grad(fwd_xent, &a, N, R, a.logits, idx, nreal, fd);
-    float *picked = xmalloc(nreal * sizeof(float));
-    int pad_zero = 1;
-    for (size_t k = 0; k < nreal; k++) picked[k] = grad1[idx[k]];
-    for (int n = 0; n < N; n++)
-        for (int c = V_valid; c < Vp; c++) pad_zero &= grad1[(size_t)n * Vp + c] == 0.0f;
-    name_of(name, sizeof name, "xent_bwd gradient");
-    check_rel(tag, name, picked, NULL, fd, nreal, 1e-4);
-    snprintf(name, sizeof name, "%s xent_bwd padded columns 0%s", tag, test_tag);
-    TEST_CHECK(pad_zero, name, "nonzero gradient in a padded column");
-
-    // Split over 2 and 4 ranks: same losses and gradient as the unsplit run.
-    for (int nranks = 2; nranks <= 4; nranks *= 2) {
-        float lossk[6], *gradk = xmalloc((size_t)N * Vp * sizeof(float)), maxk[4 * 6];
-        xent_ranks(b, logits, targets, N, Vp, V_valid, nranks, dloss, lossk, gradk, maxk);
-        double *l1 = to_d(loss1, N), *g1 = to_d(grad1, (size_t)N * Vp);
-        char t2[96];
-        snprintf(t2, sizeof t2, "%s split over %d ranks", tag, nranks);
-        name_of(name, sizeof name, "losses = unsplit");
-        check_rel(t2, name, lossk, NULL, l1, N, 1e-6);
-        name_of(name, sizeof name, "gradient = unsplit");
-        check_rel(t2, name, gradk, NULL, g1, (size_t)N * Vp, 1e-6);
-        int empty_rank = (nranks - 1) * (Vp / nranks) >= V_valid;
-        if (empty_rank) {
-            snprintf(name, sizeof name, "%s rank without real columns has rowmax -inf%s", t2,
-                     test_tag);
-            int all_inf = 1;
-            for (int n = 0; n < N; n++)
-                all_inf &= isinf(maxk[(size_t)(nranks - 1) * N + n]) &&
-                           maxk[(size_t)(nranks - 1) * N + n] < 0;
-            TEST_CHECK(all_inf, name, "rowmax of the last rank is not -inf");
-        }
-        free(gradk), free(l1), free(g1);
-    }
-    free(logits), free(a.logits), free(ref), free(grad1), free(idx), free(fd), free(picked);
+    backend_attention_fwd(b, d_out, d_P, operand_fp32(d_qkv), B, T, NH, HS);
+    float *out2 = host_of(b, d_out, nout);
+    const int same_before = !memcmp(out, out2, (size_t)t0 * C * sizeof(float));
+    const int changed_at =
+        memcmp(out + (size_t)t0 * C, out2 + (size_t)t0 * C, (size_t)C * sizeof(float));
+    snprintf(name, sizeof name, "%s causal%s", tag, test_tag);
+    TEST_CHECK(same_before && changed_at, name, "outputs before t0=%d %s; output at t0 %s", t0,
+               same_before ? "same" : "CHANGED", changed_at ? "changed" : "UNCHANGED");
+    b->free(b, d_qkv), b->free(b, d_out), b->free(b, d_P);
+    free(qkv), free(junkP), free(qkv_d), free(ref), free(refP), free(out), free(P), free(out2);
+    ((cpu_ctx *)b->ctx)->attn_policy = CPU_ATTN_AUTO;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -250,6 +108,25 @@ static void bench_add(const char *name, double s, int per_step, double flops, in
         bench_add(name, s_, per_step, flops, kind);                                                \
     } while (0)
 
+// The fp32 forms of the typed ops, as the bench times them.
+static void mm_fwd(backend *b, float *out, const float *inp, const float *w, const float *bias,
+                   int N, int IC, int OC) {
+    backend_matmul_fwd(b, out, NULL, operand_fp32(inp), operand_fp32(w), bias, N, IC, OC);
+}
+static void mm_bwd(backend *b, float *dinp, float *dw, float *db, const float *dout,
+                   const float *inp, const float *w, int N, int IC, int OC) {
+    backend_matmul_bwd(b, dinp, dw, db, operand_fp32(dout), operand_fp32(inp), operand_fp32(w),
+                       NULL, N, IC, OC);
+}
+static void att_fwd(backend *b, float *out, void *state, const float *qkv, int B, int T, int NH,
+                    int HS) {
+    backend_attention_fwd(b, out, state, operand_fp32(qkv), B, T, NH, HS);
+}
+static void att_bwd(backend *b, float *dqkv, const float *dout, const float *qkv, const void *state,
+                    int B, int T, int NH, int HS) {
+    backend_attention_bwd(b, dqkv, dout, operand_fp32(qkv), state, B, T, NH, HS);
+}
+
 static float *bench_buf(backend *b, size_t n) {
     float *p = b->alloc(b, n * sizeof(float));
     TRI_ASSERT(p);
@@ -284,7 +161,7 @@ static int bench(int threads) {
                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, 4 * C, C, 1.0f, A, C,   \
                                W, C, 0.0f, Cm, 4 * C));                                            \
         openblas_set_num_threads(1);                                                               \
-        BENCH_TIME(s_tiled, 30, b->matmul_fwd(b, Cm, A, W, NULL, N, C, 4 * C));                    \
+        BENCH_TIME(s_tiled, 30, mm_fwd(b, Cm, A, W, NULL, N, C, 4 * C));                           \
         printf("sgemm (512x768)@(768x3072): 1 thread %.1f GFLOP/s; OpenBLAS %d threads %.1f "      \
                "GFLOP/s; backend matmul_fwd (OpenMP tiles) %.1f GFLOP/s\n",                        \
                fl / s_blas1 * 1e-9, b->threads, fl / s_blas * 1e-9, fl / s_tiled * 1e-9);          \
@@ -310,7 +187,7 @@ static int bench(int threads) {
     float *dfcpw = bench_buf(b, (size_t)4 * C * C), *dfcpb = bench_buf(b, C);
     float *h = bench_buf(b, (size_t)N * 4 * C), *hg = bench_buf(b, (size_t)N * 4 * C);
     float *dh = bench_buf(b, (size_t)N * 4 * C);
-    float *state = b->alloc(b, b->attention_state_bytes(b, B, T, NH));
+    float *state = b->alloc(b, attn_state_bytes(b->attn_state, B, T, NH));
     float *wte = bench_buf(b, (size_t)V * C), *wpe = bench_buf(b, (size_t)T * C);
     float *dwte = bench_buf(b, (size_t)V * C), *dwpe = bench_buf(b, (size_t)T * C);
     float *logits = bench_buf(b, (size_t)N * V), *rowmax = bench_buf(b, N);
@@ -327,29 +204,27 @@ static int bench(int threads) {
     BENCH("layernorm_bwd", 31, 2 * L + 1, 0, 0,
           b->layernorm_bwd(b, dx, dlnw, dlnb, ln, x, lnw, mean, rstd, N, C));
     BENCH("matmul_fwd qkv 768->2304", 15, L, mm * 3 * C, 1,
-          b->matmul_fwd(b, qkv, ln, qkvw, qkvb, N, C, 3 * C));
+          mm_fwd(b, qkv, ln, qkvw, qkvb, N, C, 3 * C));
     BENCH("matmul_bwd qkv", 15, L, 2 * mm * 3 * C, 1,
-          b->matmul_bwd(b, dx, dqkvw, dqkvb, dqkv, ln, qkvw, N, C, 3 * C));
-    BENCH("attention_fwd", 15, L, attf, 2, b->attention_fwd(b, att, state, qkv, B, T, NH, HS));
-    BENCH("attention_bwd", 15, L, 2 * attf, 2,
-          b->attention_bwd(b, dqkv, datt, qkv, state, B, T, NH, HS));
+          mm_bwd(b, dx, dqkvw, dqkvb, dqkv, ln, qkvw, N, C, 3 * C));
+    BENCH("attention_fwd", 15, L, attf, 2, att_fwd(b, att, state, qkv, B, T, NH, HS));
+    BENCH("attention_bwd", 15, L, 2 * attf, 2, att_bwd(b, dqkv, datt, qkv, state, B, T, NH, HS));
     BENCH("matmul_fwd attproj 768->768", 15, L, mm * C, 1,
-          b->matmul_fwd(b, x, att, projw, projb, N, C, C));
+          mm_fwd(b, x, att, projw, projb, N, C, C));
     BENCH("matmul_bwd attproj", 15, L, 2 * mm * C, 1,
-          b->matmul_bwd(b, datt, dprojw, dprojb, dx, att, projw, N, C, C));
+          mm_bwd(b, datt, dprojw, dprojb, dx, att, projw, N, C, C));
     BENCH("residual_fwd", 31, 2 * L, 0, 0, b->residual_fwd(b, x, x, ln, (size_t)N * C));
-    BENCH("matmul_fwd fc 768->3072", 15, L, mm * 4 * C, 1,
-          b->matmul_fwd(b, h, ln, fcw, fcb, N, C, 4 * C));
+    BENCH("matmul_fwd fc 768->3072", 15, L, mm * 4 * C, 1, mm_fwd(b, h, ln, fcw, fcb, N, C, 4 * C));
     BENCH("matmul_bwd fc", 15, L, 2 * mm * 4 * C, 1,
-          b->matmul_bwd(b, dx, dfcw, dfcb, dh, ln, fcw, N, C, 4 * C));
+          mm_bwd(b, dx, dfcw, dfcb, dh, ln, fcw, N, C, 4 * C));
     BENCH("gelu_fwd", 31, L, 0, 0, b->gelu_fwd(b, hg, h, (size_t)N * 4 * C));
     BENCH("gelu_bwd", 31, L, 0, 0, b->gelu_bwd(b, dh, h, dh, (size_t)N * 4 * C));
     BENCH("matmul_fwd fcproj 3072->768", 15, L, mm * 4 * C, 1,
-          b->matmul_fwd(b, x, hg, fcpw, fcpb, N, 4 * C, C));
+          mm_fwd(b, x, hg, fcpw, fcpb, N, 4 * C, C));
     BENCH("matmul_bwd fcproj", 15, L, 2 * mm * 4 * C, 1,
-          b->matmul_bwd(b, dh, dfcpw, dfcpb, dx, hg, fcpw, N, 4 * C, C));
+          mm_bwd(b, dh, dfcpw, dfcpb, dx, hg, fcpw, N, 4 * C, C));
     BENCH("matmul_fwd lm_head 768->50304", 5, 1, mm * V, 1,
-          b->matmul_fwd(b, logits, ln, wte, NULL, N, C, V));
+          mm_fwd(b, logits, ln, wte, NULL, N, C, V));
     BENCH("xent max+sumexp+loss", 9, 1, 0, 0, {
         b->xent_max(b, rowmax, logits, N, V, 0, Vv);
         b->xent_sumexp(b, sumexp, tgt, logits, rowmax, tokens, N, V, 0, Vv);
@@ -358,7 +233,7 @@ static int bench(int threads) {
     BENCH("xent_bwd", 9, 1, 0, 0,
           b->xent_bwd(b, logits, rowmax, sumexp, tokens, 1.0f / N, N, V, 0, Vv));
     BENCH("matmul_bwd lm_head", 5, 1, 2 * mm * V, 1,
-          b->matmul_bwd(b, ln, dwte, NULL, logits, ln, wte, N, C, V));
+          mm_bwd(b, ln, dwte, NULL, logits, ln, wte, N, C, V));
     b->free(b, logits);
     b->free(b, dwte);
     float *pp = bench_buf(b, P), *pg = bench_buf(b, P), *pm = b->alloc(b, P * 4),
@@ -402,22 +277,22 @@ static int bench(int threads) {
     double s_chain;
     BENCH_TIME(s_chain, 9, {
         b->layernorm_fwd(b, ln, mean, rstd, x, lnw, lnb, N, C);
-        b->matmul_fwd(b, qkv, ln, qkvw, qkvb, N, C, 3 * C);
-        b->attention_fwd(b, att, state, qkv, B, T, NH, HS);
-        b->matmul_fwd(b, dx, att, projw, projb, N, C, C);
+        mm_fwd(b, qkv, ln, qkvw, qkvb, N, C, 3 * C);
+        att_fwd(b, att, state, qkv, B, T, NH, HS);
+        mm_fwd(b, dx, att, projw, projb, N, C, C);
         b->residual_fwd(b, x, x, dx, (size_t)N * C);
         b->layernorm_fwd(b, ln, mean, rstd, x, lnw, lnb, N, C);
-        b->matmul_fwd(b, h, ln, fcw, fcb, N, C, 4 * C);
+        mm_fwd(b, h, ln, fcw, fcb, N, C, 4 * C);
         b->gelu_fwd(b, hg, h, (size_t)N * 4 * C);
-        b->matmul_fwd(b, dx, hg, fcpw, fcpb, N, 4 * C, C);
+        mm_fwd(b, dx, hg, fcpw, fcpb, N, 4 * C, C);
         b->residual_fwd(b, x, x, dx, (size_t)N * C);
-        b->matmul_bwd(b, dh, dfcpw, dfcpb, dx, hg, fcpw, N, 4 * C, C);
+        mm_bwd(b, dh, dfcpw, dfcpb, dx, hg, fcpw, N, 4 * C, C);
         b->gelu_bwd(b, dh, h, dh, (size_t)N * 4 * C);
-        b->matmul_bwd(b, ln, dfcw, dfcb, dh, ln, fcw, N, C, 4 * C);
+        mm_bwd(b, ln, dfcw, dfcb, dh, ln, fcw, N, C, 4 * C);
         b->layernorm_bwd(b, dx, dlnw, dlnb, ln, x, lnw, mean, rstd, N, C);
-        b->matmul_bwd(b, datt, dprojw, dprojb, dx, att, projw, N, C, C);
-        b->attention_bwd(b, dqkv, datt, qkv, state, B, T, NH, HS);
-        b->matmul_bwd(b, ln, dqkvw, dqkvb, dqkv, ln, qkvw, N, C, 3 * C);
+        mm_bwd(b, datt, dprojw, dprojb, dx, att, projw, N, C, C);
+        att_bwd(b, dqkv, datt, qkv, state, B, T, NH, HS);
+        mm_bwd(b, ln, dqkvw, dqkvb, dqkv, ln, qkvw, N, C, 3 * C);
         b->layernorm_bwd(b, dx, dlnw, dlnb, ln, x, lnw, mean, rstd, N, C);
     });
     double parts = 0.0;
@@ -440,12 +315,12 @@ static int bench(int threads) {
         float *cq = bench_buf(b, (size_t)cb * ct * 3 * cc),
               *cdq = bench_buf(b, (size_t)cb * ct * 3 * cc);
         float *co = bench_buf(b, (size_t)cb * ct * cc);
-        float *cs = b->alloc(b, b->attention_state_bytes(b, cb, ct, cnh));
+        float *cs = b->alloc(b, attn_state_bytes(b->attn_state, cb, ct, cnh));
         for (int pol = CPU_ATTN_HEADS; pol <= CPU_ATTN_INNER; pol++) {
             ctx->attn_policy = (cpu_attn_policy)pol;
             double sf, sb;
-            BENCH_TIME(sf, 15, b->attention_fwd(b, co, cs, cq, cb, ct, cnh, chs));
-            BENCH_TIME(sb, 15, b->attention_bwd(b, cdq, co, cq, cs, cb, ct, cnh, chs));
+            BENCH_TIME(sf, 15, att_fwd(b, co, cs, cq, cb, ct, cnh, chs));
+            BENCH_TIME(sb, 15, att_bwd(b, cdq, co, cq, cs, cb, ct, cnh, chs));
             printf("attention B=%d T=%d NH=%2d HS=%d %-28s fwd %.3f ms  bwd %.3f ms\n", cb, ct, cnh,
                    chs,
                    pol == CPU_ATTN_HEADS ? "OpenMP over heads:" : "heads in turn, tiled:", sf * 1e3,
@@ -461,24 +336,33 @@ static int bench(int threads) {
 
 // ---------------------------------------------------------------------------------------
 
-static void run_all(int threads) {
-    backend *b = NULL;
-    TRI_ASSERT(backend_cpu_create(&b, threads) == TRI_OK);
-    snprintf(test_tag, sizeof test_tag, " t%d", threads);
-    test_attention(b, 2, 7, 3, 4, CPU_ATTN_HEADS, 0);
-    test_attention(b, 2, 7, 3, 4, CPU_ATTN_INNER, 0);
-    test_attention(b, 1, 64, 2, 8, CPU_ATTN_AUTO, 600);
-    test_attention(b, 1, 150, 2, 8, CPU_ATTN_HEADS, 600); // three row blocks, the last partial
-    test_attention(b, 1, 150, 2, 8, CPU_ATTN_INNER, 600);
-    test_xent(b, 37);
-    test_xent(b, 20);
-    b->destroy(b);
-}
-
 int main(int argc, char **argv) {
     backend_cpu_prepare_process(argv); // the OpenBLAS kernels trident itself runs with
     log_init();
     if (argc > 1 && !strcmp(argv[1], "--bench")) return bench(argc > 2 ? atoi(argv[2]) : 2);
-    for (int threads = 1; threads <= 3; threads++) run_all(threads);
+    // OpenMP over the heads, and the heads in turn with the GEMMs and rows split, each on 1, 2
+    // and 3 threads
+    backend *bs[6];
+    char tags[6][32];
+    const char *tag_of[6];
+    for (int i = 0; i < 6; i++) {
+        const cpu_attn_policy policy = i < 3 ? CPU_ATTN_HEADS : CPU_ATTN_INNER;
+        TRI_ASSERT(backend_cpu_create(&bs[i], i % 3 + 1) == TRI_OK);
+        ((cpu_ctx *)bs[i]->ctx)->attn_policy = policy;
+        snprintf(tags[i], sizeof tags[i], " %s t%d", policy_name(policy), i % 3 + 1);
+        tag_of[i] = tags[i];
+    }
+    for (size_t i = 0; i < N_OP_CASES; i++)
+        if (OP_CASES[i].op == &OP_ATTENTION) op_case_check_ref(&OP_CASES[i], i, bs, tag_of, 6);
+    for (int i = 0; i < 3; i++) {
+        backend *b = bs[i];
+        snprintf(test_tag, sizeof test_tag, " t%d", i + 1);
+        test_attention_state(b, 2, 7, 3, 4, CPU_ATTN_HEADS);
+        test_attention_state(b, 2, 7, 3, 4, CPU_ATTN_INNER);
+        test_attention_state(b, 1, 64, 2, 8, CPU_ATTN_AUTO);
+        test_attention_state(b, 1, 150, 2, 8, CPU_ATTN_HEADS); // three row blocks, the last partial
+        test_attention_state(b, 1, 150, 2, 8, CPU_ATTN_INNER);
+    }
+    for (int i = 0; i < 6; i++) bs[i]->destroy(bs[i]);
     TEST_EXIT();
 }

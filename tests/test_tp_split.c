@@ -35,7 +35,7 @@ static void check_entry(backend *be, const run_config *cfg, int tp, const char *
     for (int i = 0; i < N * IC; i++) X[i] = frand(&seed);
     float *ref = xcalloc((size_t)N * OC, sizeof(float)), *sum = xcalloc((size_t)N * OC, sizeof(float));
     float *back = xcalloc((size_t)OC * IC, sizeof(float));
-    be->matmul_fwd(be, ref, X, W, NULL, N, IC, OC);
+    backend_matmul_fwd(be, ref, NULL, operand_fp32(X), operand_fp32(W), NULL, N, IC, OC);
     double err = 0;
     for (int r = 0; r < tp; r++) {
         param_table pt;
@@ -48,11 +48,11 @@ static void check_entry(backend *be, const run_config *cfg, int tp, const char *
         if (e->split == SPLIT_COLS) { // this rank's input columns, partial sums of all outputs
             float *Xl = xmalloc(sizeof(float) * N * lc);
             for (int n = 0; n < N; n++) memcpy(Xl + n * lc, X + n * IC + r * lc, sizeof(float) * lc);
-            be->matmul_fwd(be, out, Xl, Wl, NULL, N, lc, lr);
+            backend_matmul_fwd(be, out, NULL, operand_fp32(Xl), operand_fp32(Wl), NULL, N, lc, lr);
             for (int i = 0; i < N * OC; i++) sum[i] += out[i];
             free(Xl);
         } else { // this rank's output columns: compare each with the unsplit column it maps to
-            be->matmul_fwd(be, out, X, Wl, NULL, N, IC, lr);
+            backend_matmul_fwd(be, out, NULL, operand_fp32(X), operand_fp32(Wl), NULL, N, IC, lr);
             for (int n = 0; n < N; n++)
                 for (int j = 0; j < lr; j++) {
                     int64_t gj = params_global_index(&pt, e, j, 0) / IC;

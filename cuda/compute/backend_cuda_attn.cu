@@ -344,11 +344,6 @@ tri_status cuda_attention_init(cuda_ctx *x, size_t smem_optin) {
     return TRI_OK;
 }
 
-size_t cuda_attention_state_bytes(backend *b, int B, int T, int NH) {
-    (void)b;
-    return (size_t)B * NH * T * sizeof(float); // lse (B, NH, T)
-}
-
 static void att_check_head(const cuda_ctx *x, int HS) {
     if (HS >= 1 && HS <= x->att_max_hs) return;
     LOG_ERROR("attention: head size %d is outside what the CUDA kernels support on this device "
@@ -379,8 +374,8 @@ static void att_bwd_launch(cuda_ctx *x, float *dqkv, float *delta, const float *
     CUDA_LAUNCH_CHECK("att_bwd_dkv_kernel");
 }
 
-void cuda_attention_fwd(backend *b, float *out, void *state, const float *qkv, int B, int T,
-                        int NH, int HS) {
+void cuda_attention_fwd_f32(backend *b, float *out, void *state, const float *qkv, int B, int T,
+                            int NH, int HS) {
     cuda_ctx *x = cuda_ctx_of(b);
     if (B <= 0 || T <= 0 || NH <= 0) return;
     att_check_head(x, HS);
@@ -391,8 +386,8 @@ void cuda_attention_fwd(backend *b, float *out, void *state, const float *qkv, i
     else att_fwd_launch<256>(x, out, lse, qkv, B, T, NH, HS);
 }
 
-void cuda_attention_bwd(backend *b, float *dqkv, const float *dout, const float *qkv,
-                        const void *state, int B, int T, int NH, int HS) {
+void cuda_attention_bwd_f32(backend *b, float *dqkv, const float *dout, const float *qkv,
+                            const void *state, int B, int T, int NH, int HS) {
     cuda_ctx *x = cuda_ctx_of(b);
     if (B <= 0 || T <= 0 || NH <= 0) return;
     att_check_head(x, HS);
@@ -402,4 +397,20 @@ void cuda_attention_bwd(backend *b, float *dqkv, const float *dout, const float 
     else if (HS <= 64) att_bwd_launch<64>(x, dqkv, delta, dout, qkv, lse, B, T, NH, HS);
     else if (HS <= 128) att_bwd_launch<128>(x, dqkv, delta, dout, qkv, lse, B, T, NH, HS);
     else att_bwd_launch<256>(x, dqkv, delta, dout, qkv, lse, B, T, NH, HS);
+}
+
+// The table's entries: the kernels of the operand's dtype (backend_attention_fwd / _bwd
+// checked it is fp32 or bf16).
+void cuda_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, int T, int NH,
+                        int HS) {
+    if (qkv.dtype == DTYPE_BF16)
+        cuda_attention_fwd_bf16(b, out, state, (const uint16_t *)qkv.ptr, B, T, NH, HS);
+    else cuda_attention_fwd_f32(b, out, state, (const float *)qkv.ptr, B, T, NH, HS);
+}
+
+void cuda_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv,
+                        const void *state, int B, int T, int NH, int HS) {
+    if (qkv.dtype == DTYPE_BF16)
+        cuda_attention_bwd_bf16(b, dqkv, dout, (const uint16_t *)qkv.ptr, state, B, T, NH, HS);
+    else cuda_attention_bwd_f32(b, dqkv, dout, (const float *)qkv.ptr, state, B, T, NH, HS);
 }

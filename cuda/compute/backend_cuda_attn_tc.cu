@@ -457,7 +457,7 @@ void cuda_attention_fwd_bf16(backend *b, float *out, void *state, const uint16_t
     default: break;
     }
     float *wide = cuda_widened_copy(x, qkv, (size_t)B * T * 3 * NH * HS);
-    cuda_attention_fwd(b, out, state, wide, B, T, NH, HS);
+    cuda_attention_fwd_f32(b, out, state, wide, B, T, NH, HS);
     cuda_widened_free(x, wide);
 }
 
@@ -476,6 +476,6 @@ void cuda_attention_bwd_bf16(backend *b, float *dqkv, const float *dout, const u
         return;
     }
     float *wide = cuda_widened_copy(x, qkv, (size_t)B * T * 3 * NH * HS);
-    cuda_attention_bwd(b, dqkv, dout, wide, state, B, T, NH, HS);
+    cuda_attention_bwd_f32(b, dqkv, dout, wide, state, B, T, NH, HS);
     cuda_widened_free(x, wide);
 }

@@ -107,29 +107,27 @@ __device__ __forceinline__ float cuda_warp_max(float v) {
 // ---- cuBLASLt (backend_cuda_matmul.cu) ----
 tri_status cuda_matmul_init(cuda_ctx *x);
 void cuda_matmul_free(cuda_ctx *x);
-void cuda_matmul_fwd(backend *b, float *out, const float *inp, const float *weight,
-                     const float *bias, int N, int IC, int OC);
-void cuda_matmul_bwd(backend *b, float *dinp, float *dweight, float *dbias, const float *dout,
-                     const float *inp, const float *weight, int N, int IC, int OC);
-void cuda_matmul_fwd_bf16(backend *b, float *out, const uint16_t *inp, const uint16_t *weight,
-                          const float *bias, int N, int IC, int OC);
-void cuda_matmul_bwd_bf16(backend *b, float *dinp, float *dweight, float *dbias,
-                          const uint16_t *dout, const uint16_t *inp, const uint16_t *weight,
-                          int N, int IC, int OC);
-void cuda_matmul_gelu_fwd(backend *b, float *out, float *pre, const void *inp, const void *weight,
-                          const float *bias, int N, int IC, int OC, int bf16);
-void cuda_matmul_bwd_dgelu(backend *b, float *dinp, float *dweight, float *dbias,
-                           const void *dout, const void *inp, const void *weight,
-                           const float *pre, int N, int IC, int OC, int bf16);
+// The table's entries (backend.h): fp32 or bf16 operands, the GELU fused where cuBLASLt's
+// epilogue computes gelu_tanh.
+int cuda_matmul_fwd(backend *b, float *out, float *gelu_pre, operand inp, operand weight,
+                    const float *bias, int N, int IC, int OC);
+int cuda_matmul_bwd(backend *b, float *dinp, float *dweight, float *dbias, operand dout,
+                    operand inp, operand weight, const float *gelu_pre, int N, int IC, int OC);
 
 // ---- attention (backend_cuda_attn.cu) ----
 // Sets x->att_max_hs from the device's opt-in shared memory per block.
 tri_status cuda_attention_init(cuda_ctx *x, size_t smem_optin);
-size_t cuda_attention_state_bytes(backend *b, int B, int T, int NH);
-void cuda_attention_fwd(backend *b, float *out, void *state, const float *qkv, int B, int T,
-                        int NH, int HS);
-void cuda_attention_bwd(backend *b, float *dqkv, const float *dout, const float *qkv,
+// The table's entries (backend.h): fp32 q, k, v here, bf16 ones in the tensor-core kernels
+// below. state: each row's log-sum-exp (ATTN_STATE_LSE).
+void cuda_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, int T, int NH,
+                        int HS);
+void cuda_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv,
                         const void *state, int B, int T, int NH, int HS);
+// The fp32 kernels (also the bf16 ops' fallback, on widened q, k, v).
+void cuda_attention_fwd_f32(backend *b, float *out, void *state, const float *qkv, int B, int T,
+                            int NH, int HS);
+void cuda_attention_bwd_f32(backend *b, float *dqkv, const float *dout, const float *qkv,
+                            const void *state, int B, int T, int NH, int HS);
 // ---- tensor-core attention on bf16 q, k, v (backend_cuda_attn_tc.cu) ----
 void cuda_attention_fwd_bf16(backend *b, float *out, void *state, const uint16_t *qkv, int B,
                              int T, int NH, int HS);

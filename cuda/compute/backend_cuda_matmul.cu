@@ -23,7 +23,7 @@
 // Compute type: CUBLAS_COMPUTE_32F (full fp32 FMA) by default; TRIDENT_CUDA_TF32=1 selects
 // CUBLAS_COMPUTE_32F_FAST_TF32 (see backend_cuda.cu).
 //
-// bf16 operands (matmul_fwd_bf16, matmul_bwd_bf16; train.precision bf16): A and B are
+// bf16 operands (operand tags DTYPE_BF16; train.precision bf16): A and B are
 // CUDA_R_16BF, D (and C, the accumulated one) stays CUDA_R_32F, with CUBLAS_COMPUTE_32F:
 // tensor-core products accumulated in fp32. The bias (BIAS) and the bias gradient (BGRADB)
 // are of D's type, fp32, as the fp32 path's are. Where cuBLASLt has no bf16 algorithm at all
@@ -295,16 +295,6 @@ static void matmul_bwd(cuda_ctx *x, cudaDataType_t ab, float *dinp, float *dweig
     else if (dbias) cuda_column_sums_add(x, dbias, (const float *)dout, N, OC);
 }
 
-void cuda_matmul_fwd(backend *b, float *out, const float *inp, const float *weight,
-                     const float *bias, int N, int IC, int OC) {
-    matmul_fwd(cuda_ctx_of(b), CUDA_R_32F, out, inp, weight, bias, N, IC, OC);
-}
-
-void cuda_matmul_bwd(backend *b, float *dinp, float *dweight, float *dbias, const float *dout,
-                     const float *inp, const float *weight, int N, int IC, int OC) {
-    matmul_bwd(cuda_ctx_of(b), CUDA_R_32F, dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
-}
-
 // Does cuBLASLt have a bf16 algorithm (without epilogue) for a GEMM of this shape and these
 // operands? The plan is cached, so asking costs nothing after the first time.
 static int bf16_supported(cuda_ctx *x, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
@@ -314,9 +304,10 @@ static int bf16_supported(cuda_ctx *x, cublasOperation_t ta, cublasOperation_t t
                     CUBLASLT_EPILOGUE_DEFAULT, NULL)->supported;
 }
 
-void cuda_matmul_fwd_bf16(backend *b, float *out, const uint16_t *inp, const uint16_t *weight,
-                          const float *bias, int N, int IC, int OC) {
-    cuda_ctx *x = cuda_ctx_of(b);
+// The bf16 forward: cuBLASLt's bf16 GEMM where it has an algorithm, else the fp32 one on
+// widened copies (the same exact products).
+static void matmul_fwd_bf16(cuda_ctx *x, float *out, const uint16_t *inp, const uint16_t *weight,
+                            const float *bias, int N, int IC, int OC) {
     if (N <= 0 || OC <= 0 || IC <= 0 ||
         bf16_supported(x, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight, IC, inp, IC, out, OC)) {
         matmul_fwd(x, CUDA_R_16BF, out, inp, weight, bias, N, IC, OC);
@@ -329,10 +320,9 @@ void cuda_matmul_fwd_bf16(backend *b, float *out, const uint16_t *inp, const uin
     cuda_widened_free(x, w_weight);
 }
 
-void cuda_matmul_bwd_bf16(backend *b, float *dinp, float *dweight, float *dbias,
-                          const uint16_t *dout, const uint16_t *inp, const uint16_t *weight,
-                          int N, int IC, int OC) {
-    cuda_ctx *x = cuda_ctx_of(b);
+static void matmul_bwd_bf16(cuda_ctx *x, float *dinp, float *dweight, float *dbias,
+                            const uint16_t *dout, const uint16_t *inp, const uint16_t *weight,
+                            int N, int IC, int OC) {
     if (N <= 0 || OC <= 0 || IC <= 0 ||
         ((!dinp || bf16_supported(x, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC, dout, OC, dinp, IC)) &&
          bf16_supported(x, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, dout, OC, dweight, IC))) {
@@ -346,6 +336,24 @@ void cuda_matmul_bwd_bf16(backend *b, float *dinp, float *dweight, float *dbias,
     cuda_widened_free(x, w_dout);
     cuda_widened_free(x, w_inp);
     cuda_widened_free(x, w_weight);
+}
+
+// The forward and the backward of the operands' dtype (backend_matmul_fwd / _bwd checked
+// that they agree), without GELU.
+static void matmul_fwd_typed(cuda_ctx *x, float *out, operand inp, operand weight,
+                             const float *bias, int N, int IC, int OC) {
+    if (inp.dtype == DTYPE_BF16)
+        matmul_fwd_bf16(x, out, (const uint16_t *)inp.ptr, (const uint16_t *)weight.ptr, bias, N,
+                        IC, OC);
+    else matmul_fwd(x, CUDA_R_32F, out, inp.ptr, weight.ptr, bias, N, IC, OC);
+}
+
+static void matmul_bwd_typed(cuda_ctx *x, float *dinp, float *dweight, float *dbias,
+                             operand dout, operand inp, operand weight, int N, int IC, int OC) {
+    if (dout.dtype == DTYPE_BF16)
+        matmul_bwd_bf16(x, dinp, dweight, dbias, (const uint16_t *)dout.ptr,
+                        (const uint16_t *)inp.ptr, (const uint16_t *)weight.ptr, N, IC, OC);
+    else matmul_bwd(x, CUDA_R_32F, dinp, dweight, dbias, dout.ptr, inp.ptr, weight.ptr, N, IC, OC);
 }
 
 // ---- the GELU epilogues ----
@@ -416,50 +424,40 @@ static int gelu_epilogue_matches(cuda_ctx *x) {
     return ok;
 }
 
-// The GEMM of the fc layer with its GELU: one cuBLASLt call writing gelu(pre) and pre where
-// the epilogue is available for this shape (aux ld a multiple of 8, a 16-byte aligned bias),
-// else the GEMM into pre and the GELU kernel.
-void cuda_matmul_gelu_fwd(backend *b, float *out, float *pre, const void *inp, const void *weight,
-                          const float *bias, int N, int IC, int OC, int bf16) {
+// The table's forward. With gelu_pre (the fc layer): one cuBLASLt call writing gelu(pre) and
+// pre where the epilogue is available for this shape (aux ld a multiple of 8, a 16-byte
+// aligned bias), else the GEMM into gelu_pre, and backend_matmul_fwd runs the GELU kernel.
+int cuda_matmul_fwd(backend *b, float *out, float *gelu_pre, operand inp, operand weight,
+                    const float *bias, int N, int IC, int OC) {
     cuda_ctx *x = cuda_ctx_of(b);
+    const int bf16 = inp.dtype == DTYPE_BF16;
     const cudaDataType_t ab = bf16 ? CUDA_R_16BF : CUDA_R_32F;
-    if (x->gelu_epilogue && N > 0 && IC > 0 && OC % 8 == 0 &&
+    if (gelu_pre && x->gelu_epilogue && N > 0 && IC > 0 && OC % 8 == 0 &&
         (!bias || ptr_alignment(bias) >= 16) &&
-        (!bf16 || bf16_supported(x, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight, IC, inp, IC, out, OC)) &&
-        lt_matmul_aux(x, ab, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight, IC, inp, IC, out, OC,
-                      0.0f, bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX,
-                      bias, pre))
-        return;
-    if (bf16)
-        cuda_matmul_fwd_bf16(b, pre, (const uint16_t *)inp, (const uint16_t *)weight, bias, N, IC,
-                             OC);
-    else cuda_matmul_fwd(b, pre, (const float *)inp, (const float *)weight, bias, N, IC, OC);
-    cuda_gelu_fwd(b, out, pre, (size_t)N * OC);
+        (!bf16 || bf16_supported(x, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight.ptr, IC, inp.ptr, IC, out, OC)) &&
+        lt_matmul_aux(x, ab, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight.ptr, IC, inp.ptr, IC, out,
+                      OC, 0.0f, bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX,
+                      bias, gelu_pre))
+        return 1;
+    matmul_fwd_typed(x, gelu_pre ? gelu_pre : out, inp, weight, bias, N, IC, OC);
+    return 0;
 }
 
-// The backward of the layer after the GELU: its dinp GEMM with the DGELU epilogue (reading
-// pre), then the weight and bias gradients as matmul_bwd computes them; or matmul_bwd and
-// the GELU backward kernel.
-void cuda_matmul_bwd_dgelu(backend *b, float *dinp, float *dweight, float *dbias,
-                           const void *dout, const void *inp, const void *weight,
-                           const float *pre, int N, int IC, int OC, int bf16) {
+// The table's backward. With gelu_pre (the layer after the GELU): its dinp GEMM with the DGELU
+// epilogue (reading gelu_pre), then the weight and bias gradients as without it; or the plain
+// backward, and backend_matmul_bwd runs the GELU backward kernel.
+int cuda_matmul_bwd(backend *b, float *dinp, float *dweight, float *dbias, operand dout,
+                    operand inp, operand weight, const float *gelu_pre, int N, int IC, int OC) {
     cuda_ctx *x = cuda_ctx_of(b);
+    const int bf16 = dout.dtype == DTYPE_BF16;
     const cudaDataType_t ab = bf16 ? CUDA_R_16BF : CUDA_R_32F;
-    if (x->gelu_epilogue && N > 0 && OC > 0 && IC % 8 == 0 && IC > 0 &&
-        (!bf16 || bf16_supported(x, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC, dout, OC, dinp, IC)) &&
-        lt_matmul_aux(x, ab, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC, dout, OC, dinp, IC,
-                      0.0f, CUBLASLT_EPILOGUE_DGELU, NULL, pre)) {
-        if (bf16)
-            cuda_matmul_bwd_bf16(b, NULL, dweight, dbias, (const uint16_t *)dout,
-                                 (const uint16_t *)inp, (const uint16_t *)weight, N, IC, OC);
-        else cuda_matmul_bwd(b, NULL, dweight, dbias, (const float *)dout, (const float *)inp,
-                             (const float *)weight, N, IC, OC);
-        return;
+    if (gelu_pre && x->gelu_epilogue && N > 0 && OC > 0 && IC % 8 == 0 && IC > 0 &&
+        (!bf16 || bf16_supported(x, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight.ptr, IC, dout.ptr, OC, dinp, IC)) &&
+        lt_matmul_aux(x, ab, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight.ptr, IC, dout.ptr, OC,
+                      dinp, IC, 0.0f, CUBLASLT_EPILOGUE_DGELU, NULL, gelu_pre)) {
+        matmul_bwd_typed(x, NULL, dweight, dbias, dout, inp, weight, N, IC, OC);
+        return 1;
     }
-    if (bf16)
-        cuda_matmul_bwd_bf16(b, dinp, dweight, dbias, (const uint16_t *)dout,
-                             (const uint16_t *)inp, (const uint16_t *)weight, N, IC, OC);
-    else cuda_matmul_bwd(b, dinp, dweight, dbias, (const float *)dout, (const float *)inp,
-                         (const float *)weight, N, IC, OC);
-    cuda_gelu_bwd(b, dinp, pre, dinp, (size_t)N * IC);
+    matmul_bwd_typed(x, dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+    return 0;
 }

@@ -733,11 +733,7 @@ int commtest_main(int argc, char **argv) {
     }
 
     // The compute backend first (on a GPU it selects the device the comm's buffers and
-    // NCCL's communicators belong to), then the comm, as the trainer makes them. The run
-    // config only carries system.backend to backend_create_for.
-    run_config cfg;
-    config_defaults(&cfg);
-    cfg.system.backend = o.backend;
+    // NCCL's communicators belong to), then the comm, as the trainer makes them.
     comm *c = NULL;
     backend *be = NULL;
     const mesh m = {.tp = o.tp, .dp = o.dp, .pp = o.pp};
@@ -745,7 +741,7 @@ int commtest_main(int argc, char **argv) {
                   .stall_rank = o.stall_rank, .stall_step = o.stall_step};
     s.me = mesh_coord_of(&m, li.rank);
     log_set_rank(li.rank, s.me.tp, s.me.dp, s.me.pp);
-    TRI_CHECK_GOTO(backend_create_for(&cfg, li.local_rank, 1, &be), st, done);
+    TRI_CHECK_GOTO(backend_create_for(o.backend, li.local_rank, 1, &be), st, done);
     TRI_CHECK_GOTO(comm_create_for(&c, &m, o.comm, &li, be, o.timeout_s), st, done);
     s.c = c;
     s.be = be;
@@ -764,6 +760,5 @@ done:
     comm_destroy(c);
     if (be) be->destroy(be);
     launch_finalize(&li);
-    config_free(&cfg);
     return st != TRI_OK ? (int)st : rc;
 }

@@ -20,7 +20,7 @@ static double measure_matmul_rate(backend *be) {
     float *a = be->alloc(be, (size_t)N * K * 4), *w = be->alloc(be, (size_t)M * K * 4);
     float *o = be->alloc(be, (size_t)N * M * 4);
     if (!a || !w || !o) return 0.0;
-    be->matmul_fwd(be, o, a, w, NULL, N, K, M); // warm-up
+    backend_matmul_fwd(be, o, NULL, operand_fp32(a), operand_fp32(w), NULL, N, K, M); // warm-up
     be->synchronize(be);
     // The best of several short windows: interference only ever lowers a measurement.
     double best = 0.0;
@@ -28,7 +28,7 @@ static double measure_matmul_rate(backend *be) {
         int reps = 0;
         double t0 = time_now_s(), t;
         do {
-            be->matmul_fwd(be, o, a, w, NULL, N, K, M);
+            backend_matmul_fwd(be, o, NULL, operand_fp32(a), operand_fp32(w), NULL, N, K, M);
             be->synchronize(be);
             reps++;
             t = time_now_s() - t0;
@@ -158,7 +158,7 @@ tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     }
     // The compute backend first: on the CUDA path it selects the device that NCCL's
     // communicators and every buffer belong to.
-    TRI_CHECK(backend_create_for(cfg, li->local_rank, threads, &tr->be));
+    TRI_CHECK(backend_create_for(cfg->system.backend, li->local_rank, threads, &tr->be));
     TRI_CHECK(create_comm(tr));
     // Before the model exists, so that the peak memory is the model's and optimizer's alone.
     // The MFU denominator: the backend's datasheet peak, or its measured matmul rate.

@@ -9,19 +9,50 @@
 // Every pointer argument is device memory of the backend. Backward ops ACCUMULATE into
 // parameter gradients (+=) so that micro-batches add up; activation gradients are
 // overwritten unless stated otherwise.
+//
+// Precision is data: the matmul and attention operands are dtype-tagged (`operand`), and
+// one entry point serves every dtype. Callers use the backend_matmul_* and
+// backend_attention_* wrappers at the end of this file, which check the tags and hold the
+// fallbacks both backends share (ggml's ggml_backend_tensor_set pattern, backend.c); the
+// table entries behind them are what a backend implements.
 #pragma once
 #include "base/common.h"
+#include "base/dtype.h"
 
-typedef struct backend backend;
+// Which compute backend a run asks for (system.backend; backend_select.h chooses).
+typedef enum { BACKEND_AUTO = 0, BACKEND_CPU = 1, BACKEND_CUDA = 2 } backend_kind;
 
-// How a backend's attention keeps its state for the backward, which sizes the activation
-// slots: the softmax probabilities (B, NH, T, T) floats (the CPU), or the log-sum-exp of each
-// row (B, NH, T) floats (the CUDA backend's flash-style kernels).
-typedef enum { ATTN_STATE_PROBS = 0, ATTN_STATE_ROWSTATS = 1 } attn_state_kind;
+// A read-only operand of a matmul or attention: device memory and its element type,
+// DTYPE_FP32 or DTYPE_BF16 (bf16.h; train.precision bf16 keeps the parameters and the
+// activations the matmuls read in bf16). Outputs and accumulators are always fp32.
+typedef struct {
+    const void *ptr;
+    tri_dtype dtype;
+} operand;
 
+// (Written without compound literals: nvcc reads this header as C++.)
+static inline operand operand_fp32(const float *p) {
+    operand o = {p, DTYPE_FP32};
+    return o;
+}
+static inline operand operand_bf16(const uint16_t *p) {
+    operand o = {p, DTYPE_BF16};
+    return o;
+}
+
+// How attention_fwd keeps, per layer and micro-batch, what attention_bwd reads: a fact about
+// a backend (backend.attn_state) that the model sizes its buffers by and the planner counts.
+typedef enum {
+    ATTN_STATE_PROBS = 0, // the softmax probabilities, (B, NH, T, T) floats (the CPU backend)
+    ATTN_STATE_LSE = 1,   // each row's log-sum-exp, (B, NH, T) floats (flash-style kernels: CUDA)
+} attn_state_kind;
+
+// Bytes of that state for B sequences of T tokens over NH heads.
 static inline size_t attn_state_bytes(attn_state_kind kind, size_t B, size_t T, size_t NH) {
     return B * NH * T * (kind == ATTN_STATE_PROBS ? T : 1) * sizeof(float);
 }
+
+typedef struct backend backend;
 
 struct backend {
     const char *name; // "cpu", "cuda"
@@ -32,7 +63,9 @@ struct backend {
                              // and the comm backend of choice is NCCL
     double peak_flops;       // the MFU denominator: a datasheet peak, or 0 to measure the
                              // backend's matmul rate at start
-    attn_state_kind attn_state; // how attention_fwd keeps its state for attention_bwd
+    // What attention_fwd keeps for the backward; attn_state_bytes(attn_state, ...) sizes it
+    // for the model and the planner.
+    attn_state_kind attn_state;
     void *stream;            // the stream every op runs on, in call order (a cudaStream_t), for
                              // a comm backend that orders itself against it with events; NULL
                              // on the CPU. Set at creation.
@@ -47,35 +80,28 @@ struct backend {
     void (*synchronize)(backend *b);
     size_t (*mem_peak_bytes)(backend *b); // high-water mark of alloc()ed bytes
 
-    // ---- linear layers ----
-    // out (N, OC) = inp (N, IC) @ weight (OC, IC)^T + bias (OC); bias may be NULL.
-    void (*matmul_fwd)(backend *b, float *out, const float *inp, const float *weight,
-                       const float *bias, int N, int IC, int OC);
-    // dinp (N, IC) = dout @ weight  (overwritten; skipped when dinp is NULL)
+    // ---- linear layers (called through backend_matmul_fwd / _bwd) ----
+    // The operands of a call (inp, weight; dout) are all fp32 or all bf16 (the wrappers
+    // check). A product of two bf16 values is exact in fp32 and the products accumulate in
+    // fp32, so bf16 differs from fp32 only in what is read, and the backends only in the order
+    // of the sums: tensor cores on CUDA, the operands widened into fp32 on the CPU.
+    //
+    // pre (N, OC) = inp (N, IC) @ weight (OC, IC)^T + bias (OC); bias may be NULL. pre goes to
+    // gelu_pre when it is given (the MLP's fc layer), else to out. With gelu_pre, a backend
+    // that fuses the GELU into its GEMM (CUDA: cuBLASLt's GELU epilogues, where the device's
+    // GELU matches gelu_tanh) also writes out (N, OC) = gelu_tanh(pre) and returns 1; else it
+    // returns 0, and backend_matmul_fwd runs gelu_fwd. Returns 0 without gelu_pre.
+    int (*matmul_fwd)(backend *b, float *out, float *gelu_pre, operand inp, operand weight,
+                      const float *bias, int N, int IC, int OC);
+    // dinp (N, IC) = dout (N, OC) @ weight  (overwritten; skipped when dinp is NULL)
     // dweight (OC, IC) += dout^T @ inp;  dbias (OC) += column sums of dout (skipped if NULL)
-    void (*matmul_bwd)(backend *b, float *dinp, float *dweight, float *dbias, const float *dout,
-                       const float *inp, const float *weight, int N, int IC, int OC);
-    // The same two with bf16 operands (train.precision bf16): inp, weight and dout are bf16,
-    // the products accumulate in fp32, and out, dinp, dweight, dbias and bias are fp32. A
-    // product of two bf16 values is exact in fp32, so backends differ only in the order of
-    // the sums: tensor cores on CUDA, the operands widened into fp32 on the CPU.
-    void (*matmul_fwd_bf16)(backend *b, float *out, const uint16_t *inp, const uint16_t *weight,
-                            const float *bias, int N, int IC, int OC);
-    void (*matmul_bwd_bf16)(backend *b, float *dinp, float *dweight, float *dbias,
-                            const uint16_t *dout, const uint16_t *inp, const uint16_t *weight,
-                            int N, int IC, int OC);
-    // The MLP's GELU fused into its GEMMs (CUDA: cuBLASLt's GELU epilogues, where the device's
-    // GELU matches gelu_tanh; else the separate ops). bf16: inp, weight and dout are bf16 (as
-    // in the *_bf16 matmuls), else fp32.
-    // pre (N, OC) = inp @ weight^T + bias; out (N, OC) = gelu_tanh(pre).
-    void (*matmul_gelu_fwd)(backend *b, float *out, float *pre, const void *inp,
-                            const void *weight, const float *bias, int N, int IC, int OC,
-                            int bf16);
-    // matmul_bwd whose dinp (not NULL) is then multiplied by gelu_tanh'(pre), pre (N, IC) fp32:
-    // the gradient at the GELU's input when the GELU's output is this layer's input.
-    void (*matmul_bwd_dgelu)(backend *b, float *dinp, float *dweight, float *dbias,
-                             const void *dout, const void *inp, const void *weight,
-                             const float *pre, int N, int IC, int OC, int bf16);
+    // gelu_pre (N, IC) fp32, or NULL: this layer's input is gelu_tanh(gelu_pre), and dinp
+    // (then not NULL) is wanted at gelu_pre: dinp *= gelu_tanh'(gelu_pre). A backend that
+    // fuses that product into its GEMM returns 1; else it returns 0 with dinp = dout @ weight,
+    // and backend_matmul_bwd runs gelu_bwd. Returns 0 without gelu_pre.
+    int (*matmul_bwd)(backend *b, float *dinp, float *dweight, float *dbias, operand dout,
+                      operand inp, operand weight, const float *gelu_pre, int N, int IC,
+                      int OC);
 
     // ---- normalisation and pointwise ----
     // out (N, C) = (inp - mean) * rstd * weight + bias; saves mean (N), rstd (N). eps 1e-5.
@@ -98,24 +124,18 @@ struct backend {
     // dinp = gelu_tanh'(inp) * dout (overwritten; dinp may alias dout)
     void (*gelu_bwd)(backend *b, float *dinp, const float *inp, const float *dout, size_t n);
 
-    // ---- attention ----
-    // Bytes of per-micro-batch state attention_fwd saves for the backward (B, NH, T, T
-    // probabilities on the CPU; log-sum-exp rows on a flash-style GPU kernel).
-    size_t (*attention_state_bytes)(backend *b, int B, int T, int NH);
-    // qkv (B, T, 3*NH*HS): q heads, then k heads, then v heads, each (NH, HS) per token.
-    // out (B, T, NH*HS): causal softmax(q k^T / sqrt(HS)) v, heads concatenated.
-    void (*attention_fwd)(backend *b, float *out, void *state, const float *qkv, int B, int T,
+    // ---- attention (called through backend_attention_fwd / _bwd) ----
+    // qkv (B, T, 3*NH*HS), fp32 or bf16: q heads, then k heads, then v heads, each (NH, HS)
+    // per token. out (B, T, NH*HS) fp32: causal softmax(q k^T / sqrt(HS)) v, heads
+    // concatenated. state: attn_state_bytes(b->attn_state, B, T, NH) bytes, written here and
+    // read by attention_bwd. On bf16 q, k, v the probabilities (and dO, dS) may be rounded to
+    // bf16 for the tensor cores' products, with fp32 accumulation (CUDA); the CPU widens qkv
+    // and runs the fp32 op.
+    void (*attention_fwd)(backend *b, float *out, void *state, operand qkv, int B, int T,
                           int NH, int HS);
-    // dqkv (B, T, 3*NH*HS) overwritten.
-    void (*attention_bwd)(backend *b, float *dqkv, const float *dout, const float *qkv,
+    // dqkv (B, T, 3*NH*HS) fp32, overwritten; dout (B, T, NH*HS) fp32; qkv as the forward's.
+    void (*attention_bwd)(backend *b, float *dqkv, const float *dout, operand qkv,
                           const void *state, int B, int T, int NH, int HS);
-    // The same two on bf16 q, k, v (train.precision bf16: the kept qkv), with the same state;
-    // out and dqkv fp32. The probabilities (and dO, dS) may be rounded to bf16 for the tensor
-    // cores' products, with fp32 accumulation (CUDA); the CPU widens qkv and runs the fp32 op.
-    void (*attention_fwd_bf16)(backend *b, float *out, void *state, const uint16_t *qkv, int B,
-                               int T, int NH, int HS);
-    void (*attention_bwd_bf16)(backend *b, float *dqkv, const float *dout, const uint16_t *qkv,
-                               const void *state, int B, int T, int NH, int HS);
 
     // ---- embeddings ----
     // out (B*T, C) = wte[tokens - vocab_start] (zero when the token is outside
@@ -188,3 +208,17 @@ void backend_cpu_prepare_process(char **argv);
 
 // Creates the CPU backend with `threads` compute threads (0: all cores).
 tri_status backend_cpu_create(backend **out, int threads);
+
+// ---- the typed ops, as callers use them (backend.c) ----
+// Each checks its operands' tags (a combination no backend path supports is a broken
+// invariant: TRI_ASSERT) and calls the table entry above; for the GELU, it runs gelu_fwd /
+// gelu_bwd itself where the backend did not fuse them. Arguments as the table's.
+void backend_matmul_fwd(backend *b, float *out, float *gelu_pre, operand inp, operand weight,
+                        const float *bias, int N, int IC, int OC);
+void backend_matmul_bwd(backend *b, float *dinp, float *dweight, float *dbias, operand dout,
+                        operand inp, operand weight, const float *gelu_pre, int N, int IC,
+                        int OC);
+void backend_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, int T,
+                           int NH, int HS);
+void backend_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv,
+                           const void *state, int B, int T, int NH, int HS);

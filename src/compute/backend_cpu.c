@@ -161,7 +161,8 @@ void cpu_gemm(cpu_ctx *ctx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N
     }
 }
 
-static void cpu_matmul_fwd(backend *b, float *out, const float *inp, const float *weight,
+// fp32 operands.
+static void matmul_fwd_f32(backend *b, float *out, const float *inp, const float *weight,
                            const float *bias, int N, int IC, int OC) {
     cpu_ctx *ctx = ctx_of(b);
     float beta = 0.0f;
@@ -175,7 +176,7 @@ static void cpu_matmul_fwd(backend *b, float *out, const float *inp, const float
     cpu_gemm(ctx, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, weight, IC, beta, out, OC);
 }
 
-static void cpu_matmul_bwd(backend *b, float *dinp, float *dweight, float *dbias, const float *dout,
+static void matmul_bwd_f32(backend *b, float *dinp, float *dweight, float *dbias, const float *dout,
                            const float *inp, const float *weight, int N, int IC, int OC) {
     cpu_ctx *ctx = ctx_of(b);
     if (dinp)
@@ -547,41 +548,45 @@ static void cpu_add_to_bf16(backend *b, uint16_t *dst, const float *src, size_t 
 // bf16 operands: widened exactly into the backend's scratch, then the fp32 products above
 // (backend.h: a product of two bf16 values is exact in fp32, so this is what a bf16 GEMM
 // with fp32 accumulation computes, up to the order of the sums).
-static void cpu_matmul_fwd_bf16(backend *b, float *out, const uint16_t *inp,
-                                const uint16_t *weight, const float *bias, int N, int IC, int OC) {
+static void matmul_fwd_bf16(backend *b, float *out, const uint16_t *inp, const uint16_t *weight,
+                            const float *bias, int N, int IC, int OC) {
     const size_t ni = (size_t)N * IC, nw = (size_t)OC * IC;
     float *w_inp = cpu_scratch(ctx_of(b), ni + nw), *w_weight = w_inp + ni;
     cpu_from_bf16(b, w_inp, inp, ni);
     cpu_from_bf16(b, w_weight, weight, nw);
-    cpu_matmul_fwd(b, out, w_inp, w_weight, bias, N, IC, OC);
+    matmul_fwd_f32(b, out, w_inp, w_weight, bias, N, IC, OC);
 }
 
-static void cpu_matmul_bwd_bf16(backend *b, float *dinp, float *dweight, float *dbias,
-                                const uint16_t *dout, const uint16_t *inp, const uint16_t *weight,
-                                int N, int IC, int OC) {
+static void matmul_bwd_bf16(backend *b, float *dinp, float *dweight, float *dbias,
+                            const uint16_t *dout, const uint16_t *inp, const uint16_t *weight,
+                            int N, int IC, int OC) {
     const size_t no = (size_t)N * OC, ni = (size_t)N * IC, nw = (size_t)OC * IC;
     float *w_dout = cpu_scratch(ctx_of(b), no + ni + nw), *w_inp = w_dout + no, *w_weight = w_inp + ni;
     cpu_from_bf16(b, w_dout, dout, no);
     cpu_from_bf16(b, w_inp, inp, ni);
     cpu_from_bf16(b, w_weight, weight, nw);
-    cpu_matmul_bwd(b, dinp, dweight, dbias, w_dout, w_inp, w_weight, N, IC, OC);
+    matmul_bwd_f32(b, dinp, dweight, dbias, w_dout, w_inp, w_weight, N, IC, OC);
 }
 
-// The GELU "fusions": the GEMM, then the pointwise op (the CPU gains nothing from fusing).
-static void cpu_matmul_gelu_fwd(backend *b, float *out, float *pre, const void *inp,
-                                const void *weight, const float *bias, int N, int IC, int OC,
-                                int bf16) {
-    if (bf16) cpu_matmul_fwd_bf16(b, pre, inp, weight, bias, N, IC, OC);
-    else cpu_matmul_fwd(b, pre, inp, weight, bias, N, IC, OC);
-    cpu_gelu_fwd(b, out, pre, (size_t)N * OC);
+// The table's entries: the GEMMs of the operands' dtype (backend_matmul_fwd / _bwd checked
+// that they agree). The GELU is never fused (the CPU gains nothing from it): the GEMM goes to
+// gelu_pre, and backend_matmul_fwd / _bwd run the GELU ops after it.
+static int cpu_matmul_fwd(backend *b, float *out, float *gelu_pre, operand inp, operand weight,
+                          const float *bias, int N, int IC, int OC) {
+    float *pre = gelu_pre ? gelu_pre : out;
+    if (inp.dtype == DTYPE_BF16) matmul_fwd_bf16(b, pre, inp.ptr, weight.ptr, bias, N, IC, OC);
+    else matmul_fwd_f32(b, pre, inp.ptr, weight.ptr, bias, N, IC, OC);
+    return 0;
 }
 
-static void cpu_matmul_bwd_dgelu(backend *b, float *dinp, float *dweight, float *dbias,
-                                 const void *dout, const void *inp, const void *weight,
-                                 const float *pre, int N, int IC, int OC, int bf16) {
-    if (bf16) cpu_matmul_bwd_bf16(b, dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
-    else cpu_matmul_bwd(b, dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
-    cpu_gelu_bwd(b, dinp, pre, dinp, (size_t)N * IC);
+static int cpu_matmul_bwd(backend *b, float *dinp, float *dweight, float *dbias, operand dout,
+                          operand inp, operand weight, const float *gelu_pre, int N, int IC,
+                          int OC) {
+    (void)gelu_pre;
+    if (dout.dtype == DTYPE_BF16)
+        matmul_bwd_bf16(b, dinp, dweight, dbias, dout.ptr, inp.ptr, weight.ptr, N, IC, OC);
+    else matmul_bwd_f32(b, dinp, dweight, dbias, dout.ptr, inp.ptr, weight.ptr, N, IC, OC);
+    return 0;
 }
 
 typedef struct {
@@ -656,11 +661,6 @@ static void cpu_adamw(backend *b, float *param, const float *grad, float *m, flo
 // ---------------------------------------------------------------------------------------
 // Creation
 
-static size_t cpu_attention_state_bytes(backend *b, int B, int T, int NH) {
-    (void)b;
-    return (size_t)B * NH * T * T * sizeof(float); // softmax probabilities (B, NH, T, T)
-}
-
 static void cpu_destroy(backend *b) {
     if (!b) return;
     cpu_ctx *ctx = ctx_of(b);
@@ -688,21 +688,14 @@ static const backend cpu_backend_table = {
     /* .mem_peak_bytes        = */ cpu_mem_peak_bytes,
     /* .matmul_fwd            = */ cpu_matmul_fwd,
     /* .matmul_bwd            = */ cpu_matmul_bwd,
-    /* .matmul_fwd_bf16       = */ cpu_matmul_fwd_bf16,
-    /* .matmul_bwd_bf16       = */ cpu_matmul_bwd_bf16,
-    /* .matmul_gelu_fwd       = */ cpu_matmul_gelu_fwd,
-    /* .matmul_bwd_dgelu      = */ cpu_matmul_bwd_dgelu,
     /* .layernorm_fwd         = */ cpu_layernorm_fwd,
     /* .layernorm_bwd         = */ cpu_layernorm_bwd,
     /* .residual_fwd          = */ cpu_residual_fwd,
     /* .residual_layernorm_fwd = */ cpu_residual_layernorm_fwd,
     /* .gelu_fwd              = */ cpu_gelu_fwd,
     /* .gelu_bwd              = */ cpu_gelu_bwd,
-    /* .attention_state_bytes = */ cpu_attention_state_bytes,
     /* .attention_fwd         = */ cpu_attention_fwd,
     /* .attention_bwd         = */ cpu_attention_bwd,
-    /* .attention_fwd_bf16    = */ cpu_attention_fwd_bf16,
-    /* .attention_bwd_bf16    = */ cpu_attention_bwd_bf16,
     /* .embedding_fwd         = */ cpu_embedding_fwd,
     /* .embedding_bwd         = */ cpu_embedding_bwd,
     /* .xent_max              = */ cpu_xent_max,

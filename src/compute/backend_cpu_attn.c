@@ -103,8 +103,8 @@ static void attn_bwd_head(cpu_ctx *ctx, float *dq, const float *dout, const floa
     }
 }
 
-void cpu_attention_fwd(backend *b, float *out, void *state, const float *qkv, int B, int T, int NH,
-                       int HS) {
+static void attention_fwd_f32(backend *b, float *out, void *state, const float *qkv, int B, int T,
+                              int NH, int HS) {
     cpu_ctx *ctx = b->ctx;
     const int C = NH * HS, heads = B * NH;
     float *P = state;
@@ -124,8 +124,8 @@ void cpu_attention_fwd(backend *b, float *out, void *state, const float *qkv, in
     }
 }
 
-void cpu_attention_bwd(backend *b, float *dqkv, const float *dout, const float *qkv,
-                       const void *state, int B, int T, int NH, int HS) {
+static void attention_bwd_f32(backend *b, float *dqkv, const float *dout, const float *qkv,
+                              const void *state, int B, int T, int NH, int HS) {
     cpu_ctx *ctx = b->ctx;
     const int C = NH * HS, heads = B * NH;
     const float *P = state;
@@ -153,19 +153,22 @@ void cpu_attention_bwd(backend *b, float *dqkv, const float *dout, const float *
     }
 }
 
-// bf16 q, k, v: widened (exactly) into the backend's own buffer, then the fp32 op.
-void cpu_attention_fwd_bf16(backend *b, float *out, void *state, const uint16_t *qkv, int B,
-                            int T, int NH, int HS) {
+// The typed entries: bf16 q, k, v widened (exactly) into the backend's own buffer, then the
+// fp32 op on them.
+static const float *qkv_f32(backend *b, operand qkv, int B, int T, int NH, int HS) {
+    if (qkv.dtype != DTYPE_BF16) return qkv.ptr;
     const size_t n = (size_t)B * T * 3 * NH * HS;
     float *wide = cpu_widened(b->ctx, n);
-    b->from_bf16(b, wide, qkv, n);
-    cpu_attention_fwd(b, out, state, wide, B, T, NH, HS);
+    b->from_bf16(b, wide, qkv.ptr, n);
+    return wide;
 }
 
-void cpu_attention_bwd_bf16(backend *b, float *dqkv, const float *dout, const uint16_t *qkv,
-                            const void *state, int B, int T, int NH, int HS) {
-    const size_t n = (size_t)B * T * 3 * NH * HS;
-    float *wide = cpu_widened(b->ctx, n);
-    b->from_bf16(b, wide, qkv, n);
-    cpu_attention_bwd(b, dqkv, dout, wide, state, B, T, NH, HS);
+void cpu_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, int T, int NH,
+                       int HS) {
+    attention_fwd_f32(b, out, state, qkv_f32(b, qkv, B, T, NH, HS), B, T, NH, HS);
+}
+
+void cpu_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv, const void *state,
+                       int B, int T, int NH, int HS) {
+    attention_bwd_f32(b, dqkv, dout, qkv_f32(b, qkv, B, T, NH, HS), state, B, T, NH, HS);
 }

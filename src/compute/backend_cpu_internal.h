@@ -56,14 +56,12 @@ void cpu_gemm(cpu_ctx *ctx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N
               float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C,
               int ldc);
 
-void cpu_attention_fwd(backend *b, float *out, void *state, const float *qkv, int B, int T, int NH,
+// The table's attention entries (backend_cpu_attn.c); bf16 q, k, v are widened into
+// cpu_widened's buffer and the fp32 op runs on them.
+void cpu_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, int T, int NH,
                        int HS);
-void cpu_attention_fwd_bf16(backend *b, float *out, void *state, const uint16_t *qkv, int B,
-                            int T, int NH, int HS);
-void cpu_attention_bwd_bf16(backend *b, float *dqkv, const float *dout, const uint16_t *qkv,
-                            const void *state, int B, int T, int NH, int HS);
-void cpu_attention_bwd(backend *b, float *dqkv, const float *dout, const float *qkv,
-                       const void *state, int B, int T, int NH, int HS);
+void cpu_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv, const void *state,
+                       int B, int T, int NH, int HS);
 
 // exp(x) within 2 ulp of expf for x in [-86.9, 88.3]; 0 below (no subnormals), +inf
 // above, NaN stays NaN. Cephes' expf: x = n ln2 + r with |r| <= ln2/2, a degree-7

@@ -12,9 +12,8 @@ static tri_status create_cuda(int local_rank, backend **out) {
     return TRI_OK;
 }
 
-tri_status backend_create_for(const run_config *cfg, int local_rank, int threads, backend **out) {
+tri_status backend_create_for(backend_kind kind, int local_rank, int threads, backend **out) {
     *out = NULL;
-    const backend_kind kind = cfg->system.backend;
     if (kind == BACKEND_CPU) return backend_cpu_create(out, threads);
     const int devices = cuda_device_count();
     if (kind == BACKEND_AUTO) {

@@ -11,12 +11,12 @@
 #include "base/common.h"
 #include "base/dtype.h"
 #include "comm/comm.h"        // comm_kind
+#include "compute/backend.h"  // backend_kind
 #include "model/model.h"      // model_config, recompute_kind
 #include "parallel/optim.h"   // optim_config, decay_kind
 #include "parallel/sched.h"   // schedule_kind
 #include "parallel/zero.h"    // zero3_gather_kind
 
-typedef enum { BACKEND_AUTO = 0, BACKEND_CPU = 1, BACKEND_CUDA = 2 } backend_kind;
 
 #define DP_AUTO (-1)
 

@@ -57,7 +57,7 @@ typedef struct {
     float *ln1, *ln2;  // (Lc, N, C): LayerNorm outputs, all rows (gathered under SP)
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd; // (Lc, Nl)
     float *qkv;        // (Lc, N, 3C/tp)
-    void *att_state;   // Lc * attn_state_bytes(B, T, NH/tp)
+    void *att_state;   // Lc * attn_state_bytes(layout.attn_state, B, T, NH/tp)
     float *atty;       // (Lc, N, C/tp)
     float *fch, *fch_gelu; // (Lc, N, 4C/tp)
     float *dres;       // (Nl, C): d(loss)/d(residual stream); d(chunk output) on entry to

@@ -11,6 +11,9 @@ const float *model_param(model *m, int idx);
 static inline const uint16_t *model_param16(const model *m, int idx) {
     return (const uint16_t *)m->store.param_of[idx];
 }
+// An operand of a matmul or attention: its fp32 or its bf16 form, as the model computes.
+#define OPND(m, f32, b16) ((m)->bf16 ? operand_bf16(b16) : operand_fp32(f32))
+
 // Where an op accumulates an entry's gradient: the store's fp32 accumulator, or under bf16
 // gradients the entry's fp32 staging (flushed at each grads_ready point).
 static inline float *model_grad(model *m, int idx) {

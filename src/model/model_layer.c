@@ -120,8 +120,8 @@ static const uint16_t *stored_bf16(model *m, model_acts *a, layer_acts *w, int i
 
 void model_linear_fwd(model *m, float *out, const float *inp, const uint16_t *inp16, int w,
                        const float *bias, int N, int IC, int OC) {
-    if (m->bf16) m->be->matmul_fwd_bf16(m->be, out, inp16, P16(m, w), bias, N, IC, OC);
-    else m->be->matmul_fwd(m->be, out, inp, P(m, w), bias, N, IC, OC);
+    backend_matmul_fwd(m->be, out, NULL, OPND(m, inp, inp16), OPND(m, P(m, w), P16(m, w)), bias, N,
+                       IC, OC);
 }
 
 // The MLP's fc layer and its GELU in one op: pre (N, OC) = inp @ W^T + bias, out =
@@ -129,8 +129,8 @@ void model_linear_fwd(model *m, float *out, const float *inp, const uint16_t *in
 static void linear_gelu_fwd(model *m, float *out, float *pre, const float *inp,
                             const uint16_t *inp16, int w, const float *bias, int N, int IC,
                             int OC) {
-    if (m->bf16) m->be->matmul_gelu_fwd(m->be, out, pre, inp16, P16(m, w), bias, N, IC, OC, 1);
-    else m->be->matmul_gelu_fwd(m->be, out, pre, inp, P(m, w), bias, N, IC, OC, 0);
+    backend_matmul_fwd(m->be, out, pre, OPND(m, inp, inp16), OPND(m, P(m, w), P16(m, w)), bias, N,
+                       IC, OC);
 }
 
 // Its backward into dinp and the gradients of entry w (dbias: its bias's, or NULL). Under
@@ -140,14 +140,9 @@ static void linear_bwd(model *m, float *dinp, int w, float *dbias, const float *
                        const float *inp, const uint16_t *inp16, const float *gelu_pre, int N,
                        int IC, int OC) {
     backend *be = m->be;
-    const void *d = dout, *x = inp, *wt = m->bf16 ? (const void *)P16(m, w) : (const void *)P(m, w);
-    if (m->bf16) {
-        be->to_bf16(be, m->mm16, dout, (size_t)N * OC);
-        d = m->mm16, x = inp16;
-    }
-    if (gelu_pre) be->matmul_bwd_dgelu(be, dinp, G(m, w), dbias, d, x, wt, gelu_pre, N, IC, OC, m->bf16);
-    else if (m->bf16) be->matmul_bwd_bf16(be, dinp, G(m, w), dbias, d, x, wt, N, IC, OC);
-    else be->matmul_bwd(be, dinp, G(m, w), dbias, d, x, wt, N, IC, OC);
+    if (m->bf16) be->to_bf16(be, m->mm16, dout, (size_t)N * OC);
+    backend_matmul_bwd(be, dinp, G(m, w), dbias, OPND(m, dout, m->mm16), OPND(m, inp, inp16),
+                       OPND(m, P(m, w), P16(m, w)), gelu_pre, N, IC, OC);
 }
 
 // Element n of an activation buffer, or NULL for one a slot does not hold in fp32 (bf16).
@@ -221,9 +216,8 @@ tri_status model_layer_forward(model *m, model_acts *acts, int l, int i) {
     keep_bf16(m, acts, &a, i, ACT_LN1);
     model_linear_fwd(m, a.qkv, a.ln1, IN16(ACT_LN1), LW(PARAM_QKVW), LP(PARAM_QKVB), N, C, d->C3_local);
     keep_bf16(m, acts, &a, i, ACT_QKV);
-    if (m->bf16)
-        be->attention_fwd_bf16(be, a.atty, a.att_state, IN16(ACT_QKV), d->B, d->T, d->NH_local, d->HS);
-    else be->attention_fwd(be, a.atty, a.att_state, a.qkv, d->B, d->T, d->NH_local, d->HS);
+    backend_attention_fwd(be, a.atty, a.att_state, OPND(m, a.qkv, IN16(ACT_QKV)), d->B, d->T,
+                          d->NH_local, d->HS);
     keep_bf16(m, acts, &a, i, ACT_ATTY);
     const next_layernorm ln2 = {a.ln2, a.ln2_mean, a.ln2_rstd, LP(PARAM_LN2W), LP(PARAM_LN2B)};
     TRI_CHECK(rowpar_residual(m, a.res2, a.in, a.atty, IN16(ACT_ATTY), LW(PARAM_ATTPROJW),
@@ -282,10 +276,8 @@ tri_status model_layer_backward(model *m, model_acts *acts, int l, int i) {
     TRI_CHECK(model_dresidual_all_rows(m, acts->dres, &dout));
     linear_bwd(m, m->datty, LW(PARAM_ATTPROJW), LG(PARAM_ATTPROJB), dout, a.atty,
                IN16(ACT_ATTY), NULL, N, d->C_local, C);
-    if (m->bf16)
-        be->attention_bwd_bf16(be, m->dqkv, m->datty, IN16(ACT_QKV), a.att_state, d->B, d->T,
-                               d->NH_local, d->HS);
-    else be->attention_bwd(be, m->dqkv, m->datty, a.qkv, a.att_state, d->B, d->T, d->NH_local, d->HS);
+    backend_attention_bwd(be, m->dqkv, m->datty, OPND(m, a.qkv, IN16(ACT_QKV)), a.att_state, d->B,
+                          d->T, d->NH_local, d->HS);
     linear_bwd(m, m->dln, LW(PARAM_QKVW), LG(PARAM_QKVB), m->dqkv, a.ln1, IN16(ACT_LN1), NULL, N,
                C, d->C3_local);
     TRI_CHECK(model_layernorm_bwd_from_all_rows(m, acts->dres, a.in, LP(PARAM_LN1W), LG(PARAM_LN1W), LG(PARAM_LN1B),

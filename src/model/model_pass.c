@@ -80,8 +80,9 @@ static void head_backward(model *m, model_acts *a) {
     const size_t C = d->C, Vp = d->Vp_local;
     const int wte = params_wte(&m->table);
     if (!m->bf16) {
-        m->be->matmul_bwd(m->be, m->dln, G(m, wte), NULL, a->logits, a->lnf, P(m, wte), d->N,
-                          d->C, d->Vp_local);
+        backend_matmul_bwd(m->be, m->dln, G(m, wte), NULL, operand_fp32(a->logits),
+                           operand_fp32(a->lnf), operand_fp32(P(m, wte)), NULL, d->N, d->C,
+                           d->Vp_local);
         return;
     }
     const size_t rows = model_head_chunk_rows((size_t)d->N);
@@ -90,8 +91,9 @@ static void head_backward(model *m, model_acts *a) {
         uint16_t *lnf16 = m->mm16, *dlogits16 = m->mm16 + r * C;
         m->be->to_bf16(m->be, lnf16, a->lnf + r0 * C, r * C);
         m->be->to_bf16(m->be, dlogits16, a->logits + r0 * Vp, r * Vp);
-        m->be->matmul_bwd_bf16(m->be, m->dln + r0 * C, G(m, wte), NULL, dlogits16, lnf16,
-                               P16(m, wte), (int)r, d->C, d->Vp_local);
+        backend_matmul_bwd(m->be, m->dln + r0 * C, G(m, wte), NULL, operand_bf16(dlogits16),
+                           operand_bf16(lnf16), operand_bf16(P16(m, wte)), NULL, (int)r, d->C,
+                           d->Vp_local);
     }
 }
 

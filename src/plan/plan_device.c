@@ -26,7 +26,7 @@ static const plan_device DEVICES[] = {
         /* .latency_inter = */ 20e-6,
         /* .efficiency    = */ 0.6,
         /* .gemm_half     = */ 128,
-        /* .attn          = */ ATTN_STATE_ROWSTATS,
+        /* .attn          = */ ATTN_STATE_LSE,
     },
     {
         /* .name          = */ "h200",
@@ -43,7 +43,7 @@ static const plan_device DEVICES[] = {
         /* .latency_inter = */ 20e-6,
         /* .efficiency    = */ 0.6,
         /* .gemm_half     = */ 128,
-        /* .attn          = */ ATTN_STATE_ROWSTATS,
+        /* .attn          = */ ATTN_STATE_LSE,
     },
     {
         /* .name          = */ "a100",
@@ -60,7 +60,7 @@ static const plan_device DEVICES[] = {
         /* .latency_inter = */ 20e-6,
         /* .efficiency    = */ 0.6,
         /* .gemm_half     = */ 128,
-        /* .attn          = */ ATTN_STATE_ROWSTATS,
+        /* .attn          = */ ATTN_STATE_LSE,
     },
     {
         // One rank per core: 3 GHz x 2 AVX2 FMA units x 8 fp32 lanes x 2 FLOPs; bf16 is

@@ -1,6 +1,6 @@
 // gpu_bench.h: `test_gpu_ops --bench`: op timings of a backend at GPT-2 124M sizes (B 8,
 // T 1024, C 768, 12 heads, vocabulary 50304), or tiny ones (--bench-small). Included by
-// tests/gpu/test_gpu_ops.c after tests/ops_ref.h; bench(be, small) is the entry point.
+// tests/gpu/test_gpu_ops.c after tests/op_cases.h; bench(be, small) is the entry point.
 #pragma once
 #include "../ops_ref.h"
 
@@ -23,49 +23,46 @@ static double time_op(void (*op)(void *), void *args) {
     return t / reps;
 }
 
-// The buffers and sizes of one timed op (each op uses those it names).
+// The buffers and sizes of one timed op (each op uses those it names). dt: the dtype of the
+// matmul and attention operands; bf16 ones are read from the first half of the same buffers.
 typedef struct {
     float *inp, *w, *bias, *out, *dinp, *dw, *db, *mean, *rstd;
     int *tok;
     void *state;
     int N, IC, OC, B, T, NH, HS;
+    tri_dtype dt;
 } bench_args;
 
+static operand bench_operand(const float *p, tri_dtype dt) {
+    operand o = {p, dt};
+    return o;
+}
+
+// The bf16 forward writes dinp: its backward reads out as bf16 dout.
 static void b_mm_fwd(void *p) {
     bench_args *x = p;
-    bench_be->matmul_fwd(bench_be, x->out, x->inp, x->w, x->bias, x->N, x->IC, x->OC);
+    backend_matmul_fwd(bench_be, x->dt == DTYPE_BF16 ? x->dinp : x->out, NULL,
+                       bench_operand(x->inp, x->dt), bench_operand(x->w, x->dt), x->bias, x->N,
+                       x->IC, x->OC);
 }
 static void b_mm_bwd(void *p) {
     bench_args *x = p;
-    bench_be->matmul_bwd(bench_be, x->dinp, x->dw, x->db, x->out, x->inp, x->w, x->N, x->IC, x->OC);
+    backend_matmul_bwd(bench_be, x->dinp, x->dw, x->db, bench_operand(x->out, x->dt),
+                       bench_operand(x->inp, x->dt), bench_operand(x->w, x->dt), NULL, x->N, x->IC,
+                       x->OC);
 }
-static void b_mm_fwd_bf16(void *p) { // inp, w, out hold bf16 operands (as many bytes)
-    bench_args *x = p;
-    bench_be->matmul_fwd_bf16(bench_be, x->dinp, (const uint16_t *)x->inp, (const uint16_t *)x->w, x->bias,
-                         x->N, x->IC, x->OC);
-}
-static void b_mm_bwd_bf16(void *p) {
-    bench_args *x = p;
-    bench_be->matmul_bwd_bf16(bench_be, x->dinp, x->dw, x->db, (const uint16_t *)x->out,
-                         (const uint16_t *)x->inp, (const uint16_t *)x->w, x->N, x->IC, x->OC);
-}
+// qkv: inp in fp32, w in bf16.
 static void b_att_fwd(void *p) {
     bench_args *x = p;
-    bench_be->attention_fwd(bench_be, x->out, x->state, x->inp, x->B, x->T, x->NH, x->HS);
+    const float *qkv = x->dt == DTYPE_BF16 ? x->w : x->inp;
+    backend_attention_fwd(bench_be, x->out, x->state, bench_operand(qkv, x->dt), x->B, x->T, x->NH,
+                          x->HS);
 }
 static void b_att_bwd(void *p) {
     bench_args *x = p;
-    bench_be->attention_bwd(bench_be, x->dinp, x->out, x->inp, x->state, x->B, x->T, x->NH, x->HS);
-}
-static void b_att_fwd_bf16(void *p) { // w: the bf16 qkv
-    bench_args *x = p;
-    bench_be->attention_fwd_bf16(bench_be, x->out, x->state, (const uint16_t *)x->w, x->B, x->T, x->NH,
-                            x->HS);
-}
-static void b_att_bwd_bf16(void *p) {
-    bench_args *x = p;
-    bench_be->attention_bwd_bf16(bench_be, x->dinp, x->out, (const uint16_t *)x->w, x->state, x->B, x->T,
-                            x->NH, x->HS);
+    const float *qkv = x->dt == DTYPE_BF16 ? x->w : x->inp;
+    backend_attention_bwd(bench_be, x->dinp, x->out, bench_operand(qkv, x->dt), x->state, x->B,
+                          x->T, x->NH, x->HS);
 }
 static void b_ln_fwd(void *p) {
     bench_args *x = p;
@@ -73,8 +70,8 @@ static void b_ln_fwd(void *p) {
 }
 static void b_ln_bwd(void *p) {
     bench_args *x = p;
-    bench_be->layernorm_bwd(bench_be, x->dinp, x->dw, x->db, x->out, x->inp, x->w, x->mean, x->rstd, x->N,
-                       x->IC);
+    bench_be->layernorm_bwd(bench_be, x->dinp, x->dw, x->db, x->out, x->inp, x->w, x->mean, x->rstd,
+                            x->N, x->IC);
 }
 static void b_gelu(void *p) {
     bench_args *x = p;
@@ -84,7 +81,8 @@ static void b_xent(void *p) { // inp: logits; mean, rstd, db, out: rowmax, sumex
     bench_args *x = p;
     const int V_valid = x->OC - 47;
     bench_be->xent_max(bench_be, x->mean, x->inp, x->N, x->OC, 0, V_valid);
-    bench_be->xent_sumexp(bench_be, x->rstd, x->db, x->inp, x->mean, x->tok, x->N, x->OC, 0, V_valid);
+    bench_be->xent_sumexp(bench_be, x->rstd, x->db, x->inp, x->mean, x->tok, x->N, x->OC, 0,
+                          V_valid);
     bench_be->xent_loss(bench_be, x->out, x->mean, x->rstd, x->db, x->N);
     bench_be->xent_bwd(bench_be, x->inp, x->mean, x->rstd, x->tok, 1e-4f, x->N, x->OC, 0, V_valid);
 }
@@ -94,8 +92,8 @@ static void b_emb_bwd(void *p) {
 }
 static void b_adamw(void *p) { // inp, dinp, mean, rstd: param, grad, m, v
     bench_args *x = p;
-    bench_be->adamw(bench_be, x->inp, x->dinp, x->mean, x->rstd, (size_t)x->N, 1e-4f, 0.9f, 0.95f, 1e-8f,
-               0.1f, 1.0f, 3, NULL);
+    bench_be->adamw(bench_be, x->inp, x->dinp, x->mean, x->rstd, (size_t)x->N, 1e-4f, 0.9f, 0.95f,
+                    1e-8f, 0.1f, 1.0f, 3, NULL);
 }
 static void b_sumsq(void *p) {
     bench_args *x = p;
@@ -128,55 +126,79 @@ static void bench(backend *be, int small) {
     const struct {
         const char *name;
         int IC, OC, per_step; // per_step: how many of these one 12-layer step runs
-    } lin[] = {{"qkv", C, 3 * C, 12}, {"attproj", C, C, 12}, {"fc", C, 4 * C, 12},
-               {"fcproj", 4 * C, C, 12}, {"lm head", C, V, 1}};
+    } lin[] = {{"qkv", C, 3 * C, 12},
+               {"attproj", C, C, 12},
+               {"fc", C, 4 * C, 12},
+               {"fcproj", 4 * C, C, 12},
+               {"lm head", C, V, 1}};
     double total = 0.0; // estimated time of the ops of one step
     for (size_t i = 0; i < sizeof lin / sizeof lin[0]; i++) {
         const int IC = lin[i].IC, OC = lin[i].OC, has_bias = lin[i].per_step > 1;
-        bench_args a = {.inp = bench_buf((size_t)N * IC), .w = bench_buf((size_t)OC * IC),
-                        .bias = has_bias ? bench_buf(OC) : NULL, .out = bench_buf((size_t)N * OC),
-                        .dinp = bench_buf((size_t)N * IC), .dw = bench_buf((size_t)OC * IC),
-                        .db = has_bias ? bench_buf(OC) : NULL, .N = N, .IC = IC, .OC = OC};
+        bench_args a = {.inp = bench_buf((size_t)N * IC),
+                        .w = bench_buf((size_t)OC * IC),
+                        .bias = has_bias ? bench_buf(OC) : NULL,
+                        .out = bench_buf((size_t)N * OC),
+                        .dinp = bench_buf((size_t)N * IC),
+                        .dw = bench_buf((size_t)OC * IC),
+                        .db = has_bias ? bench_buf(OC) : NULL,
+                        .N = N,
+                        .IC = IC,
+                        .OC = OC};
         double tf = time_op(b_mm_fwd, &a), tb = time_op(b_mm_bwd, &a);
         double fl = 2.0 * N * IC * OC;
         printf("bench: matmul %-8s (%d x %d x %d): fwd %.3f ms %.1f TFLOP/s, bwd %.3f ms %.1f "
-               "TFLOP/s\n", lin[i].name, N, IC, OC, tf * 1e3, fl / tf / 1e12, tb * 1e3,
-               2 * fl / tb / 1e12);
+               "TFLOP/s\n",
+               lin[i].name, N, IC, OC, tf * 1e3, fl / tf / 1e12, tb * 1e3, 2 * fl / tb / 1e12);
         // The bf16-operand forms on the same buffers (their first half read as bf16; dinp
         // takes the forward's fp32 output, which is N x IC floats or more).
         bench_args a16 = a;
+        a16.dt = DTYPE_BF16;
         a16.dinp = bench_buf((size_t)N * (IC > OC ? IC : OC));
-        double tf16 = time_op(b_mm_fwd_bf16, &a16), tb16 = time_op(b_mm_bwd_bf16, &a16);
+        double tf16 = time_op(b_mm_fwd, &a16), tb16 = time_op(b_mm_bwd, &a16);
         bench_be->free(bench_be, a16.dinp);
         printf("bench: matmul %-8s bf16 operands: fwd %.3f ms %.1f TFLOP/s, bwd %.3f ms %.1f "
-               "TFLOP/s\n", lin[i].name, tf16 * 1e3, fl / tf16 / 1e12, tb16 * 1e3,
-               2 * fl / tb16 / 1e12);
+               "TFLOP/s\n",
+               lin[i].name, tf16 * 1e3, fl / tf16 / 1e12, tb16 * 1e3, 2 * fl / tb16 / 1e12);
         total += lin[i].per_step * (tf + tb);
         bench_free(&a);
     }
     {
-        bench_args a = {.inp = bench_buf((size_t)N * 3 * C), .out = bench_buf((size_t)N * C),
+        const size_t state_bytes = attn_state_bytes(bench_be->attn_state, B, T, NH);
+        bench_args a = {.inp = bench_buf((size_t)N * 3 * C),
+                        .out = bench_buf((size_t)N * C),
                         .dinp = bench_buf((size_t)N * 3 * C),
-                        .state = bench_be->alloc(bench_be, bench_be->attention_state_bytes(bench_be, B, T, NH)),
-                        .B = B, .T = T, .NH = NH, .HS = HS};
+                        .state = bench_be->alloc(bench_be, state_bytes),
+                        .B = B,
+                        .T = T,
+                        .NH = NH,
+                        .HS = HS};
         double tf = time_op(b_att_fwd, &a), tb = time_op(b_att_bwd, &a);
         double fl = 2.0 * B * NH * (double)T * T * HS; // causal half of 2 products of 2 T^2 HS
         printf("bench: attention B=%d T=%d NH=%d HS=%d: fwd %.3f ms %.1f TFLOP/s, bwd %.3f ms "
-               "%.1f TFLOP/s (causal FLOPs, backward counted as 2.5x forward)\n", B, T, NH, HS,
-               tf * 1e3, fl / tf / 1e12, tb * 1e3, 2.5 * fl / tb / 1e12);
+               "%.1f TFLOP/s (causal FLOPs, backward counted as 2.5x forward)\n",
+               B, T, NH, HS, tf * 1e3, fl / tf / 1e12, tb * 1e3, 2.5 * fl / tb / 1e12);
         total += 12.0 * (tf + tb);
         a.w = bench_buf((size_t)N * 3 * C); // room for the bf16 qkv (half of it used)
         bench_be->to_bf16(bench_be, (uint16_t *)a.w, a.inp, (size_t)N * 3 * C);
-        double tf16 = time_op(b_att_fwd_bf16, &a), tb16 = time_op(b_att_bwd_bf16, &a);
+        a.dt = DTYPE_BF16;
+        double tf16 = time_op(b_att_fwd, &a), tb16 = time_op(b_att_bwd, &a);
         printf("bench: attention bf16 qkv (tensor cores): fwd %.3f ms %.1f TFLOP/s, bwd %.3f ms "
-               "%.1f TFLOP/s\n", tf16 * 1e3, fl / tf16 / 1e12, tb16 * 1e3, 2.5 * fl / tb16 / 1e12);
+               "%.1f TFLOP/s\n",
+               tf16 * 1e3, fl / tf16 / 1e12, tb16 * 1e3, 2.5 * fl / tb16 / 1e12);
         bench_free(&a);
     }
     {
-        bench_args a = {.inp = bench_buf((size_t)N * C), .w = bench_buf(C), .bias = bench_buf(C),
-                        .out = bench_buf((size_t)N * C), .dinp = bench_buf((size_t)N * C),
-                        .dw = bench_buf(C), .db = bench_buf(C), .mean = bench_buf(N),
-                        .rstd = bench_buf(N), .N = N, .IC = C};
+        bench_args a = {.inp = bench_buf((size_t)N * C),
+                        .w = bench_buf(C),
+                        .bias = bench_buf(C),
+                        .out = bench_buf((size_t)N * C),
+                        .dinp = bench_buf((size_t)N * C),
+                        .dw = bench_buf(C),
+                        .db = bench_buf(C),
+                        .mean = bench_buf(N),
+                        .rstd = bench_buf(N),
+                        .N = N,
+                        .IC = C};
         double tf = time_op(b_ln_fwd, &a), tb = time_op(b_ln_bwd, &a);
         printf("bench: layernorm N=%d C=%d: fwd %.3f ms %.0f GB/s, bwd %.3f ms %.0f GB/s\n", N, C,
                tf * 1e3, (double)N * C * 8 / tf / 1e9, tb * 1e3, (double)N * C * 16 / tb / 1e9);
@@ -184,8 +206,10 @@ static void bench(backend *be, int small) {
         bench_free(&a);
     }
     {
-        bench_args a = {.inp = bench_buf((size_t)N * 4 * C), .out = bench_buf((size_t)N * 4 * C),
-                        .N = N, .OC = 4 * C};
+        bench_args a = {.inp = bench_buf((size_t)N * 4 * C),
+                        .out = bench_buf((size_t)N * 4 * C),
+                        .N = N,
+                        .OC = 4 * C};
         double t = time_op(b_gelu, &a);
         printf("bench: gelu_fwd n=%d: %.3f ms %.0f GB/s\n", N * 4 * C, t * 1e3,
                (double)N * 4 * C * 8 / t / 1e9);
@@ -195,18 +219,28 @@ static void bench(backend *be, int small) {
     {
         int *tg = xmalloc((size_t)N * sizeof(int));
         for (int i = 0; i < N; i++) tg[i] = (int)((0.5 * (rnd() + 1.0)) * (V - 47)) % (V - 47);
-        bench_args a = {.inp = bench_buf((size_t)N * V), .out = bench_buf(N), .db = bench_buf(N),
-                        .mean = bench_buf(N), .rstd = bench_buf(N), .tok = dev_i(bench_be, tg, N),
-                        .N = N, .OC = V};
+        bench_args a = {.inp = bench_buf((size_t)N * V),
+                        .out = bench_buf(N),
+                        .db = bench_buf(N),
+                        .mean = bench_buf(N),
+                        .rstd = bench_buf(N),
+                        .tok = dev_i(bench_be, tg, N),
+                        .N = N,
+                        .OC = V};
         double t = time_op(b_xent, &a);
         printf("bench: cross-entropy, 4 passes, N=%d V=%d: %.3f ms %.0f GB/s\n", N, V, t * 1e3,
                (double)N * V * 4 * 4 / t / 1e9);
         total += t;
         bench_free(&a);
         for (int i = 0; i < N; i++) tg[i] = (int)((0.5 * (rnd() + 1.0)) * 256) % 256;
-        bench_args e = {.out = bench_buf((size_t)N * C), .dw = bench_buf((size_t)V * C),
-                        .db = bench_buf((size_t)T * C), .tok = dev_i(bench_be, tg, N), .B = B, .T = T,
-                        .IC = C, .OC = V};
+        bench_args e = {.out = bench_buf((size_t)N * C),
+                        .dw = bench_buf((size_t)V * C),
+                        .db = bench_buf((size_t)T * C),
+                        .tok = dev_i(bench_be, tg, N),
+                        .B = B,
+                        .T = T,
+                        .IC = C,
+                        .OC = V};
         t = time_op(b_emb_bwd, &e);
         printf("bench: embedding_bwd B=%d T=%d C=%d (byte-level tokens): %.3f ms\n", B, T, C,
                t * 1e3);
@@ -216,8 +250,11 @@ static void bench(backend *be, int small) {
     }
     {
         const int P = small ? 1000 * 1000 : 124 * 1000 * 1000;
-        bench_args a = {.inp = bench_buf(P), .dinp = bench_buf(P), .mean = bench_buf(P),
-                        .rstd = dev_f(bench_be, NULL, P), .N = P};
+        bench_args a = {.inp = bench_buf(P),
+                        .dinp = bench_buf(P),
+                        .mean = bench_buf(P),
+                        .rstd = dev_f(bench_be, NULL, P),
+                        .N = P};
         double t = time_op(b_adamw, &a), ts = time_op(b_sumsq, &a);
         printf("bench: adamw n=%d: %.3f ms %.0f GB/s; sumsq: %.3f ms %.0f GB/s\n", P, t * 1e3,
                (double)P * 28 / t / 1e9, ts * 1e3, (double)P * 4 / ts / 1e9);
@@ -225,5 +262,6 @@ static void bench(backend *be, int small) {
         bench_free(&a);
     }
     printf("bench: these ops of one 12-layer step of B=%d (no residuals, no comm): %.1f ms, "
-           "%.0f tokens/s\n", B, total * 1e3, N / total);
+           "%.0f tokens/s\n",
+           B, total * 1e3, N / total);
 }

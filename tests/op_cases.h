@@ -1,0 +1,157 @@
+// op_cases.h: every op case of the compute backend, defined once (ggml's test-backend-ops).
+// OP_CASES below is the table (op, shape, operand dtype, how gradients are checked); the op
+// families of tests/op_families.h say, for each op, which tensors a case has, how to run it
+// on a backend, what its double-precision reference is, and which of the tolerances
+// justified here each tensor takes, against the reference and against the CPU backend.
+// tests/test_ops.c runs every row on the CPU backend against the reference;
+// tests/gpu/test_gpu_ops.c runs the same rows on CUDA against the CPU backend (both through
+// tests/op_harness.h). A new shape is one row; a new op is one family and its rows.
+//
+// Tolerances: max |got - ref| / max |ref| per tensor (ref: the reference, or the CPU's values).
+// Float keeps ~6e-8 relative per rounding, so:
+//   exact            xent's rowmax against the reference: a maximum of floats is one of them.
+//   TOL_FEW 1e-6     ops of one or two roundings per element (a residual add, a scale, a
+//                    lookup, a maximum against another backend's, AdamW against another
+//                    backend's).
+//   TOL_CHAIN 1e-5   ops that chain up to a few dozen roundings per element (LayerNorm, GELU
+//                    with cpu_expf's 2 ulp, softmax, the reductions of a row or a column),
+//                    also against the analytic double gradients, and every fp32 op against
+//                    another backend that sums in a different order (a sum of K terms moves
+//                    by ~sqrt(K) roundings; the shapes here keep that two orders below). Two
+//                    orders of margin, while a wrong index or formula is O(1) off.
+//   matmul forward   max |got - ref| <= 1e-5 * sqrt(K) * max |inp| * max |w|: a float dot
+//                    product of K terms accumulates rounding like a random walk.
+//   TOL_FD 1e-4      gradients against finite differences (op_harness.h): the double FD with step 1e-4 * max(1, |x|) has
+//                    truncation error ~1e-8 and cancellation ~1e-12; the rest is the
+//                    backend's float rounding (~1e-6).
+//   TOL_BF16_TC 1e-2 bf16 attention on CUDA against the CPU: CUDA rounds P, dO and dS to bf16
+//                    for the tensor cores (2^-9 per element; sums of T such terms average
+//                    them). The CPU widens bf16 operands exactly, so against the reference bf16
+//                    cases keep their fp32 tolerances (a product of two bf16 values is exact in
+//                    fp32).
+//   sums in double   sumsq 1e-12 against the long double sum (1e-10 against the CPU: another
+//                    order of n double additions), loss_sum 1e-12.
+//   AdamW            the parameter change 2e-5 of its largest: p's float rounding (6e-8 per
+//                    step of |p| <= 1) against a change of ~lr = 1e-2 per step.
+//   bf16 outputs     one unit in the last place (a float one ulp apart can round either way).
+#pragma once
+#include "op_harness.h"
+
+#define TOL_FEW 1e-6
+#define TOL_CHAIN 1e-5
+#define TOL_BF16_TC 1e-2
+
+#define CASE_BIAS (1u << 0)    // matmul: with a bias (and its gradient)
+#define CASE_GELU (1u << 1)    // matmul: the MLP's GELU on the forward output and in the backward
+#define CASE_POS (1u << 2)     // embedding: positions added (and their gradient)
+#define CASE_PARAM16 (1u << 3) // adamw: the bf16 parameters written too
+
+#include "op_families.h"
+
+// ---------------------------------------------------------------------------------------
+// The table
+
+#define F32 DTYPE_FP32
+#define BF16 DTYPE_BF16
+static const op_case OP_CASES[] = {
+    // matmul {N, IC, OC, offset}: small ones against finite differences; 128 x 96 x 70 tiles
+    // C over the CPU's threads (OC no multiple of 16); GPT-2's shapes; odd and misaligned
+    // ones for cuBLASLt's fallbacks.
+    {&OP_MATMUL, {5, 7, 6}, F32, CASE_BIAS, FD_ALL},
+    {&OP_MATMUL, {5, 7, 6}, F32, 0, FD_ALL},
+    {&OP_MATMUL, {128, 96, 70}, F32, CASE_BIAS, 0},
+    {&OP_MATMUL, {512, 768, 2304}, F32, CASE_BIAS, 0},
+    {&OP_MATMUL, {256, 3072, 768}, F32, CASE_BIAS, 0},
+    {&OP_MATMUL, {300, 768, 1000}, F32, 0, 0},
+    {&OP_MATMUL, {37, 29, 53}, F32, CASE_BIAS, 0},
+    {&OP_MATMUL, {37, 29, 53, 1}, F32, CASE_BIAS, 0},
+    {&OP_MATMUL, {64, 96, 80, 3}, F32, CASE_BIAS, 0},
+    {&OP_MATMUL, {128, 96, 70}, BF16, CASE_BIAS, 0},
+    {&OP_MATMUL, {512, 768, 2304}, BF16, CASE_BIAS, 0},
+    {&OP_MATMUL, {256, 3072, 768}, BF16, CASE_BIAS, 0},
+    {&OP_MATMUL, {300, 768, 1000}, BF16, 0, 0},
+    {&OP_MATMUL, {37, 29, 53}, BF16, CASE_BIAS, 0},
+    {&OP_MATMUL, {64, 96, 80, 3}, BF16, CASE_BIAS, 0},
+    // the MLP's fc layer with its GELU (cuBLASLt's epilogues need OC, IC multiples of 8)
+    {&OP_MATMUL, {48, 40, 56}, F32, CASE_BIAS | CASE_GELU, 0},
+    {&OP_MATMUL, {512, 768, 3072}, F32, CASE_BIAS | CASE_GELU, 0},
+    {&OP_MATMUL, {512, 768, 3072}, BF16, CASE_BIAS | CASE_GELU, 0},
+    {&OP_MATMUL, {300, 96, 200}, BF16, CASE_GELU, 0},
+    {&OP_MATMUL, {37, 29, 53}, F32, CASE_BIAS | CASE_GELU, 0},
+    {&OP_MATMUL, {37, 29, 53}, BF16, CASE_BIAS | CASE_GELU, 0},
+    // layernorm {N, C}, residual_layernorm {N, C}
+    {&OP_LAYERNORM, {7, 10}, F32, 0, FD_ALL},
+    {&OP_LAYERNORM, {4, 10}, F32, 0, FD_ALL},
+    {&OP_LAYERNORM, {37, 768}, F32, 0, 0},
+    {&OP_LAYERNORM, {1000, 768}, F32, 0, 0},
+    {&OP_LAYERNORM, {77, 33}, F32, 0, 0},
+    {&OP_RESIDUAL_LAYERNORM, {33, 40}, F32, 0, 0},
+    {&OP_RESIDUAL_LAYERNORM, {1000, 768}, F32, 0, 0},
+    {&OP_RESIDUAL_LAYERNORM, {77, 33}, F32, 0, 0},
+    // pointwise {n}: not multiples of the vector width, so the tails run too
+    {&OP_RESIDUAL, {1003}, F32, 0, 0},
+    {&OP_RESIDUAL, {1000003}, F32, 0, 0},
+    {&OP_GELU, {1001}, F32, 0, FD_ALL},
+    {&OP_GELU, {101}, F32, 0, FD_ALL},
+    {&OP_GELU, {1000003}, F32, 0, 0},
+    {&OP_SCALE, {1003}, F32, 0, 0},
+    {&OP_SCALE, {1000003}, F32, 0, 0},
+    // attention {B, T, NH, HS}: T not a multiple of the tiles (the CPU's 64-row blocks, CUDA's
+    // tiles), head sizes below their padded widths; bf16 q, k, v on CUDA's tensor cores for
+    // HS a multiple of 16 up to 128, else its fp32 fallback
+    {&OP_ATTENTION, {2, 7, 3, 4}, F32, 0, FD_ALL},
+    {&OP_ATTENTION, {1, 64, 2, 8}, F32, 0, 600},
+    {&OP_ATTENTION, {1, 150, 2, 8}, F32, 0, 600},
+    {&OP_ATTENTION, {2, 37, 2, 5}, F32, 0, FD_ALL},
+    {&OP_ATTENTION, {2, 256, 4, 64}, F32, 0, 0},
+    {&OP_ATTENTION, {1, 100, 3, 32}, F32, 0, 0},
+    {&OP_ATTENTION, {2, 77, 2, 80}, F32, 0, 0},
+    {&OP_ATTENTION, {1, 130, 2, 128}, F32, 0, 0},
+    {&OP_ATTENTION, {1, 70, 1, 256}, F32, 0, 0},
+    {&OP_ATTENTION, {3, 19, 2, 7}, F32, 0, 0},
+    {&OP_ATTENTION, {2, 19, 2, 8}, BF16, 0, 0},
+    {&OP_ATTENTION, {2, 256, 4, 64}, BF16, 0, 0},
+    {&OP_ATTENTION, {1, 100, 3, 64}, BF16, 0, 0},
+    {&OP_ATTENTION, {2, 77, 2, 128}, BF16, 0, 0},
+    {&OP_ATTENTION, {1, 130, 2, 32}, BF16, 0, 0},
+    {&OP_ATTENTION, {1, 70, 1, 16}, BF16, 0, 0},
+    {&OP_ATTENTION, {3, 19, 2, 7}, BF16, 0, 0},
+    {&OP_ATTENTION, {1, 1, 1, 64}, BF16, 0, 0},
+    // embedding {B, T, C, V, ranks, rank}: the vocabulary split over `ranks`; tokens repeat
+    // (half of them in rows 0..3) and some fall outside the rank's rows
+    {&OP_EMBEDDING, {2, 5, 20, 10, 2, 0}, F32, CASE_POS, FD_ALL},
+    {&OP_EMBEDDING, {2, 5, 20, 10, 2, 0}, F32, 0, FD_ALL},
+    {&OP_EMBEDDING, {2, 5, 20, 10, 2, 1}, F32, CASE_POS, FD_ALL},
+    {&OP_EMBEDDING, {2, 5, 20, 10, 2, 1}, F32, 0, FD_ALL},
+    {&OP_EMBEDDING, {2, 5, 6, 7, 1, 0}, F32, CASE_POS, FD_ALL},
+    {&OP_EMBEDDING, {4, 64, 96, 300, 2, 0}, F32, CASE_POS, 0},
+    {&OP_EMBEDDING, {4, 64, 96, 300, 2, 0}, F32, 0, 0},
+    {&OP_EMBEDDING, {4, 64, 96, 300, 2, 1}, F32, CASE_POS, 0},
+    {&OP_EMBEDDING, {4, 64, 96, 300, 2, 1}, F32, 0, 0},
+    {&OP_EMBEDDING, {2, 33, 130, 10, 2, 0}, F32, CASE_POS, 0},
+    {&OP_EMBEDDING, {2, 33, 130, 10, 2, 0}, F32, 0, 0},
+    {&OP_EMBEDDING, {2, 33, 130, 10, 2, 1}, F32, CASE_POS, 0},
+    {&OP_EMBEDDING, {2, 33, 130, 10, 2, 1}, F32, 0, 0},
+    // xent {N, Vp_local, vocab_start, V_valid}: padded columns; a rank without real columns
+    {&OP_XENT, {6, 48, 0, 37}, F32, 0, FD_ALL},
+    {&OP_XENT, {6, 48, 0, 20}, F32, 0, FD_ALL},
+    {&OP_XENT, {3, 11, 0, 9}, F32, 0, FD_ALL},
+    {&OP_XENT, {64, 384, 0, 700}, F32, 0, 0},
+    {&OP_XENT, {64, 384, 384, 700}, F32, 0, 0},
+    {&OP_XENT, {16, 384, 768, 700}, F32, 0, 0},
+    {&OP_XENT, {8, 50304, 0, 50257}, F32, 0, 0},
+    // sumsq {n}, loss_sum {n}, adamw {n, t, steps}
+    {&OP_SUMSQ, {(1 << 20) + 3}, F32, 0, 0},
+    {&OP_SUMSQ, {1000003}, F32, 0, 0},
+    {&OP_SUMSQ, {5}, F32, 0, 0},
+    {&OP_SUMSQ, {0}, F32, 0, 0},
+    {&OP_LOSS_SUM, {8192}, F32, 0, 0},
+    {&OP_LOSS_SUM, {37}, F32, 0, 0},
+    {&OP_ADAMW, {1003, 1, 3}, F32, 0, 0},
+    {&OP_ADAMW, {100003, 1, 1}, F32, 0, 0},
+    {&OP_ADAMW, {100003, 7, 1}, F32, 0, 0},
+    {&OP_ADAMW, {100003, 3, 1}, F32, CASE_PARAM16, 0},
+};
+#undef F32
+#undef BF16
+#define N_OP_CASES (sizeof OP_CASES / sizeof OP_CASES[0])

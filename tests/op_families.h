@@ -1,0 +1,684 @@
+// op_families.h: the op families of tests/op_cases.h (included there, after its tolerances):
+// for each op, the tensors of a case in the order of its slots, how the case runs on a
+// backend, its double-precision reference (tests/ops_ref.h), and the op's promises that are
+// no comparison with a reference. A family's comment says what the numbers of its rows' d
+// are.
+#pragma once
+
+// A tensor of a case: its name, role, element kind and count, then any other fields.
+#define TENSOR(nm, rl, kd, count, ...)                                                             \
+    ((case_tensor){.name = (nm), .role = (rl), .kind = (kd), .n = (count), __VA_ARGS__})
+
+static elem_kind operand_kind(const op_case *r) {
+    return r->dtype == DTYPE_BF16 ? ELEM_BF16 : ELEM_F32;
+}
+static const char *dtype_tag(const op_case *r) { return r->dtype == DTYPE_BF16 ? " bf16" : ""; }
+
+// ---------------------------------------------------------------------------------------
+// matmul: d = {N, IC, OC, offset}. The forward, the backward, and (without GELU) the
+// backward again with dinp NULL into a second dweight and dbias. offset misaligns the weight,
+// the bias and their gradients by that many elements (cuBLASLt's fallbacks). Without
+// CASE_BIAS the bias is NULL and dbias must stay untouched. CASE_GELU: pre = the GEMM, out =
+// gelu(pre), and the backward of a layer whose input was gelu(gelu_pre).
+
+enum {
+    MM_INP, MM_W, MM_BIAS, MM_OUT, MM_PRE, MM_DOUT, MM_PRE2, MM_DINP, MM_DW, MM_DB, MM_DW2, MM_DB2
+};
+
+static void mm_declare(op_inst *c) {
+    const op_case *r = c->row;
+    const size_t N = r->d[0], IC = r->d[1], OC = r->d[2], off = r->d[3];
+    const int bias = r->flags & CASE_BIAS, gelu = r->flags & CASE_GELU;
+    const elem_kind ek = operand_kind(r);
+    TRI_ASSERT(!(gelu && r->fd)); // gelu_pre is no function of the inputs: analytic only
+    snprintf(c->name, sizeof c->name, "matmul%s%s N=%zu IC=%zu OC=%zu%s%s", gelu ? "+gelu" : "",
+             dtype_tag(r), N, IC, OC, bias ? " bias" : "", off ? " unaligned" : "");
+    inst_add(c, MM_INP, TENSOR("inp", ROLE_IN, ek, N * IC, .lo = -1, .hi = 1));
+    inst_add(c, MM_W, TENSOR("weight", ROLE_IN, ek, OC * IC, .offset = off, .lo = -1, .hi = 1));
+    inst_add(c, MM_BIAS, TENSOR("bias", ROLE_IN, ELEM_F32, OC, .offset = off, .lo = -1, .hi = 1));
+    inst_add(c, MM_OUT,
+             TENSOR(gelu ? "fwd out = gelu(pre)" : "fwd out", ROLE_OUT, ELEM_F32, N * OC,
+                    .sample = 1, .tol_cpu = TOL_CHAIN));
+    if (gelu)
+        inst_add(c, MM_PRE,
+                 TENSOR("fwd pre", ROLE_OUT, ELEM_F32, N * OC, .sample = 1, .tol_cpu = TOL_CHAIN));
+    else
+        inst_skip(c, MM_PRE);
+    inst_add(c, MM_DOUT, TENSOR("dout", ROLE_IN, ek, N * OC, .lo = -1, .hi = 1));
+    if (gelu)
+        inst_add(c, MM_PRE2, TENSOR("gelu_pre", ROLE_IN, ELEM_F32, N * IC, .lo = -3, .hi = 3));
+    else
+        inst_skip(c, MM_PRE2);
+    const case_tensor g = TENSOR("", ROLE_ACC, ELEM_F32, 0, .offset = off, .lo = -1, .hi = 1,
+                                 .grad = 1, .sample = 1, .tol = TOL_CHAIN, .tol_cpu = TOL_CHAIN);
+    case_tensor t = g;
+    t.name = gelu ? "bwd dinp at the GELU's input" : "bwd dinp", t.role = ROLE_OUT;
+    t.n = N * IC, t.offset = 0;
+    inst_add(c, MM_DINP, t);
+    t = g, t.name = "bwd dweight", t.n = OC * IC;
+    inst_add(c, MM_DW, t);
+    t = g, t.name = bias ? "bwd dbias" : "bwd dbias NULL untouched", t.n = OC;
+    inst_add(c, MM_DB, t);
+    if (gelu) {
+        inst_skip(c, MM_DW2), inst_skip(c, MM_DB2);
+        return;
+    }
+    // from the same values as dweight and dbias, so that they can be compared bitwise
+    t = g, t.name = "bwd dweight, dinp NULL", t.n = OC * IC;
+    memcpy(inst_add(c, MM_DW2, t)->val, c->t[MM_DW].val, OC * IC * sizeof(double));
+    t = g, t.name = bias ? "bwd dbias, dinp NULL" : "bwd dbias NULL untouched, dinp NULL", t.n = OC;
+    memcpy(inst_add(c, MM_DB2, t)->val, c->t[MM_DB].val, OC * sizeof(double));
+}
+
+static void mm_run(backend *b, const op_inst *c, void *const *p) {
+    const op_case *r = c->row;
+    const int N = r->d[0], IC = r->d[1], OC = r->d[2];
+    const operand inp = {p[MM_INP], r->dtype}, w = {p[MM_W], r->dtype},
+                  dout = {p[MM_DOUT], r->dtype};
+    const int bias = r->flags & CASE_BIAS;
+    backend_matmul_fwd(b, p[MM_OUT], p[MM_PRE], inp, w, bias ? p[MM_BIAS] : NULL, N, IC, OC);
+    backend_matmul_bwd(b, p[MM_DINP], p[MM_DW], bias ? p[MM_DB] : NULL, dout, inp, w, p[MM_PRE2], N,
+                       IC, OC);
+    if (!(r->flags & CASE_GELU))
+        backend_matmul_bwd(b, NULL, p[MM_DW2], bias ? p[MM_DB2] : NULL, dout, inp, w, NULL, N, IC,
+                           OC);
+}
+
+// The references element by element (the large cases are checked on a sample).
+static void mm_reference(op_inst *c) {
+    const op_case *r = c->row;
+    const size_t N = r->d[0], IC = r->d[1], OC = r->d[2];
+    const int gelu = r->flags & CASE_GELU;
+    case_tensor *t = c->t;
+    const double *x = t[MM_INP].val, *w = t[MM_W].val, *R = t[MM_DOUT].val;
+    const double *bias = r->flags & CASE_BIAS ? t[MM_BIAS].val : NULL;
+    const double bound = 1e-5 * sqrt((double)IC) * max_abs(x, N * IC) * max_abs(w, OC * IC);
+    for (int k = MM_OUT; k <= MM_PRE; k++) {
+        if (t[k].absent) continue;
+        for (size_t j = 0; j < t[k].nref; j++) {
+            const size_t i = ref_at(&t[k], j), n = i / OC, o = i % OC;
+            double s = bias ? bias[o] : 0.0;
+            for (size_t q = 0; q < IC; q++) s += x[n * IC + q] * w[o * IC + q];
+            t[k].ref[j] = k == MM_OUT && gelu ? ref_gelu(s) : s;
+        }
+        // gelu' <= 1.13 carries the GEMM's error into out, next to GELU's own rounding
+        const double m = max_abs(t[k].ref, t[k].nref);
+        t[k].tol = (k == MM_OUT && gelu ? 1.2 * bound : bound) / (m > 0 ? m : 1) +
+                   (k == MM_OUT && gelu ? TOL_CHAIN : 0.0);
+    }
+    if (r->fd) {
+        matmul_args a = {t[MM_INP].val, t[MM_W].val, bias ? t[MM_BIAS].val : NULL,
+                         (int)N,        (int)IC,     (int)OC};
+        inst_fd(&t[MM_DINP], fwd_matmul, &a, N * OC, R, a.inp);
+        inst_fd(&t[MM_DW], fwd_matmul, &a, N * OC, R, a.w);
+        inst_fd(&t[MM_DW2], fwd_matmul, &a, N * OC, R, a.w);
+        if (bias) {
+            inst_fd(&t[MM_DB], fwd_matmul, &a, N * OC, R, a.bias);
+            inst_fd(&t[MM_DB2], fwd_matmul, &a, N * OC, R, a.bias);
+        }
+        return; // without a bias the dbias references stay 0: untouched
+    }
+    for (size_t j = 0; j < t[MM_DINP].nref; j++) {
+        const size_t i = ref_at(&t[MM_DINP], j), n = i / IC, q = i % IC;
+        double s = 0.0;
+        for (size_t o = 0; o < OC; o++) s += R[n * OC + o] * w[o * IC + q];
+        t[MM_DINP].ref[j] = gelu ? s * ref_gelu_grad(t[MM_PRE2].val[i]) : s;
+    }
+    for (int k = MM_DW; k <= MM_DB2; k++) {
+        const int is_bias = k == MM_DB || k == MM_DB2;
+        if (t[k].absent || (is_bias && !bias)) continue;
+        for (size_t j = 0; j < t[k].nref; j++) {
+            const size_t i = ref_at(&t[k], j), o = is_bias ? i : i / IC, q = i % IC;
+            double s = 0.0;
+            for (size_t n = 0; n < N; n++) s += R[n * OC + o] * (is_bias ? 1.0 : x[n * IC + q]);
+            t[k].ref[j] = s;
+        }
+    }
+}
+
+// dweight and dbias do not depend on whether dinp is computed (fp32: the same GEMMs; with
+// bf16 operands CUDA may take its widened fallback for one call and not the other).
+static void mm_check(const op_inst *c, double *const *got, const char *tag) {
+    if (c->row->flags & CASE_GELU || c->row->dtype != DTYPE_FP32) return;
+    char name[200];
+    snprintf(name, sizeof name, "%s dweight, dbias with dinp NULL = with dinp (bitwise)%s", c->name,
+             tag);
+    TEST_CHECK(!memcmp(got[MM_DW], got[MM_DW2], c->t[MM_DW].n * sizeof(double)) &&
+                   !memcmp(got[MM_DB], got[MM_DB2], c->t[MM_DB].n * sizeof(double)),
+               name, "they differ");
+}
+
+static const op_family OP_MATMUL = {mm_declare, mm_run, mm_reference, mm_check};
+
+// ---------------------------------------------------------------------------------------
+// layernorm: d = {N, C}. The forward, then the backward from its mean and rstd.
+
+enum { LN_INP, LN_W, LN_B, LN_OUT, LN_MEAN, LN_RSTD, LN_DOUT, LN_DINP, LN_DW, LN_DB };
+
+static void ln_declare(op_inst *c) {
+    const size_t N = c->row->d[0], C = c->row->d[1];
+    snprintf(c->name, sizeof c->name, "layernorm N=%zu C=%zu", N, C);
+    inst_add(c, LN_INP, TENSOR("inp", ROLE_IN, ELEM_F32, N * C, .lo = -2, .hi = 3));
+    inst_add(c, LN_W, TENSOR("weight", ROLE_IN, ELEM_F32, C, .lo = 0.5, .hi = 1.5));
+    inst_add(c, LN_B, TENSOR("bias", ROLE_IN, ELEM_F32, C, .lo = -1, .hi = 1));
+    const case_tensor f = TENSOR("", ROLE_OUT, ELEM_F32, 0, .tol = TOL_CHAIN, .tol_cpu = TOL_CHAIN);
+    case_tensor t = f;
+    t.name = "fwd out", t.n = N * C;
+    inst_add(c, LN_OUT, t);
+    t = f, t.name = "fwd mean", t.n = N;
+    inst_add(c, LN_MEAN, t);
+    t = f, t.name = "fwd rstd", t.n = N;
+    inst_add(c, LN_RSTD, t);
+    inst_add(c, LN_DOUT, TENSOR("dout", ROLE_IN, ELEM_F32, N * C, .lo = -1, .hi = 1));
+    const case_tensor g = TENSOR("", ROLE_ACC, ELEM_F32, 0, .lo = -1, .hi = 1, .grad = 1,
+                                 .tol = TOL_CHAIN, .tol_cpu = TOL_CHAIN);
+    t = g, t.name = "bwd dinp", t.n = N * C;
+    inst_add(c, LN_DINP, t);
+    t = g, t.name = "bwd dweight", t.n = C;
+    inst_add(c, LN_DW, t);
+    t = g, t.name = "bwd dbias", t.n = C;
+    inst_add(c, LN_DB, t);
+}
+
+static void ln_run(backend *b, const op_inst *c, void *const *p) {
+    const int N = c->row->d[0], C = c->row->d[1];
+    b->layernorm_fwd(b, p[LN_OUT], p[LN_MEAN], p[LN_RSTD], p[LN_INP], p[LN_W], p[LN_B], N, C);
+    b->layernorm_bwd(b, p[LN_DINP], p[LN_DW], p[LN_DB], p[LN_DOUT], p[LN_INP], p[LN_W], p[LN_MEAN],
+                     p[LN_RSTD], N, C);
+}
+
+static void ln_reference(op_inst *c) {
+    const size_t N = c->row->d[0], C = c->row->d[1];
+    case_tensor *t = c->t;
+    double *out = xmalloc(N * C * sizeof(double)), *mean = xmalloc(N * sizeof(double));
+    double *rstd = xmalloc(N * sizeof(double)), *dw = xmalloc(C * sizeof(double));
+    double *db = xmalloc(C * sizeof(double));
+    ref_layernorm(out, mean, rstd, t[LN_INP].val, t[LN_W].val, t[LN_B].val, (int)N, (int)C);
+    ref_pick(&t[LN_OUT], out), ref_pick(&t[LN_MEAN], mean), ref_pick(&t[LN_RSTD], rstd);
+    if (c->row->fd) {
+        ln_args a = {t[LN_INP].val, t[LN_W].val, t[LN_B].val, (int)N, (int)C};
+        inst_fd(&t[LN_DINP], fwd_ln, &a, N * C, t[LN_DOUT].val, a.inp);
+        inst_fd(&t[LN_DW], fwd_ln, &a, N * C, t[LN_DOUT].val, a.w);
+        inst_fd(&t[LN_DB], fwd_ln, &a, N * C, t[LN_DOUT].val, a.bias);
+    } else {
+        ref_layernorm_bwd(out, dw, db, t[LN_DOUT].val, t[LN_INP].val, t[LN_W].val, (int)N, (int)C);
+        ref_pick(&t[LN_DINP], out), ref_pick(&t[LN_DW], dw), ref_pick(&t[LN_DB], db);
+    }
+    free(out), free(mean), free(rstd), free(dw), free(db);
+}
+
+static const op_family OP_LAYERNORM = {ln_declare, ln_run, ln_reference, NULL};
+
+// ---------------------------------------------------------------------------------------
+// residual_layernorm: d = {N, C}. res = a + c in place of a (as the model calls it), then
+// its LayerNorm.
+
+enum { RL_A, RL_C, RL_W, RL_B, RL_OUT, RL_MEAN, RL_RSTD };
+
+static void rl_declare(op_inst *c) {
+    const size_t N = c->row->d[0], C = c->row->d[1];
+    snprintf(c->name, sizeof c->name, "residual_layernorm N=%zu C=%zu", N, C);
+    inst_add(c, RL_A,
+             TENSOR("res (in place of a)", ROLE_INOUT, ELEM_F32, N * C, .lo = -2, .hi = 3,
+                    .tol = TOL_FEW, .tol_cpu = TOL_FEW));
+    inst_add(c, RL_C, TENSOR("c", ROLE_IN, ELEM_F32, N * C, .lo = -1, .hi = 1));
+    inst_add(c, RL_W, TENSOR("weight", ROLE_IN, ELEM_F32, C, .lo = 0.5, .hi = 1.5));
+    inst_add(c, RL_B, TENSOR("bias", ROLE_IN, ELEM_F32, C, .lo = -1, .hi = 1));
+    const case_tensor f = TENSOR("", ROLE_OUT, ELEM_F32, 0, .tol = TOL_CHAIN, .tol_cpu = TOL_CHAIN);
+    case_tensor t = f;
+    t.name = "out", t.n = N * C;
+    inst_add(c, RL_OUT, t);
+    t = f, t.name = "mean", t.n = N;
+    inst_add(c, RL_MEAN, t);
+    t = f, t.name = "rstd", t.n = N;
+    inst_add(c, RL_RSTD, t);
+}
+
+static void rl_run(backend *b, const op_inst *c, void *const *p) {
+    b->residual_layernorm_fwd(b, p[RL_A], p[RL_OUT], p[RL_MEAN], p[RL_RSTD], p[RL_A], p[RL_C],
+                              p[RL_W], p[RL_B], c->row->d[0], c->row->d[1]);
+}
+
+static void rl_reference(op_inst *c) {
+    const size_t N = c->row->d[0], C = c->row->d[1];
+    case_tensor *t = c->t;
+    double *res = xmalloc(N * C * sizeof(double)), *out = xmalloc(N * C * sizeof(double));
+    double *mean = xmalloc(N * sizeof(double)), *rstd = xmalloc(N * sizeof(double));
+    for (size_t i = 0; i < N * C; i++) res[i] = t[RL_A].val[i] + t[RL_C].val[i];
+    ref_layernorm(out, mean, rstd, res, t[RL_W].val, t[RL_B].val, (int)N, (int)C);
+    ref_pick(&t[RL_A], res), ref_pick(&t[RL_OUT], out);
+    ref_pick(&t[RL_MEAN], mean), ref_pick(&t[RL_RSTD], rstd);
+    free(res), free(out), free(mean), free(rstd);
+}
+
+static const op_family OP_RESIDUAL_LAYERNORM = {rl_declare, rl_run, rl_reference, NULL};
+
+// ---------------------------------------------------------------------------------------
+// Pointwise, d = {n}. residual: out = a + c, and again in place of a. gelu: the forward, the
+// backward, and the backward in place of dout. scale: x *= 0.37.
+
+enum { RS_A, RS_C, RS_OUT, RS_A2 };
+
+static void rs_declare(op_inst *c) {
+    const size_t n = c->row->d[0];
+    snprintf(c->name, sizeof c->name, "residual n=%zu", n);
+    inst_add(c, RS_A, TENSOR("a", ROLE_IN, ELEM_F32, n, .lo = -6, .hi = 6));
+    inst_add(c, RS_C, TENSOR("c", ROLE_IN, ELEM_F32, n, .lo = -1, .hi = 1));
+    inst_add(c, RS_OUT, TENSOR("out", ROLE_OUT, ELEM_F32, n, .tol = TOL_FEW, .tol_cpu = TOL_FEW));
+    inst_add(c, RS_A2,
+             TENSOR("out aliasing a", ROLE_INOUT, ELEM_F32, n, .lo = -6, .hi = 6, .tol = TOL_FEW,
+                    .tol_cpu = TOL_FEW));
+}
+static void rs_run(backend *b, const op_inst *c, void *const *p) {
+    const size_t n = c->row->d[0];
+    b->residual_fwd(b, p[RS_OUT], p[RS_A], p[RS_C], n);
+    b->residual_fwd(b, p[RS_A2], p[RS_A2], p[RS_C], n);
+}
+static void rs_reference(op_inst *c) {
+    case_tensor *t = c->t;
+    for (size_t k = 0; k < t[RS_OUT].nref; k++) t[RS_OUT].ref[k] = t[RS_A].val[k] + t[RS_C].val[k];
+    for (size_t k = 0; k < t[RS_A2].nref; k++) t[RS_A2].ref[k] = t[RS_A2].val[k] + t[RS_C].val[k];
+}
+static const op_family OP_RESIDUAL = {rs_declare, rs_run, rs_reference, NULL};
+
+enum { GE_X, GE_OUT, GE_DOUT, GE_DINP, GE_DOUT2 };
+
+static void ge_declare(op_inst *c) {
+    const size_t n = c->row->d[0];
+    snprintf(c->name, sizeof c->name, "gelu n=%zu", n);
+    case_tensor *x = inst_add(c, GE_X, TENSOR("x", ROLE_IN, ELEM_F32, n, .lo = -6, .hi = 6));
+    const float near0[3] = {0.0f, -1e-3f, 1e-3f};
+    for (size_t i = 0; i < 3 && i < n; i++) x->val[i] = near0[i];
+    inst_add(c, GE_OUT,
+             TENSOR("fwd out", ROLE_OUT, ELEM_F32, n, .tol = TOL_CHAIN, .tol_cpu = TOL_CHAIN));
+    inst_add(c, GE_DOUT, TENSOR("dout", ROLE_IN, ELEM_F32, n, .lo = -1, .hi = 1));
+    inst_add(c, GE_DINP,
+             TENSOR("bwd dinp", ROLE_OUT, ELEM_F32, n, .grad = 1, .tol = TOL_CHAIN,
+                    .tol_cpu = TOL_CHAIN));
+    inst_add(c, GE_DOUT2,
+             TENSOR("bwd dinp aliasing dout", ROLE_INOUT, ELEM_F32, n, .lo = -1, .hi = 1, .grad = 1,
+                    .tol = TOL_CHAIN, .tol_cpu = TOL_CHAIN));
+}
+static void ge_run(backend *b, const op_inst *c, void *const *p) {
+    const size_t n = c->row->d[0];
+    b->gelu_fwd(b, p[GE_OUT], p[GE_X], n);
+    b->gelu_bwd(b, p[GE_DINP], p[GE_X], p[GE_DOUT], n);
+    b->gelu_bwd(b, p[GE_DOUT2], p[GE_X], p[GE_DOUT2], n);
+}
+static void ge_reference(op_inst *c) {
+    case_tensor *t = c->t;
+    const size_t n = c->row->d[0];
+    for (size_t k = 0; k < n; k++) t[GE_OUT].ref[k] = ref_gelu(t[GE_X].val[k]);
+    if (c->row->fd) {
+        gelu_args a = {t[GE_X].val, n};
+        inst_fd(&t[GE_DINP], fwd_gelu, &a, n, t[GE_DOUT].val, a.x);
+        inst_fd(&t[GE_DOUT2], fwd_gelu, &a, n, t[GE_DOUT2].val, a.x);
+        return;
+    }
+    for (size_t k = 0; k < n; k++) {
+        const double d = ref_gelu_grad(t[GE_X].val[k]);
+        t[GE_DINP].ref[k] = d * t[GE_DOUT].val[k];
+        t[GE_DOUT2].ref[k] = d * t[GE_DOUT2].val[k];
+    }
+}
+static const op_family OP_GELU = {ge_declare, ge_run, ge_reference, NULL};
+
+static void sc_declare(op_inst *c) {
+    const size_t n = c->row->d[0];
+    snprintf(c->name, sizeof c->name, "scale n=%zu", n);
+    inst_add(c, 0,
+             TENSOR("x (in place)", ROLE_INOUT, ELEM_F32, n, .lo = -6, .hi = 6, .tol = TOL_FEW,
+                    .tol_cpu = TOL_FEW));
+}
+static void sc_run(backend *b, const op_inst *c, void *const *p) {
+    b->scale(b, p[0], 0.37f, c->t[0].n);
+}
+static void sc_reference(op_inst *c) {
+    for (size_t k = 0; k < c->t[0].n; k++) c->t[0].ref[k] = c->t[0].val[k] * (double)0.37f;
+}
+static const op_family OP_SCALE = {sc_declare, sc_run, sc_reference, NULL};
+
+// ---------------------------------------------------------------------------------------
+// attention: d = {B, T, NH, HS}, qkv of the row's dtype. The forward into a state of the
+// backend's kind, then the backward from it.
+
+enum { AT_QKV, AT_OUT, AT_DOUT, AT_DQKV };
+
+static void at_declare(op_inst *c) {
+    const op_case *r = c->row;
+    const size_t B = r->d[0], T = r->d[1], NH = r->d[2], HS = r->d[3], C = NH * HS;
+    const double tol_cpu = r->dtype == DTYPE_BF16 ? TOL_BF16_TC : TOL_CHAIN;
+    snprintf(c->name, sizeof c->name, "attention%s B=%zu T=%zu NH=%zu HS=%zu", dtype_tag(r), B, T,
+             NH, HS);
+    inst_add(c, AT_QKV, TENSOR("qkv", ROLE_IN, operand_kind(r), B * T * 3 * C, .lo = -2, .hi = 2));
+    inst_add(
+        c, AT_OUT,
+        TENSOR("fwd out", ROLE_OUT, ELEM_F32, B * T * C, .tol = TOL_CHAIN, .tol_cpu = tol_cpu));
+    inst_add(c, AT_DOUT, TENSOR("dout", ROLE_IN, ELEM_F32, B * T * C, .lo = -1, .hi = 1));
+    inst_add(c, AT_DQKV,
+             TENSOR("bwd dqkv", ROLE_OUT, ELEM_F32, B * T * 3 * C, .grad = 1, .tol = TOL_CHAIN,
+                    .tol_cpu = tol_cpu));
+}
+
+static void at_run(backend *b, const op_inst *c, void *const *p) {
+    const int B = c->row->d[0], T = c->row->d[1], NH = c->row->d[2], HS = c->row->d[3];
+    const operand qkv = {p[AT_QKV], c->row->dtype};
+    void *state = b->alloc(b, attn_state_bytes(b->attn_state, B, T, NH));
+    TRI_ASSERT(state);
+    backend_attention_fwd(b, p[AT_OUT], state, qkv, B, T, NH, HS);
+    backend_attention_bwd(b, p[AT_DQKV], p[AT_DOUT], qkv, state, B, T, NH, HS);
+    b->free(b, state);
+}
+
+static void at_reference(op_inst *c) {
+    const int B = c->row->d[0], T = c->row->d[1], NH = c->row->d[2], HS = c->row->d[3];
+    case_tensor *t = c->t;
+    double *full = xmalloc(t[AT_DQKV].n * sizeof(double));
+    ref_attention(full, NULL, t[AT_QKV].val, B, T, NH, HS);
+    ref_pick(&t[AT_OUT], full);
+    if (c->row->fd) {
+        attn_args a = {t[AT_QKV].val, B, T, NH, HS};
+        inst_fd(&t[AT_DQKV], fwd_attn, &a, t[AT_OUT].n, t[AT_DOUT].val, a.qkv);
+    } else {
+        ref_attention_bwd(full, t[AT_DOUT].val, t[AT_QKV].val, B, T, NH, HS);
+        ref_pick(&t[AT_DQKV], full);
+    }
+    free(full);
+}
+
+static const op_family OP_ATTENTION = {at_declare, at_run, at_reference, NULL};
+
+// ---------------------------------------------------------------------------------------
+// embedding: d = {B, T, C, V, ranks, rank}: rank `rank` of `ranks` holding V / ranks rows of
+// the vocabulary. The masked lookup (positions added with CASE_POS), then its backward (dwpe
+// NULL, and untouched, without CASE_POS).
+
+enum { EM_TOK, EM_WTE, EM_WPE, EM_OUT, EM_DOUT, EM_DWTE, EM_DWPE };
+
+static void em_declare(op_inst *c) {
+    const op_case *r = c->row;
+    const size_t B = r->d[0], T = r->d[1], C = r->d[2], V = r->d[3], Vl = V / r->d[4];
+    const int pos = r->flags & CASE_POS;
+    snprintf(c->name, sizeof c->name,
+             "embedding B=%zu T=%zu C=%zu V=%zu vocab_start=%zu add_pos=%d", B, T, C, V,
+             Vl * r->d[5], pos);
+    case_tensor *tok = inst_add(c, EM_TOK, TENSOR("tokens", ROLE_IN, ELEM_I32, B * T));
+    for (size_t i = 0; i < B * T; i++) { // rows 0..3 take half of the tokens
+        const double u = 0.5 * (rnd() + 1.0);
+        tok->val[i] = u < 0.5 ? (int)(u * 8) : (int)(u * V) % (int)V;
+    }
+    inst_add(c, EM_WTE, TENSOR("wte", ROLE_IN, ELEM_F32, Vl * C, .lo = -1, .hi = 1));
+    inst_add(c, EM_WPE, TENSOR("wpe", ROLE_IN, ELEM_F32, T * C, .lo = -1, .hi = 1));
+    inst_add(c, EM_OUT,
+             TENSOR("fwd out", ROLE_OUT, ELEM_F32, B * T * C, .tol = TOL_FEW, .tol_cpu = TOL_FEW));
+    inst_add(c, EM_DOUT, TENSOR("dout", ROLE_IN, ELEM_F32, B * T * C, .lo = -1, .hi = 1));
+    const case_tensor g = TENSOR("", ROLE_ACC, ELEM_F32, 0, .lo = -1, .hi = 1, .grad = 1,
+                                 .tol = TOL_CHAIN, .tol_cpu = TOL_CHAIN);
+    case_tensor t = g;
+    t.name = "bwd dwte", t.n = Vl * C;
+    inst_add(c, EM_DWTE, t);
+    t = g, t.name = pos ? "bwd dwpe" : "bwd dwpe NULL untouched", t.n = T * C;
+    inst_add(c, EM_DWPE, t);
+}
+
+static void em_run(backend *b, const op_inst *c, void *const *p) {
+    const op_case *r = c->row;
+    const int B = r->d[0], T = r->d[1], C = r->d[2], Vl = r->d[3] / r->d[4], vs = Vl * r->d[5];
+    const int pos = r->flags & CASE_POS ? 1 : 0;
+    b->embedding_fwd(b, p[EM_OUT], p[EM_TOK], p[EM_WTE], p[EM_WPE], B, T, C, vs, Vl, pos);
+    b->embedding_bwd(b, p[EM_DWTE], pos ? p[EM_DWPE] : NULL, p[EM_DOUT], p[EM_TOK], B, T, C, vs,
+                     Vl);
+}
+
+static void em_reference(op_inst *c) {
+    const op_case *r = c->row;
+    const int B = r->d[0], T = r->d[1], C = r->d[2], Vl = r->d[3] / r->d[4], vs = Vl * r->d[5];
+    const int pos = r->flags & CASE_POS ? 1 : 0;
+    case_tensor *t = c->t;
+    int *tok = inst_ints(&t[EM_TOK]);
+    double *out = xmalloc(t[EM_OUT].n * sizeof(double)),
+           *dwpe = xcalloc(t[EM_DWPE].n, sizeof(double));
+    double *dwte = xmalloc(t[EM_DWTE].n * sizeof(double));
+    emb_args a = {tok, t[EM_WTE].val, t[EM_WPE].val, B, T, C, vs, Vl, pos};
+    fwd_emb(&a, out);
+    ref_pick(&t[EM_OUT], out);
+    if (r->fd) {
+        inst_fd(&t[EM_DWTE], fwd_emb, &a, t[EM_OUT].n, t[EM_DOUT].val, a.wte);
+        inst_fd(&t[EM_DWPE], fwd_emb, &a, t[EM_OUT].n, t[EM_DOUT].val, a.wpe);
+    } else {
+        ref_embedding_bwd(dwte, dwpe, t[EM_DOUT].val, tok, B, T, C, vs, Vl, pos);
+        ref_pick(&t[EM_DWTE], dwte), ref_pick(&t[EM_DWPE], dwpe);
+    }
+    free(tok), free(out), free(dwpe), free(dwte);
+}
+
+static const op_family OP_EMBEDDING = {em_declare, em_run, em_reference, NULL};
+
+// ---------------------------------------------------------------------------------------
+// xent: d = {N, Vp_local, vocab_start, V_valid}: one rank's columns of the vocab-parallel
+// cross-entropy, its sums as they are before the tp all-reduces (with every column on one
+// rank, the loss itself). xent_max, xent_sumexp, then (where the rank has real columns)
+// xent_loss and xent_bwd, which turns the logits into their gradient (dloss = 1 / N).
+// Targets cover the whole vocabulary; padded columns hold 50, which must be ignored.
+
+enum { XE_TGT, XE_LOGITS, XE_MAX, XE_SUM, XE_TL, XE_LOSS };
+
+static int xent_real(const op_case *r) { // real columns of this rank
+    const int real = r->d[3] - r->d[2];
+    return real < 0 ? 0 : real < r->d[1] ? real : r->d[1];
+}
+
+static void xe_declare(op_inst *c) {
+    const op_case *r = c->row;
+    const size_t N = r->d[0], Vp = r->d[1];
+    const int real = xent_real(r);
+    snprintf(c->name, sizeof c->name, "xent N=%zu Vp_local=%zu vocab_start=%d V_valid=%d", N, Vp,
+             r->d[2], r->d[3]);
+    case_tensor *tg = inst_add(c, XE_TGT, TENSOR("targets", ROLE_IN, ELEM_I32, N));
+    for (size_t n = 0; n < N; n++) tg->val[n] = (int)((rnd() + 1.0) * 0.5 * r->d[3]) % r->d[3];
+    tg->val[N - 1] = r->d[3] - 1; // the last real column
+    case_tensor *l = inst_add(c, XE_LOGITS,
+                              TENSOR("bwd dlogits (in place of the logits)",
+                                     real ? ROLE_INOUT : ROLE_IN, ELEM_F32, N * Vp, .lo = -8,
+                                     .hi = 8, .grad = 1, .tol = TOL_CHAIN, .tol_cpu = TOL_CHAIN));
+    for (size_t i = 0; i < N * Vp; i++)
+        if ((int)(i % Vp) >= real) l->val[i] = 50.0;
+    inst_add(c, XE_MAX, TENSOR("rowmax", ROLE_OUT, ELEM_F32, N, .tol = 0.0, .tol_cpu = TOL_FEW));
+    inst_add(c, XE_SUM,
+             TENSOR("sumexp", ROLE_OUT, ELEM_F32, N, .tol = TOL_CHAIN, .tol_cpu = TOL_CHAIN));
+    inst_add(c, XE_TL,
+             TENSOR("target_logit", ROLE_OUT, ELEM_F32, N, .tol = TOL_FEW, .tol_cpu = TOL_FEW));
+    if (real)
+        inst_add(c, XE_LOSS,
+                 TENSOR("losses", ROLE_OUT, ELEM_F32, N, .tol = TOL_CHAIN, .tol_cpu = TOL_CHAIN));
+    else
+        inst_skip(c, XE_LOSS); // log(0): the losses need the all-reduced sums
+}
+
+static void xe_run(backend *b, const op_inst *c, void *const *p) {
+    const op_case *r = c->row;
+    const int N = r->d[0], Vp = r->d[1], vs = r->d[2], V = r->d[3];
+    b->xent_max(b, p[XE_MAX], p[XE_LOGITS], N, Vp, vs, V);
+    b->xent_sumexp(b, p[XE_SUM], p[XE_TL], p[XE_LOGITS], p[XE_MAX], p[XE_TGT], N, Vp, vs, V);
+    if (!xent_real(r)) return;
+    b->xent_loss(b, p[XE_LOSS], p[XE_MAX], p[XE_SUM], p[XE_TL], N);
+    b->xent_bwd(b, p[XE_LOGITS], p[XE_MAX], p[XE_SUM], p[XE_TGT], 1.0f / (float)N, N, Vp, vs, V);
+}
+
+static void xe_reference(op_inst *c) {
+    const op_case *r = c->row;
+    const int N = r->d[0], Vp = r->d[1], vs = r->d[2], V = r->d[3], real = xent_real(r);
+    case_tensor *t = c->t;
+    const double *l = t[XE_LOGITS].val;
+    int *tg = inst_ints(&t[XE_TGT]);
+    for (int n = 0; n < N; n++) {
+        double mx = -INFINITY, s = 0.0;
+        for (int j = 0; j < real; j++) mx = fmax(mx, l[(size_t)n * Vp + j]);
+        for (int j = 0; j < real; j++) s += exp(l[(size_t)n * Vp + j] - mx);
+        const int own = tg[n] - vs;
+        t[XE_MAX].ref[n] = mx, t[XE_SUM].ref[n] = s;
+        t[XE_TL].ref[n] = own >= 0 && own < Vp ? l[(size_t)n * Vp + own] : 0.0;
+    }
+    if (real) {
+        ref_xent(t[XE_LOSS].ref, l, tg, N, Vp, vs, V);
+        const float dloss = 1.0f / (float)N;
+        if (r->fd) {
+            double *R = xmalloc((size_t)N * sizeof(double));
+            for (int n = 0; n < N; n++) R[n] = dloss;
+            xent_args a = {t[XE_LOGITS].val, tg, N, Vp, vs, V};
+            inst_fd(&t[XE_LOGITS], fwd_xent, &a, (size_t)N, R, a.logits);
+            free(R);
+        } else {
+            double *g = xmalloc(t[XE_LOGITS].n * sizeof(double));
+            ref_xent_bwd(g, l, tg, N, Vp, vs, V, dloss);
+            ref_pick(&t[XE_LOGITS], g);
+            free(g);
+        }
+    }
+    free(tg);
+}
+
+// The gradient of a padded column is exactly 0 (its logit never enters the loss).
+static void xe_check(const op_inst *c, double *const *got, const char *tag) {
+    const int N = c->row->d[0], Vp = c->row->d[1], real = xent_real(c->row);
+    if (!real) return;
+    int zero = 1;
+    for (int n = 0; n < N; n++)
+        for (int j = real; j < Vp; j++) zero &= got[XE_LOGITS][(size_t)n * Vp + j] == 0.0;
+    char name[200];
+    snprintf(name, sizeof name, "%s xent_bwd padded columns 0%s", c->name, tag);
+    TEST_CHECK(zero, name, "nonzero gradient in a padded column");
+}
+
+static const op_family OP_XENT = {xe_declare, xe_run, xe_reference, xe_check};
+
+// ---------------------------------------------------------------------------------------
+// Reductions into doubles, d = {n}. sumsq: the value sumsq returns and sumsq_add's
+// accumulator. loss_sum: two micro-batches' losses added into an accumulator.
+
+enum { SS_X, SS_SUM, SS_ACC };
+
+static void ss_declare(op_inst *c) {
+    const size_t n = c->row->d[0];
+    snprintf(c->name, sizeof c->name, "sumsq n=%zu", n);
+    inst_add(c, SS_X, TENSOR("x", ROLE_IN, ELEM_F32, n, .lo = -1, .hi = 1));
+    inst_add(c, SS_SUM, TENSOR("sumsq", ROLE_OUT, ELEM_F64, 1, .tol = 1e-12, .tol_cpu = 1e-10));
+    inst_add(c, SS_ACC,
+             TENSOR("sumsq_add", ROLE_ACC, ELEM_F64, 1, .lo = 0, .hi = 1, .tol = 1e-12,
+                    .tol_cpu = 1e-10));
+}
+static void ss_run(backend *b, const op_inst *c, void *const *p) {
+    const size_t n = c->row->d[0];
+    const double s = b->sumsq(b, p[SS_X], n);
+    b->copy_to_device(b, p[SS_SUM], &s, sizeof s);
+    b->sumsq_add(b, p[SS_ACC], p[SS_X], n);
+}
+static void ss_reference(op_inst *c) {
+    long double s = 0.0L;
+    for (size_t i = 0; i < c->t[SS_X].n; i++)
+        s += (long double)c->t[SS_X].val[i] * c->t[SS_X].val[i];
+    c->t[SS_SUM].ref[0] = c->t[SS_ACC].ref[0] = (double)s;
+}
+// sumsq_add adds the very sum sumsq returns.
+static void ss_check(const op_inst *c, double *const *got, const char *tag) {
+    char name[200];
+    snprintf(name, sizeof name, "%s sumsq_add = initial + sumsq (bitwise)%s", c->name, tag);
+    TEST_CHECK(got[SS_ACC][0] == c->t[SS_ACC].val[0] + got[SS_SUM][0], name, "%.17g vs %.17g",
+               got[SS_ACC][0], c->t[SS_ACC].val[0] + got[SS_SUM][0]);
+}
+static const op_family OP_SUMSQ = {ss_declare, ss_run, ss_reference, ss_check};
+
+static void ls_declare(op_inst *c) {
+    const size_t n = c->row->d[0];
+    snprintf(c->name, sizeof c->name, "loss_sum n=%zu", n);
+    inst_add(c, 0, TENSOR("losses", ROLE_IN, ELEM_F32, 2 * n, .lo = 0, .hi = 11));
+    inst_add(
+        c, 1,
+        TENSOR("acc", ROLE_ACC, ELEM_F64, 1, .lo = 0, .hi = 1, .tol = 1e-12, .tol_cpu = 1e-12));
+}
+static void ls_run(backend *b, const op_inst *c, void *const *p) {
+    const size_t n = c->row->d[0];
+    b->loss_sum(b, p[1], p[0], n);
+    b->loss_sum(b, p[1], (const float *)p[0] + n, n);
+}
+static void ls_reference(op_inst *c) {
+    long double s = 0.0L;
+    for (size_t i = 0; i < c->t[0].n; i++) s += c->t[0].val[i];
+    c->t[1].ref[0] = (double)s;
+}
+static const op_family OP_LOSS_SUM = {ls_declare, ls_run, ls_reference, NULL};
+
+// ---------------------------------------------------------------------------------------
+// adamw: d = {n, t, steps}: `steps` updates from step t on (a gradient each), lr 1e-2,
+// betas 0.9 / 0.95, eps 1e-8, weight decay 0.1, grad_scale 0.5; CASE_PARAM16: the bf16
+// parameters written in the same pass. The parameter is checked by its change (|p| ~ 1
+// would hide errors of the update in p's own rounding).
+
+enum { AD_P, AD_G, AD_M, AD_V, AD_P16 };
+#define AD_LR 1e-2f
+#define AD_B1 0.9f
+#define AD_B2 0.95f
+#define AD_EPS 1e-8f
+#define AD_WD 0.1f
+#define AD_GS 0.5f
+
+static void ad_declare(op_inst *c) {
+    const op_case *r = c->row;
+    const size_t n = r->d[0];
+    snprintf(c->name, sizeof c->name, "adamw%s n=%zu t=%d steps=%d",
+             r->flags & CASE_PARAM16 ? " bf16 out" : "", n, r->d[1], r->d[2]);
+    inst_add(
+        c, AD_P,
+        TENSOR("param", ROLE_ACC, ELEM_F32, n, .lo = -1, .hi = 1, .tol = 2e-5, .tol_cpu = TOL_FEW));
+    inst_add(c, AD_G, TENSOR("grad", ROLE_IN, ELEM_F32, n * r->d[2], .lo = -1, .hi = 1));
+    inst_add(c, AD_M,
+             TENSOR("m", ROLE_INOUT, ELEM_F32, n, .lo = -0.1, .hi = 0.1, .tol = TOL_CHAIN,
+                    .tol_cpu = TOL_FEW));
+    inst_add(c, AD_V,
+             TENSOR("v", ROLE_INOUT, ELEM_F32, n, .lo = 0, .hi = 0.01, .tol = TOL_CHAIN,
+                    .tol_cpu = TOL_FEW));
+    if (r->flags & CASE_PARAM16)
+        inst_add(c, AD_P16, TENSOR("param16", ROLE_OUT, ELEM_BF16, n));
+    else
+        inst_skip(c, AD_P16);
+}
+
+static void ad_run(backend *b, const op_inst *c, void *const *p) {
+    const size_t n = c->row->d[0];
+    for (int s = 0; s < c->row->d[2]; s++)
+        b->adamw(b, p[AD_P], (const float *)p[AD_G] + s * n, p[AD_M], p[AD_V], n, AD_LR, AD_B1,
+                 AD_B2, AD_EPS, AD_WD, AD_GS, c->row->d[1] + s, p[AD_P16]);
+}
+
+// The documented update in double: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+// p -= lr (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd p), g scaled by grad_scale.
+static void ad_reference(op_inst *c) {
+    const size_t n = c->row->d[0];
+    case_tensor *t = c->t;
+    for (size_t i = 0; i < n; i++) {
+        double p = t[AD_P].val[i], m = t[AD_M].val[i], v = t[AD_V].val[i];
+        for (int s = 0; s < c->row->d[2]; s++) {
+            const int step = c->row->d[1] + s;
+            const double g = t[AD_G].val[s * n + i] * AD_GS;
+            m = AD_B1 * m + (1.0 - AD_B1) * g;
+            v = AD_B2 * v + (1.0 - AD_B2) * g * g;
+            const double mh = m / (1.0 - pow(AD_B1, step)), vh = v / (1.0 - pow(AD_B2, step));
+            p -= AD_LR * (mh / (sqrt(vh) + AD_EPS) + AD_WD * p);
+        }
+        t[AD_P].ref[i] = p - t[AD_P].val[i], t[AD_M].ref[i] = m, t[AD_V].ref[i] = v;
+        if (!t[AD_P16].absent) t[AD_P16].ref[i] = p;
+    }
+}
+
+// param16 is the rounding of the backend's own fp32 result.
+static void ad_check(const op_inst *c, double *const *got, const char *tag) {
+    if (c->t[AD_P16].absent) return;
+    size_t bad = 0;
+    for (size_t i = 0; i < c->t[AD_P].n; i++)
+        bad += bf16_from_f32((float)got[AD_P][i]) != bf16_from_f32((float)got[AD_P16][i]);
+    char name[200];
+    snprintf(name, sizeof name, "%s param16 = bf16(param)%s", c->name, tag);
+    TEST_CHECK(!bad, name, "%zu of %zu differ", bad, c->t[AD_P].n);
+}
+
+static const op_family OP_ADAMW = {ad_declare, ad_run, ad_reference, ad_check};
