@@ -24,6 +24,7 @@
 
 #include "compute/backend.h"
 #include "base/bf16.h"
+#include "base/env.h"
 #include "comm/comm.h"
 #include "comm/comm_mpi.h"
 #include "comm/comm_staged.h"
@@ -622,8 +623,7 @@ int commtest_main(int argc, char **argv) {
     if (li.world == 1) TRI_CHECK_GOTO(comm_self_create(&c), st, done);
     else TRI_CHECK_GOTO(comm_mpi_create(&c, &cfg, &li, o.timeout_s), st, done);
     // TRIDENT_COMM_STAGED=1: the staged backend over MPI, as the trainer makes it (train.c).
-    const char *staged = getenv("TRIDENT_COMM_STAGED");
-    if (li.world > 1 && staged && !strcmp(staged, "1")) {
+    if (li.world > 1 && env_flag(ENV_TEST_COMM_STAGED)) {
         TRI_CHECK_GOTO(backend_cpu_create(&be, 1), st, done);
         comm *wrapped = NULL;
         TRI_CHECK_GOTO(comm_staged_create(&wrapped, c, be), st, done);

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/env.h"
 #include "compute/backend.h"
 #include "compute/backend_select.h"
 #include "io/checkpoint.h"
@@ -127,8 +128,7 @@ static tri_status create_comm(trainer *tr) {
     // MPI moves host memory: with a device backend (several ranks sharing a GPU, which NCCL
     // refuses) every call is staged through host buffers. TRIDENT_COMM_STAGED=1 does it on
     // the CPU path too, for the tests.
-    const char *force = getenv("TRIDENT_COMM_STAGED");
-    if (device || (force && !strcmp(force, "1"))) {
+    if (device || env_flag(ENV_TEST_COMM_STAGED)) {
         comm *staged;
         TRI_CHECK(comm_staged_create(&staged, tr->cm, tr->be));
         tr->cm = staged;
