@@ -119,9 +119,13 @@ run: deps
 	$(BUILD)/trident train configs/default.yaml
 	$(BUILD)/trident sample runs/kjv-tiny --prompt "And God said" --tokens 200
 
+# `make test T=PATTERN` runs only the tests whose name matches (tests/run_all.sh: a glob such
+# as 'test_ops*', or a substring such as dp). T is not exported: the test scripts use T for
+# the trident binary.
+unexport T
 test: deps
 	@$(MAKE) --no-print-directory all $(TEST_BINS) $(TEST_TOOLS)
-	@tests/run_all.sh
+	@tests/run_all.sh $(T)
 
 # The GPU checks (issue 9): each op on CUDA against the CPU backend, and a training run on
 # each backend; tests/gpu/run.sh says what runs. Needs a CUDA build and a GPU.
