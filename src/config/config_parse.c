@@ -2,10 +2,6 @@
 // key table, the YAML file (libyaml's document API, so that every value keeps its line for
 // messages), the --set overrides, then the checks of config_rules.c. The top of the config
 // folder: nothing else in it depends on this file, so it has no header of its own.
-#include "config/config_diag.h"
-#include "config/config_keys.h"
-#include "config/config_rules.h"
-
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -13,6 +9,10 @@
 #include <strings.h>
 #include <sys/stat.h>
 #include <yaml.h>
+
+#include "config/config_diag.h"
+#include "config/config_keys.h"
+#include "config/config_rules.h"
 
 // ---------------------------------------------------------------------------------------
 // Defaults

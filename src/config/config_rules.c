@@ -1,4 +1,5 @@
-// config_rules.c: what must hold between keys, and between keys and the world size.
+// config_rules.c: each key against its range, what must hold between keys, and between keys
+// and the world size.
 //
 // A rule is skipped when one of its keys was already rejected, so one mistake gives one
 // message. Products are formed in long long: tp * pp * dp of three valid ints can
