@@ -3,6 +3,9 @@
 // Unknown keys are errors (with a "did you mean"); wrong types, out-of-range values and
 // inconsistent combinations are errors; every violation is reported at once, each with its
 // key path and the file's line, before any communicator is created.
+//
+// Implemented by src/config/config_*.c, one part per responsibility (config_keys.h lists
+// them); their headers are the folder's own, not for other modules.
 #pragma once
 #include "base/common.h"
 #include "base/dtype.h"
