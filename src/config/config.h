@@ -4,8 +4,8 @@
 // inconsistent combinations are errors; every violation is reported at once, each with its
 // key path and the file's line, before any communicator is created.
 //
-// Implemented by src/config/config_*.c, one part per responsibility (config_keys.h lists
-// them); their headers are the folder's own, not for other modules.
+// Implemented by src/config/config_*.c, one part per responsibility (config_keys_internal.h
+// lists them), each with a private header of the folder.
 #pragma once
 #include "base/common.h"
 #include "base/dtype.h"

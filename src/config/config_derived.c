@@ -1,6 +1,6 @@
 // config_derived.c: quantities derived from the keys (config.h's config_micro_batches and
-// config_padded_vocab; config_derived.h).
-#include "config/config_derived.h"
+// config_padded_vocab; config_derived_internal.h).
+#include "config/config_derived_internal.h"
 
 long long config_padded_vocab_ll(int vocab_size, int vocab_pad_to, int tp) {
     long long mult = (long long)vocab_pad_to * tp;

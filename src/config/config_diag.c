@@ -1,6 +1,6 @@
 // config_diag.c: the message format, the sorted report, and "did you mean" for unknown
-// sections, keys and enum values (config_diag.h).
-#include "config/config_diag.h"
+// sections, keys and enum values (config_diag_internal.h).
+#include "config/config_diag_internal.h"
 
 #include <stdarg.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 // config_keys.c: the table of every config key (section, name, type, place in run_config,
 // allowed range, enum names, nullability, default), the names of enum values, and what is
 // read off the table alone: a key's field, its path and the text of its range.
-#include "config/config_keys.h"
+#include "config/config_keys_internal.h"
 
 #include <limits.h>
 #include <math.h>

@@ -1,7 +1,7 @@
 // config_parse.c: config.h's config_defaults, config_load and config_free: the defaults of the
 // key table, the YAML file (libyaml's document API, so that every value keeps its line for
 // messages), the --set overrides, then the checks of config_rules.c. The top of the config
-// folder: nothing else in it depends on this file, so it has no header of its own.
+// folder: nothing else in it depends on this file, so it has no private header.
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -10,9 +10,9 @@
 #include <sys/stat.h>
 #include <yaml.h>
 
-#include "config/config_diag.h"
-#include "config/config_keys.h"
-#include "config/config_rules.h"
+#include "config/config_diag_internal.h"
+#include "config/config_keys_internal.h"
+#include "config/config_rules_internal.h"
 
 // ---------------------------------------------------------------------------------------
 // Defaults

@@ -1,13 +1,13 @@
 // config_print.c: the resolved config as YAML (same keys, same order as the table) or as one
 // JSON object, by walking the key table.
-#include "config/config_print.h"
+#include "config/config_print_internal.h"
 
 #include <limits.h>
 #include <math.h>
 #include <string.h>
 #include <strings.h>
 
-#include "config/config_keys.h"
+#include "config/config_keys_internal.h"
 
 void config_format_double(double v, char *buf, size_t n) {
     if (!isfinite(v)) {

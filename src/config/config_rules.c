@@ -4,12 +4,12 @@
 // A rule is skipped when one of its keys was already rejected, so one mistake gives one
 // message. Products are formed in long long: tp * pp * dp of three valid ints can
 // overflow int.
-#include "config/config_rules.h"
+#include "config/config_rules_internal.h"
 
 #include <limits.h>
 
-#include "config/config_derived.h"
-#include "config/config_print.h"
+#include "config/config_derived_internal.h"
+#include "config/config_print_internal.h"
 
 // ---------------------------------------------------------------------------------------
 // Ranges and rules

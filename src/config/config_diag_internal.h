@@ -1,8 +1,8 @@
-// config_diag.h: what is wrong with a config and how to say it: messages collected with
-// their origin (a line of the file or a --set argument), printed sorted in one write, and
-// "did you mean" for unknown names. Not for other modules: they use config/config.h.
+// config_diag_internal.h: what is wrong with a config and how to say it: messages collected
+// with their origin (a line of the file or a --set argument), printed sorted in one write,
+// and "did you mean" for unknown names. Private to src/config: other modules use config.h.
 #pragma once
-#include "config/config_keys.h"
+#include "config/config_keys_internal.h"
 
 // Where a value came from: a line of the file, or the --set argument with that index.
 typedef struct { int line; int set_index; } config_loc;

@@ -1,8 +1,9 @@
-// config_keys.h: the one table of config keys (DESIGN.md "Config (YAML)") and typed access
-// to a key's field in run_config. Not for other modules: they use config/config.h.
+// config_keys_internal.h: the one table of config keys (DESIGN.md "Config (YAML)") and typed
+// access to a key's field in run_config. Private to src/config: other modules use config.h.
 //
-// The config layer is split by responsibility, each part with its own header, every
-// dependency one way (lowest first):
+// The config layer is split by responsibility, each part with its own private header
+// (config_X.c implements config_X_internal.h and its share of config.h), every dependency
+// one way (lowest first):
 //   config_keys     the key table, enum value names, a key's field, path and range text
 //   config_derived  quantities derived from keys (micro-batches per step, padded vocabulary)
 //   config_print    the resolved config as YAML or JSON; the shortest exact text of a number
