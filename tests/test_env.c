@@ -30,7 +30,7 @@ static char *read_text(const char *path) {
 // a macro that wraps getenv is caught at its definition.
 
 static const char *const ENV_CALLS[] = {"getenv", "secure_getenv", "setenv", "unsetenv",
-                                        "putenv", "clearenv", NULL};
+                                        "putenv", "clearenv",      NULL};
 static int g_scanned = 0;
 static char g_offenders[4096] = "";
 
@@ -87,8 +87,8 @@ static int scan_file(const char *path, const struct stat *st, int type, struct F
     (void)st, (void)ftw;
     if (type != FTW_F || !strcmp(path, "src/base/env.c")) return 0; // the table's file
     const char *dot = strrchr(path, '.');
-    if (!dot || (strcmp(dot, ".c") && strcmp(dot, ".h") && strcmp(dot, ".cu") &&
-                 strcmp(dot, ".cuh")))
+    if (!dot ||
+        (strcmp(dot, ".c") && strcmp(dot, ".h") && strcmp(dot, ".cu") && strcmp(dot, ".cuh")))
         return 0;
     char *text = read_text(path);
     if (!text) return 0;
@@ -121,8 +121,7 @@ static void test_table_complete(void) {
     char why[512] = "";
     for (int i = 0; i < ENV_COUNT && ok; i++) {
         const env_desc *d = &ENV_TABLE[i];
-        if (!d->name || !d->values || !d->unset || !d->meaning || !d->name[0] ||
-            !d->meaning[0]) {
+        if (!d->name || !d->values || !d->unset || !d->meaning || !d->name[0] || !d->meaning[0]) {
             snprintf(why, sizeof why, "entry %d has an empty field", i);
             ok = 0;
         }

@@ -18,8 +18,8 @@ const env_desc ENV_TABLE[ENV_COUNT] = {
                               "staged only under a device backend with system.comm: mpi",
                               "every MPI call is staged through host buffers on the CPU path "
                               "too, as when ranks share a GPU (train and comm-test)"},
-    [ENV_TEST_CKPT_DELAY_MS] = {"TRIDENT_TEST_CKPT_DELAY_MS", ENV_BY_TEST_HOOK, "milliseconds",
-                                "0", "a pause after each MiB of a checkpoint rank file, so "
+    [ENV_TEST_CKPT_DELAY_MS] = {"TRIDENT_TEST_CKPT_DELAY_MS", ENV_BY_TEST_HOOK, "milliseconds", "0",
+                                "a pause after each MiB of a checkpoint rank file, so "
                                 "that a kill lands inside a write"},
     [ENV_BLAS_REEXEC] = {"TRIDENT_BLAS_REEXEC", ENV_BY_INTERNAL, "1", "not restarted yet",
                          "set before trident restarts itself with OPENBLAS_CORETYPE, so that "

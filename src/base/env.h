@@ -37,7 +37,7 @@ typedef enum {
 } env_id;
 
 typedef struct {
-    const char *name;    // "TRIDENT_LOG"
+    const char *name; // "TRIDENT_LOG"
     env_kind kind;
     const char *values;  // what it accepts: "debug|info|warn|error", "1", "milliseconds"
     const char *unset;   // what trident does when it is unset (the default)

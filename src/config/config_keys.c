@@ -24,6 +24,8 @@ static const char *const RECOMPUTE_NAMES[] = {"none", "full", NULL};
 static const char *const ZERO3_GATHER_NAMES[] = {"pass", "step", NULL};
 static const char *const ARCH_NAMES[] = {"gpt2", NULL};
 
+// The table is laid out by hand, one key per line where it fits.
+// clang-format off
 #define OFF(field) offsetof(run_config, field)
 #define INT_KEY(id, sec, name, min_v, max_v, def)                                            \
     [id] = {.section = #sec, .key = #name, .type = KT_INT, .offset = OFF(sec.name),          \
@@ -102,6 +104,7 @@ const key_desc CONFIG_KEYS[K_COUNT] = {
     INT_KEY(K_SYS_THREADS, system, threads, 0, NO_MAX, 0),
     F64_KEY(K_SYS_COMM_TIMEOUT_S, system, comm_timeout_s, 0, 1, INFINITY, 0, 300),
 };
+// clang-format on
 
 // ---------------------------------------------------------------------------------------
 // Enum names
@@ -124,9 +127,7 @@ const char *config_recompute_name(recompute_kind r) {
 // ---------------------------------------------------------------------------------------
 // Field access, lookup, paths and ranges
 
-void *config_key_field(run_config *cfg, key_id k) {
-    return (char *)cfg + CONFIG_KEYS[k].offset;
-}
+void *config_key_field(run_config *cfg, key_id k) { return (char *)cfg + CONFIG_KEYS[k].offset; }
 const void *config_key_cfield(const run_config *cfg, key_id k) {
     return (const char *)cfg + CONFIG_KEYS[k].offset;
 }
@@ -145,8 +146,7 @@ int config_section_first_key(const char *name) {
 
 int config_find_key(const char *section, const char *key) {
     for (int k = 0; k < K_COUNT; k++)
-        if (!strcmp(CONFIG_KEYS[k].section, section) && !strcmp(CONFIG_KEYS[k].key, key))
-            return k;
+        if (!strcmp(CONFIG_KEYS[k].section, section) && !strcmp(CONFIG_KEYS[k].key, key)) return k;
     return -1;
 }
 

@@ -20,6 +20,7 @@
 typedef enum { KT_INT, KT_U64, KT_F64, KT_BOOL, KT_STR, KT_ENUM, KT_DP } key_type;
 
 // Every key, in DESIGN.md order; indexes CONFIG_KEYS.
+// clang-format off
 typedef enum {
     K_RUN_NAME, K_RUN_OUT_DIR, K_RUN_SEED,
     K_MODEL_ARCH, K_MODEL_N_LAYER, K_MODEL_N_HEAD, K_MODEL_D_MODEL, K_MODEL_SEQ_LEN,
@@ -36,6 +37,7 @@ typedef enum {
     K_SYS_BACKEND, K_SYS_COMM, K_SYS_THREADS, K_SYS_COMM_TIMEOUT_S,
     K_COUNT
 } key_id;
+// clang-format on
 
 typedef struct {
     const char *section, *key;
@@ -68,4 +70,4 @@ int config_find_key(const char *section, const char *key);
 const char *config_enum_name(const char *const *names, int count, int v);
 
 const char *config_key_path(key_id k, char *buf, size_t n); // "section.key"
-void config_range_text(key_id k, char *buf, size_t n); // "must be >= 1", "must be in [0, 1)"
+void config_range_text(key_id k, char *buf, size_t n);      // "must be >= 1", "must be in [0, 1)"
