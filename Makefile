@@ -40,7 +40,7 @@ $(error USE_CUDA must be auto, 0 or 1, not '$(USE_CUDA)')
 endif
 # USE_CUDA=1 without nvcc stops every goal that builds (clean and deps still run).
 ifeq ($(BUILD_CUDA)$(NVCC),1)
-ifneq ($(or $(filter-out clean deps deps-check format,$(MAKECMDGOALS)),$(if $(MAKECMDGOALS),,all)),)
+ifneq ($(or $(filter-out clean deps deps-check format format-check,$(MAKECMDGOALS)),$(if $(MAKECMDGOALS),,all)),)
 $(error USE_CUDA=1, but nvcc is neither on PATH nor at /usr/local/cuda/bin/nvcc. Install \
 	the CUDA toolkit (with NCCL and cuBLASLt), put its bin/ on PATH or pass \
 	NVCC=/path/to/nvcc, or build without CUDA: make USE_CUDA=0)
@@ -76,7 +76,7 @@ TEST_TOOLS := $(BUILD)/tests/ref_dump
 GPU_TEST_SRCS := $(sort $(wildcard tests/gpu/test_*.c))
 GPU_TEST_BINS := $(GPU_TEST_SRCS:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
 
-.PHONY: all deps deps-check run test test-gpu clean data format
+.PHONY: all deps deps-check run test test-gpu clean data format format-check
 all: $(BUILD)/trident data $(if $(filter 1,$(BUILD_CUDA)),$(GPU_TEST_BINS))
 
 deps:
@@ -119,9 +119,13 @@ run: deps
 	$(BUILD)/trident train configs/default.yaml
 	$(BUILD)/trident sample runs/kjv-tiny --prompt "And God said" --tokens 200
 
+# `make test T=PATTERN` runs only the tests whose name matches (tests/run_all.sh: a glob such
+# as 'test_ops*', or a substring such as dp). T is not exported: the test scripts use T for
+# the trident binary.
+unexport T
 test: deps
 	@$(MAKE) --no-print-directory all $(TEST_BINS) $(TEST_TOOLS)
-	@tests/run_all.sh
+	@tests/run_all.sh $(T)
 
 # The GPU checks (issue 9): each op on CUDA against the CPU backend, and a training run on
 # each backend; tests/gpu/run.sh says what runs. Needs a CUDA build and a GPU.
@@ -137,6 +141,27 @@ endif
 # their folder, no module cycles (scripts/deps-check.py says which).
 deps-check:
 	@/usr/bin/python3 scripts/deps-check.py
+
+# .clang-format (clang-format 14) on every C and CUDA file of src/, cuda/ and tests/: `format`
+# rewrites them in place, `format-check` lists the files it would change (exit 1 if any).
+CLANG_FORMAT ?= clang-format
+FORMAT_SRCS := $(sort $(wildcard src/*/*.[ch] cuda/*/*.cu cuda/*/*.cuh cuda/*/*.h \
+	tests/*.[ch] tests/*/*.[ch]))
+FORMAT_TOOL = @command -v $(CLANG_FORMAT) >/dev/null || { echo "make $@ needs $(CLANG_FORMAT) \
+	(Debian: apt-get install clang-format; CLANG_FORMAT=PATH names another)" >&2; exit 2; }
+format:
+	$(FORMAT_TOOL)
+	$(CLANG_FORMAT) -i --style=file $(FORMAT_SRCS)
+
+format-check:
+	$(FORMAT_TOOL)
+	@n=0; for f in $(FORMAT_SRCS); do \
+		d=$$($(CLANG_FORMAT) --style=file "$$f" | diff "$$f" - | grep -c '^[<>]'); \
+		[ "$$d" = 0 ] || { echo "$$f: $$d lines would change"; n=$$((n + 1)); }; \
+	done; \
+	[ $$n = 0 ] || { echo "format-check: $$n of $(words $(FORMAT_SRCS)) files would change" \
+		"(make format rewrites them)"; exit 1; }; \
+	echo "format-check: all $(words $(FORMAT_SRCS)) files as clang-format writes them"
 
 clean:
 	rm -rf $(BUILD) data/*.bin

@@ -2,7 +2,8 @@
 # repository root and sets T (the trident binary; TRIDENT_BIN overrides), CFG (the tiny
 # test config), W (a scratch directory removed at exit), MPIRUN (mpirun for this machine:
 # oversubscribed, root allowed, bounded by a timeout), and pass/fail, which print the
-# PASS/FAIL lines tests/run_all.sh counts and count the failures in $fails.
+# PASS/FAIL lines tests/run_all.sh counts and count the failures in $fails, and
+# match_reference, which compares a run with a reference run (below).
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 T=${TRIDENT_BIN:-build/trident}
 CFG=tests/configs/tiny.yaml
@@ -14,3 +15,23 @@ MPIRUN=(timeout 180 mpirun --oversubscribe --bind-to none -x OPENBLAS_NUM_THREAD
 fails=0
 pass() { echo "PASS $1"; }
 fail() { echo "FAIL $1: $2"; fails=$((fails + 1)); }
+
+# match_reference NAME REF RUN [CHECK...]: compares the run directory RUN with the reference
+# run REF through tests/parity.py and prints "PASS NAME <measured errors>" or "FAIL NAME:
+# <what differs>"; returns 0 on a pass. CHECKs (parity.py says more):
+#   loss=TOL norm=TOL val=TOL param=TOL   largest relative errors allowed: per-step loss and
+#                                         grad_norm, val_loss, final parameters (of the largest)
+#   steps=N                               both runs have N step lines
+#   from=STEP                             only the lines from STEP on (a resumed run)
+#   bitwise [types=step,eval] [ignore=FIELD,...] [model=no]
+#                                         metrics lines equal as text, timing fields aside,
+#                                         and model.bin equal
+# FP32_PARITY: what a parallel layout of an fp32 run must meet against the single process
+# on the same global batch, 20 steps.
+FP32_PARITY=(loss=1e-5 norm=1e-4 val=1e-5 param=1e-4 steps=20)
+match_reference() {
+    local name=$1 ref=$2 run=$3 out
+    shift 3
+    if out=$(/usr/bin/python3 tests/parity.py "$ref" "$run" "$@" 2>&1); then pass "$name $out"
+    else fail "$name" "$out"; fi
+}

@@ -7,26 +7,12 @@
 set -u
 source "$(dirname "$0")/lib.sh"
 
-# same_steps A B [FROM]: the step and eval lines of B (from step FROM on) equal A's apart from
-# the timing fields.
+# same_steps A B [FROM]: the step and eval lines of B (from step FROM on, default 1) equal
+# A's apart from the timing fields and mem_peak_bytes, and B has no step or eval line A lacks
+# (model.bin is compared apart).
 same_steps() {
-    /usr/bin/python3 - "$@" <<'PY'
-import json, sys
-def lines(d):
-    out = {}
-    for r in map(json.loads, open(d + '/metrics.jsonl')):
-        if r['type'] in ('step', 'eval'):
-            for k in ('step_ms', 'tokens_per_s', 'mfu', 'mem_peak_bytes', 'bubble'):
-                r.pop(k, None)
-            out[(r['type'], r['step'])] = r
-    return out
-a, b = lines(sys.argv[1]), lines(sys.argv[2])
-first = int(sys.argv[3]) if len(sys.argv) > 3 else 1
-keys = [k for k in a if k[1] >= first]
-bad = [k for k in keys if a[k] != b.get(k)]
-print('%d lines from step %d, %d differ %s' % (len(keys), first, len(bad), bad[:2]))
-sys.exit(1 if bad or not keys or set(b) - set(a) else 0)
-PY
+    /usr/bin/python3 tests/parity.py "$1" "$2" bitwise types=step,eval ignore=mem_peak_bytes \
+        from=${3:-1} model=no
 }
 
 # --- bitwise resume, one process: 20 steps vs stopped at 10 and resumed -----------------

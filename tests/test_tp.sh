@@ -12,33 +12,30 @@ COMMON=(--set train.steps=20 --set train.micro_batch=2 --set train.global_batch=
 if $T train $CFG "${COMMON[@]}" --set run.out_dir=$W/ref >$W/ref.log 2>&1; then pass tp_reference_run
 else fail tp_reference_run "$(tail -2 $W/ref.log | tr '\n' ' ')"; fi
 
-# compare NAME DIR TP SP DP
-compare() {
-    /usr/bin/python3 - $W/ref $2 $3 $4 $5 <<'PY'
-import json, sys
-ref, run, tp, sp, dp = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == 'true', int(sys.argv[5])
-sys.path.insert(0, 'tests')
-from parity import errors
-loss, norm, ev, param, b, run0 = errors(ref, run)
-# The tp scheme's bytes per step (payload as counted by the comm layer: all-reduce and
-# reduce-scatter count their input, all-gather its output), n_micro micro-batches of N rows:
+# tp_bytes DIR TP SP DP: the tp bytes of every step line against the scheme's formula
+# (payload as counted by the comm layer: all-reduce and reduce-scatter count their input,
+# all-gather its output), n_micro micro-batches of N rows:
 #   no SP: all-reduces of N*C floats: the embedding, 2 per layer forward, 2 per layer
 #          backward, the LM head's input gradient; and 3 of N floats in the cross-entropy;
 #   SP:    each of those row reductions becomes a reduce-scatter, and every "identity" of
 #          the conjugate pairs an all-gather of N*C floats (2 per layer each way, the final
 #          LayerNorm forward, the embedding backward); plus, once per step, the all-reduce of
 #          the LayerNorm gradients (4C per layer and 2C final).
-cfg = run0['config']
+tp_bytes() {
+    /usr/bin/python3 - "$@" <<'PY'
+import sys
+sys.path.insert(0, 'tests')
+from parity import rows
+run, tp, sp, dp = sys.argv[1], int(sys.argv[2]), sys.argv[3] == 'true', int(sys.argv[4])
+b, cfg = rows(run, 'step'), rows(run, 'run')[0]['config']
 L, C, T = cfg['model']['n_layer'], cfg['model']['d_model'], cfg['model']['seq_len']
 B, GB = cfg['train']['micro_batch'], cfg['train']['global_batch']
 N, m = B * T, GB // (B * dp)
 if tp == 1: want = 0
 elif not sp: want = m * ((4 * L + 2) * N * C * 4 + 3 * N * 4)
 else: want = m * ((8 * L + 4) * N * C * 4 + 3 * N * 4) + (4 * L + 2) * C * 4
-got = b[-1]['comm_bytes']['tp']
-ok_bytes = all(r['comm_bytes']['tp'] == want for r in b)
-print('loss %.2e norm %.2e val %.2e param %.2e tp_bytes %d (formula %d)' % (loss, norm, ev, param, got, want))
-sys.exit(0 if loss <= 1e-5 and norm <= 1e-4 and ev <= 1e-5 and param <= 1e-4 and ok_bytes else 1)
+print('tp_bytes %d (formula %d) on %d step lines' % (b[-1]['comm_bytes']['tp'], want, len(b)))
+sys.exit(0 if b and all(r['comm_bytes']['tp'] == want for r in b) else 1)
 PY
 }
 
@@ -47,7 +44,8 @@ for layout in "2 false 1" "4 false 1" "2 true 1" "4 true 1" "2 false 2" "2 true 
     tp=$1 sp=$2 dp=$3 name=tp$1_sp$2_dp$3 np=$(( $1 * $3 ))
     if "${MPIRUN[@]}" -np $np $T train $CFG "${COMMON[@]}" --set parallel.tp=$tp \
             --set parallel.sequence_parallel=$sp --set run.out_dir=$W/$name >$W/$name.log 2>&1; then
-        if out=$(compare $name $W/$name $tp $sp $dp); then pass "${name}_parity $out"; else fail ${name}_parity "$out"; fi
+        match_reference ${name}_parity $W/ref $W/$name "${FP32_PARITY[@]}"
+        if out=$(tp_bytes $W/$name $tp $sp $dp); then pass "${name}_tp_bytes $out"; else fail ${name}_tp_bytes "$out"; fi
     else fail ${name}_run "$(tail -3 $W/$name.log | tr '\n' ' ')"; fi
 done
 [ $fails = 0 ]

@@ -20,6 +20,8 @@
 #include <new>
 #include <string.h>
 
+#include "base/env.h"
+
 [[noreturn]] void cuda_op_fail(const char *what, const char *stmt, const char *file, int line) {
     LOG_ERROR("the CUDA backend stops: %s failed (%s at %s:%d), and the device state is no "
               "longer usable", what, stmt, file, line);
@@ -222,8 +224,8 @@ tri_status backend_cuda_create(backend **out, int device) {
         CUDA_CHECK_GOTO(cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking), rc, fail);
         b->stream = x->stream;
         CUDA_CHECK_GOTO(cudaMallocHost((void **)&x->host_result, 2 * sizeof(double)), rc, fail);
-        const char *tf32 = getenv("TRIDENT_CUDA_TF32");
-        x->compute = tf32 && !strcmp(tf32, "1") ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+        x->compute = env_flag(ENV_TRIDENT_CUDA_TF32) ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                     : CUBLAS_COMPUTE_32F;
         TRI_CHECK_GOTO(cuda_matmul_init(x), rc, fail);
         TRI_CHECK_GOTO(cuda_attention_init(x, prop.sharedMemPerBlockOptin), rc, fail);
         LOG_DEBUG("CUDA backend on device %d (%s, sm_%d%d, %d SMs, %.1f GiB), matmuls in %s, "

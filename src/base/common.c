@@ -9,12 +9,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/env.h"
+
 static log_level g_level = LOG_LEVEL_INFO;
 static int g_rank = 0;
 static char g_prefix[64] = "";
 
 void log_init(void) {
-    const char *env = getenv("TRIDENT_LOG");
+    const char *env = env_get(ENV_TRIDENT_LOG);
     if (!env) return;
     if (!strcmp(env, "debug")) g_level = LOG_LEVEL_DEBUG;
     else if (!strcmp(env, "info")) g_level = LOG_LEVEL_INFO;

@@ -2,6 +2,8 @@
 // backends, as backend_select.c does for the compute backends.
 #include "comm/comm.h"
 
+#include "base/env.h"
+
 #include <string.h>
 
 #include "comm/comm_mpi.h"
@@ -42,8 +44,7 @@ tri_status comm_create_for(comm **out, const mesh *m, comm_kind kind, launch_inf
     // MPI moves host memory: with a device backend (several ranks sharing a GPU, which NCCL
     // refuses) every call is staged through host buffers. TRIDENT_COMM_STAGED=1 does it on
     // the CPU path too, for the tests.
-    const char *force = getenv("TRIDENT_COMM_STAGED");
-    if (device || (force && !strcmp(force, "1"))) return comm_staged_create(out, mpi, be);
+    if (device || env_flag(ENV_TEST_COMM_STAGED)) return comm_staged_create(out, mpi, be);
     *out = mpi;
     return TRI_OK;
 }

@@ -15,6 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/env.h"
+
 // Every PMIx call goes through this: on failure it prints the statement, file:line, rank
 // and PMIx's error string, and returns TRI_ERR_COMM from the calling function.
 #define PMIX_CHECK(li, call)                                                                 \
@@ -81,7 +83,7 @@ tri_status launch_init(launch_info *li) {
     pmix_proc_t *me = xcalloc(1, sizeof *me);
     pmix_status_t rc = PMIx_Init(me, NULL, 0);
     // A launcher that speaks PMIx sets these; without them any failure means "started alone".
-    int launched = getenv("PMIX_NAMESPACE") != NULL || getenv("PMIX_RANK") != NULL;
+    int launched = env_get(ENV_PMIX_NAMESPACE) != NULL || env_get(ENV_PMIX_RANK) != NULL;
     if (rc == PMIX_ERR_UNREACH || (rc != PMIX_SUCCESS && !launched)) {
         // PMIx keeps a singleton namespace initialised even when unreachable; release it.
         if (rc == PMIX_ERR_UNREACH) PMIx_Finalize(NULL, 0);
@@ -96,7 +98,7 @@ tri_status launch_init(launch_info *li) {
                   __LINE__, PMIx_Error_string(rc), (int)rc);
         LOG_HINT("the PMIx environment (PMIX_NAMESPACE=%s) is set, but its server did "
                   "not answer; under Slurm use `srun --mpi=pmix`",
-                  getenv("PMIX_NAMESPACE") ? getenv("PMIX_NAMESPACE") : "");
+                  env_get(ENV_PMIX_NAMESPACE) ? env_get(ENV_PMIX_NAMESPACE) : "");
         free(me);
         return TRI_ERR_COMM;
     }

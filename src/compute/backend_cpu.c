@@ -23,6 +23,7 @@
 #endif
 
 #include "base/bf16.h"
+#include "base/env.h"
 
 static inline cpu_ctx *ctx_of(backend *b) { return (cpu_ctx *)b->ctx; }
 
@@ -745,13 +746,13 @@ static const char *blas_core_for_cpu(void) {
 
 void backend_cpu_prepare_process(char **argv) {
     const char *core;
-    if (getenv("OPENBLAS_CORETYPE") || getenv("TRIDENT_BLAS_REEXEC") || !blas_core_is_generic(&core))
+    if (env_get(ENV_OPENBLAS_CORETYPE) || env_get(ENV_BLAS_REEXEC) || !blas_core_is_generic(&core))
         return;
-    setenv("OPENBLAS_CORETYPE", blas_core_for_cpu(), 1);
-    setenv("TRIDENT_BLAS_REEXEC", "1", 1); // never loop
+    env_set(ENV_OPENBLAS_CORETYPE, blas_core_for_cpu());
+    env_set(ENV_BLAS_REEXEC, "1"); // never loop
     fflush(NULL);
     execv("/proc/self/exe", argv);
-    unsetenv("OPENBLAS_CORETYPE"); // exec failed: carry on with the generic kernels
+    env_unset(ENV_OPENBLAS_CORETYPE); // exec failed: carry on with the generic kernels
 }
 
 // Says so when the generic kernels are still in use (OPENBLAS_CORETYPE forced them, or the

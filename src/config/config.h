@@ -7,6 +7,9 @@
 // Unknown keys are errors (with a "did you mean"); wrong types, out-of-range values and
 // inconsistent combinations are errors; every violation is reported at once, each with its
 // key path and the file's line, before any communicator is created.
+//
+// Implemented by src/config/config_*.c, one part per responsibility (config_keys_internal.h
+// lists them), each with a private header of the folder.
 #pragma once
 #include "base/common.h"
 #include "base/dtype.h"

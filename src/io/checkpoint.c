@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "base/crc32c.h"
+#include "base/env.h"
 
 const char *const ckpt_kind_names[KIND_COUNT] = {"param", "master", "adam_m", "adam_v"};
 
@@ -174,10 +175,7 @@ static void write_idx_line(void *ctx, rect r, size_t at) {
 // so that a kill lands inside a write.
 static void test_delay(void) {
     static int ms = -1;
-    if (ms < 0) {
-        const char *v = getenv("TRIDENT_TEST_CKPT_DELAY_MS");
-        ms = v ? atoi(v) : 0;
-    }
+    if (ms < 0) ms = env_int(ENV_TEST_CKPT_DELAY_MS, 0);
     if (ms > 0) usleep((useconds_t)ms * 1000);
 }
 

@@ -20,8 +20,13 @@ typedef struct {
     int virtual_stages;
 } model_shard;
 
-// The vocabulary padded to a multiple of vocab_pad_to * tp (DESIGN.md "Model").
-static inline int model_padded_vocab(const model_config *mc, int tp) {
+// The vocabulary padded to a multiple of vocab_pad_to * tp (DESIGN.md "Model"), in long long:
+// the product and the rounded size can pass INT_MAX for valid int keys (the config's rule
+// refuses those), and as the int the model uses.
+static inline long long model_padded_vocab_ll(const model_config *mc, int tp) {
     long long mult = (long long)mc->vocab_pad_to * tp;
-    return (int)((mc->vocab_size + mult - 1) / mult * mult);
+    return (mc->vocab_size + mult - 1) / mult * mult;
+}
+static inline int model_padded_vocab(const model_config *mc, int tp) {
+    return (int)model_padded_vocab_ll(mc, tp);
 }

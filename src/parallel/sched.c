@@ -141,7 +141,7 @@ static void assign_slots(sched_table *st, int forward_only) {
     free(slot_of);
 }
 
-// The combinations sched_build supports; config_check.c reports the same ones to users.
+// The combinations sched_build supports; config_rules.c reports the same ones to users.
 static tri_status check_supported(schedule_kind schedule, int pp, int v, int m) {
     if (v < 1 || m < 1) {
         LOG_ERROR("parallel.virtual_stages (%d) and the micro-batches per step (%d) must be "

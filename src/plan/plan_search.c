@@ -3,7 +3,7 @@
 //
 // A layout is (tp, pp, virtual stages, schedule, zero, micro_batch, recompute, sequence
 // parallelism); dp = world / (tp * pp). Families that cannot run are rejected with the rule
-// they break (the rules of config_check.c); a (tp, pp) whose every layout needs more memory
+// they break (the rules of config_rules.c); a (tp, pp) whose every layout needs more memory
 // than the device has is reported with its smallest need.
 #include <stdarg.h>
 #include <string.h>
@@ -118,7 +118,7 @@ static void search_options(search_state *s, run_config *c, const plan_device *de
 }
 
 // One (tp, pp): its virtual stages, schedules and micro-batch sizes, under the rules of
-// config_check.c (n_layer % (pp * v), global_batch % (micro_batch * dp), at least pp
+// config_rules.c (n_layer % (pp * v), global_batch % (micro_batch * dp), at least pp
 // micro-batches for 1f1b and interleaved, a multiple of pp for interleaved).
 static void search_tp_pp(search_state *s, run_config *c, const plan_device *dev, int world) {
     const int tp = c->parallel.tp, pp = c->parallel.pp, L = c->model.n_layer;

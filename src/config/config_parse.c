@@ -1,144 +1,24 @@
-// config.c: the run config of DESIGN.md ("Config (YAML)"), parsed with libyaml's document
-// API so that every value keeps its line for messages.
-//
-// One table (CONFIG_KEYS) describes every key: its section, name, type, place in
-// run_config, allowed range, enum names, nullability and default. Parsing, --set
-// overrides, defaults and printing here, and range checks and "did you mean" in
-// config_check.c, all walk that table; only the rules that tie several keys together are
-// written out, in config_check.c.
-#include "config/config_internal.h"
-
+// config_parse.c: config.h's config_defaults, config_load and config_free: the defaults of the
+// key table, the YAML file (libyaml's document API, so that every value keeps its line for
+// messages), the --set overrides, then the checks of config_rules.c. The top of the config
+// folder: nothing else in it depends on this file, so it has no private header.
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
 #include <yaml.h>
 
-// Enum-typed fields are written through int pointers by the table-driven code.
-_Static_assert(sizeof(schedule_kind) == sizeof(int) && sizeof(tri_dtype) == sizeof(int) &&
-                   sizeof(decay_kind) == sizeof(int) && sizeof(backend_kind) == sizeof(int) &&
-                   sizeof(comm_kind) == sizeof(int) && sizeof(recompute_kind) == sizeof(int) &&
-                   sizeof(zero3_gather_kind) == sizeof(int),
-               "enum fields must be int-sized");
-
-// Value names, indexed by the enum value, NULL-terminated.
-static const char *const SCHEDULE_NAMES[] = {"gpipe", "1f1b", "interleaved", NULL};
-static const char *const DTYPE_NAMES[] = {"fp32", "bf16", NULL};
-static const char *const DECAY_NAMES[] = {"cosine", "linear", "constant", NULL};
-static const char *const BACKEND_NAMES[] = {"auto", "cpu", "cuda", NULL};
-static const char *const COMM_NAMES[] = {"auto", "mpi", "nccl", "self", NULL};
-static const char *const RECOMPUTE_NAMES[] = {"none", "full", NULL};
-static const char *const ZERO3_GATHER_NAMES[] = {"pass", "step", NULL};
-static const char *const ARCH_NAMES[] = {"gpt2", NULL};
-
-#define OFF(field) offsetof(run_config, field)
-#define INT_KEY(id, sec, name, min_v, max_v, def)                                            \
-    [id] = {.section = #sec, .key = #name, .type = KT_INT, .offset = OFF(sec.name),          \
-            .lo = (min_v), .hi = (max_v), .def_num = (def)}
-// A real-valued key; lo_open/hi_open make the bound exclusive.
-#define F64_KEY(id, sec, name, min_v, lo_op, max_v, hi_op, def)                              \
-    [id] = {.section = #sec, .key = #name, .type = KT_F64, .offset = OFF(sec.name),          \
-            .lo = (min_v), .hi = (max_v), .lo_open = (lo_op), .hi_open = (hi_op),            \
-            .def_num = (def)}
-#define ENUM_KEY(id, sec, name, value_names, def)                                            \
-    [id] = {.section = #sec, .key = #name, .type = KT_ENUM, .offset = OFF(sec.name),         \
-            .names = (value_names), .def_num = (def)}
-#define STR_KEY(id, sec, name, null_ok, def)                                                 \
-    [id] = {.section = #sec, .key = #name, .type = KT_STR, .offset = OFF(sec.name),          \
-            .nullable = (null_ok), .def_str = (def)}
-#define BOOL_KEY(id, sec, name, def)                                                         \
-    [id] = {.section = #sec, .key = #name, .type = KT_BOOL, .offset = OFF(sec.name),         \
-            .def_num = (def)}
-#define NO_MAX ((double)INT_MAX)
-
-// In DESIGN.md order; printing follows this order.
-const key_desc CONFIG_KEYS[K_COUNT] = {
-    STR_KEY(K_RUN_NAME, run, name, 0, "trident"),
-    STR_KEY(K_RUN_OUT_DIR, run, out_dir, 0, "runs/trident"), // re-derived from run.name
-    [K_RUN_SEED] = {.section = "run", .key = "seed", .type = KT_U64, .offset = OFF(run.seed),
-                    .def_num = 1234},
-    [K_MODEL_ARCH] = {.section = "model", .key = "arch", .type = KT_STR,
-                      .offset = OFF(model.arch), .names = ARCH_NAMES, .def_str = "gpt2"},
-    INT_KEY(K_MODEL_N_LAYER, model, n_layer, 1, NO_MAX, 4),
-    INT_KEY(K_MODEL_N_HEAD, model, n_head, 1, NO_MAX, 4),
-    INT_KEY(K_MODEL_D_MODEL, model, d_model, 1, NO_MAX, 128),
-    INT_KEY(K_MODEL_SEQ_LEN, model, seq_len, 1, NO_MAX, 256),
-    INT_KEY(K_MODEL_VOCAB_SIZE, model, vocab_size, 1, NO_MAX, 256),
-    INT_KEY(K_MODEL_VOCAB_PAD_TO, model, vocab_pad_to, 1, NO_MAX, 128),
-    STR_KEY(K_MODEL_INIT_FROM, model, init_from, 1, NULL),
-    INT_KEY(K_PAR_TP, parallel, tp, 1, NO_MAX, 1),
-    INT_KEY(K_PAR_PP, parallel, pp, 1, NO_MAX, 1),
-    [K_PAR_DP] = {.section = "parallel", .key = "dp", .type = KT_DP, .offset = OFF(parallel.dp),
-                  .lo = 1, .hi = NO_MAX, .def_num = DP_AUTO},
-    INT_KEY(K_PAR_VIRTUAL_STAGES, parallel, virtual_stages, 1, NO_MAX, 1),
-    ENUM_KEY(K_PAR_SCHEDULE, parallel, schedule, SCHEDULE_NAMES, SCHEDULE_1F1B),
-    INT_KEY(K_PAR_ZERO, parallel, zero, 0, 3, 1),
-    BOOL_KEY(K_PAR_SEQUENCE_PARALLEL, parallel, sequence_parallel, 0),
-    ENUM_KEY(K_PAR_RECOMPUTE, parallel, recompute, RECOMPUTE_NAMES, RECOMPUTE_NONE),
-    F64_KEY(K_PAR_BUCKET_MB, parallel, bucket_mb, 0, 1, INFINITY, 0, 25),
-    ENUM_KEY(K_PAR_ZERO3_GATHER, parallel, zero3_gather, ZERO3_GATHER_NAMES, ZERO3_GATHER_PASS),
-    BOOL_KEY(K_PAR_OVERLAP, parallel, overlap, 1),
-    INT_KEY(K_TRAIN_MICRO_BATCH, train, micro_batch, 1, NO_MAX, 8),
-    INT_KEY(K_TRAIN_GLOBAL_BATCH, train, global_batch, 1, NO_MAX, 32),
-    INT_KEY(K_TRAIN_STEPS, train, steps, 1, NO_MAX, 2000),
-    ENUM_KEY(K_TRAIN_PRECISION, train, precision, DTYPE_NAMES, DTYPE_FP32),
-    ENUM_KEY(K_TRAIN_GRAD_DTYPE, train, grad_dtype, DTYPE_NAMES, DTYPE_FP32),
-    ENUM_KEY(K_TRAIN_REDUCE_DTYPE, train, reduce_dtype, DTYPE_NAMES, DTYPE_FP32),
-    F64_KEY(K_TRAIN_GRAD_CLIP, train, grad_clip, 0, 0, INFINITY, 0, 1.0),
-    F64_KEY(K_OPT_LR, optim, lr, 0, 1, INFINITY, 0, 1.0e-3),
-    F64_KEY(K_OPT_MIN_LR, optim, min_lr, 0, 0, INFINITY, 0, 1.0e-4),
-    INT_KEY(K_OPT_WARMUP_STEPS, optim, warmup_steps, 0, NO_MAX, 100),
-    ENUM_KEY(K_OPT_DECAY, optim, decay, DECAY_NAMES, DECAY_COSINE),
-    F64_KEY(K_OPT_BETA1, optim, beta1, 0, 0, 1, 1, 0.9),
-    F64_KEY(K_OPT_BETA2, optim, beta2, 0, 0, 1, 1, 0.95),
-    F64_KEY(K_OPT_EPS, optim, eps, 0, 1, INFINITY, 0, 1.0e-8),
-    F64_KEY(K_OPT_WEIGHT_DECAY, optim, weight_decay, 0, 0, INFINITY, 0, 0.1),
-    STR_KEY(K_DATA_TRAIN, data, train, 0, "data/kjv_train_*.bin"),
-    STR_KEY(K_DATA_VAL, data, val, 0, "data/kjv_val_*.bin"),
-    INT_KEY(K_DATA_EVAL_EVERY, data, eval_every, 0, NO_MAX, 200),
-    INT_KEY(K_DATA_EVAL_BATCHES, data, eval_batches, 1, NO_MAX, 20),
-    STR_KEY(K_CKPT_DIR, checkpoint, dir, 1, NULL),
-    INT_KEY(K_CKPT_EVERY, checkpoint, every, 0, NO_MAX, 500),
-    INT_KEY(K_CKPT_KEEP, checkpoint, keep, 1, NO_MAX, 3),
-    BOOL_KEY(K_CKPT_ASYNC, checkpoint, async, 1),
-    STR_KEY(K_CKPT_RESUME, checkpoint, resume, 0, "auto"),
-    INT_KEY(K_LOG_EVERY, log, every, 1, NO_MAX, 10),
-    STR_KEY(K_LOG_METRICS, log, metrics, 1, NULL),
-    ENUM_KEY(K_SYS_BACKEND, system, backend, BACKEND_NAMES, BACKEND_AUTO),
-    ENUM_KEY(K_SYS_COMM, system, comm, COMM_NAMES, COMM_AUTO),
-    INT_KEY(K_SYS_THREADS, system, threads, 0, NO_MAX, 0),
-    F64_KEY(K_SYS_COMM_TIMEOUT_S, system, comm_timeout_s, 0, 1, INFINITY, 0, 300),
-};
+#include "config/config_diag_internal.h"
+#include "config/config_keys_internal.h"
+#include "config/config_rules_internal.h"
 
 // ---------------------------------------------------------------------------------------
-// Enum names
-
-static const char *enum_name(const char *const *names, int count, int v) {
-    return v >= 0 && v < count ? names[v] : "?";
-}
-const char *config_schedule_name(schedule_kind s) { return enum_name(SCHEDULE_NAMES, 3, (int)s); }
-const char *config_decay_name(decay_kind d) { return enum_name(DECAY_NAMES, 3, (int)d); }
-const char *config_backend_name(backend_kind b) { return enum_name(BACKEND_NAMES, 3, (int)b); }
-const char *config_comm_name(comm_kind c) { return enum_name(COMM_NAMES, 4, (int)c); }
-const char *config_recompute_name(recompute_kind r) {
-    return enum_name(RECOMPUTE_NAMES, 2, (int)r);
-}
-
-// ---------------------------------------------------------------------------------------
-// Field access and defaults
-
-static void *field(run_config *cfg, key_id k) { return (char *)cfg + CONFIG_KEYS[k].offset; }
-static const void *cfield(const run_config *cfg, key_id k) {
-    return (const char *)cfg + CONFIG_KEYS[k].offset;
-}
-int config_key_int(const run_config *cfg, key_id k) { return *(const int *)cfield(cfg, k); }
-double config_key_f64(const run_config *cfg, key_id k) { return *(const double *)cfield(cfg, k); }
+// Defaults
 
 static void set_string(run_config *cfg, key_id k, const char *s) {
-    char **slot = field(cfg, k);
+    char **slot = config_key_field(cfg, k);
     free(*slot);
     *slot = xstrdup(s);
 }
@@ -147,7 +27,7 @@ void config_defaults(run_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     for (int k = 0; k < K_COUNT; k++) {
         const key_desc *d = &CONFIG_KEYS[k];
-        void *p = field(cfg, k);
+        void *p = config_key_field(cfg, k);
         switch (d->type) {
         case KT_STR: *(char **)p = xstrdup(d->def_str); break;
         case KT_U64: *(uint64_t *)p = (uint64_t)d->def_num; break;
@@ -160,25 +40,12 @@ void config_defaults(run_config *cfg) {
 void config_free(run_config *cfg) {
     for (int k = 0; k < K_COUNT; k++) {
         if (CONFIG_KEYS[k].type != KT_STR) continue;
-        char **slot = field(cfg, k);
+        char **slot = config_key_field(cfg, k);
         free(*slot);
         *slot = NULL;
     }
     free(cfg->source_path);
     cfg->source_path = NULL;
-}
-
-static int section_first_key(const char *name) {
-    for (int k = 0; k < K_COUNT; k++)
-        if (!strcmp(CONFIG_KEYS[k].section, name)) return k;
-    return -1;
-}
-
-static int find_key(const char *section, const char *key) {
-    for (int k = 0; k < K_COUNT; k++)
-        if (!strcmp(CONFIG_KEYS[k].section, section) && !strcmp(CONFIG_KEYS[k].key, key))
-            return k;
-    return -1;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -238,23 +105,6 @@ static void report_type(config_ctx *c, key_id k, const scalar_view *v, const cha
                       extra);
 }
 
-// "must be >= 1", "must be in 0..3", "must be > 0", "must be in [0, 1)".
-void config_range_text(key_id k, char *buf, size_t n) {
-    const key_desc *d = &CONFIG_KEYS[k];
-    char lo[40], hi[40];
-    snprintf(lo, sizeof lo, "%g", d->lo);
-    snprintf(hi, sizeof hi, "%g", d->hi);
-    if (d->type != KT_F64) {
-        if (d->hi >= NO_MAX) snprintf(buf, n, "must be >= %.0f", d->lo);
-        else snprintf(buf, n, "must be in %.0f..%.0f", d->lo, d->hi);
-    } else if (isinf(d->hi)) {
-        snprintf(buf, n, "must be %s %s", d->lo_open ? ">" : ">=", lo);
-    } else {
-        snprintf(buf, n, "must be in %s%s, %s%s", d->lo_open ? "(" : "[", lo, hi,
-                 d->hi_open ? ")" : "]");
-    }
-}
-
 static int parse_ll(const char *text, long long *out) {
     char *end;
     errno = 0;
@@ -266,7 +116,7 @@ static int set_int(config_ctx *c, run_config *cfg, key_id k, const scalar_view *
     long long x;
     if (v->quoted || is_null(v)) return report_type(c, k, v, ""), 0;
     if (CONFIG_KEYS[k].type == KT_DP && !strcmp(v->text, "auto")) {
-        *(int *)field(cfg, k) = DP_AUTO;
+        *(int *)config_key_field(cfg, k) = DP_AUTO;
         return 1;
     }
     if (!parse_ll(v->text, &x)) {
@@ -282,7 +132,7 @@ static int set_int(config_ctx *c, run_config *cfg, key_id k, const scalar_view *
                           CONFIG_KEYS[k].type == KT_DP ? ", or auto" : "", v->text);
         return 0;
     }
-    *(int *)field(cfg, k) = (int)x;
+    *(int *)config_key_field(cfg, k) = (int)x;
     return 1;
 }
 
@@ -297,7 +147,7 @@ static int set_u64(config_ctx *c, run_config *cfg, key_id k, const scalar_view *
                           v->text);
         return 0;
     }
-    *(uint64_t *)field(cfg, k) = (uint64_t)x;
+    *(uint64_t *)config_key_field(cfg, k) = (uint64_t)x;
     return 1;
 }
 
@@ -307,7 +157,7 @@ static int set_f64(config_ctx *c, run_config *cfg, key_id k, const scalar_view *
     double x = strtod(v->text, &end);
     if (end == v->text || *end != '\0') return report_type(c, k, v, ""), 0;
     if (!isfinite(x)) return report_type(c, k, v, " (must be finite)"), 0;
-    *(double *)field(cfg, k) = x;
+    *(double *)config_key_field(cfg, k) = x;
     return 1;
 }
 
@@ -316,7 +166,7 @@ static int set_bool(config_ctx *c, run_config *cfg, key_id k, const scalar_view 
     static const char *const yes[] = {"true", "yes", "on"}, *const no[] = {"false", "no", "off"};
     for (int i = 0; i < 3 && !v->quoted; i++) {
         if (!strcasecmp(v->text, yes[i]) || !strcasecmp(v->text, no[i])) {
-            *(int *)field(cfg, k) = !strcasecmp(v->text, yes[i]);
+            *(int *)config_key_field(cfg, k) = !strcasecmp(v->text, yes[i]);
             return 1;
         }
     }
@@ -327,7 +177,7 @@ static int set_enum(config_ctx *c, run_config *cfg, key_id k, const scalar_view 
     const char *const *names = CONFIG_KEYS[k].names;
     for (int i = 0; names[i] && !is_null(v); i++) {
         if (!strcmp(v->text, names[i])) {
-            *(int *)field(cfg, k) = i;
+            *(int *)config_key_field(cfg, k) = i;
             return 1;
         }
     }
@@ -345,7 +195,7 @@ static int set_str(config_ctx *c, run_config *cfg, key_id k, const scalar_view *
                               k == K_CKPT_RESUME ? "; use none to start fresh" : "");
             return 0;
         }
-        char **slot = field(cfg, k);
+        char **slot = config_key_field(cfg, k);
         free(*slot);
         *slot = NULL;
         return 1;
@@ -411,7 +261,7 @@ static void parse_section(config_ctx *c, run_config *cfg, yaml_document_t *doc,
             continue;
         }
         const char *name = (const char *)key->data.scalar.value;
-        int k = find_key(section, name);
+        int k = config_find_key(section, name);
         if (k < 0) {
             config_report_unknown_key(c, loc, section, name);
         } else if (c->loc[k].line > 0) {
@@ -446,7 +296,7 @@ static void parse_root(config_ctx *c, run_config *cfg, yaml_document_t *doc) {
             continue;
         }
         const char *name = (const char *)key->data.scalar.value;
-        int s = section_first_key(name);
+        int s = config_section_first_key(name);
         scalar_view v = view_of(val);
         char got[128];
         if (s < 0) {
@@ -528,11 +378,11 @@ static int set_target(config_ctx *c, int i, const char *arg, const char **value)
     }
     *dot = '\0';
     const char *section = path, *key = dot + 1;
-    if (section_first_key(section) < 0) {
+    if (config_section_first_key(section) < 0) {
         config_report_unknown_section(c, loc, section);
         return -1;
     }
-    int k = find_key(section, key);
+    int k = config_find_key(section, key);
     if (k < 0) config_report_unknown_key(c, loc, section, key);
     return k;
 }
@@ -621,124 +471,4 @@ tri_status config_load(run_config *cfg, const char *path, int n_set, char **sets
         return TRI_ERR_CONFIG;
     }
     return TRI_OK;
-}
-
-// ---------------------------------------------------------------------------------------
-// Printing
-
-// Shortest text that reads back to exactly v, always with a '.' in the mantissa so that
-// YAML 1.1 readers (PyYAML) see a float: 0.1, 1.0e-08, 300.0.
-void config_format_double(double v, char *buf, size_t n) {
-    if (!isfinite(v)) {
-        snprintf(buf, n, "%s", isnan(v) ? ".nan" : v > 0 ? ".inf" : "-.inf");
-        return;
-    }
-    char tmp[40];
-    int prec = 1;
-    for (; prec < 17; prec++) {
-        snprintf(tmp, sizeof tmp, "%.*g", prec, v);
-        if (strtod(tmp, NULL) == v) break;
-    }
-    snprintf(tmp, sizeof tmp, "%.*g", prec, v);
-    // %g writes 300 as "3e+02" at precision 1; plain digits read better up to 1e16.
-    char *exp = strchr(tmp, 'e');
-    if (exp && atoi(exp + 1) >= 0 && atoi(exp + 1) < 17)
-        snprintf(tmp, sizeof tmp, "%.*g", atoi(exp + 1) + 1, v);
-    if (strchr(tmp, '.')) {
-        snprintf(buf, n, "%s", tmp);
-        return;
-    }
-    char *e = strchr(tmp, 'e');
-    if (e) snprintf(buf, n, "%.*s.0%s", (int)(e - tmp), tmp, e);
-    else snprintf(buf, n, "%s.0", tmp);
-}
-
-// Writes s double-quoted with escapes valid in both JSON and YAML. The Unicode line
-// breaks U+0085, U+2028, U+2029 are escaped since YAML would fold them.
-static void print_quoted(FILE *f, const char *s) {
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
-        else if (*p == '\n') fputs("\\n", f);
-        else if (*p == '\t') fputs("\\t", f);
-        else if (*p == '\r') fputs("\\r", f);
-        else if (*p < 0x20 || *p == 0x7f) fprintf(f, "\\u%04x", *p);
-        else if (p[0] == 0xc2 && p[1] == 0x85) fputs("\\u0085", f), p++;
-        else if (p[0] == 0xe2 && p[1] == 0x80 && (p[2] == 0xa8 || p[2] == 0xa9))
-            fprintf(f, "\\u%04x", 0x2000 + p[2] - 0x80), p += 2;
-        else fputc(*p, f);
-    }
-    fputc('"', f);
-}
-
-// A string that YAML reads back as the same string when written plain: a name or path
-// made of safe characters, not starting like a number, and not a null/boolean word.
-static int plain_safe(const char *s) {
-    static const char *const reserved[] = {"null", "true", "false", "yes", "no", "on", "off",
-                                           "y", "n", NULL};
-    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_' || *s == '/'))
-        return 0;
-    for (const char *p = s; *p; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-              strchr("_-./", *p)))
-            return 0;
-    for (int i = 0; reserved[i]; i++)
-        if (!strcasecmp(s, reserved[i])) return 0;
-    return 1;
-}
-
-// Writes key k's value as YAML (json = 0) or JSON (json = 1).
-static void print_value(const run_config *cfg, key_id k, FILE *f, int json) {
-    const void *p = cfield(cfg, k);
-    char num[48];
-    switch (CONFIG_KEYS[k].type) {
-    case KT_INT: fprintf(f, "%d", *(const int *)p); break;
-    case KT_U64: fprintf(f, "%" PRIu64, *(const uint64_t *)p); break;
-    case KT_BOOL: fputs(*(const int *)p ? "true" : "false", f); break;
-    case KT_F64:
-        config_format_double(*(const double *)p, num, sizeof num);
-        fputs(json && !isfinite(*(const double *)p) ? "null" : num, f);
-        break;
-    case KT_DP:
-        if (*(const int *)p == DP_AUTO) fputs(json ? "\"auto\"" : "auto", f);
-        else fprintf(f, "%d", *(const int *)p);
-        break;
-    case KT_ENUM: {
-        const char *name = enum_name(CONFIG_KEYS[k].names, INT_MAX, *(const int *)p);
-        if (json) print_quoted(f, name);
-        else fputs(name, f);
-        break;
-    }
-    case KT_STR: {
-        const char *s = *(char *const *)p;
-        if (!s) fputs("null", f);
-        else if (!json && plain_safe(s)) fputs(s, f);
-        else print_quoted(f, s);
-        break;
-    }
-    }
-}
-
-static int starts_section(key_id k) {
-    return k == 0 || strcmp(CONFIG_KEYS[k].section, CONFIG_KEYS[k - 1].section) != 0;
-}
-
-void config_print_yaml(const run_config *cfg, FILE *f, int indent) {
-    for (int k = 0; k < K_COUNT; k++) {
-        if (starts_section(k)) fprintf(f, "%*s%s:\n", indent, "", CONFIG_KEYS[k].section);
-        fprintf(f, "%*s  %s: ", indent, "", CONFIG_KEYS[k].key);
-        print_value(cfg, k, f, 0);
-        fputc('\n', f);
-    }
-}
-
-void config_print_json(const run_config *cfg, FILE *f) {
-    fputc('{', f);
-    for (int k = 0; k < K_COUNT; k++) {
-        if (starts_section(k)) fprintf(f, "%s\"%s\":{", k ? "}," : "", CONFIG_KEYS[k].section);
-        else fputc(',', f);
-        fprintf(f, "\"%s\":", CONFIG_KEYS[k].key);
-        print_value(cfg, k, f, 1);
-    }
-    fputs("}}", f);
 }

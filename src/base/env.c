@@ -1,0 +1,73 @@
+// env.c: the table of environment variables (env.h) and the only place in src/ and cuda/
+// that reads or writes the environment.
+#include "base/env.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+// README.md's "Environment variables" lists these, one line each (tests/test_env.c).
+const env_desc ENV_TABLE[ENV_COUNT] = {
+    [ENV_TRIDENT_LOG] = {"TRIDENT_LOG", ENV_BY_USER, "debug|info|warn|error", "info",
+                         "log level; at debug a failing call prints the chain of file:line "
+                         "it passed through (other values are ignored)"},
+    [ENV_TRIDENT_CUDA_TF32] = {"TRIDENT_CUDA_TF32", ENV_BY_USER, "1",
+                               "fp32 matmuls (CUBLAS_COMPUTE_32F)",
+                               "the CUDA backend's fp32 matmuls run in TF32 on the tensor "
+                               "cores: several times faster, ~1e-3 relative error per product"},
+    [ENV_TEST_COMM_STAGED] = {"TRIDENT_COMM_STAGED", ENV_BY_TEST_HOOK, "1",
+                              "staged only under a device backend with system.comm: mpi",
+                              "every MPI call is staged through host buffers on the CPU path "
+                              "too, as when ranks share a GPU (train and comm-test)"},
+    [ENV_TEST_CKPT_DELAY_MS] = {"TRIDENT_TEST_CKPT_DELAY_MS", ENV_BY_TEST_HOOK, "milliseconds", "0",
+                                "a pause after each MiB of a checkpoint rank file, so "
+                                "that a kill lands inside a write"},
+    [ENV_BLAS_REEXEC] = {"TRIDENT_BLAS_REEXEC", ENV_BY_INTERNAL, "1", "not restarted yet",
+                         "set before trident restarts itself with OPENBLAS_CORETYPE, so that "
+                         "it restarts at most once"},
+    [ENV_OPENBLAS_CORETYPE] = {"OPENBLAS_CORETYPE", ENV_BY_USER, "an OpenBLAS core name",
+                               "trident picks Haswell or SkylakeX when OpenBLAS chose generic "
+                               "kernels on an AVX2 CPU, and restarts itself once",
+                               "read by OpenBLAS when it loads; when set, trident keeps the "
+                               "kernels it names"},
+    [ENV_PMIX_NAMESPACE] = {"PMIX_NAMESPACE", ENV_BY_LAUNCHER, "set by the launcher",
+                            "a process started alone is a world of one",
+                            "a PMIx launcher started this process: a failing PMIx_Init is "
+                            "then an error (exit 5), not a world of one"},
+    [ENV_PMIX_RANK] = {"PMIX_RANK", ENV_BY_LAUNCHER, "set by the launcher",
+                       "a process started alone is a world of one", "as PMIX_NAMESPACE"},
+    [ENV_OPENBLAS_NUM_THREADS] = {"OPENBLAS_NUM_THREADS", ENV_BY_LIBRARY, "N", "all cores",
+                                  "OpenBLAS's own thread pool, started when it loads; trident "
+                                  "computes with OpenMP and sets OpenBLAS to 1 thread, so the "
+                                  "tests and scripts/launch.sh set 1"},
+    [ENV_OMP_NUM_THREADS] = {"OMP_NUM_THREADS", ENV_BY_LIBRARY, "N", "all cores",
+                             "the OpenMP default; trident's CPU backend sets its own count "
+                             "from system.threads; scripts/launch.sh and the Slurm script set "
+                             "the same value"},
+};
+
+const char *env_get(env_id id) { return getenv(ENV_TABLE[id].name); }
+
+int env_flag(env_id id) {
+    const char *v = env_get(id);
+    return v && !strcmp(v, "1");
+}
+
+int env_int(env_id id, int unset) {
+    const char *v = env_get(id);
+    return v ? atoi(v) : unset;
+}
+
+void env_set(env_id id, const char *value) { setenv(ENV_TABLE[id].name, value, 1); }
+
+void env_unset(env_id id) { unsetenv(ENV_TABLE[id].name); }
+
+const char *env_kind_name(env_kind kind) {
+    switch (kind) {
+    case ENV_BY_USER: return "user";
+    case ENV_BY_TEST_HOOK: return "test hook";
+    case ENV_BY_INTERNAL: return "internal";
+    case ENV_BY_LAUNCHER: return "launcher";
+    case ENV_BY_LIBRARY: return "library";
+    }
+    return "?";
+}

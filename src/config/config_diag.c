@@ -1,0 +1,215 @@
+// config_diag.c: the message format, the sorted report, and "did you mean" for unknown
+// sections, keys and enum values (config_diag_internal.h).
+#include "config/config_diag_internal.h"
+
+#include <stdarg.h>
+#include <string.h>
+#include <strings.h>
+
+// ---------------------------------------------------------------------------------------
+// Messages
+
+void config_ctx_init(config_ctx *c, const char *path, char **sets) {
+    memset(c, 0, sizeof *c);
+    c->path = path ? path : "config";
+    c->sets = sets;
+    c->cur_set = -1;
+    for (int k = 0; k < K_COUNT; k++) c->loc[k].set_index = -1;
+}
+
+static void report_v(config_ctx *c, config_loc loc, const char *key_path, const char *fmt,
+                     va_list ap) {
+    char msg[1024], where[512], line[1600];
+    if (loc.set_index >= 0) snprintf(where, sizeof where, "--set %s", c->sets[loc.set_index]);
+    else if (loc.line > 0) snprintf(where, sizeof where, "%s:%d", c->path, loc.line);
+    else snprintf(where, sizeof where, "%s", c->path);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    snprintf(line, sizeof line, "%s: %s%s%s\n", where, key_path ? key_path : "",
+             key_path ? ": " : "", msg);
+    if (c->n_errors == c->cap_msgs) {
+        c->cap_msgs = c->cap_msgs ? 2 * c->cap_msgs : 16;
+        config_msg *grown = xcalloc((size_t)c->cap_msgs, sizeof *grown);
+        if (c->n_errors) memcpy(grown, c->msgs, (size_t)c->n_errors * sizeof *grown);
+        free(c->msgs);
+        c->msgs = grown;
+    }
+    c->msgs[c->n_errors++] = (config_msg){loc, xstrdup(line)};
+}
+
+void config_report(config_ctx *c, config_loc loc, const char *key_path, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    report_v(c, loc, key_path, fmt, ap);
+    va_end(ap);
+}
+
+void config_report_key(config_ctx *c, key_id k, key_id alt, const char *fmt, ...) {
+    // A rule's message sits at the line of its key, or of the other key when this one
+    // kept its default.
+    config_loc loc = c->loc[k];
+    if (!config_loc_known(loc) && alt < K_COUNT) loc = c->loc[alt];
+    char path[64];
+    va_list ap;
+    va_start(ap, fmt);
+    report_v(c, loc, config_key_path(k, path, sizeof path), fmt, ap);
+    va_end(ap);
+}
+
+// Whether message a goes before b: file lines in order, then --set arguments in order,
+// then messages with no place.
+static int msg_before(const config_msg *a, const config_msg *b) {
+    int ra = a->loc.set_index >= 0 ? 1 : a->loc.line > 0 ? 0 : 2;
+    int rb = b->loc.set_index >= 0 ? 1 : b->loc.line > 0 ? 0 : 2;
+    if (ra != rb) return ra < rb;
+    if (a->loc.set_index != b->loc.set_index) return a->loc.set_index < b->loc.set_index;
+    return a->loc.line < b->loc.line;
+}
+
+void config_report_total(config_ctx *c) {
+    // Insertion sort: stable and the lists are short.
+    for (int i = 1; i < c->n_errors; i++) {
+        config_msg m = c->msgs[i];
+        int j = i;
+        for (; j > 0 && msg_before(&m, &c->msgs[j - 1]); j--) c->msgs[j] = c->msgs[j - 1];
+        c->msgs[j] = m;
+    }
+    // Written in one call, so that the lines of several ranks do not interleave.
+    size_t len = 0;
+    for (int i = 0; i < c->n_errors; i++) len += strlen(c->msgs[i].text);
+    char *all = xmalloc(len + 1), *at = all;
+    for (int i = 0; i < c->n_errors; i++) {
+        size_t n = strlen(c->msgs[i].text);
+        memcpy(at, c->msgs[i].text, n);
+        at += n;
+        free(c->msgs[i].text);
+    }
+    *at = '\0';
+    fprintf(stderr, "%s%d error%s in %s; fix %s and run again\n", all, c->n_errors,
+            c->n_errors == 1 ? "" : "s", c->path, c->n_errors == 1 ? "it" : "them");
+    free(all);
+    free(c->msgs);
+    c->msgs = NULL;
+    c->cap_msgs = 0;
+}
+
+// ---------------------------------------------------------------------------------------
+// Did you mean
+
+// Optimal string alignment distance (Levenshtein plus adjacent transpositions), so that
+// the usual typo "n_haed" is one edit from "n_head".
+static int edit_distance(const char *a, const char *b) {
+    enum { MAXLEN = 64 };
+    size_t la = strlen(a), lb = strlen(b);
+    if (la >= MAXLEN || lb >= MAXLEN) return MAXLEN;
+    int d[MAXLEN + 1][MAXLEN + 1];
+    for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
+    for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        for (size_t j = 1; j <= lb; j++) {
+            int cost = a[i - 1] != b[j - 1];
+            int best = d[i - 1][j - 1] + cost;
+            if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    }
+    return d[la][lb];
+}
+
+// How close `typed` is to `cand`: the edit distance when it is a plausible typo (at most
+// 2, or one is a prefix of the other), else -1.
+static int closeness(const char *typed, const char *cand) {
+    int dist = edit_distance(typed, cand);
+    if (dist <= 2 && dist < (int)strlen(typed)) return dist; // "lr" is not a typo of "tp"
+    size_t lt = strlen(typed), lc = strlen(cand);
+    if (lt >= 2 && (!strncasecmp(typed, cand, lt) || !strncasecmp(cand, typed, lc))) return dist;
+    return -1;
+}
+
+// The closest of the names in `names` (NULL-terminated), or NULL when none is close.
+const char *config_closest_name(const char *typed, const char *const *names) {
+    const char *best = NULL;
+    int best_d = 0, tied = 0;
+    for (int i = 0; names[i]; i++) {
+        int d = strcasecmp(typed, names[i]) ? closeness(typed, names[i]) : 0;
+        if (d < 0 || (best && d > best_d)) continue;
+        tied = best && d == best_d;
+        if (!tied) best = names[i], best_d = d;
+    }
+    // A tie ("fp16": fp32 or bf16?) would be a guess; the caller lists the choices instead.
+    return tied ? NULL : best;
+}
+
+// The key of `section` closest to `typed`; failing that, the one key of that exact name in
+// another section (a key put under the wrong section). -1 when nothing fits or it is a tie.
+int config_suggest_key(const char *section, const char *typed) {
+    int best = -1, best_d = 0, tied = 0;
+    for (int k = 0; k < K_COUNT; k++) {
+        if (section && strcmp(CONFIG_KEYS[k].section, section)) continue;
+        int d = closeness(typed, CONFIG_KEYS[k].key);
+        if (d < 0 || (best >= 0 && d > best_d)) continue;
+        tied = best >= 0 && d == best_d;
+        if (!tied) best = k, best_d = d;
+    }
+    if (best >= 0) return tied ? -1 : best;
+    int found = -1, n_found = 0;
+    for (int k = 0; k < K_COUNT; k++)
+        if (!strcmp(CONFIG_KEYS[k].key, typed)) found = k, n_found++;
+    return n_found == 1 ? found : -1;
+}
+
+static const char *suggest_section(const char *typed) {
+    const char *sections[K_COUNT + 1];
+    int n = 0;
+    for (int k = 0; k < K_COUNT; k++)
+        if (k == 0 || strcmp(CONFIG_KEYS[k].section, CONFIG_KEYS[k - 1].section))
+            sections[n++] = CONFIG_KEYS[k].section;
+    sections[n] = NULL;
+    return config_closest_name(typed, sections);
+}
+
+// Appends "a, b, c" (the keys of `section`, or every section when NULL) to buf.
+static void list_names(const char *section, char *buf, size_t n) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int k = 0; k < K_COUNT && used < n; k++) {
+        const key_desc *d = &CONFIG_KEYS[k];
+        if (section ? strcmp(d->section, section) != 0
+                    : k > 0 && !strcmp(d->section, CONFIG_KEYS[k - 1].section))
+            continue;
+        used += snprintf(buf + used, n - used, "%s%s", used ? ", " : "",
+                         section ? d->key : d->section);
+    }
+}
+
+void config_report_unknown_key(config_ctx *c, config_loc loc, const char *section,
+                               const char *key) {
+    char path[256], hint[512];
+    snprintf(path, sizeof path, "%s.%s", section, key);
+    int s = config_suggest_key(section, key);
+    if (s >= 0) {
+        config_report(c, loc, path, "unknown key; did you mean %s.%s?", CONFIG_KEYS[s].section,
+                      CONFIG_KEYS[s].key);
+        return;
+    }
+    list_names(section, hint, sizeof hint);
+    config_report(c, loc, path, "unknown key; the keys of %s are: %s", section, hint);
+}
+
+void config_report_unknown_section(config_ctx *c, config_loc loc, const char *name) {
+    char hint[512];
+    int k = config_suggest_key(NULL, name);
+    const char *s = suggest_section(name);
+    if (k >= 0 && !strcmp(CONFIG_KEYS[k].key, name)) {
+        config_report(c, loc, name, "unknown section; did you mean %s.%s? (keys go under their "
+                      "section)", CONFIG_KEYS[k].section, CONFIG_KEYS[k].key);
+    } else if (s) {
+        config_report(c, loc, name, "unknown section; did you mean %s?", s);
+    } else {
+        list_names(NULL, hint, sizeof hint);
+        config_report(c, loc, name, "unknown section; the sections are: %s", hint);
+    }
+}

@@ -1,0 +1,173 @@
+// config_keys.c: the table of every config key (section, name, type, place in run_config,
+// allowed range, enum names, nullability, default), the names of enum values, and what is
+// read off the table alone: a key's field, its path and the text of its range.
+#include "config/config_keys_internal.h"
+
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+// Enum-typed fields are written through int pointers by the table-driven code.
+_Static_assert(sizeof(schedule_kind) == sizeof(int) && sizeof(tri_dtype) == sizeof(int) &&
+                   sizeof(decay_kind) == sizeof(int) && sizeof(backend_kind) == sizeof(int) &&
+                   sizeof(comm_kind) == sizeof(int) && sizeof(recompute_kind) == sizeof(int) &&
+                   sizeof(zero3_gather_kind) == sizeof(int),
+               "enum fields must be int-sized");
+
+// Value names, indexed by the enum value, NULL-terminated.
+static const char *const SCHEDULE_NAMES[] = {"gpipe", "1f1b", "interleaved", NULL};
+static const char *const DTYPE_NAMES[] = {"fp32", "bf16", NULL};
+static const char *const DECAY_NAMES[] = {"cosine", "linear", "constant", NULL};
+static const char *const BACKEND_NAMES[] = {"auto", "cpu", "cuda", NULL};
+static const char *const COMM_NAMES[] = {"auto", "mpi", "nccl", "self", NULL};
+static const char *const RECOMPUTE_NAMES[] = {"none", "full", NULL};
+static const char *const ZERO3_GATHER_NAMES[] = {"pass", "step", NULL};
+static const char *const ARCH_NAMES[] = {"gpt2", NULL};
+
+// The table is laid out by hand, one key per line where it fits.
+// clang-format off
+#define OFF(field) offsetof(run_config, field)
+#define INT_KEY(id, sec, name, min_v, max_v, def)                                            \
+    [id] = {.section = #sec, .key = #name, .type = KT_INT, .offset = OFF(sec.name),          \
+            .lo = (min_v), .hi = (max_v), .def_num = (def)}
+// A real-valued key; lo_open/hi_open make the bound exclusive.
+#define F64_KEY(id, sec, name, min_v, lo_op, max_v, hi_op, def)                              \
+    [id] = {.section = #sec, .key = #name, .type = KT_F64, .offset = OFF(sec.name),          \
+            .lo = (min_v), .hi = (max_v), .lo_open = (lo_op), .hi_open = (hi_op),            \
+            .def_num = (def)}
+#define ENUM_KEY(id, sec, name, value_names, def)                                            \
+    [id] = {.section = #sec, .key = #name, .type = KT_ENUM, .offset = OFF(sec.name),         \
+            .names = (value_names), .def_num = (def)}
+#define STR_KEY(id, sec, name, null_ok, def)                                                 \
+    [id] = {.section = #sec, .key = #name, .type = KT_STR, .offset = OFF(sec.name),          \
+            .nullable = (null_ok), .def_str = (def)}
+#define BOOL_KEY(id, sec, name, def)                                                         \
+    [id] = {.section = #sec, .key = #name, .type = KT_BOOL, .offset = OFF(sec.name),         \
+            .def_num = (def)}
+#define NO_MAX ((double)INT_MAX)
+
+// In DESIGN.md order; printing follows this order.
+const key_desc CONFIG_KEYS[K_COUNT] = {
+    STR_KEY(K_RUN_NAME, run, name, 0, "trident"),
+    STR_KEY(K_RUN_OUT_DIR, run, out_dir, 0, "runs/trident"), // re-derived from run.name
+    [K_RUN_SEED] = {.section = "run", .key = "seed", .type = KT_U64, .offset = OFF(run.seed),
+                    .def_num = 1234},
+    [K_MODEL_ARCH] = {.section = "model", .key = "arch", .type = KT_STR,
+                      .offset = OFF(model.arch), .names = ARCH_NAMES, .def_str = "gpt2"},
+    INT_KEY(K_MODEL_N_LAYER, model, n_layer, 1, NO_MAX, 4),
+    INT_KEY(K_MODEL_N_HEAD, model, n_head, 1, NO_MAX, 4),
+    INT_KEY(K_MODEL_D_MODEL, model, d_model, 1, NO_MAX, 128),
+    INT_KEY(K_MODEL_SEQ_LEN, model, seq_len, 1, NO_MAX, 256),
+    INT_KEY(K_MODEL_VOCAB_SIZE, model, vocab_size, 1, NO_MAX, 256),
+    INT_KEY(K_MODEL_VOCAB_PAD_TO, model, vocab_pad_to, 1, NO_MAX, 128),
+    STR_KEY(K_MODEL_INIT_FROM, model, init_from, 1, NULL),
+    INT_KEY(K_PAR_TP, parallel, tp, 1, NO_MAX, 1),
+    INT_KEY(K_PAR_PP, parallel, pp, 1, NO_MAX, 1),
+    [K_PAR_DP] = {.section = "parallel", .key = "dp", .type = KT_DP, .offset = OFF(parallel.dp),
+                  .lo = 1, .hi = NO_MAX, .def_num = DP_AUTO},
+    INT_KEY(K_PAR_VIRTUAL_STAGES, parallel, virtual_stages, 1, NO_MAX, 1),
+    ENUM_KEY(K_PAR_SCHEDULE, parallel, schedule, SCHEDULE_NAMES, SCHEDULE_1F1B),
+    INT_KEY(K_PAR_ZERO, parallel, zero, 0, 3, 1),
+    BOOL_KEY(K_PAR_SEQUENCE_PARALLEL, parallel, sequence_parallel, 0),
+    ENUM_KEY(K_PAR_RECOMPUTE, parallel, recompute, RECOMPUTE_NAMES, RECOMPUTE_NONE),
+    F64_KEY(K_PAR_BUCKET_MB, parallel, bucket_mb, 0, 1, INFINITY, 0, 25),
+    ENUM_KEY(K_PAR_ZERO3_GATHER, parallel, zero3_gather, ZERO3_GATHER_NAMES, ZERO3_GATHER_PASS),
+    BOOL_KEY(K_PAR_OVERLAP, parallel, overlap, 1),
+    INT_KEY(K_TRAIN_MICRO_BATCH, train, micro_batch, 1, NO_MAX, 8),
+    INT_KEY(K_TRAIN_GLOBAL_BATCH, train, global_batch, 1, NO_MAX, 32),
+    INT_KEY(K_TRAIN_STEPS, train, steps, 1, NO_MAX, 2000),
+    ENUM_KEY(K_TRAIN_PRECISION, train, precision, DTYPE_NAMES, DTYPE_FP32),
+    ENUM_KEY(K_TRAIN_GRAD_DTYPE, train, grad_dtype, DTYPE_NAMES, DTYPE_FP32),
+    ENUM_KEY(K_TRAIN_REDUCE_DTYPE, train, reduce_dtype, DTYPE_NAMES, DTYPE_FP32),
+    F64_KEY(K_TRAIN_GRAD_CLIP, train, grad_clip, 0, 0, INFINITY, 0, 1.0),
+    F64_KEY(K_OPT_LR, optim, lr, 0, 1, INFINITY, 0, 1.0e-3),
+    F64_KEY(K_OPT_MIN_LR, optim, min_lr, 0, 0, INFINITY, 0, 1.0e-4),
+    INT_KEY(K_OPT_WARMUP_STEPS, optim, warmup_steps, 0, NO_MAX, 100),
+    ENUM_KEY(K_OPT_DECAY, optim, decay, DECAY_NAMES, DECAY_COSINE),
+    F64_KEY(K_OPT_BETA1, optim, beta1, 0, 0, 1, 1, 0.9),
+    F64_KEY(K_OPT_BETA2, optim, beta2, 0, 0, 1, 1, 0.95),
+    F64_KEY(K_OPT_EPS, optim, eps, 0, 1, INFINITY, 0, 1.0e-8),
+    F64_KEY(K_OPT_WEIGHT_DECAY, optim, weight_decay, 0, 0, INFINITY, 0, 0.1),
+    STR_KEY(K_DATA_TRAIN, data, train, 0, "data/kjv_train_*.bin"),
+    STR_KEY(K_DATA_VAL, data, val, 0, "data/kjv_val_*.bin"),
+    INT_KEY(K_DATA_EVAL_EVERY, data, eval_every, 0, NO_MAX, 200),
+    INT_KEY(K_DATA_EVAL_BATCHES, data, eval_batches, 1, NO_MAX, 20),
+    STR_KEY(K_CKPT_DIR, checkpoint, dir, 1, NULL),
+    INT_KEY(K_CKPT_EVERY, checkpoint, every, 0, NO_MAX, 500),
+    INT_KEY(K_CKPT_KEEP, checkpoint, keep, 1, NO_MAX, 3),
+    BOOL_KEY(K_CKPT_ASYNC, checkpoint, async, 1),
+    STR_KEY(K_CKPT_RESUME, checkpoint, resume, 0, "auto"),
+    INT_KEY(K_LOG_EVERY, log, every, 1, NO_MAX, 10),
+    STR_KEY(K_LOG_METRICS, log, metrics, 1, NULL),
+    ENUM_KEY(K_SYS_BACKEND, system, backend, BACKEND_NAMES, BACKEND_AUTO),
+    ENUM_KEY(K_SYS_COMM, system, comm, COMM_NAMES, COMM_AUTO),
+    INT_KEY(K_SYS_THREADS, system, threads, 0, NO_MAX, 0),
+    F64_KEY(K_SYS_COMM_TIMEOUT_S, system, comm_timeout_s, 0, 1, INFINITY, 0, 300),
+};
+// clang-format on
+
+// ---------------------------------------------------------------------------------------
+// Enum names
+
+const char *config_enum_name(const char *const *names, int count, int v) {
+    return v >= 0 && v < count ? names[v] : "?";
+}
+const char *config_schedule_name(schedule_kind s) {
+    return config_enum_name(SCHEDULE_NAMES, 3, (int)s);
+}
+const char *config_decay_name(decay_kind d) { return config_enum_name(DECAY_NAMES, 3, (int)d); }
+const char *config_backend_name(backend_kind b) {
+    return config_enum_name(BACKEND_NAMES, 3, (int)b);
+}
+const char *config_comm_name(comm_kind c) { return config_enum_name(COMM_NAMES, 4, (int)c); }
+const char *config_recompute_name(recompute_kind r) {
+    return config_enum_name(RECOMPUTE_NAMES, 2, (int)r);
+}
+
+// ---------------------------------------------------------------------------------------
+// Field access, lookup, paths and ranges
+
+void *config_key_field(run_config *cfg, key_id k) { return (char *)cfg + CONFIG_KEYS[k].offset; }
+const void *config_key_cfield(const run_config *cfg, key_id k) {
+    return (const char *)cfg + CONFIG_KEYS[k].offset;
+}
+int config_key_int(const run_config *cfg, key_id k) {
+    return *(const int *)config_key_cfield(cfg, k);
+}
+double config_key_f64(const run_config *cfg, key_id k) {
+    return *(const double *)config_key_cfield(cfg, k);
+}
+
+int config_section_first_key(const char *name) {
+    for (int k = 0; k < K_COUNT; k++)
+        if (!strcmp(CONFIG_KEYS[k].section, name)) return k;
+    return -1;
+}
+
+int config_find_key(const char *section, const char *key) {
+    for (int k = 0; k < K_COUNT; k++)
+        if (!strcmp(CONFIG_KEYS[k].section, section) && !strcmp(CONFIG_KEYS[k].key, key)) return k;
+    return -1;
+}
+
+const char *config_key_path(key_id k, char *buf, size_t n) {
+    snprintf(buf, n, "%s.%s", CONFIG_KEYS[k].section, CONFIG_KEYS[k].key);
+    return buf;
+}
+
+// "must be >= 1", "must be in 0..3", "must be > 0", "must be in [0, 1)".
+void config_range_text(key_id k, char *buf, size_t n) {
+    const key_desc *d = &CONFIG_KEYS[k];
+    char lo[40], hi[40];
+    snprintf(lo, sizeof lo, "%g", d->lo);
+    snprintf(hi, sizeof hi, "%g", d->hi);
+    if (d->type != KT_F64) {
+        if (d->hi >= NO_MAX) snprintf(buf, n, "must be >= %.0f", d->lo);
+        else snprintf(buf, n, "must be in %.0f..%.0f", d->lo, d->hi);
+    } else if (isinf(d->hi)) {
+        snprintf(buf, n, "must be %s %s", d->lo_open ? ">" : ">=", lo);
+    } else {
+        snprintf(buf, n, "must be in %s%s, %s%s", d->lo_open ? "(" : "[", lo, hi,
+                 d->hi_open ? ")" : "]");
+    }
+}

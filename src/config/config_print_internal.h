@@ -1,0 +1,9 @@
+// config_print_internal.h: the resolved config as YAML or JSON (config.h's config_print_yaml
+// and config_print_json, in config_print.c), and the number text they use, which messages
+// about values use too. Private to src/config: other modules use config.h.
+#pragma once
+#include "config/config.h"
+
+// Shortest text that reads back to exactly v, always with a '.' in the mantissa so that
+// YAML 1.1 readers (PyYAML) see a float: 0.1, 1.0e-08, 300.0.
+void config_format_double(double v, char *buf, size_t n);
