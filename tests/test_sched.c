@@ -164,11 +164,14 @@ static int check_runs(sim_case *c, int r) {
 
 // The training tables' peak for (pp, v, m) at rank r: the smallest over the schedules that
 // support it (what a forward-only table must fit in, whatever the run's schedule).
+static int supported(schedule_kind s, int pp, int v, int m);
+
 static int least_training_peak(const sim_case *c, int r) {
     const schedule_kind kinds[] = {SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED};
     int least = 1 << 30;
     for (int k = 0; k < 3; k++) {
         sched_table t;
+        if (!supported(kinds[k], c->pp, c->v, c->m)) continue;
         if (sched_build(&t, kinds[k], c->pp, c->v, c->m, r) != TRI_OK) continue;
         if (t.max_in_flight < least) least = t.max_in_flight;
         sched_free(&t);

@@ -114,14 +114,14 @@ static void assign_slots(sched_table *st, int forward_only) {
     const int n = st->micro_batches * st->virtual_stages;
     const int last_stage = st->pp * st->virtual_stages - 1;
     int *slot_of = xmalloc((size_t)n * sizeof *slot_of);
-    char *busy = xcalloc((size_t)n, 1), *release = xcalloc((size_t)n, 1);
+    int *release = xmalloc((size_t)n * sizeof *release), n_release = 0; // slots sent from
+    char *busy = xcalloc((size_t)n, 1);
     for (int i = 0; i < n; i++) slot_of[i] = -1;
     for (int i = 0; i < st->n_actions; i++) {
         sched_action *a = &st->actions[i];
         int pair = a->micro * st->virtual_stages + a->chunk;
         if (!sched_action_is_comm(a->kind)) // a new run: the sends of the last one are done
-            for (int s = 0; s < n; s++)
-                if (release[s]) busy[s] = release[s] = 0;
+            for (; n_release > 0; n_release--) busy[release[n_release - 1]] = 0;
         if (slot_of[pair] < 0) {
             TRI_ASSERT(a->kind == SCHED_ACTION_RECV_ACT || a->kind == SCHED_ACTION_FWD);
             int s = 0;
@@ -134,7 +134,7 @@ static void assign_slots(sched_table *st, int forward_only) {
         a->slot = slot_of[pair];
         if (a->kind == SCHED_ACTION_BWD) busy[a->slot] = 0;
         if (forward_only && a->kind == SCHED_ACTION_FWD && a->stage == last_stage) busy[a->slot] = 0;
-        if (forward_only && a->kind == SCHED_ACTION_SEND_ACT) release[a->slot] = 1;
+        if (forward_only && a->kind == SCHED_ACTION_SEND_ACT) release[n_release++] = a->slot;
     }
     free(busy);
     free(release);
