@@ -646,8 +646,11 @@ static void ad_declare(op_inst *c) {
 static void ad_run(backend *b, const op_inst *c, void *const *p) {
     const size_t n = c->row->d[0];
     for (int s = 0; s < c->row->d[2]; s++)
-        b->adamw(b, p[AD_P], (const float *)p[AD_G] + s * n, p[AD_M], p[AD_V], n, AD_LR, AD_B1,
-                 AD_B2, AD_EPS, AD_WD, AD_GS, c->row->d[1] + s, p[AD_P16]);
+    {
+        const adamw_step step = {.lr = AD_LR, .beta1 = AD_B1, .beta2 = AD_B2, .eps = AD_EPS,
+                                 .weight_decay = AD_WD, .grad_scale = AD_GS, .t = c->row->d[1] + s};
+        b->adamw(b, p[AD_P], (const float *)p[AD_G] + s * n, p[AD_M], p[AD_V], n, &step, p[AD_P16]);
+    }
 }
 
 // The documented update in double: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;

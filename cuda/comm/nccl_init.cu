@@ -169,15 +169,8 @@ tri_status comm_nccl_create(comm **out, const mesh *m, launch_info *li, double t
     nconf.blocking = 0;
     static const char zero_id[sizeof(ncclUniqueId)] = {0};
 
-    comm *c = (comm *)xcalloc(1, sizeof *c);
     nccl_ctx *x = (nccl_ctx *)xcalloc(1, sizeof *x);
-    c->name = "nccl";
-    c->iface = &nccl_iface;
-    c->ctx = x;
-    c->world_rank = li->rank;
-    c->world_size = li->world;
-    c->timeout_s = timeout_s;
-    c->step = 0;
+    comm *c = comm_backend_new("nccl", &nccl_iface, x, li->rank, li->world, timeout_s);
     x->coord = mesh_coord_of(m, li->rank);
     CUDA_CHECK_GOTO(cudaGetDevice(&x->device), rc, fail);
     CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&x->inputs_event, cudaEventDisableTiming), rc, fail);

@@ -182,5 +182,4 @@ void cuda_to_bf16(backend *b, uint16_t *dst, const float *src, size_t n);
 void cuda_from_bf16(backend *b, float *dst, const uint16_t *src, size_t n);
 void cuda_add_to_bf16(backend *b, uint16_t *dst, const float *src, size_t n);
 void cuda_adamw(backend *b, float *param, const float *grad, float *m, float *v, size_t n,
-                float lr, float beta1, float beta2, float eps, float weight_decay,
-                float grad_scale, int t, uint16_t *param16);
+                const adamw_step *s, uint16_t *param16);

@@ -632,14 +632,13 @@ __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_
 }
 
 void cuda_adamw(backend *b, float *param, const float *grad, float *m, float *v, size_t n,
-                float lr, float beta1, float beta2, float eps, float weight_decay,
-                float grad_scale, int t, uint16_t *param16) {
+                const adamw_step *s, uint16_t *param16) {
     if (!n) return;
     adamw_coef k;
-    k.lr = lr, k.beta1 = beta1, k.beta2 = beta2, k.eps = eps, k.wd = weight_decay;
-    k.grad_scale = grad_scale;
+    k.lr = s->lr, k.beta1 = s->beta1, k.beta2 = s->beta2, k.eps = s->eps, k.wd = s->weight_decay;
+    k.grad_scale = s->grad_scale;
     // Bias corrections in double, as on the CPU: 1 - beta2^t is ~1e-3 at t = 1.
-    k.inv_bc1 = (float)(1.0 / (1.0 - pow((double)beta1, (double)t)));
-    k.inv_bc2 = (float)(1.0 / (1.0 - pow((double)beta2, (double)t)));
+    k.inv_bc1 = (float)(1.0 / (1.0 - pow((double)s->beta1, (double)s->t)));
+    k.inv_bc2 = (float)(1.0 / (1.0 - pow((double)s->beta2, (double)s->t)));
     LAUNCH_N(adamw_kernel, cuda_ctx_of(b), n, param, grad, m, v, n, k, param16);
 }

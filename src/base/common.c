@@ -96,6 +96,16 @@ void *xcalloc(size_t count, size_t size) {
     return p;
 }
 
+void *xgrow(void *items, int n, int *cap, size_t elem) {
+    if (n < *cap) return items;
+    const int grown = *cap >= 8 ? 2 * *cap : 16;
+    char *bigger = xcalloc((size_t)grown, elem);
+    if (n) memcpy(bigger, items, (size_t)n * elem);
+    free(items);
+    *cap = grown;
+    return bigger;
+}
+
 char *xstrdup(const char *s) {
     if (!s) return NULL;
     size_t n = strlen(s) + 1;

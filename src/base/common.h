@@ -74,6 +74,10 @@ void log_hint(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void *xmalloc(size_t bytes);
 void *xcalloc(size_t count, size_t size);
 char *xstrdup(const char *s);
+// A growable array with room for one more element: `items` (n used, *cap allocated, elem
+// bytes each), reallocated to twice its capacity (at least 16) when full; the new room is
+// zeroed. Returns the array to use from now on.
+void *xgrow(void *items, int n, int *cap, size_t elem);
 
 double time_now_s(void); // monotonic seconds
 

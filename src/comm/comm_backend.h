@@ -52,5 +52,10 @@ struct comm_iface {
 
     void (*destroy)(comm *c);
 };
+// A new comm of a backend: `name`, its table and context, this rank of the world, the
+// timeout; groups empty (the backend fills them in), counters zero, no group open.
+comm *comm_backend_new(const char *name, const struct comm_iface *iface, void *ctx, int world_rank,
+                       int world_size, double timeout_s);
+
 // A backend whose groups all have one rank (comm_self.c) may leave the collective starts,
 // send and recv NULL: the layer never calls them there.

@@ -218,6 +218,18 @@ tri_status comm_recv(comm *c, comm_group_id g, void *buf, size_t count, tri_dtyp
     return p2p(c, g, buf, count, dt, peer, COMM_OP_RECV);
 }
 
+comm *comm_backend_new(const char *name, const struct comm_iface *iface, void *ctx, int world_rank,
+                       int world_size, double timeout_s) {
+    comm *c = xcalloc(1, sizeof *c);
+    c->name = name;
+    c->iface = iface;
+    c->ctx = ctx;
+    c->world_rank = world_rank;
+    c->world_size = world_size;
+    c->timeout_s = timeout_s;
+    return c;
+}
+
 void comm_destroy(comm *c) {
     if (c) c->iface->destroy(c);
 }

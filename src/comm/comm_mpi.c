@@ -503,15 +503,9 @@ tri_status comm_mpi_create(comm **out, const mesh *m, const launch_info *li, dou
                   TP, DP, PP, TP * DP * PP, li->world);
         return TRI_ERR_CONFIG;
     }
-    comm *c = xcalloc(1, sizeof *c);
     mpi_ctx *x = xcalloc(1, sizeof *x);
     x->bf16_sum = x->bf16_max = MPI_OP_NULL;
-    c->name = "mpi";
-    c->iface = &mpi_iface;
-    c->ctx = x;
-    c->world_rank = li->rank;
-    c->world_size = li->world;
-    c->timeout_s = timeout_s;
+    comm *c = comm_backend_new("mpi", &mpi_iface, x, li->rank, li->world, timeout_s);
     x->me = mesh_coord_of(m, li->rank);
     for (int g = 0; g < COMM_GROUP_COUNT; g++) {
         x->groups[g].mpi = MPI_COMM_NULL;

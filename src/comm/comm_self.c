@@ -57,12 +57,7 @@ static const struct comm_iface self_iface = {
 };
 
 tri_status comm_self_create(comm **out, backend *be) {
-    comm *c = xcalloc(1, sizeof *c);
-    c->name = "self";
-    c->iface = &self_iface;
-    c->ctx = be;
-    c->world_rank = 0;
-    c->world_size = 1;
+    comm *c = comm_backend_new("self", &self_iface, be, 0, 1, 0);
     for (int g = 0; g < COMM_GROUP_COUNT; g++) c->groups[g] = (comm_group){.size = 1, .rank = 0};
     *out = c;
     return TRI_OK;

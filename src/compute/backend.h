@@ -54,6 +54,13 @@ static inline size_t attn_state_bytes(attn_state_kind kind, size_t B, size_t T, 
 
 typedef struct backend backend;
 
+// One AdamW step (backend.adamw): its hyperparameters, the clipping scale and the step.
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay;
+    float grad_scale; // the gradient is multiplied by it first (clipping; 1: none)
+    int t;            // the step, counted from 1 (the bias corrections)
+} adamw_step;
+
 struct backend {
     const char *name; // "cpu", "cuda"
     void *ctx;
@@ -190,13 +197,13 @@ struct backend {
     void (*from_bf16)(backend *b, float *dst, const uint16_t *src, size_t n);
     // dst (n bf16) = round(dst + src): a bf16 gradient buffer accumulating an fp32 one.
     void (*add_to_bf16)(backend *b, uint16_t *dst, const float *src, size_t n);
-    // AdamW over n elements: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+    // AdamW over n elements (s: lr, beta1 b1, beta2 b2, eps, weight_decay wd, grad_scale, t):
+    // g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
     // p -= lr * (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd * p).
-    // grad is multiplied by grad_scale first (clipping). t counts from 1. param16, when not
-    // NULL, receives the updated p rounded to bf16 (mixed precision: p is the fp32 master).
+    // param16, when not NULL, receives the updated p rounded to bf16 (mixed precision: p is
+    // the fp32 master).
     void (*adamw)(backend *b, float *param, const float *grad, float *m, float *v, size_t n,
-                  float lr, float beta1, float beta2, float eps, float weight_decay,
-                  float grad_scale, int t, uint16_t *param16);
+                  const adamw_step *s, uint16_t *param16);
 
     void (*destroy)(backend *b);
 };

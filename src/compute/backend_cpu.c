@@ -636,19 +636,18 @@ static void adamw_range(float *restrict p, const float *restrict g, float *restr
 }
 
 static void cpu_adamw(backend *b, float *param, const float *grad, float *m, float *v, size_t n,
-                      float lr, float beta1, float beta2, float eps, float weight_decay,
-                      float grad_scale, int t, uint16_t *param16) {
+                      const adamw_step *s, uint16_t *param16) {
     adamw_coef k = {
-        .lr = lr,
-        .beta1 = beta1,
-        .beta2 = beta2,
-        .eps = eps,
-        .wd = weight_decay,
-        .grad_scale = grad_scale,
+        .lr = s->lr,
+        .beta1 = s->beta1,
+        .beta2 = s->beta2,
+        .eps = s->eps,
+        .wd = s->weight_decay,
+        .grad_scale = s->grad_scale,
         // Bias corrections in double: 1 - beta2^t is ~1e-3 at t = 1, where float's pow
         // and subtraction would lose digits.
-        .inv_bc1 = (float)(1.0 / (1.0 - pow((double)beta1, (double)t))),
-        .inv_bc2 = (float)(1.0 / (1.0 - pow((double)beta2, (double)t))),
+        .inv_bc1 = (float)(1.0 / (1.0 - pow((double)s->beta1, (double)s->t))),
+        .inv_bc2 = (float)(1.0 / (1.0 - pow((double)s->beta2, (double)s->t))),
     };
 #pragma omp parallel num_threads(ctx_of(b)->threads)
     {

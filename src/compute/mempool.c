@@ -53,13 +53,7 @@ const char *mem_kind_name(mem_kind k) {
 }
 
 void mem_specs_add(mem_specs *s, const char *name, mem_kind kind, size_t bytes, void *dst) {
-    if (s->n == s->cap) {
-        s->cap = s->cap ? 2 * s->cap : 64;
-        mem_spec *grown = xcalloc((size_t)s->cap, sizeof *grown);
-        if (s->n) memcpy(grown, s->items, (size_t)s->n * sizeof *grown);
-        free(s->items);
-        s->items = grown;
-    }
+    s->items = xgrow(s->items, s->n, &s->cap, sizeof *s->items);
     s->items[s->n++] = (mem_spec){name, kind, bytes, dst};
 }
 
@@ -97,4 +91,9 @@ void mem_specs_give(const mem_specs *s, mem_pool *p, backend *be) {
         mem_give(p, be, *dst);
         *dst = NULL;
     }
+}
+
+void mem_specs_release(mem_specs *s, mem_pool *p, backend *be) {
+    mem_specs_give(s, p, be);
+    mem_specs_free(s);
 }

@@ -80,3 +80,5 @@ void mem_give(mem_pool *p, backend *be, void *ptr);
 // backend) and clears each *dst.
 tri_status mem_specs_carve(const mem_specs *s, mem_pool *p, backend *be);
 void mem_specs_give(const mem_specs *s, mem_pool *p, backend *be);
+// mem_specs_give, then mem_specs_free: what a module's free does with its buffers.
+void mem_specs_release(mem_specs *s, mem_pool *p, backend *be);

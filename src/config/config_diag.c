@@ -26,13 +26,7 @@ static void report_v(config_ctx *c, config_loc loc, const char *key_path, const 
     vsnprintf(msg, sizeof msg, fmt, ap);
     snprintf(line, sizeof line, "%s: %s%s%s\n", where, key_path ? key_path : "",
              key_path ? ": " : "", msg);
-    if (c->n_errors == c->cap_msgs) {
-        c->cap_msgs = c->cap_msgs ? 2 * c->cap_msgs : 16;
-        config_msg *grown = xcalloc((size_t)c->cap_msgs, sizeof *grown);
-        if (c->n_errors) memcpy(grown, c->msgs, (size_t)c->n_errors * sizeof *grown);
-        free(c->msgs);
-        c->msgs = grown;
-    }
+    c->msgs = xgrow(c->msgs, c->n_errors, &c->cap_msgs, sizeof *c->msgs);
     c->msgs[c->n_errors++] = (config_msg){loc, xstrdup(line)};
 }
 

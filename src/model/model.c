@@ -45,6 +45,18 @@ model_dims model_dims_of(const model_config *mc, const model_layout *ml) {
 
 // ---- buffers ----
 
+#define WIDE(field, name) {"activation." name, "activation." name "16", \
+                           offsetof(model_acts, field), offsetof(model_acts, field##16)}
+const model_wide MODEL_WIDE[ACT_WIDE] = {
+    [ACT_LN1] = {"activation.ln1", "activation.ln1_16", offsetof(model_acts, ln1), offsetof(model_acts, ln1_16)},
+    [ACT_LN2] = {"activation.ln2", "activation.ln2_16", offsetof(model_acts, ln2), offsetof(model_acts, ln2_16)},
+    [ACT_QKV] = WIDE(qkv, "qkv"),
+    [ACT_ATTY] = WIDE(atty, "atty"),
+    [ACT_FCH] = WIDE(fch, "fch"),
+    [ACT_FCH_GELU] = WIDE(fch_gelu, "fch_gelu"),
+};
+#undef WIDE
+
 // Elements of mm16: the widest of a layer's dout (N rows of C, 3C/tp or 4C/tp) and, on the
 // last stage, a head chunk's two operands (C + Vp/tp per row).
 static size_t mm16_numel(const model_dims *d) {
@@ -88,23 +100,12 @@ static void slot_buffers(mem_specs *s, const model_dims *d, size_t att_bytes, in
         }
         // ln1, ln2, qkv, atty, fch, fch_gelu: as bf16 in a slot under bf16 (the layer computes
         // in the work activations), else fp32.
-        const size_t wide[6] = {N * C, N * C, N * (size_t)d->C3_local, N * (size_t)d->C_local,
-                                N * (size_t)d->C4_local, N * (size_t)d->C4_local};
-        if (bf16 && !work) {
-            const size_t h = sizeof(uint16_t);
-            ADD("activation.ln1_16", L * wide[0] * h, ln1_16);
-            ADD("activation.ln2_16", L * wide[1] * h, ln2_16);
-            ADD("activation.qkv16", L * wide[2] * h, qkv16);
-            ADD("activation.atty16", L * wide[3] * h, atty16);
-            ADD("activation.fch16", L * wide[4] * h, fch16);
-            ADD("activation.fch_gelu16", L * wide[5] * h, fch_gelu16);
-        } else {
-            ADD("activation.ln1", L * wide[0] * f, ln1);
-            ADD("activation.ln2", L * wide[1] * f, ln2);
-            ADD("activation.qkv", L * wide[2] * f, qkv);
-            ADD("activation.atty", L * wide[3] * f, atty);
-            ADD("activation.fch", L * wide[4] * f, fch);
-            ADD("activation.fch_gelu", L * wide[5] * f, fch_gelu);
+        const int as16 = bf16 && !work;
+        for (int k = 0; k < ACT_WIDE; k++) {
+            const model_wide *w = &MODEL_WIDE[k];
+            const size_t numel = L * N * model_wide_cols(d, k);
+            mem_specs_add(s, as16 ? w->name16 : w->name, MEM_ACTIVATION,
+                          numel * (as16 ? sizeof(uint16_t) : f), m ? (char *)a + (as16 ? w->bf16 : w->f32) : NULL);
         }
     }
     if (head) {
@@ -192,8 +193,7 @@ tri_status model_create(model *m, const model_config *mc, const model_layout *ml
 
 void model_free(model *m) {
     if (!m->be) return;
-    mem_specs_give(&m->buffers, m->pool, m->be);
-    mem_specs_free(&m->buffers);
+    mem_specs_release(&m->buffers, m->pool, m->be);
     free(m->slots);
     free(m->stage_off);
     free(m->pstage_off);

@@ -3,7 +3,28 @@
 //   model_layer.c  a transformer layer forward and backward, its tp collectives, bf16 keeping
 //   model_pass.c   the forward and backward of a chunk: embedding, layers, LM head and loss
 #pragma once
+#include <stddef.h>
+
 #include "model/model.h"
+
+// The wide activations of a layer (those with one value per row and column of a matmul's
+// input or output), in model_acts' order: written once here for the buffers (model.c) and
+// the layer (model_layer.c).
+enum { ACT_LN1 = 0, ACT_LN2, ACT_QKV, ACT_ATTY, ACT_FCH, ACT_FCH_GELU, ACT_WIDE };
+
+typedef struct {
+    const char *name, *name16;  // the spec names of the fp32 and the bf16 buffer
+    size_t f32, bf16;           // offsetof the float * and the uint16_t * field in model_acts
+} model_wide;
+
+extern const model_wide MODEL_WIDE[ACT_WIDE];
+
+// Columns of wide activation `which` on this rank (its rows: N): C for the LayerNorm
+// outputs, the rank's share of 3C, C and 4C for qkv, the attention output and the MLP's.
+static inline size_t model_wide_cols(const model_dims *d, int which) {
+    const int cols[ACT_WIDE] = {d->C, d->C, d->C3_local, d->C_local, d->C4_local, d->C4_local};
+    return (size_t)cols[which];
+}
 
 // An entry's parameters as fp32 for an op: in place (fp32 training), or widened from bf16
 // into its staging region. Not for the matmul weights under bf16 (model_param16).

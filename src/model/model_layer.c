@@ -73,14 +73,10 @@ static layer_acts layer_acts_of(model *m, model_acts *a, int i) {
     return w;
 }
 
-// The wide activations of a layer, in the order of model_acts' bf16 fields: their sizes,
-// the layer's fp32 copies in `w`, and where slot `a` keeps layer i's bf16 rounding.
-enum { ACT_LN1 = 0, ACT_LN2, ACT_QKV, ACT_ATTY, ACT_FCH, ACT_FCH_GELU, ACT_WIDE };
-
+// The wide activations of a layer (model_internal.h): their sizes, the layer's fp32 copies
+// in `w`, and where slot `a` keeps layer i's bf16 rounding.
 static size_t wide_numel(const model *m, int which) {
-    const model_dims *d = &m->d;
-    const int cols[ACT_WIDE] = {d->C, d->C, d->C3_local, d->C_local, d->C4_local, d->C4_local};
-    return (size_t)d->N * (size_t)cols[which];
+    return (size_t)m->d.N * model_wide_cols(&m->d, which);
 }
 
 static float *wide_f32(layer_acts *w, int which) {
@@ -90,8 +86,8 @@ static float *wide_f32(layer_acts *w, int which) {
 
 static uint16_t *wide_bf16(model *m, model_acts *a, int i, int which) {
     if (m->recompute) return m->round16;
-    uint16_t *p[ACT_WIDE] = {a->ln1_16, a->ln2_16, a->qkv16, a->atty16, a->fch16, a->fch_gelu16};
-    return p[which] + (size_t)i * wide_numel(m, which);
+    uint16_t *base = *(uint16_t **)((char *)a + MODEL_WIDE[which].bf16);
+    return base + (size_t)i * wide_numel(m, which);
 }
 
 // bf16: an activation just computed is kept as its bf16 rounding (in the slot), and the ops

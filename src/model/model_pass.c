@@ -9,41 +9,51 @@
 #define G(m, idx) model_grad(m, idx)
 #define P16(m, idx) model_param16(m, idx)
 
-tri_status model_forward(model *m, int slot, int chunk, const int *inputs, const int *targets) {
-    backend *be = m->be;
+// The store begins a pass of the chunk (ZeRO-3 gathers its parameters there).
+static tri_status begin_pass(model *m, int chunk, int backward) {
+    return m->store.pass_begin ? m->store.pass_begin(m->store.ctx, chunk, backward) : TRI_OK;
+}
+
+static int holds_embedding(const model *m, int chunk) { return m->d.has_embed && chunk == 0; }
+static int holds_head(const model *m, int chunk) {
+    return m->d.has_head && chunk == m->d.chunks - 1;
+}
+
+// ---- forward ----
+
+// Vocab-parallel embedding: a masked lookup of this rank's rows, then the sum over tp (a
+// reduce-scatter of rows under SP). Only tp rank 0 adds the position embedding.
+static tri_status embedding_forward(model *m, model_acts *a) {
     const model_dims *d = &m->d;
-    const int N = d->N, C = d->C;
-    model_acts *a = &m->slots[slot];
     const param_table *pt = &m->table;
-    const int first_layer = params_chunk_first_layer(pt, chunk);
-    if (m->store.pass_begin) TRI_CHECK(m->store.pass_begin(m->store.ctx, chunk, 0));
+    float *partial = d->sp ? m->rows_full : a->residual;
+    TRI_CHECK(model_params_ready(m, params_wte(pt), 1));
+    TRI_CHECK(model_params_ready(m, params_wpe(pt), 1));
+    m->be->embedding_fwd(m->be, partial, a->inputs, P(m, params_wte(pt)), P(m, params_wpe(pt)),
+                         d->B, d->T, d->C, d->vocab_start, d->Vp_local, d->tp_rank == 0);
+    return model_tp_reduce_rows(m, partial, a->residual);
+}
 
-    be->copy_to_device(be, a->inputs, inputs, (size_t)N * sizeof(int));
-    if (d->has_embed && chunk == 0) {
-        // Vocab-parallel embedding: a masked lookup of this rank's rows, then the sum over tp
-        // (a reduce-scatter of rows under SP). Only tp rank 0 adds the position embedding.
-        float *partial = d->sp ? m->rows_full : a->residual;
-        TRI_CHECK(model_params_ready(m, params_wte(pt), 1));
-        TRI_CHECK(model_params_ready(m, params_wpe(pt), 1));
-        be->embedding_fwd(be, partial, a->inputs, P(m, params_wte(pt)), P(m, params_wpe(pt)),
-                          d->B, d->T, C, d->vocab_start, d->Vp_local, d->tp_rank == 0);
-        TRI_CHECK(model_tp_reduce_rows(m, partial, a->residual));
-    }
-    for (int i = 0; i < d->Lc; i++) TRI_CHECK(model_layer_forward(m, a, first_layer + i, i));
-    if (!(d->has_head && chunk == d->chunks - 1)) return TRI_OK;
-
-    float *res = a->output;
+// The final LayerNorm and the tied LM head over this rank's vocabulary rows: logits
+// (N, Vp/tp). Under bf16 the head's operands are lnf's rounding and the bf16 wte.
+static tri_status head_forward(model *m, model_acts *a) {
+    const model_dims *d = &m->d;
+    const param_table *pt = &m->table;
     TRI_CHECK(model_params_ready(m, params_lnfw(pt), 2));
     TRI_CHECK(model_params_ready(m, params_wte(pt), 1));
-    TRI_CHECK(model_layernorm_to_all_rows(m, a->lnf, a->lnf_mean, a->lnf_rstd, res,
-                                    P(m, params_lnfw(pt)), P(m, params_lnfb(pt))));
-    // Tied LM head over this rank's vocabulary rows: logits (N, Vp/tp). Under bf16 the
-    // operands are lnf's rounding and the bf16 wte.
-    if (m->bf16) be->to_bf16(be, m->mm16, a->lnf, (size_t)N * C);
-    model_linear_fwd(m, a->logits, a->lnf, m->mm16, params_wte(pt), NULL, N, C, d->Vp_local);
-    if (!targets) return TRI_OK;
+    TRI_CHECK(model_layernorm_to_all_rows(m, a->lnf, a->lnf_mean, a->lnf_rstd, a->output,
+                                          P(m, params_lnfw(pt)), P(m, params_lnfb(pt))));
+    if (m->bf16) m->be->to_bf16(m->be, m->mm16, a->lnf, (size_t)d->N * d->C);
+    model_linear_fwd(m, a->logits, a->lnf, m->mm16, params_wte(pt), NULL, d->N, d->C, d->Vp_local);
+    return TRI_OK;
+}
 
-    // Vocab-parallel cross-entropy: no rank ever holds the full-vocabulary logits.
+// Vocab-parallel cross-entropy: no rank ever holds the full-vocabulary logits. The sum of
+// the per-token losses is added to the loss accumulator.
+static tri_status loss_forward(model *m, model_acts *a, const int *targets) {
+    backend *be = m->be;
+    const model_dims *d = &m->d;
+    const int N = d->N;
     be->copy_to_device(be, a->targets, targets, (size_t)N * sizeof(int));
     be->xent_max(be, a->rowmax, a->logits, N, d->Vp_local, d->vocab_start, d->V);
     if (d->tp > 1)
@@ -56,6 +66,20 @@ tri_status model_forward(model *m, int slot, int chunk, const int *inputs, const
     be->loss_sum(be, m->loss_acc, a->losses, (size_t)N);
     return TRI_OK;
 }
+
+tri_status model_forward(model *m, int slot, int chunk, const int *inputs, const int *targets) {
+    model_acts *a = &m->slots[slot];
+    const int first_layer = params_chunk_first_layer(&m->table, chunk);
+    TRI_CHECK(begin_pass(m, chunk, 0));
+    m->be->copy_to_device(m->be, a->inputs, inputs, (size_t)m->d.N * sizeof(int));
+    if (holds_embedding(m, chunk)) TRI_CHECK(embedding_forward(m, a));
+    for (int i = 0; i < m->d.Lc; i++) TRI_CHECK(model_layer_forward(m, a, first_layer + i, i));
+    if (!holds_head(m, chunk)) return TRI_OK;
+    TRI_CHECK(head_forward(m, a));
+    return targets ? loss_forward(m, a, targets) : TRI_OK;
+}
+
+// ---- backward ----
 
 // bf16 gradients: what the backward accumulated in fp32 staging for entries [first, first +
 // count) is added into their bf16 buffers (rounded once per micro-batch), and the staging
@@ -73,9 +97,9 @@ static tri_status grads_ready(model *m, int first, int count) {
     return m->store.grads_ready ? m->store.grads_ready(m->store.ctx, first, count) : TRI_OK;
 }
 
-// The LM head's backward: d(lnf) into m->dln, dwte accumulated. Under bf16 in chunks of rows
-// (model_head_chunk_rows), each chunk's lnf and d(logits) rounded into mm16 together.
-static void head_backward(model *m, model_acts *a) {
+// The LM head's matmul backward: d(lnf) into m->dln, dwte accumulated. Under bf16 in chunks
+// of rows (model_head_chunk_rows), each chunk's lnf and d(logits) rounded into mm16 together.
+static void head_matmul_backward(model *m, model_acts *a) {
     const model_dims *d = &m->d;
     const size_t C = d->C, Vp = d->Vp_local;
     const int wte = params_wte(&m->table);
@@ -97,45 +121,48 @@ static void head_backward(model *m, model_acts *a) {
     }
 }
 
-tri_status model_backward(model *m, int slot, int chunk, float dloss) {
-    backend *be = m->be;
+// From the loss to d(chunk output) in a->dres: the cross-entropy's gradient in place of the
+// logits, the LM head (partial over the vocabulary shards), the final LayerNorm.
+static tri_status head_backward(model *m, model_acts *a, float dloss) {
     const model_dims *d = &m->d;
-    const int N = d->N, C = d->C;
-    model_acts *a = &m->slots[slot];
     const param_table *pt = &m->table;
-    const int first_layer = params_chunk_first_layer(pt, chunk);
-    if (m->store.pass_begin) TRI_CHECK(m->store.pass_begin(m->store.ctx, chunk, 1));
-
-    if (d->has_head && chunk == d->chunks - 1) {
-        TRI_CHECK(model_params_ready(m, params_wte(pt), 1));
-        TRI_CHECK(model_params_ready(m, params_lnfw(pt), 2));
-        be->xent_bwd(be, a->logits, a->rowmax, a->sumexp, a->targets, dloss, N, d->Vp_local,
-                     d->vocab_start, d->V);
-        // LM head: d(lnf) = dlogits @ wte (partial over the vocabulary shards),
-        // dwte += dlogits^T lnf.
-        head_backward(m, a);
-        float *res = a->output;
-        be->memset_zero(be, a->dres, (size_t)d->N_local * C * sizeof(float));
-        TRI_CHECK(model_layernorm_bwd_from_all_rows(m, a->dres, res, P(m, params_lnfw(pt)),
-                                              G(m, params_lnfw(pt)), G(m, params_lnfb(pt)),
-                                              a->lnf_mean, a->lnf_rstd));
-        TRI_CHECK(grads_ready(m, params_lnfw(pt), 2));
-        if (pt->wte_is_copy) TRI_CHECK(grads_ready(m, params_wte(pt), 1));
-    }
-    for (int i = d->Lc - 1; i >= 0; i--) {
-        TRI_CHECK(model_layer_backward(m, a, first_layer + i, i));
-        TRI_CHECK(grads_ready(m, params_layer(pt, first_layer + i, 0), PARAM_PER_LAYER));
-    }
-    if (d->has_embed && chunk == 0) {
-        // The embedding's gradient is the residual stream's at layer 0, all rows: every rank
-        // adds to its own vocabulary rows, and computes the same (replicated) wpe gradient.
-        float *dout;
-        TRI_CHECK(model_dresidual_all_rows(m, a->dres, &dout));
-        be->embedding_bwd(be, G(m, params_wte(pt)), G(m, params_wpe(pt)), dout, a->inputs, d->B,
-                          d->T, C, d->vocab_start, d->Vp_local);
-        TRI_CHECK(grads_ready(m, params_wte(pt), 1));
-        TRI_CHECK(grads_ready(m, params_wpe(pt), 1));
-    }
+    TRI_CHECK(model_params_ready(m, params_wte(pt), 1));
+    TRI_CHECK(model_params_ready(m, params_lnfw(pt), 2));
+    m->be->xent_bwd(m->be, a->logits, a->rowmax, a->sumexp, a->targets, dloss, d->N, d->Vp_local,
+                    d->vocab_start, d->V);
+    head_matmul_backward(m, a);
+    m->be->memset_zero(m->be, a->dres, (size_t)d->N_local * d->C * sizeof(float));
+    TRI_CHECK(model_layernorm_bwd_from_all_rows(m, a->dres, a->output, P(m, params_lnfw(pt)),
+                                                G(m, params_lnfw(pt)), G(m, params_lnfb(pt)),
+                                                a->lnf_mean, a->lnf_rstd));
+    TRI_CHECK(grads_ready(m, params_lnfw(pt), 2));
+    if (pt->wte_is_copy) TRI_CHECK(grads_ready(m, params_wte(pt), 1));
     return TRI_OK;
 }
 
+// The embedding's gradient is the residual stream's at layer 0, all rows: every rank adds to
+// its own vocabulary rows, and computes the same (replicated) wpe gradient.
+static tri_status embedding_backward(model *m, model_acts *a) {
+    const model_dims *d = &m->d;
+    const param_table *pt = &m->table;
+    float *dout;
+    TRI_CHECK(model_dresidual_all_rows(m, a->dres, &dout));
+    m->be->embedding_bwd(m->be, G(m, params_wte(pt)), G(m, params_wpe(pt)), dout, a->inputs, d->B,
+                         d->T, d->C, d->vocab_start, d->Vp_local);
+    TRI_CHECK(grads_ready(m, params_wte(pt), 1));
+    return grads_ready(m, params_wpe(pt), 1);
+}
+
+tri_status model_backward(model *m, int slot, int chunk, float dloss) {
+    model_acts *a = &m->slots[slot];
+    const param_table *pt = &m->table;
+    const int first_layer = params_chunk_first_layer(pt, chunk);
+    TRI_CHECK(begin_pass(m, chunk, 1));
+    if (holds_head(m, chunk)) TRI_CHECK(head_backward(m, a, dloss));
+    for (int i = m->d.Lc - 1; i >= 0; i--) {
+        TRI_CHECK(model_layer_backward(m, a, first_layer + i, i));
+        TRI_CHECK(grads_ready(m, params_layer(pt, first_layer + i, 0), PARAM_PER_LAYER));
+    }
+    if (holds_embedding(m, chunk)) TRI_CHECK(embedding_backward(m, a));
+    return TRI_OK;
+}

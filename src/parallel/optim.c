@@ -66,8 +66,7 @@ tri_status optim_create(optimizer **out, const optim_config *oc, double grad_cli
 
 void optim_free(optimizer *o) {
     if (!o) return;
-    mem_specs_give(&o->buffers, o->pool, o->be);
-    mem_specs_free(&o->buffers);
+    mem_specs_release(&o->buffers, o->pool, o->be);
     free(o);
 }
 
@@ -113,9 +112,11 @@ tri_status optim_step(optimizer *o, double lr, double grad_norm) {
         // same pass, or the fp32 parameters themselves.
         void *param = zero_piece_param(o->z, pc, pc->lo);
         float *w = o->bf16 ? o->master + pc->pos : param;
+        const adamw_step step = {.lr = (float)lr, .beta1 = (float)oc->beta1,
+                                 .beta2 = (float)oc->beta2, .eps = (float)oc->eps,
+                                 .weight_decay = wd, .grad_scale = grad_scale, .t = o->t};
         be->adamw(be, w, zero_piece_grad(o->z, pc), o->m + pc->pos, o->v + pc->pos, pc->hi - pc->lo,
-                  (float)lr, (float)oc->beta1, (float)oc->beta2, (float)oc->eps, wd, grad_scale,
-                  o->t, o->bf16 ? param : NULL);
+                  &step, o->bf16 ? param : NULL);
     }
     return zero_update_end(o->z);
 }

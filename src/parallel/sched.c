@@ -20,13 +20,7 @@ static void push(builder *b, sched_action_kind kind, sched_pair pair) {
     const int last = pp * st->virtual_stages - 1;
     if ((kind == SCHED_ACTION_RECV_ACT || kind == SCHED_ACTION_SEND_GRAD) && stage == 0) return;
     if ((kind == SCHED_ACTION_SEND_ACT || kind == SCHED_ACTION_RECV_GRAD) && stage == last) return;
-    if (st->n_actions == b->cap) {
-        b->cap = b->cap ? 2 * b->cap : 64;
-        sched_action *grown = xmalloc((size_t)b->cap * sizeof *grown);
-        if (st->n_actions) memcpy(grown, st->actions, (size_t)st->n_actions * sizeof *grown);
-        free(st->actions);
-        st->actions = grown;
-    }
+    st->actions = xgrow(st->actions, st->n_actions, &b->cap, sizeof *st->actions);
     // Activations flow to the next rank, gradients to the previous one (around the ring).
     const int next = (st->rank + 1) % pp, prev = (st->rank - 1 + pp) % pp;
     int peer = -1;

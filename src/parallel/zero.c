@@ -98,8 +98,7 @@ tri_status zero_create(zero_state **out, const zero_config *zc, model *m, const 
 
 void zero_free(zero_state *z) {
     if (!z) return;
-    mem_specs_give(&z->buffers, z->pool, z->be);
-    mem_specs_free(&z->buffers);
+    mem_specs_release(&z->buffers, z->pool, z->be);
     zero_gather_free(z);
     free(z->param_of);
     free(z->grad_of);

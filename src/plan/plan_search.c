@@ -61,13 +61,7 @@ static void add_reason(search_state *s, const char *fmt, ...) {
 }
 
 static void add_row(search_state *s, const layout_row *r) {
-    if (s->n == s->cap) {
-        s->cap = s->cap ? 2 * s->cap : 256;
-        layout_row *grown = xcalloc((size_t)s->cap, sizeof *grown);
-        if (s->n) memcpy(grown, s->rows, (size_t)s->n * sizeof *grown);
-        free(s->rows);
-        s->rows = grown;
-    }
+    s->rows = xgrow(s->rows, s->n, &s->cap, sizeof *s->rows);
     s->rows[s->n++] = *r;
 }
 
