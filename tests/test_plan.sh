@@ -46,7 +46,7 @@ for s in steps:
         if plan['comm_bytes'][g] != v: bad.append('step %d comm %s run %d plan %d' % (s['step'], g, v, plan['comm_bytes'][g]))
 if len(steps) != 2: bad.append('%d step lines' % len(steps))
 # The backend's peak: the planned total (the record's kinds plus the model's scratch), or
-# train.c's matmul-rate probe (512x768, 768x768 and 512x768 floats, freed before the model
+# trainer.c's matmul-rate probe (512x768, 768x768 and 512x768 floats, freed before the model
 # is built) when that is larger; nothing else.
 probe = 4 * (512 * 768 + 768 * 768 + 512 * 768)
 if steps[-1]['mem_peak_bytes'] != max(plan['total_bytes'], probe):

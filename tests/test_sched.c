@@ -1,4 +1,4 @@
-// test_sched.c: the schedule tables of src/sched.c, checked by running every rank's list
+// test_sched.c: the schedule tables of src/parallel/sched.c, checked by running every rank's list
 // together in a simulator, for pp in {1, 2, 3, 4, 8}, v in {1, 2, 4} and m in 1..32 where
 // sched_build supports the combination (gpipe: any, v > 1 with pp >= 2; 1f1b: v = 1, any
 // m, though the config asks m >= pp; interleaved: v >= 2, pp >= 2, m % pp == 0).

@@ -10,7 +10,7 @@
 // respect to the legacy default stream), in call order, so ops see each other's results
 // without any host synchronisation. The host waits only where the contract hands it a value:
 // copy_to_host, sumsq and synchronize. A comm backend on other streams reads buffers the
-// caller has synchronised first (device_api.h), and its results are complete on return.
+// caller has synchronised first (compute/cuda_api.h), and its results are complete on return.
 //
 // Errors: an op returns nothing (backend.h), and a failed launch or library call leaves the
 // CUDA context unusable, so an op that fails reports the statement, file:line, rank and

@@ -1,6 +1,6 @@
 // backend_cuda_ops.cu: the CUDA backend's ops other than the matmuls and attention:
 // LayerNorm, pointwise, embeddings, the vocab-parallel cross-entropy, AdamW, sumsq, scale.
-// The semantics are backend.h's, formula for formula those of src/backend_cpu.c.
+// The semantics are backend.h's, formula for formula those of src/compute/backend_cpu.c.
 //
 // Determinism (backend_cuda.cu): every reduction has a fixed shape that depends only on the
 // problem size, never on the device or on timing, and no float is accumulated atomically:

@@ -1,5 +1,5 @@
 // cuda_device.cu: which GPU a process uses (cuda_device_count, cuda_device_select; see
-// device_api.h), and the world rank that the check macros of cuda_common.h name in their
+// compute/cuda_api.h), and the world rank that the check macros of cuda_common.h name in their
 // reports.
 #include "../base/cuda_common.h"
 #include "compute/cuda_api.h"

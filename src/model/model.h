@@ -121,7 +121,7 @@ typedef struct {
                        // filled by the forward and again, identically, before its backward
     model_acts work;   // also under bf16, where slots keep the wide activations as bf16
     uint16_t *round16; // bf16 with recompute: where activations are rounded through
-    uint16_t *mm16;    // bf16: a matmul's operand rounded to bf16 (model_mm16_numel): a
+    uint16_t *mm16;    // bf16: a matmul's operand rounded to bf16 (mm16_numel in model.c): a
                        // backward's dout, the LM head's input and its backward's chunks
     // Scratch shared by all layers and slots:
     float *dln;        // (N, C): d(LayerNorm output), partial over tp before its reduction

@@ -203,7 +203,7 @@ tri_status model_layer_forward(model *m, model_acts *acts, int l, int i) {
     const int N = d->N, C = d->C;
     layer_acts a = layer_acts_of(m, acts, i);
     const param_table *pt = &m->table;
-    TRI_CHECK(model_params_ready(m, params_layer(pt, l, 0), PARAM_PER_LAYER));
+    TRI_CHECK(model_params_ready(m, params_layer(pt, l, 0), pt->layer_entries));
 #define LP(which) P(m, params_layer(pt, l, which))
 #define LW(which) params_layer(pt, l, which)
 // bf16: the matmul input `which` just rounded by keep_bf16 (unused in fp32)
@@ -254,7 +254,7 @@ tri_status model_layer_backward(model *m, model_acts *acts, int l, int i) {
         m->be->from_bf16(m->be, a.fch, m->round16, wide_numel(m, ACT_FCH));
     }
     const param_table *pt = &m->table;
-    TRI_CHECK(model_params_ready(m, params_layer(pt, l, 0), PARAM_PER_LAYER));
+    TRI_CHECK(model_params_ready(m, params_layer(pt, l, 0), pt->layer_entries));
     float *dout;
 #define LP(which) P(m, params_layer(pt, l, which))
 #define LG(which) G(m, params_layer(pt, l, which))

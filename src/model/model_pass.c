@@ -161,7 +161,7 @@ tri_status model_backward(model *m, int slot, int chunk, float dloss) {
     if (holds_head(m, chunk)) TRI_CHECK(head_backward(m, a, dloss));
     for (int i = m->d.Lc - 1; i >= 0; i--) {
         TRI_CHECK(model_layer_backward(m, a, first_layer + i, i));
-        TRI_CHECK(grads_ready(m, params_layer(pt, first_layer + i, 0), PARAM_PER_LAYER));
+        TRI_CHECK(grads_ready(m, params_layer(pt, first_layer + i, 0), pt->layer_entries));
     }
     if (holds_embedding(m, chunk)) TRI_CHECK(embedding_backward(m, a));
     return TRI_OK;

@@ -17,6 +17,7 @@ static void add_entry(param_table *pt, int *n, const char *name, int ndim, int64
     e->row_blocks = row_blocks;
     e->layer = layer;
     e->decay = ndim == 2;
+    e->matmul = ndim == 2 && layer >= 0; // a block's matrices are its linear layers
     const char *base = strchr(name, '.') ? strchr(name, '.') + 1 : name; // "h3.ln1w" -> "ln1w"
     e->layernorm = !strncmp(base, "ln", 2);
     e->init = init;
@@ -37,6 +38,7 @@ static void build(param_table *pt, const model_config *mc, const model_shard *sh
     const int first = pp_rank == 0, last = pp_rank == pp - 1;
     memset(pt, 0, sizeof *pt);
     pt->n_layer = L;
+    pt->layer_entries = PARAM_PER_LAYER;
     pt->tp = tp, pt->tp_rank = tp_rank;
     pt->pp = pp, pt->pp_rank = pp_rank;
     pt->virtual_stages = pp == 1 ? 1 : sh->virtual_stages;
@@ -137,7 +139,7 @@ int params_chunk_first_layer(const param_table *pt, int chunk) {
 int params_wte(const param_table *pt) { return pt->wte; }
 int params_wpe(const param_table *pt) { return pt->wpe; }
 int params_layer(const param_table *pt, int layer, int which) {
-    TRI_ASSERT(layer >= 0 && layer < pt->n_layer && which >= 0 && which < PARAM_PER_LAYER);
+    TRI_ASSERT(layer >= 0 && layer < pt->n_layer && which >= 0 && which < pt->layer_entries);
     TRI_ASSERT(pt->layer_first[layer] >= 0);
     return pt->layer_first[layer] + which;
 }
@@ -150,19 +152,14 @@ int params_find(const param_table *pt, const char *name) {
     return -1;
 }
 
-int params_is_matmul_weight(int which) {
-    return which == PARAM_QKVW || which == PARAM_ATTPROJW || which == PARAM_FCW ||
-           which == PARAM_FCPROJW;
-}
-
 size_t params_stage_layout(const param_table *pt, size_t *off, int matmul_weights) {
     size_t layer_max = 0, rest = 0;
     for (int l = 0; l < pt->n_layer; l++) {
         int first = pt->layer_first[l];
         if (first < 0) continue;
         size_t n = 0; // the layer's staged entries, packed in order
-        for (int k = 0; k < PARAM_PER_LAYER; k++) {
-            const int skip = !matmul_weights && params_is_matmul_weight(k);
+        for (int k = 0; k < pt->layer_entries; k++) {
+            const int skip = !matmul_weights && pt->entries[first + k].matmul;
             if (off) off[first + k] = skip ? SIZE_MAX : n;
             if (!skip) n += (size_t)pt->entries[first + k].local_numel;
         }

@@ -29,6 +29,8 @@ typedef struct {
     int row_blocks;         // SPLIT_ROWS: the rows form this many equal blocks (qkv: 3)
     int layer;              // 0..L-1, PARAM_LAYER_EMBED or PARAM_LAYER_FINAL
     int decay;              // weight decay applies (matrices and embeddings)
+    int matmul;             // a layer's matmul weight (under bf16 the matmuls read it as it
+                            // is; the other entries are widened to fp32 for their ops)
     int layernorm;          // a LayerNorm weight or bias (sequence parallelism sums its
                             // gradient over tp)
     param_init init;
@@ -53,6 +55,8 @@ typedef struct {
     param_entry *entries;
     int n_entries;
     int n_layer;
+    int layer_entries;      // entries of every layer, in the same order in each (a
+                            // transformer block: PARAM_PER_LAYER for GPT-2)
     int tp, tp_rank;
     int pp, pp_rank, virtual_stages;
     int *layer_first;       // (n_layer): index of the layer's first entry, -1 when not held
@@ -89,8 +93,6 @@ int params_find(const param_table *pt, const char *name);      // -1 when absent
 // layers' four matmul weights are left out (the bf16 matmuls read them as they are; their
 // off[] is SIZE_MAX). Fills off[entry] (when not NULL) and returns the buffer's elements.
 size_t params_stage_layout(const param_table *pt, size_t *off, int matmul_weights);
-// Is `which` (PARAM_LN1W..) one of a layer's matmul weights (qkv, attproj, fc, fcproj)?
-int params_is_matmul_weight(int which);
 
 // Global row-major element index of local element (r, c) of entry e on this rank.
 int64_t params_global_index(const param_table *pt, const param_entry *e, int64_t r, int64_t c);

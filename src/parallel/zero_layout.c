@@ -19,11 +19,11 @@ int zero_bucket_span(const param_table *pt, int i, double bucket_bytes, int *lay
     while (i + n < pt->n_entries && pt->entries[i + n].layer >= 0 &&
            layer_chunk(pt, pt->entries[i + n].layer) == layer_chunk(pt, e->layer)) {
         double layer_bytes = 0;
-        for (int k = 0; k < PARAM_PER_LAYER; k++)
+        for (int k = 0; k < pt->layer_entries; k++)
             layer_bytes += 4.0 * (double)pt->entries[i + n + k].local_numel;
         if (*layers > 0 && bytes + layer_bytes > bucket_bytes) break;
         bytes += layer_bytes;
-        n += PARAM_PER_LAYER;
+        n += pt->layer_entries;
         (*layers)++;
     }
     return n;

@@ -251,7 +251,7 @@ static void stage_comm(plan_stage *s, const layout *lo, const stage_tables *st,
 // FLOPs and time
 
 double plan_flops_per_token(const run_config *cfg) {
-    // train.c's flops_per_token: 6 per matmul parameter (the tied LM head included) plus the
+    // The trainer's flops_per_token: 6 per matmul parameter (the tied LM head included) plus the
     // attention scores and weighted sums, 12 * L * T * C (PaLM's accounting).
     const double L = cfg->model.n_layer, C = cfg->model.d_model, T = cfg->model.seq_len;
     const double Vp = config_padded_vocab(cfg);

@@ -1,6 +1,6 @@
 // plan.h: the planner (`trident plan`). For a resolved config it predicts, without launching
 // a process or allocating a model, what every rank of the job will hold and move:
-//   - memory per rank by kind, byte for byte as train.c reports it in the run record of
+//   - memory per rank by kind, byte for byte as the trainer (app/trainer.c) reports it in the run record of
 //     metrics.jsonl (param, grad, master, adam, activation, grad_bucket and param_gather
 //     bytes), plus the model's scratch, per pipeline stage;
 //   - communication per step per group and collective, byte for byte as the comm layer counts
@@ -117,7 +117,7 @@ uint64_t plan_model_state_bytes(const plan_stage *s);
 // Bytes a stage moves in group g in one step (all phases and collectives): what the step
 // lines' comm_bytes report for rank 0.
 uint64_t plan_group_bytes(const plan_stage *s, comm_group_id g);
-// Model FLOPs per token of a training step, as train.c reports it (flops_per_token).
+// Model FLOPs per token of a training step, as the trainer reports it (flops_per_token).
 double plan_flops_per_token(const run_config *cfg);
 
 // ---- output and the command ----
