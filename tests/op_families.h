@@ -22,7 +22,18 @@ static const char *dtype_tag(const op_case *r) { return r->dtype == DTYPE_BF16 ?
 // gelu(pre), and the backward of a layer whose input was gelu(gelu_pre).
 
 enum {
-    MM_INP, MM_W, MM_BIAS, MM_OUT, MM_PRE, MM_DOUT, MM_PRE2, MM_DINP, MM_DW, MM_DB, MM_DW2, MM_DB2
+    MM_INP,
+    MM_W,
+    MM_BIAS,
+    MM_OUT,
+    MM_PRE,
+    MM_DOUT,
+    MM_PRE2,
+    MM_DINP,
+    MM_DW,
+    MM_DB,
+    MM_DW2,
+    MM_DB2
 };
 
 static void mm_declare(op_inst *c) {
@@ -42,13 +53,11 @@ static void mm_declare(op_inst *c) {
     if (gelu)
         inst_add(c, MM_PRE,
                  TENSOR("fwd pre", ROLE_OUT, ELEM_F32, N * OC, .sample = 1, .tol_cpu = TOL_CHAIN));
-    else
-        inst_skip(c, MM_PRE);
+    else inst_skip(c, MM_PRE);
     inst_add(c, MM_DOUT, TENSOR("dout", ROLE_IN, ek, N * OC, .lo = -1, .hi = 1));
     if (gelu)
         inst_add(c, MM_PRE2, TENSOR("gelu_pre", ROLE_IN, ELEM_F32, N * IC, .lo = -3, .hi = 3));
-    else
-        inst_skip(c, MM_PRE2);
+    else inst_skip(c, MM_PRE2);
     const case_tensor g = TENSOR("", ROLE_ACC, ELEM_F32, 0, .offset = off, .lo = -1, .hi = 1,
                                  .grad = 1, .sample = 1, .tol = TOL_CHAIN, .tol_cpu = TOL_CHAIN);
     case_tensor t = g;
@@ -491,8 +500,7 @@ static void xe_declare(op_inst *c) {
     if (real)
         inst_add(c, XE_LOSS,
                  TENSOR("losses", ROLE_OUT, ELEM_F32, N, .tol = TOL_CHAIN, .tol_cpu = TOL_CHAIN));
-    else
-        inst_skip(c, XE_LOSS); // log(0): the losses need the all-reduced sums
+    else inst_skip(c, XE_LOSS); // log(0): the losses need the all-reduced sums
 }
 
 static void xe_run(backend *b, const op_inst *c, void *const *p) {
@@ -637,18 +645,20 @@ static void ad_declare(op_inst *c) {
     inst_add(c, AD_V,
              TENSOR("v", ROLE_INOUT, ELEM_F32, n, .lo = 0, .hi = 0.01, .tol = TOL_CHAIN,
                     .tol_cpu = TOL_FEW));
-    if (r->flags & CASE_PARAM16)
-        inst_add(c, AD_P16, TENSOR("param16", ROLE_OUT, ELEM_BF16, n));
-    else
-        inst_skip(c, AD_P16);
+    if (r->flags & CASE_PARAM16) inst_add(c, AD_P16, TENSOR("param16", ROLE_OUT, ELEM_BF16, n));
+    else inst_skip(c, AD_P16);
 }
 
 static void ad_run(backend *b, const op_inst *c, void *const *p) {
     const size_t n = c->row->d[0];
-    for (int s = 0; s < c->row->d[2]; s++)
-    {
-        const adamw_step step = {.lr = AD_LR, .beta1 = AD_B1, .beta2 = AD_B2, .eps = AD_EPS,
-                                 .weight_decay = AD_WD, .grad_scale = AD_GS, .t = c->row->d[1] + s};
+    for (int s = 0; s < c->row->d[2]; s++) {
+        const adamw_step step = {.lr = AD_LR,
+                                 .beta1 = AD_B1,
+                                 .beta2 = AD_B2,
+                                 .eps = AD_EPS,
+                                 .weight_decay = AD_WD,
+                                 .grad_scale = AD_GS,
+                                 .t = c->row->d[1] + s};
         b->adamw(b, p[AD_P], (const float *)p[AD_G] + s * n, p[AD_M], p[AD_V], n, &step, p[AD_P16]);
     }
 }

@@ -47,7 +47,7 @@ typedef struct {
 } case_tensor;
 
 #define CASE_TENSORS 12
-#define TOL_FD 1e-4 // gradients against finite differences (tests/op_cases.h says why)
+#define TOL_FD 1e-4        // gradients against finite differences (tests/op_cases.h says why)
 #define TOL_BF16_UNITS 1.0 // bf16 outputs, in units in the last place
 #define CASE_SAMPLE 8192
 #define FD_ALL (-1)
@@ -157,10 +157,8 @@ static void inst_reference(op_inst *c) {
         case_tensor *t = &c->t[k];
         if (!is_output(t) || t->ref) continue;
         size_t want = t->n;
-        if (t->grad && fd > 0)
-            want = (size_t)fd < t->n ? (size_t)fd : t->n;
-        else if (t->sample && !(t->grad && fd) && t->n > CASE_SAMPLE)
-            want = CASE_SAMPLE;
+        if (t->grad && fd > 0) want = (size_t)fd < t->n ? (size_t)fd : t->n;
+        else if (t->sample && !(t->grad && fd) && t->n > CASE_SAMPLE) want = CASE_SAMPLE;
         t->nref = want;
         t->ref = xcalloc(want + 1, sizeof(double));
         if (want < t->n) {
@@ -182,14 +180,10 @@ static void inst_run(backend *b, const op_inst *c, double **got) {
         unsigned char *h = xcalloc(bytes + 8, 1), *v = h + t->offset * es;
         for (size_t i = 0; i < t->n; i++) {
             const double x = t->role == ROLE_OUT ? 150.0 + 50.0 * rnd() : t->val[i];
-            if (t->kind == ELEM_F32)
-                ((float *)v)[i] = (float)x;
-            else if (t->kind == ELEM_BF16)
-                ((uint16_t *)v)[i] = bf16_from_f32((float)x);
-            else if (t->kind == ELEM_F64)
-                ((double *)v)[i] = x;
-            else
-                ((int *)v)[i] = (int)x;
+            if (t->kind == ELEM_F32) ((float *)v)[i] = (float)x;
+            else if (t->kind == ELEM_BF16) ((uint16_t *)v)[i] = bf16_from_f32((float)x);
+            else if (t->kind == ELEM_F64) ((double *)v)[i] = x;
+            else ((int *)v)[i] = (int)x;
         }
         base[k] = b->alloc(b, bytes + 8);
         TRI_ASSERT(base[k]);

@@ -67,7 +67,8 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/init.bin", dir);
     if (llmc_write(path, &m.table, host, T, m.d.V, m.d.NH)) return 1;
 
-    int *inputs = xmalloc((size_t)B * T * sizeof(int)), *targets = xmalloc((size_t)B * T * sizeof(int));
+    int *inputs = xmalloc((size_t)B * T * sizeof(int)),
+        *targets = xmalloc((size_t)B * T * sizeof(int));
     double loss_sum = 0.0;
     for (int micro = 0; micro < n_micro; micro++) {
         data_batch(&ds, data_micro_batch_start(0, GB, 1, 0, micro, B), B, inputs, targets);

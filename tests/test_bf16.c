@@ -22,15 +22,19 @@ static float from_bits(uint32_t u) {
 }
 
 int main(void) {
-    struct { float x; uint16_t want; const char *name; } cases[] = {
+    struct {
+        float x;
+        uint16_t want;
+        const char *name;
+    } cases[] = {
         {1.0f, 0x3f80, "bf16_one"},
-        {from_bits(0x3f808000u), 0x3f80, "bf16_tie_to_even_down"},     // 1 + 2^-8
-        {from_bits(0x3f818000u), 0x3f82, "bf16_tie_to_even_up"},       // 1 + 3 * 2^-8
+        {from_bits(0x3f808000u), 0x3f80, "bf16_tie_to_even_down"}, // 1 + 2^-8
+        {from_bits(0x3f818000u), 0x3f82, "bf16_tie_to_even_up"},   // 1 + 3 * 2^-8
         {from_bits(0x3f808001u), 0x3f81, "bf16_above_tie_rounds_up"},
         {-2.5f, 0xc020, "bf16_negative"},
         {INFINITY, 0x7f80, "bf16_inf"},
         {-INFINITY, 0xff80, "bf16_minus_inf"},
-        {from_bits(0x7f7fffffu), 0x7f80, "bf16_overflow_to_inf"},      // FLT_MAX
+        {from_bits(0x7f7fffffu), 0x7f80, "bf16_overflow_to_inf"}, // FLT_MAX
         {from_bits(0x00010000u), 0x0001, "bf16_subnormal"},
         {0.0f, 0x0000, "bf16_zero"},
         {-0.0f, 0x8000, "bf16_minus_zero"},

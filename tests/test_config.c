@@ -103,18 +103,18 @@ static void test_defaults(void) {
     int ok = streq(cfg.run.name, "trident") && streq(cfg.run.out_dir, "runs/trident") &&
              cfg.run.seed == 1234 && streq(cfg.model.arch, "gpt2") && cfg.model.n_layer == 4 &&
              cfg.model.n_head == 4 && cfg.model.d_model == 128 && cfg.model.seq_len == 256 &&
-             cfg.model.vocab_size == 256 && cfg.model.vocab_pad_to == 128 &&
-             !cfg.model.init_from && cfg.parallel.tp == 1 && cfg.parallel.pp == 1 &&
-             cfg.parallel.dp == DP_AUTO && cfg.parallel.virtual_stages == 1 &&
-             cfg.parallel.schedule == SCHEDULE_1F1B && cfg.parallel.zero == 1 &&
-             !cfg.parallel.sequence_parallel && cfg.parallel.recompute == RECOMPUTE_NONE &&
-             cfg.train.micro_batch == 8 && cfg.train.global_batch == 32 &&
-             cfg.train.steps == 2000 && cfg.train.precision == DTYPE_FP32 &&
-             cfg.train.grad_dtype == DTYPE_FP32 && cfg.train.reduce_dtype == DTYPE_FP32 &&
-             cfg.train.grad_clip == 1.0 && cfg.optim.lr == 1e-3 && cfg.optim.min_lr == 1e-4 &&
-             cfg.optim.warmup_steps == 100 && cfg.optim.decay == DECAY_COSINE &&
-             cfg.optim.beta1 == 0.9 && cfg.optim.beta2 == 0.95 && cfg.optim.eps == 1e-8 &&
-             cfg.optim.weight_decay == 0.1 && streq(cfg.data.train, "data/kjv_train_*.bin") &&
+             cfg.model.vocab_size == 256 && cfg.model.vocab_pad_to == 128 && !cfg.model.init_from &&
+             cfg.parallel.tp == 1 && cfg.parallel.pp == 1 && cfg.parallel.dp == DP_AUTO &&
+             cfg.parallel.virtual_stages == 1 && cfg.parallel.schedule == SCHEDULE_1F1B &&
+             cfg.parallel.zero == 1 && !cfg.parallel.sequence_parallel &&
+             cfg.parallel.recompute == RECOMPUTE_NONE && cfg.train.micro_batch == 8 &&
+             cfg.train.global_batch == 32 && cfg.train.steps == 2000 &&
+             cfg.train.precision == DTYPE_FP32 && cfg.train.grad_dtype == DTYPE_FP32 &&
+             cfg.train.reduce_dtype == DTYPE_FP32 && cfg.train.grad_clip == 1.0 &&
+             cfg.optim.lr == 1e-3 && cfg.optim.min_lr == 1e-4 && cfg.optim.warmup_steps == 100 &&
+             cfg.optim.decay == DECAY_COSINE && cfg.optim.beta1 == 0.9 && cfg.optim.beta2 == 0.95 &&
+             cfg.optim.eps == 1e-8 && cfg.optim.weight_decay == 0.1 &&
+             streq(cfg.data.train, "data/kjv_train_*.bin") &&
              streq(cfg.data.val, "data/kjv_val_*.bin") && cfg.data.eval_every == 200 &&
              cfg.data.eval_batches == 20 && !cfg.checkpoint.dir && cfg.checkpoint.every == 500 &&
              cfg.checkpoint.keep == 3 && cfg.checkpoint.async == 1 &&
@@ -144,65 +144,64 @@ static void test_empty_file(void) {
     config_free(&def);
 }
 
-static const char *FULL_YAML =
-    "run:\n"
-    "  name: exp1\n"
-    "  out_dir: /tmp/out/exp1\n"
-    "  seed: 18446744073709551615\n"
-    "model:\n"
-    "  arch: gpt2\n"
-    "  n_layer: 12\n"
-    "  n_head: 12\n"
-    "  d_model: 768\n"
-    "  seq_len: 1024\n"
-    "  vocab_size: 50257\n"
-    "  vocab_pad_to: 64\n"
-    "  init_from: models/gpt2_124M.bin\n"
-    "parallel:\n"
-    "  tp: 2\n"
-    "  pp: 2\n"
-    "  dp: 4\n"
-    "  virtual_stages: 3\n"
-    "  schedule: interleaved\n"
-    "  zero: 2\n"
-    "  sequence_parallel: true\n"
-    "  recompute: full\n"
-    "train:\n"
-    "  micro_batch: 4\n"
-    "  global_batch: 128   # 8 micro-batches per replica\n"
-    "  steps: 5000\n"
-    "  precision: bf16\n"
-    "  grad_dtype: bf16\n"
-    "  reduce_dtype: bf16\n"
-    "  grad_clip: 0.5\n"
-    "optim:\n"
-    "  lr: 6.0e-4\n"
-    "  min_lr: 6e-5\n"
-    "  warmup_steps: 700\n"
-    "  decay: linear\n"
-    "  beta1: 0.85\n"
-    "  beta2: 0.999\n"
-    "  eps: 1.0e-6\n"
-    "  weight_decay: 0\n"
-    "data:\n"
-    "  train: \"data/fineweb_train_*.bin\"\n"
-    "  val: data/fineweb_val_000.bin\n"
-    "  eval_every: 0\n"
-    "  eval_batches: 5\n"
-    "checkpoint:\n"
-    "  dir: /tmp/ckpt\n"
-    "  every: 0\n"
-    "  keep: 1\n"
-    "  async: false\n"
-    "  resume: none\n"
-    "log:\n"
-    "  every: 1\n"
-    "  metrics: /tmp/m.jsonl\n"
-    "system:\n"
-    "  backend: cuda\n"
-    "  comm: nccl\n"
-    "  threads: 16\n"
-    "  comm_timeout_s: 60.5\n";
+static const char *FULL_YAML = "run:\n"
+                               "  name: exp1\n"
+                               "  out_dir: /tmp/out/exp1\n"
+                               "  seed: 18446744073709551615\n"
+                               "model:\n"
+                               "  arch: gpt2\n"
+                               "  n_layer: 12\n"
+                               "  n_head: 12\n"
+                               "  d_model: 768\n"
+                               "  seq_len: 1024\n"
+                               "  vocab_size: 50257\n"
+                               "  vocab_pad_to: 64\n"
+                               "  init_from: models/gpt2_124M.bin\n"
+                               "parallel:\n"
+                               "  tp: 2\n"
+                               "  pp: 2\n"
+                               "  dp: 4\n"
+                               "  virtual_stages: 3\n"
+                               "  schedule: interleaved\n"
+                               "  zero: 2\n"
+                               "  sequence_parallel: true\n"
+                               "  recompute: full\n"
+                               "train:\n"
+                               "  micro_batch: 4\n"
+                               "  global_batch: 128   # 8 micro-batches per replica\n"
+                               "  steps: 5000\n"
+                               "  precision: bf16\n"
+                               "  grad_dtype: bf16\n"
+                               "  reduce_dtype: bf16\n"
+                               "  grad_clip: 0.5\n"
+                               "optim:\n"
+                               "  lr: 6.0e-4\n"
+                               "  min_lr: 6e-5\n"
+                               "  warmup_steps: 700\n"
+                               "  decay: linear\n"
+                               "  beta1: 0.85\n"
+                               "  beta2: 0.999\n"
+                               "  eps: 1.0e-6\n"
+                               "  weight_decay: 0\n"
+                               "data:\n"
+                               "  train: \"data/fineweb_train_*.bin\"\n"
+                               "  val: data/fineweb_val_000.bin\n"
+                               "  eval_every: 0\n"
+                               "  eval_batches: 5\n"
+                               "checkpoint:\n"
+                               "  dir: /tmp/ckpt\n"
+                               "  every: 0\n"
+                               "  keep: 1\n"
+                               "  async: false\n"
+                               "  resume: none\n"
+                               "log:\n"
+                               "  every: 1\n"
+                               "  metrics: /tmp/m.jsonl\n"
+                               "system:\n"
+                               "  backend: cuda\n"
+                               "  comm: nccl\n"
+                               "  threads: 16\n"
+                               "  comm_timeout_s: 60.5\n";
 
 static int full_values_ok(const run_config *c) {
     return streq(c->run.name, "exp1") && streq(c->run.out_dir, "/tmp/out/exp1") &&
@@ -263,8 +262,7 @@ static void test_design_example(void) {
     TEST_CHECK(rc == TRI_OK && streq(cfg.run.name, "kjv-tiny") &&
                    streq(cfg.run.out_dir, "runs/kjv-tiny") && cfg.parallel.dp == DP_AUTO &&
                    !cfg.checkpoint.dir && !cfg.log.metrics && cfg.system.comm_timeout_s == 300,
-               "DESIGN.md example loads; out_dir follows run.name", "rc %d, stderr: %s", rc,
-               g_err);
+               "DESIGN.md example loads; out_dir follows run.name", "rc %d, stderr: %s", rc, g_err);
     config_free(&cfg);
 }
 
@@ -312,8 +310,8 @@ static void test_round_trip(void) {
         "system: {comm_timeout_s: 1e15}\n";
     tri_status rc = load_text(&cfg, odd, NULL);
     TEST_CHECK(rc == TRI_OK && round_trips(&cfg, &why),
-               "round trip with awkward strings and doubles", "rc %d printed:\n%s\nstderr: %s",
-               rc, why ? why : "", g_err);
+               "round trip with awkward strings and doubles", "rc %d printed:\n%s\nstderr: %s", rc,
+               why ? why : "", g_err);
     free(why);
     // Loading over an earlier config (not only over the defaults) replaces what it sets.
     char *path = write_yaml("run: {name: again}\n");
@@ -338,9 +336,9 @@ static void test_print_yaml_layout(void) {
     fclose(f);
     // 9 section lines + 52 keys (DESIGN.md's, parallel.bucket_mb, zero3_gather and overlap),
     // each indented by 4, sections in DESIGN.md order.
-    const char *order[] = {"    run:\n",   "    model:\n",      "    parallel:\n",
-                           "    train:\n", "    optim:\n",      "    data:\n",
-                           "    checkpoint:\n", "    log:\n",    "    system:\n"};
+    const char *order[] = {"    run:\n",        "    model:\n", "    parallel:\n",
+                           "    train:\n",      "    optim:\n", "    data:\n",
+                           "    checkpoint:\n", "    log:\n",   "    system:\n"};
     int ok = count_lines(text) == 61;
     const char *at = text;
     for (int i = 0; i < 9 && ok; i++) {
@@ -350,8 +348,8 @@ static void test_print_yaml_layout(void) {
     }
     ok = ok && strstr(text, "      dp: auto\n") && strstr(text, "      init_from: null\n") &&
          strstr(text, "      schedule: 1f1b\n") && strstr(text, "      overlap: true\n") &&
-         strstr(text, "      lr: 0.001\n") &&
-         strstr(text, "      eps: 1.0e-08\n") && strstr(text, "      comm_timeout_s: 300.0\n") &&
+         strstr(text, "      lr: 0.001\n") && strstr(text, "      eps: 1.0e-08\n") &&
+         strstr(text, "      comm_timeout_s: 300.0\n") &&
          strstr(text, "      train: \"data/kjv_train_*.bin\"\n");
     TEST_CHECK(ok, "print_yaml: every key, DESIGN.md order, indent", "got:\n%s", text);
     free(text);
@@ -455,12 +453,14 @@ static void test_types(void) {
                    has("checkpoint.resume: must not be empty"),
                "null and empty strings where a value is needed", "stderr: %s", g_err);
     rc = load_text(&cfg, "run: {seed: 1}\n---\nrun: {seed: 2}\n", NULL);
-    TEST_CHECK(rc == TRI_ERR_CONFIG && has(":3: a second YAML document"),
-               "a second YAML document", "stderr: %s", g_err);
+    TEST_CHECK(rc == TRI_ERR_CONFIG && has(":3: a second YAML document"), "a second YAML document",
+               "stderr: %s", g_err);
 }
 
 static void test_enums(void) {
-    static const struct { const char *set, *want; } cases[] = {
+    static const struct {
+        const char *set, *want;
+    } cases[] = {
         {"parallel.schedule=1fb1", "parallel.schedule: expected one of gpipe, 1f1b, interleaved, "
                                    "got 1fb1; did you mean 1f1b?"},
         {"train.precision=fp8", "train.precision: expected one of fp32, bf16, got fp8"},
@@ -485,7 +485,9 @@ static void test_enums(void) {
 
 static void test_ranges(void) {
     // Each value breaks exactly one single-key rule; the message names the key and the range.
-    static const struct { const char *set, *want; } cases[] = {
+    static const struct {
+        const char *set, *want;
+    } cases[] = {
         {"model.n_layer=0", "model.n_layer: must be >= 1 (got 0)"},
         {"model.n_head=0", "model.n_head: must be >= 1"},
         {"model.d_model=-1", "model.d_model: must be >= 1"},
@@ -529,37 +531,51 @@ static void test_ranges(void) {
 }
 
 static void test_rules(void) {
-    static const struct { const char *name; char *sets[4]; const char *want; } cases[] = {
-        {"rule d_model % n_head", {"model.d_model=130"},
+    static const struct {
+        const char *name;
+        char *sets[4];
+        const char *want;
+    } cases[] = {
+        {"rule d_model % n_head",
+         {"model.d_model=130"},
          "model.d_model: model.d_model (130) must be divisible by model.n_head (4)"},
-        {"rule n_head % tp", {"model.n_head=6", "model.d_model=384", "parallel.tp=4"},
+        {"rule n_head % tp",
+         {"model.n_head=6", "model.d_model=384", "parallel.tp=4"},
          "parallel.tp: model.n_head (6) must be divisible by parallel.tp (4); choose a tp that "
          "divides 6"},
-        {"rule 4*d_model % tp", {"model.n_head=16", "model.d_model=2", "parallel.tp=16"},
+        {"rule 4*d_model % tp",
+         {"model.n_head=16", "model.d_model=2", "parallel.tp=16"},
          "parallel.tp: the MLP width 4 * model.d_model (8) must be divisible by parallel.tp (16)"},
-        {"rule n_layer % (pp*virtual_stages)", {"parallel.pp=3"},
+        {"rule n_layer % (pp*virtual_stages)",
+         {"parallel.pp=3"},
          "parallel.pp: model.n_layer (4) must be divisible by parallel.pp * "
          "parallel.virtual_stages (3 * 1 = 3)"},
-        {"rule interleaved needs virtual_stages >= 2", {"parallel.schedule=interleaved"},
+        {"rule interleaved needs virtual_stages >= 2",
+         {"parallel.schedule=interleaved"},
          "parallel.schedule: schedule interleaved needs parallel.virtual_stages >= 2 (got 1)"},
-        {"rule virtual_stages > 1 needs interleaved", {"parallel.virtual_stages=2"},
+        {"rule virtual_stages > 1 needs interleaved",
+         {"parallel.virtual_stages=2"},
          "parallel.virtual_stages: 2 virtual stages need parallel.schedule: interleaved (got "
          "1f1b)"},
         {"rule sequence_parallel needs seq_len % tp",
          {"parallel.sequence_parallel=true", "parallel.tp=4", "model.seq_len=254"},
          "parallel.sequence_parallel: sequence parallelism splits model.seq_len (254) over "
          "parallel.tp (4)"},
-        {"rule global_batch % micro_batch", {"train.global_batch=30"},
+        {"rule global_batch % micro_batch",
+         {"train.global_batch=30"},
          "train.global_batch: train.global_batch (30) must be divisible by train.micro_batch (8)"},
-        {"rule min_lr <= lr", {"optim.min_lr=0.01"},
+        {"rule min_lr <= lr",
+         {"optim.min_lr=0.01"},
          "optim.min_lr: optim.min_lr (0.01) must not exceed optim.lr (0.001)"},
-        {"rule comm nccl needs a GPU backend", {"system.comm=nccl", "system.backend=cpu"},
+        {"rule comm nccl needs a GPU backend",
+         {"system.comm=nccl", "system.backend=cpu"},
          "system.comm: comm nccl needs system.backend cuda or auto (got cpu)"},
         {"rule padded vocab fits an int",
          {"model.vocab_size=2147483000", "model.vocab_pad_to=1024"},
          "model.vocab_pad_to: model.vocab_size (2147483000) padded to a multiple of "
          "model.vocab_pad_to * parallel.tp (1024 * 1)"},
-        {"rule fixed dp: global_batch % (micro_batch*dp)", {"parallel.dp=3"},
+        {"rule fixed dp: global_batch % (micro_batch*dp)",
+         {"parallel.dp=3"},
          "train.global_batch (32) must be divisible by train.micro_batch * parallel.dp (8 * 3 = "
          "24)"},
         {"rule fixed dp: 1f1b needs micro-batches >= pp",
@@ -571,8 +587,7 @@ static void test_rules(void) {
         char *sets[5] = {0};
         memcpy(sets, cases[i].sets, sizeof cases[i].sets);
         tri_status rc = load_text(&cfg, "", sets);
-        TEST_CHECK(rc == TRI_ERR_CONFIG && has(cases[i].want), cases[i].name, "stderr: %s",
-                   g_err);
+        TEST_CHECK(rc == TRI_ERR_CONFIG && has(cases[i].want), cases[i].name, "stderr: %s", g_err);
     }
     // The message of a rule sits on the line of its key in the file.
     run_config cfg;
@@ -587,21 +602,21 @@ static void test_rules(void) {
 
 static void test_many_errors(void) {
     const char *yaml = "model:\n"
-                       "  n_haed: 4\n"      // unknown key
-                       "  n_layer: 0\n"     // range
-                       "  d_model: x\n"     // type
+                       "  n_haed: 4\n"  // unknown key
+                       "  n_layer: 0\n" // range
+                       "  d_model: x\n" // type
                        "parallel:\n"
                        "  schedule: 2f2b\n" // enum
                        "optim:\n"
                        "  lr: 0.001\n"
-                       "  min_lr: 0.1\n"    // rule
-                       "sytem: {}\n";       // unknown section
+                       "  min_lr: 0.1\n" // rule
+                       "sytem: {}\n";    // unknown section
     run_config cfg;
     tri_status rc = load_text(&cfg, yaml, SETS("train.steps=-3"));
     TEST_CHECK(rc == TRI_ERR_CONFIG && count_lines(g_err) == 8 && has("7 errors in") &&
                    has(":2: model.n_haed") && has(":3: model.n_layer") &&
-                   has(":4: model.d_model") &&
-                   has(":6: parallel.schedule") && has(":9: optim.min_lr") && has(":10: sytem") &&
+                   has(":4: model.d_model") && has(":6: parallel.schedule") &&
+                   has(":9: optim.min_lr") && has(":10: sytem") &&
                    has("--set train.steps=-3: train.steps: must be >= 1"),
                "every error reported in one call", "stderr: %s", g_err);
     TEST_CHECK(cfg.run.name == NULL && cfg.source_path == NULL,

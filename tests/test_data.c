@@ -184,8 +184,7 @@ static void test_stream_order(void) {
     data_stream ds;
     tri_status rc = open_capture(&ds, path_in_dir("stream_*.bin"), T, V, 12);
     TEST_CHECK(rc == TRI_OK && ds.n_shards == 4 && ds.n_samples == 12, "stream_open",
-               "rc=%d n_shards=%d n_samples=%lld", (int)rc, ds.n_shards,
-               (long long)ds.n_samples);
+               "rc=%d n_shards=%d n_samples=%lld", (int)rc, ds.n_shards, (long long)ds.n_samples);
     if (rc != TRI_OK) goto done;
     int names_ok = strstr(ds.shards[0].path, "stream_a.bin") &&
                    strstr(ds.shards[1].path, "stream_b.bin") &&
@@ -315,8 +314,8 @@ static void test_bad_files(void) {
     unlink(path_in_dir("bad_long.bin"));
 
     write_raw(path_in_dir("bad_header.bin"), header, 10, NULL, 0); // 40 bytes
-    check_bad("bad_shorter_than_header", path_in_dir("bad_header.bin"), T, 256, 1,
-              "bad_header.bin", "too small");
+    check_bad("bad_shorter_than_header", path_in_dir("bad_header.bin"), T, 256, 1, "bad_header.bin",
+              "too small");
     unlink(path_in_dir("bad_header.bin"));
 
     write_raw(path_in_dir("bad_empty.bin"), NULL, 0, NULL, 0);

@@ -26,8 +26,8 @@ static int formula(int TP, int DP, int tp, int dp, int pp) { return tp + TP * (d
 // One expected group: `ranks` (n of them) must be exactly the ranks of one color of kind g,
 // in this order (the split orders by world rank, so a group rank is a position here), and
 // `want_pos[i]` is the group rank the mesh coordinates give ranks[i].
-static void check_group(check_state *st, const mesh *m, comm_group_id g,
-                        const int *ranks, const int *want_pos, int n) {
+static void check_group(check_state *st, const mesh *m, comm_group_id g, const int *ranks,
+                        const int *want_pos, int n) {
     const int TP = m->tp, DP = m->dp, PP = m->pp;
     const int world = TP * DP * PP;
     int color = mesh_group_color(m, g, ranks[0]);

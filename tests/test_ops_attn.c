@@ -53,8 +53,8 @@ static void test_attention_state(backend *b, int B, int T, int NH, int HS, cpu_a
     backend_attention_fwd(b, d_out, d_P, operand_fp32(d_qkv), B, T, NH, HS);
     float *out2 = host_of(b, d_out, nout);
     const int same_before = !memcmp(out, out2, (size_t)t0 * C * sizeof(float));
-    const int changed_at =
-        memcmp(out + (size_t)t0 * C, out2 + (size_t)t0 * C, (size_t)C * sizeof(float));
+    const int changed_at = memcmp(out + (size_t)t0 * C, out2 + (size_t)t0 * C,
+                                  (size_t)C * sizeof(float));
     snprintf(name, sizeof name, "%s causal%s", tag, test_tag);
     TEST_CHECK(same_before && changed_at, name, "outputs before t0=%d %s; output at t0 %s", t0,
                same_before ? "same" : "CHANGED", changed_at ? "changed" : "UNCHANGED");
@@ -128,8 +128,13 @@ static void att_bwd(backend *b, float *dqkv, const float *dout, const float *qkv
 }
 
 // The AdamW step the benchmark times (GPT-2's settings, step 3).
-static const adamw_step bench_adamw = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-                                       .weight_decay = 0.1f, .grad_scale = 1.0f, .t = 3};
+static const adamw_step bench_adamw = {.lr = 1e-4f,
+                                       .beta1 = 0.9f,
+                                       .beta2 = 0.95f,
+                                       .eps = 1e-8f,
+                                       .weight_decay = 0.1f,
+                                       .grad_scale = 1.0f,
+                                       .t = 3};
 
 static float *bench_buf(backend *b, size_t n) {
     float *p = b->alloc(b, n * sizeof(float));
@@ -245,8 +250,7 @@ static int bench(int threads) {
     volatile double sink = 0.0;
     BENCH("sumsq (all params)", 5, 1, 0, 0, sink += b->sumsq(b, pg, P));
     BENCH("scale (all params)", 5, 1, 0, 0, b->scale(b, pg, 1.0f, P));
-    BENCH("adamw (all params)", 5, 1, 0, 0,
-          b->adamw(b, pp, pg, pm, pv, P, &bench_adamw, NULL));
+    BENCH("adamw (all params)", 5, 1, 0, 0, b->adamw(b, pp, pg, pm, pv, P, &bench_adamw, NULL));
     (void)sink;
 
     printf("%-30s %10s %8s %12s %10s\n", "op", "ms/call", "calls", "ms/step", "GFLOP/s");
@@ -260,8 +264,7 @@ static int bench(int threads) {
         if (r->flops > 0)
             printf("%-30s %10.3f %8d %12.2f %10.1f\n", r->name, r->ms, r->per_step, step,
                    r->flops / (r->ms * 1e-3) * 1e-9);
-        else
-            printf("%-30s %10.3f %8d %12.2f\n", r->name, r->ms, r->per_step, step);
+        else printf("%-30s %10.3f %8d %12.2f\n", r->name, r->ms, r->per_step, step);
     }
     BENCH_RAW_SGEMM(); // again, after the table
     double raw_again = fl / (s_blas < s_tiled ? s_blas : s_tiled);

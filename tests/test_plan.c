@@ -18,7 +18,9 @@
 #include "plan/plan.h"
 #include "testlib.h"
 
-typedef struct { int L, C, H, T, V; } shape;
+typedef struct {
+    int L, C, H, T, V;
+} shape;
 
 // A resolved config of GPT-2 `s` on `world` ranks.
 static void make_config(run_config *c, shape s, int tp, int pp, int world, int zero,
@@ -116,8 +118,8 @@ static void check_zero_formulas(void) {
                 if (b < want[zero] || b > want[zero] + slack) {
                     bad++;
                     snprintf(why, sizeof why, "%s/%s zero %d dp %d: %.0f bytes, formula %.0f",
-                             dtype_name(c.train.precision), dtype_name(c.train.grad_dtype),
-                             zero, N, b, want[zero]);
+                             dtype_name(c.train.precision), dtype_name(c.train.grad_dtype), zero, N,
+                             b, want[zero]);
                 }
                 config_free(&c);
             }
@@ -160,8 +162,8 @@ static void check_comm_schemes(void) {
         uint64_t want = sp ? m * ((8 * L + 4) * N * C * 4 + 3 * N * 4) + (4 * L + 2) * C * 4
                            : m * ((4 * L + 2) * N * C * 4 + 3 * N * 4);
         uint64_t got = plan_group_bytes(&p.stages[0], COMM_GROUP_TP);
-        TEST_CHECK(got == want, sp ? "comm_tp2_sp_scheme" : "comm_tp2_scheme", "%llu bytes, scheme %llu",
-                   (unsigned long long)got, (unsigned long long)want);
+        TEST_CHECK(got == want, sp ? "comm_tp2_sp_scheme" : "comm_tp2_scheme",
+                   "%llu bytes, scheme %llu", (unsigned long long)got, (unsigned long long)want);
         plan_free(&p);
         config_free(&c);
     }
@@ -196,7 +198,8 @@ static void check_flops_and_scale(void) {
     double t0 = time_now_s();
     TRI_ASSERT(plan_compute(&p, &c, &d) == TRI_OK);
     double dt = time_now_s() - t0;
-    TEST_CHECK(p.n_params == (int64_t)N, "n_params_70b", "%lld, formula %.0f", (long long)p.n_params, N);
+    TEST_CHECK(p.n_params == (int64_t)N, "n_params_70b", "%lld, formula %.0f",
+               (long long)p.n_params, N);
     double want = 6 * (L * 12 * C * C + Vp * C) + 12 * L * T * C;
     // 6N counts wpe, biases and LayerNorms too (0.1% of N), which are no matmul.
     const double matmuls = p.flops_per_token - 12 * L * T * C;
@@ -206,14 +209,14 @@ static void check_flops_and_scale(void) {
     uint64_t total = 0;
     for (int k = 0; k < MEM_KIND_COUNT; k++) total += p.stages[0].mem[k];
     TEST_CHECK(p.pp == 8 && p.stages[0].mem_total == total && p.fits && p.mfu > 0 && p.mfu < 1 &&
-                   dt < 1.0, "plan_70b_on_512", "pp %d fits %d mfu %.3f in %.3f s", p.pp, p.fits,
-               p.mfu, dt);
+                   dt < 1.0,
+               "plan_70b_on_512", "pp %d fits %d mfu %.3f in %.3f s", p.pp, p.fits, p.mfu, dt);
     plan_free(&p);
     config_free(&c);
     plan_device x;
     TEST_CHECK(plan_device_lookup("H200", 8, &x) == 0 && x.mem_bytes == 141e9 &&
-                   plan_device_lookup("tpu", 8, &x) == -1 && plan_device_lookup("cpu", 2, &x) == 0 &&
-                   x.mem_bytes > 0,
+                   plan_device_lookup("tpu", 8, &x) == -1 &&
+                   plan_device_lookup("cpu", 2, &x) == 0 && x.mem_bytes > 0,
                "device_table", "lookup failed");
 }
 

@@ -21,8 +21,8 @@
 #include "testlib.h"
 
 #define MAX_PP 8
-#define MAX_PAIRS (4 * 32)           // v * m
-#define MAX_ACTIONS (6 * MAX_PAIRS)  // each pair has at most one action of each kind
+#define MAX_PAIRS (4 * 32)          // v * m
+#define MAX_ACTIONS (6 * MAX_PAIRS) // each pair has at most one action of each kind
 
 // Short names for the checks below.
 #define RECV_ACT SCHED_ACTION_RECV_ACT
@@ -48,7 +48,8 @@ static const char *schedule_name(schedule_kind s) {
 static int fail(sim_case *c, const char *fmt, ...) {
     if (c->why[0]) return 0;
     int n = snprintf(c->why, sizeof c->why, "%s pp %d v %d m %d: ",
-                     c->forward_only ? "forward-only" : schedule_name(c->schedule), c->pp, c->v, c->m);
+                     c->forward_only ? "forward-only" : schedule_name(c->schedule), c->pp, c->v,
+                     c->m);
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(c->why + n, sizeof c->why - (size_t)n, fmt, ap);
@@ -144,8 +145,8 @@ static int check_runs(sim_case *c, int r) {
                                 name(t->actions[q].kind), a->slot);
             for (int q = i; q < end && c->forward_only; q++) // a send's output is not overwritten
                 if (q != j && t->actions[q].slot == a->slot)
-                    return fail(c, "rank %d: %s and %s share slot %d in one run", r,
-                                name(a->kind), name(t->actions[q].kind), a->slot);
+                    return fail(c, "rank %d: %s and %s share slot %d in one run", r, name(a->kind),
+                                name(t->actions[q].kind), a->slot);
         }
         if (last_act > first_grad)
             return fail(c, "rank %d: run at %d has a gradient op before an activation op", r, i);
@@ -190,7 +191,8 @@ static int check_slots(sim_case *c, int r, int pos[6][MAX_PAIRS], const int *slo
         start[p] = pos[RECV_ACT][p] >= 0 ? pos[RECV_ACT][p] : pos[FWD][p];
         end[p] = pos[BWD][p];
         if (c->forward_only)
-            end[p] = pos[SEND_ACT][p] >= 0 ? sched_comm_run_end(t, pos[SEND_ACT][p]) - 1 : pos[FWD][p];
+            end[p] = pos[SEND_ACT][p] >= 0 ? sched_comm_run_end(t, pos[SEND_ACT][p]) - 1
+                                           : pos[FWD][p];
     }
     for (int i = 0; i < t->n_actions; i++) {
         int held = 0;
@@ -200,16 +202,18 @@ static int check_slots(sim_case *c, int r, int pos[6][MAX_PAIRS], const int *slo
     for (int p = 0; p < n; p++)
         for (int q = p + 1; q < n; q++)
             if (slot[p] == slot[q] && start[p] <= end[q] && start[q] <= end[p])
-                return fail(c, "rank %d: micro %d chunk %d and micro %d chunk %d share slot %d",
-                            r, p / v, p % v, q / v, q % v, slot[p]);
+                return fail(c, "rank %d: micro %d chunk %d and micro %d chunk %d share slot %d", r,
+                            p / v, p % v, q / v, q % v, slot[p]);
     if (t->max_in_flight != peak)
         return fail(c, "rank %d: max_in_flight %d, but %d pairs are held at once", r,
                     t->max_in_flight, peak);
     if (c->forward_only) {
         const int least = least_training_peak(c, r);
         if (peak > 2 || peak > least)
-            return fail(c, "rank %d: %d pairs held at once, more than 2 or than the %d slots of "
-                        "a training table", r, peak, least);
+            return fail(c,
+                        "rank %d: %d pairs held at once, more than 2 or than the %d slots of "
+                        "a training table",
+                        r, peak, least);
         return 1;
     }
     if (peak != expected_peak(c, r))
@@ -261,10 +265,11 @@ static int post(sim_case *c, int r, int i, double now) {
         op_ref s = ch->sends[ch->n_matched], q = ch->recvs[ch->n_matched];
         message ms = message_of(c, s), mr = message_of(c, q);
         if (memcmp(&ms, &mr, sizeof ms))
-            return fail(c, "message %d from rank %d to %d: sent %s micro %d stage %d->%d, "
-                        "received as %s micro %d stage %d->%d", ch->n_matched, s.rank, q.rank,
-                        ms.grad ? "grad" : "act", ms.micro, ms.from, ms.to,
-                        mr.grad ? "grad" : "act", mr.micro, mr.from, mr.to);
+            return fail(c,
+                        "message %d from rank %d to %d: sent %s micro %d stage %d->%d, "
+                        "received as %s micro %d stage %d->%d",
+                        ch->n_matched, s.rank, q.rank, ms.grad ? "grad" : "act", ms.micro, ms.from,
+                        ms.to, mr.grad ? "grad" : "act", mr.micro, mr.from, mr.to);
         double ts = g_posted_at[s.rank][s.index], tq = g_posted_at[q.rank][q.index];
         g_matched[s.rank][s.index] = g_matched[q.rank][q.index] = 1;
         g_matched_at[s.rank][s.index] = g_matched_at[q.rank][q.index] = ts > tq ? ts : tq;
@@ -352,10 +357,12 @@ static int run_case(sim_case *c) {
     static int pos[MAX_PP][6][MAX_PAIRS], slot[MAX_PP][MAX_PAIRS];
     int built = 0, ok = 1;
     for (; built < c->pp && ok; built++) {
-        tri_status rc = c->forward_only ? sched_build_forward(&c->t[built], c->pp, c->v, c->m, built)
-                                        : sched_build(&c->t[built], c->schedule, c->pp, c->v, c->m, built);
+        tri_status rc = c->forward_only
+                            ? sched_build_forward(&c->t[built], c->pp, c->v, c->m, built)
+                            : sched_build(&c->t[built], c->schedule, c->pp, c->v, c->m, built);
         if (rc != TRI_OK) ok = fail(c, "sched_build failed for rank %d", built);
-        else if (c->t[built].forward_only != c->forward_only) ok = fail(c, "rank %d: forward_only flag", built);
+        else if (c->t[built].forward_only != c->forward_only)
+            ok = fail(c, "rank %d: forward_only flag", built);
     }
     for (int r = 0; r < c->pp && ok; r++)
         ok = check_pairs(c, r, pos[r], slot[r]) && check_runs(c, r) &&
@@ -428,12 +435,14 @@ int main(void) {
                 memset(&c, 0, sizeof c);
                 c.forward_only = 1, c.pp = pp, c.v = v, c.m = m;
                 simulated++;
-                if (!run_case(&c) && !failed++) snprintf(first_fail, sizeof first_fail, "%s", c.why);
+                if (!run_case(&c) && !failed++)
+                    snprintf(first_fail, sizeof first_fail, "%s", c.why);
             }
             if (!simulated) continue;
             snprintf(test_name, sizeof test_name, "sched_sim forward-only pp=%d v=%d (%d m values)",
                      pp, v, simulated);
-            TEST_CHECK(!failed, test_name, "%d of %d failed; first: %s", failed, simulated, first_fail);
+            TEST_CHECK(!failed, test_name, "%d of %d failed; first: %s", failed, simulated,
+                       first_fail);
         }
 
     // The formula itself.
@@ -444,7 +453,8 @@ int main(void) {
                    fabs(b3 - 1.5 / 9.5) < 1e-12,
                "sched_bubble_fraction",
                "pp4 m8 %.6f (want 0.272727), pp4 m32 %.6f (want 0.085714), interleaved pp4 v2 m8 "
-               "%.6f (want 0.157895)", b1, b2, b3);
+               "%.6f (want 0.157895)",
+               b1, b2, b3);
 
     // Unsupported combinations are config errors, not crashes.
     const struct {

@@ -33,13 +33,15 @@ static void check_entry(backend *be, const run_config *cfg, int tp, const char *
     float *W = xmalloc(sizeof(float) * OC * IC), *X = xmalloc(sizeof(float) * N * IC);
     for (int i = 0; i < OC * IC; i++) W[i] = frand(&seed);
     for (int i = 0; i < N * IC; i++) X[i] = frand(&seed);
-    float *ref = xcalloc((size_t)N * OC, sizeof(float)), *sum = xcalloc((size_t)N * OC, sizeof(float));
+    float *ref = xcalloc((size_t)N * OC, sizeof(float)),
+          *sum = xcalloc((size_t)N * OC, sizeof(float));
     float *back = xcalloc((size_t)OC * IC, sizeof(float));
     backend_matmul_fwd(be, ref, NULL, operand_fp32(X), operand_fp32(W), NULL, N, IC, OC);
     double err = 0;
     for (int r = 0; r < tp; r++) {
         param_table pt;
-        params_build(&pt, &cfg->model, &(model_shard){.tp = tp, .tp_rank = r, .pp = 1, .virtual_stages = 1});
+        params_build(&pt, &cfg->model,
+                     &(model_shard){.tp = tp, .tp_rank = r, .pp = 1, .virtual_stages = 1});
         const param_entry *e = &pt.entries[params_find(&pt, name)];
         const int lr = (int)e->local_rows, lc = (int)e->local_cols;
         float *Wl = xmalloc(sizeof(float) * lr * lc), *out = xcalloc((size_t)N * lr, sizeof(float));
@@ -47,7 +49,8 @@ static void check_entry(backend *be, const run_config *cfg, int tp, const char *
         params_place_into_global(&pt, e, Wl, back);
         if (e->split == SPLIT_COLS) { // this rank's input columns, partial sums of all outputs
             float *Xl = xmalloc(sizeof(float) * N * lc);
-            for (int n = 0; n < N; n++) memcpy(Xl + n * lc, X + n * IC + r * lc, sizeof(float) * lc);
+            for (int n = 0; n < N; n++)
+                memcpy(Xl + n * lc, X + n * IC + r * lc, sizeof(float) * lc);
             backend_matmul_fwd(be, out, NULL, operand_fp32(Xl), operand_fp32(Wl), NULL, N, lc, lr);
             for (int i = 0; i < N * OC; i++) sum[i] += out[i];
             free(Xl);
@@ -82,22 +85,27 @@ static void check_vocab(backend *be, const run_config *cfg, int tp) {
     for (int i = 0; i < Vp * C; i++) wte[i] = frand(&seed);
     int tok[10];
     for (int i = 0; i < B * T; i++) tok[i] = (i * 37 + 11) % cfg->model.vocab_size;
-    float *ref = xcalloc((size_t)B * T * C, sizeof(float)), *sum = xcalloc((size_t)B * T * C, sizeof(float));
+    float *ref = xcalloc((size_t)B * T * C, sizeof(float)),
+          *sum = xcalloc((size_t)B * T * C, sizeof(float));
     be->embedding_fwd(be, ref, tok, wte, NULL, B, T, C, 0, Vp, 0);
     for (int r = 0; r < tp; r++) {
         param_table pt;
-        params_build(&pt, &cfg->model, &(model_shard){.tp = tp, .tp_rank = r, .pp = 1, .virtual_stages = 1});
+        params_build(&pt, &cfg->model,
+                     &(model_shard){.tp = tp, .tp_rank = r, .pp = 1, .virtual_stages = 1});
         const param_entry *e = &pt.entries[params_wte(&pt)];
-        float *wl = xmalloc(sizeof(float) * e->local_numel), *out = xcalloc((size_t)B * T * C, sizeof(float));
+        float *wl = xmalloc(sizeof(float) * e->local_numel),
+              *out = xcalloc((size_t)B * T * C, sizeof(float));
         params_slice_from_global(&pt, e, wte, wl);
-        be->embedding_fwd(be, out, tok, wl, NULL, B, T, C, r * (int)e->local_rows, (int)e->local_rows, 0);
+        be->embedding_fwd(be, out, tok, wl, NULL, B, T, C, r * (int)e->local_rows,
+                          (int)e->local_rows, 0);
         for (int i = 0; i < B * T * C; i++) sum[i] += out[i];
         free(wl), free(out);
         params_free(&pt);
     }
     char label[64];
     snprintf(label, sizeof label, "split_wte_vocab_tp%d", tp);
-    TEST_CHECK(max_diff(sum, ref, (size_t)B * T * C) == 0, label, "masked lookups do not sum to the lookup");
+    TEST_CHECK(max_diff(sum, ref, (size_t)B * T * C) == 0, label,
+               "masked lookups do not sum to the lookup");
     free(wte), free(ref), free(sum);
     params_free(&full);
 }

@@ -55,40 +55,40 @@ static inline void cuda_report_nccl_error(ncclResult_t res, const char *stmt, co
               detail && detail[0] ? ": " : "", detail ? detail : "");
 }
 
-#define CUDA_CHECK(call)                                                                     \
-    do {                                                                                     \
-        cudaError_t cuda_check_err_ = (call);                                                \
-        if (cuda_check_err_ != cudaSuccess) {                                                \
-            cuda_report_cuda_error(cuda_check_err_, #call, __FILE__, __LINE__);              \
-            return TRI_ERR_INTERNAL;                                                         \
-        }                                                                                    \
+#define CUDA_CHECK(call)                                                                           \
+    do {                                                                                           \
+        cudaError_t cuda_check_err_ = (call);                                                      \
+        if (cuda_check_err_ != cudaSuccess) {                                                      \
+            cuda_report_cuda_error(cuda_check_err_, #call, __FILE__, __LINE__);                    \
+            return TRI_ERR_INTERNAL;                                                               \
+        }                                                                                          \
     } while (0)
 
-#define CUDA_CHECK_GOTO(call, rc, label)                                                     \
-    do {                                                                                     \
-        cudaError_t cuda_check_err_ = (call);                                                \
-        if (cuda_check_err_ != cudaSuccess) {                                                \
-            cuda_report_cuda_error(cuda_check_err_, #call, __FILE__, __LINE__);              \
-            (rc) = TRI_ERR_INTERNAL;                                                         \
-            goto label;                                                                      \
-        }                                                                                    \
+#define CUDA_CHECK_GOTO(call, rc, label)                                                           \
+    do {                                                                                           \
+        cudaError_t cuda_check_err_ = (call);                                                      \
+        if (cuda_check_err_ != cudaSuccess) {                                                      \
+            cuda_report_cuda_error(cuda_check_err_, #call, __FILE__, __LINE__);                    \
+            (rc) = TRI_ERR_INTERNAL;                                                               \
+            goto label;                                                                            \
+        }                                                                                          \
     } while (0)
 
-#define NCCL_CHECK(call)                                                                     \
-    do {                                                                                     \
-        ncclResult_t nccl_check_res_ = (call);                                               \
-        if (nccl_check_res_ != ncclSuccess) {                                                \
-            cuda_report_nccl_error(nccl_check_res_, #call, __FILE__, __LINE__);              \
-            return TRI_ERR_COMM;                                                             \
-        }                                                                                    \
+#define NCCL_CHECK(call)                                                                           \
+    do {                                                                                           \
+        ncclResult_t nccl_check_res_ = (call);                                                     \
+        if (nccl_check_res_ != ncclSuccess) {                                                      \
+            cuda_report_nccl_error(nccl_check_res_, #call, __FILE__, __LINE__);                    \
+            return TRI_ERR_COMM;                                                                   \
+        }                                                                                          \
     } while (0)
 
-#define NCCL_CHECK_GOTO(call, rc, label)                                                     \
-    do {                                                                                     \
-        ncclResult_t nccl_check_res_ = (call);                                               \
-        if (nccl_check_res_ != ncclSuccess) {                                                \
-            cuda_report_nccl_error(nccl_check_res_, #call, __FILE__, __LINE__);              \
-            (rc) = TRI_ERR_COMM;                                                             \
-            goto label;                                                                      \
-        }                                                                                    \
+#define NCCL_CHECK_GOTO(call, rc, label)                                                           \
+    do {                                                                                           \
+        ncclResult_t nccl_check_res_ = (call);                                                     \
+        if (nccl_check_res_ != ncclSuccess) {                                                      \
+            cuda_report_nccl_error(nccl_check_res_, #call, __FILE__, __LINE__);                    \
+            (rc) = TRI_ERR_COMM;                                                                   \
+            goto label;                                                                            \
+        }                                                                                          \
     } while (0)

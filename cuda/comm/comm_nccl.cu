@@ -74,8 +74,7 @@ void nccl_format_ranks(char *buf, size_t cap, const int *ranks, int n, int skip)
         len += (size_t)snprintf(buf + len, cap - len, "%s%d", shown ? "," : "", ranks[i]);
         shown++;
     }
-    if (shown < total && len + 32 < cap)
-        snprintf(buf + len, cap - len, ",... (%d ranks)", total);
+    if (shown < total && len + 32 < cap) snprintf(buf + len, cap - len, ",... (%d ranks)", total);
     if (total == 0) snprintf(buf, cap, "none");
 }
 
@@ -102,7 +101,7 @@ static tri_status check_enqueue(comm *c, ncclResult_t res, const char *stmt, int
     return TRI_ERR_COMM;
 }
 #define NCCL_ENQUEUE(c, call) TRI_CHECK(check_enqueue((c), (call), #call, __LINE__))
-#define NCCL_ENQUEUE_GOTO(c, call, rc, label)                                                 \
+#define NCCL_ENQUEUE_GOTO(c, call, rc, label)                                                      \
     TRI_CHECK_GOTO(check_enqueue((c), (call), #call, __LINE__), rc, label)
 
 // ---- checks ----
@@ -154,7 +153,12 @@ static size_t align_up(size_t n) { return (n + 255) & ~(size_t)255; }
 
 // ---- collectives ----
 
-typedef struct { size_t count; tri_dtype dt; comm_reduce_op op; int root; } coll_args;
+typedef struct {
+    size_t count;
+    tri_dtype dt;
+    comm_reduce_op op;
+    int root;
+} coll_args;
 
 // Enqueues a collective on group g's stream, over device buffers send and recv.
 typedef tri_status (*launch_fn)(comm *c, comm_group_id g, const void *send, void *recv,
@@ -183,8 +187,8 @@ static tri_status launch_all_reduce(comm *c, comm_group_id g, const void *send, 
     (void)r;
     nccl_group *grp = &ctx_of(c)->groups[g];
     ncclRedOp_t op = a->op == COMM_REDUCE_MAX ? ncclMax : ncclSum;
-    NCCL_ENQUEUE(c, ncclAllReduce(send, recv, a->count, nccl_dtype(a->dt), op, grp->nccl,
-                                  grp->stream));
+    NCCL_ENQUEUE(
+        c, ncclAllReduce(send, recv, a->count, nccl_dtype(a->dt), op, grp->nccl, grp->stream));
     return TRI_OK;
 }
 
@@ -200,15 +204,14 @@ static tri_status launch_reduce_scatter(comm *c, comm_group_id g, const void *se
         NCCL_ENQUEUE(c, ncclReduceScatter(send, mine, a->count, nccl_dtype(a->dt), ncclSum,
                                           grp->nccl, grp->stream));
         if (me != 0)
-            CUDA_CHECK(cudaMemcpyAsync(recv, mine, block, cudaMemcpyDeviceToDevice,
-                                       grp->stream));
+            CUDA_CHECK(cudaMemcpyAsync(recv, mine, block, cudaMemcpyDeviceToDevice, grp->stream));
         return TRI_OK;
     }
     if (recv != (const char *)send + (size_t)me * block &&
         overlaps(send, block * (size_t)n, recv, block))
         TRI_CHECK(copy_aside(c, g, send, block * (size_t)n, r, &send));
-    NCCL_ENQUEUE(c, ncclReduceScatter(send, recv, a->count, nccl_dtype(a->dt), ncclSum,
-                                      grp->nccl, grp->stream));
+    NCCL_ENQUEUE(c, ncclReduceScatter(send, recv, a->count, nccl_dtype(a->dt), ncclSum, grp->nccl,
+                                      grp->stream));
     return TRI_OK;
 }
 
@@ -221,8 +224,7 @@ static tri_status launch_all_gather(comm *c, comm_group_id g, const void *send, 
     if (send != (const char *)recv + (size_t)me * block &&
         overlaps(send, block, recv, block * (size_t)n))
         TRI_CHECK(copy_aside(c, g, send, block, r, &send));
-    NCCL_ENQUEUE(c, ncclAllGather(send, recv, a->count, nccl_dtype(a->dt), grp->nccl,
-                                  grp->stream));
+    NCCL_ENQUEUE(c, ncclAllGather(send, recv, a->count, nccl_dtype(a->dt), grp->nccl, grp->stream));
     return TRI_OK;
 }
 
@@ -230,8 +232,8 @@ static tri_status launch_broadcast(comm *c, comm_group_id g, const void *send, v
                                    const coll_args *a, nccl_request *r) {
     (void)r;
     nccl_group *grp = &ctx_of(c)->groups[g];
-    NCCL_ENQUEUE(c, ncclBroadcast(send, recv, a->count, nccl_dtype(a->dt), a->root, grp->nccl,
-                                  grp->stream));
+    NCCL_ENQUEUE(
+        c, ncclBroadcast(send, recv, a->count, nccl_dtype(a->dt), a->root, grp->nccl, grp->stream));
     return TRI_OK;
 }
 
@@ -241,9 +243,8 @@ static tri_status launch_broadcast(comm *c, comm_group_id g, const void *send, v
 // all_reduce, broadcast, reduce_scatter's send == recv; all_gather's send == recv is an
 // overlap, two regions) and complete here: copy in, launch, wait, copy out, wait.
 static tri_status start_collective(comm *c, comm_group_id g, int op, const void *send,
-                                   size_t send_bytes, void *recv, size_t recv_bytes,
-                                   size_t payload, launch_fn launch, const coll_args *a,
-                                   comm_request *req) {
+                                   size_t send_bytes, void *recv, size_t recv_bytes, size_t payload,
+                                   launch_fn launch, const coll_args *a, comm_request *req) {
     nccl_ctx *x = ctx_of(c);
     nccl_group *grp = &x->groups[g];
     nccl_request *r = nccl_request_get(x);
@@ -265,15 +266,13 @@ static tri_status start_collective(comm *c, comm_group_id g, int op, const void 
                        st, fail);
         char *dev_send = (char *)x->scratch;
         char *dev_recv = in_place ? dev_send : dev_send + align_up(send_bytes);
-        CUDA_CHECK_GOTO(cudaMemcpyAsync(dev_send, send, send_bytes, cudaMemcpyDefault,
-                                        grp->stream),
+        CUDA_CHECK_GOTO(cudaMemcpyAsync(dev_send, send, send_bytes, cudaMemcpyDefault, grp->stream),
                         st, fail);
         TRI_CHECK_GOTO(launch(c, g, dev_send, dev_recv, a, r), st, fail);
         TRI_CHECK_GOTO(nccl_request_record(c, r), st, fail);
         TRI_CHECK_GOTO(nccl_request_poll(c, r, 1), st, fail);
         // The stream is idle now, so a copy into pageable memory cannot block on the collective.
-        CUDA_CHECK_GOTO(cudaMemcpyAsync(recv, dev_recv, recv_bytes, cudaMemcpyDefault,
-                                        grp->stream),
+        CUDA_CHECK_GOTO(cudaMemcpyAsync(recv, dev_recv, recv_bytes, cudaMemcpyDefault, grp->stream),
                         st, fail);
         return nccl_request_finish(c, r);
     }
@@ -292,9 +291,8 @@ static tri_status nccl_all_reduce_start(comm *c, comm_group_id g, void *buf, siz
                             launch_all_reduce, &a, req);
 }
 
-static tri_status nccl_reduce_scatter_start(comm *c, comm_group_id g, const void *send,
-                                            void *recv, size_t count, tri_dtype dt,
-                                            comm_request *req) {
+static tri_status nccl_reduce_scatter_start(comm *c, comm_group_id g, const void *send, void *recv,
+                                            size_t count, tri_dtype dt, comm_request *req) {
     TRI_CHECK(check_usable(c, g, COMM_OP_REDUCE_SCATTER));
     if (count == 0) return TRI_OK;
     const size_t bytes = count * dtype_size(dt), all = bytes * (size_t)c->groups[g].size;
@@ -335,9 +333,9 @@ static tri_status nccl_barrier_start(comm *c, comm_group_id g, comm_request *req
     nccl_request_note(r, g, COMM_OP_COUNT, 0, -1);
     tri_status st = TRI_OK;
     CUDA_CHECK_GOTO(cudaMemsetAsync(x->scratch, 0, sizeof(float), grp->stream), st, fail);
-    NCCL_ENQUEUE_GOTO(c, ncclAllReduce(x->scratch, x->scratch, 1, ncclFloat32, ncclSum,
-                                       grp->nccl, grp->stream),
-                      st, fail);
+    NCCL_ENQUEUE_GOTO(
+        c, ncclAllReduce(x->scratch, x->scratch, 1, ncclFloat32, ncclSum, grp->nccl, grp->stream),
+        st, fail);
     return nccl_request_finish(c, r);
 fail:
     nccl_request_put(x, r);
@@ -355,8 +353,8 @@ static tri_status nccl_local_copy(comm *c, comm_group_id g, comm_op_id op, const
     nccl_request_note(r, g, op, 0, -1);
     tri_status st = TRI_OK;
     TRI_CHECK_GOTO(nccl_order_inputs(c, 1u << g), st, fail);
-    CUDA_CHECK_GOTO(cudaMemcpyAsync(recv, send, bytes, cudaMemcpyDefault, x->groups[g].stream),
-                    st, fail);
+    CUDA_CHECK_GOTO(cudaMemcpyAsync(recv, send, bytes, cudaMemcpyDefault, x->groups[g].stream), st,
+                    fail);
     return nccl_request_finish(c, r);
 fail:
     nccl_request_put(x, r);
@@ -392,8 +390,8 @@ static tri_status nccl_p2p(comm *c, comm_group_id g, void *buf, size_t count, tr
     return TRI_OK;
 }
 
-static tri_status nccl_send(comm *c, comm_group_id g, const void *buf, size_t count,
-                            tri_dtype dt, int peer) {
+static tri_status nccl_send(comm *c, comm_group_id g, const void *buf, size_t count, tri_dtype dt,
+                            int peer) {
     return nccl_p2p(c, g, (void *)buf, count, dt, peer, COMM_OP_SEND);
 }
 
@@ -432,8 +430,7 @@ static tri_status nccl_group_end_start(comm *c, comm_request *req) {
     for (int i = 0; i < x->n_p2p; i++) {
         const nccl_p2p_op *o = &x->p2p[i];
         nccl_group *grp = &x->groups[o->g];
-        nccl_request_note(r, o->g, o->op, o->count * dtype_size(o->dt),
-                          grp->world_ranks[o->peer]);
+        nccl_request_note(r, o->g, o->op, o->count * dtype_size(o->dt), grp->world_ranks[o->peer]);
         ncclResult_t res =
             o->op == COMM_OP_SEND
                 ? ncclSend(o->buf, o->count, nccl_dtype(o->dt), o->peer, grp->nccl, grp->stream)

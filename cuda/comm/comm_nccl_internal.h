@@ -27,9 +27,9 @@ extern "C" {
 
 // What a request runs on one group's stream, to name it if it times out.
 typedef struct {
-    unsigned ops;            // bit op per comm_op_id, bit COMM_OP_COUNT for a barrier
-    uint64_t bytes;          // their payload
-    int collective;          // a collective is among them: every other rank is waited for
+    unsigned ops;                 // bit op per comm_op_id, bit COMM_OP_COUNT for a barrier
+    uint64_t bytes;               // their payload
+    int collective;               // a collective is among them: every other rank is waited for
     int peers[MAX_PENDING_PEERS]; // world ranks of send/recv peers
     int n_peers;
 } nccl_pending;
@@ -45,12 +45,12 @@ typedef struct {
 // groups in `mask`, with a done event recorded after it on each: what comm_request.impl of
 // this backend points to. Requests are pooled with their events (created on first use).
 typedef struct nccl_request {
-    unsigned mask;                         // bit g: runs on group g's stream
-    nccl_pending what[COMM_GROUP_COUNT];   // per group of mask
-    cudaEvent_t done[COMM_GROUP_COUNT];    // per group of mask, recorded after the operation
-    void *aside;            // a stream-ordered copy of an overlapping send buffer, freed on
-    comm_group_id aside_g;  // group aside_g's stream once the collective is enqueued
-    double handed_at;       // when wait handed it to compute_stream (time_now_s)
+    unsigned mask;                       // bit g: runs on group g's stream
+    nccl_pending what[COMM_GROUP_COUNT]; // per group of mask
+    cudaEvent_t done[COMM_GROUP_COUNT];  // per group of mask, recorded after the operation
+    void *aside;                   // a stream-ordered copy of an overlapping send buffer, freed on
+    comm_group_id aside_g;         // group aside_g's stream once the collective is enqueued
+    double handed_at;              // when wait handed it to compute_stream (time_now_s)
     struct nccl_request *next;     // in the free pool, or in the handed-off list
     struct nccl_request *all_next; // every request ever made, for destroy
 } nccl_request;
@@ -69,17 +69,17 @@ typedef struct {
     nccl_group groups[COMM_GROUP_COUNT];
     mesh_coord coord;
     int device;
-    nccl_p2p_op *p2p;    // (n_p2p) collected for group_end_start
+    nccl_p2p_op *p2p; // (n_p2p) collected for group_end_start
     int n_p2p, cap_p2p;
-    int aborted;         // set once the communicators were aborted: every later call fails
+    int aborted; // set once the communicators were aborted: every later call fails
     // Device staging for host buffers and the barrier's word. Only operations that complete
     // before they return use it, so regrowing it never pulls it from under one in flight.
     void *scratch;
     size_t scratch_bytes;
-    cudaEvent_t inputs_event;     // recorded on compute_stream, waited for by group streams
-    nccl_request *free_requests;  // the pool
-    nccl_request *handed_off;     // waited for by compute_stream, not yet seen complete
-    nccl_request *all_requests;   // every request made (linked by all_next)
+    cudaEvent_t inputs_event;    // recorded on compute_stream, waited for by group streams
+    nccl_request *free_requests; // the pool
+    nccl_request *handed_off;    // waited for by compute_stream, not yet seen complete
+    nccl_request *all_requests;  // every request made (linked by all_next)
 } nccl_ctx;
 
 static inline nccl_ctx *ctx_of(comm *c) { return (nccl_ctx *)c->ctx; }
@@ -116,8 +116,7 @@ void nccl_free_requests(nccl_ctx *x);
 
 // r runs `op` of `bytes` on group g's stream (peer_world_rank: a send's or receive's peer,
 // -1 for a collective).
-void nccl_request_note(nccl_request *r, comm_group_id g, int op, size_t bytes,
-                       int peer_world_rank);
+void nccl_request_note(nccl_request *r, comm_group_id g, int op, size_t bytes, int peer_world_rank);
 
 // Orders what is enqueued next on the streams of the groups in `mask` after the compute
 // backend's work: an event on comm->compute_stream when set, else inputs_ready.

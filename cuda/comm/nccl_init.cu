@@ -51,8 +51,9 @@ void nccl_destroy(comm *c) {
                 if (state != ncclInProgress) break;
                 double elapsed = time_now_s() - start;
                 if (c->timeout_s > 0 && elapsed > c->timeout_s) {
-                    nccl_print_prefixed(c, "error: comm timeout after %.1f s: finalizing the NCCL "
-                                           "communicator of group %s; aborting it",
+                    nccl_print_prefixed(c,
+                                        "error: comm timeout after %.1f s: finalizing the NCCL "
+                                        "communicator of group %s; aborting it",
                                         elapsed, comm_group_name((comm_group_id)g));
                     nccl_abort_all(c);
                     break;
@@ -105,8 +106,9 @@ static tri_status wait_ready(comm *c, ncclComm_t nc, comm_group_id g) {
         if (state == ncclSuccess) return TRI_OK;
         if (state != ncclInProgress) {
             const char *detail = ncclGetLastError(nc);
-            nccl_print_prefixed(c, "error: creating the NCCL communicator of group %s (device %d): "
-                                   "%s%s%s",
+            nccl_print_prefixed(c,
+                                "error: creating the NCCL communicator of group %s (device %d): "
+                                "%s%s%s",
                                 comm_group_name(g), x->device, ncclGetErrorString(state),
                                 detail && detail[0] ? ": " : "", detail ? detail : "");
             return TRI_ERR_COMM;
@@ -118,12 +120,14 @@ static tri_status wait_ready(comm *c, ncclComm_t nc, comm_group_id g) {
             nccl_format_ranks(ranks, sizeof ranks, grp->world_ranks, grp->n_world_ranks, -1);
             nccl_format_ranks(waiting, sizeof waiting, grp->world_ranks, grp->n_world_ranks,
                               c->world_rank);
-            nccl_print_prefixed(c, "error: comm timeout after %.1f s: creating the NCCL "
-                                   "communicator of group %s (ranks %s); waiting for ranks %s",
+            nccl_print_prefixed(c,
+                                "error: comm timeout after %.1f s: creating the NCCL "
+                                "communicator of group %s (ranks %s); waiting for ranks %s",
                                 elapsed, comm_group_name(g), ranks, waiting);
-            nccl_print_prefixed(c, "HINT: every rank must start; check that the launcher "
-                                   "started %d processes and that NCCL can reach them "
-                                   "(NCCL_DEBUG=WARN)",
+            nccl_print_prefixed(c,
+                                "HINT: every rank must start; check that the launcher "
+                                "started %d processes and that NCCL can reach them "
+                                "(NCCL_DEBUG=WARN)",
                                 c->world_size);
             return TRI_ERR_COMM;
         }
@@ -155,8 +159,8 @@ tri_status comm_nccl_create(comm **out, const mesh *m, launch_info *li, double t
     *out = NULL;
     const int TP = m->tp, DP = m->dp, PP = m->pp;
     if (DP < 1 || TP * DP * PP != li->world || li->rank < 0 || li->rank >= li->world) {
-        LOG_ERROR("the mesh tp %d x dp %d x pp %d does not match a world of %d ranks (rank %d)",
-                  TP, DP, PP, li->world, li->rank);
+        LOG_ERROR("the mesh tp %d x dp %d x pp %d does not match a world of %d ranks (rank %d)", TP,
+                  DP, PP, li->world, li->rank);
         return TRI_ERR_CONFIG;
     }
     cuda_log_set_rank(li->rank);
@@ -177,8 +181,8 @@ tri_status comm_nccl_create(comm **out, const mesh *m, launch_info *li, double t
 
     for (int g = 0; g < COMM_GROUP_COUNT; g++) {
         build_group(c, m, (comm_group_id)g);
-        CUDA_CHECK_GOTO(cudaStreamCreateWithFlags(&x->groups[g].stream, cudaStreamNonBlocking),
-                        rc, fail);
+        CUDA_CHECK_GOTO(cudaStreamCreateWithFlags(&x->groups[g].stream, cudaStreamNonBlocking), rc,
+                        fail);
     }
     if (li->world == 1) goto done; // every group has one rank: no NCCL at all
 
@@ -240,8 +244,9 @@ tri_status comm_nccl_create(comm **out, const mesh *m, launch_info *li, double t
         TRI_CHECK_GOTO(wait_ready(c, world, g), rc, fail);
         ncclComm_t child = __atomic_load_n(&x->groups[g].nccl, __ATOMIC_ACQUIRE);
         if (color != NCCL_SPLIT_NOCOLOR && !child) {
-            nccl_print_prefixed(c, "error: ncclCommSplit for group %s completed without a "
-                                   "communicator",
+            nccl_print_prefixed(c,
+                                "error: ncclCommSplit for group %s completed without a "
+                                "communicator",
                                 comm_group_name(g));
             rc = TRI_ERR_COMM;
             goto fail;

@@ -24,8 +24,7 @@ static void report_timeout(comm *c, comm_group_id g, const nccl_pending *p, doub
     if (p->collective)
         nccl_format_ranks(waiting, sizeof waiting, grp->world_ranks, grp->n_world_ranks,
                           c->world_rank);
-    else
-        nccl_format_ranks(waiting, sizeof waiting, p->peers, p->n_peers, -1);
+    else nccl_format_ranks(waiting, sizeof waiting, p->peers, p->n_peers, -1);
     nccl_print_prefixed(c,
                         "error: comm timeout after %.1f s: %s of %llu bytes on group %s (ranks %s) "
                         "at step %d; waiting for ranks %s",
@@ -146,8 +145,9 @@ static tri_status request_test(comm *c, const nccl_request *r, int completed, in
             if (res != ncclSuccess) state = res;
             if (state != ncclSuccess && state != ncclInProgress) {
                 const char *detail = ncclGetLastError(grp->nccl);
-                nccl_print_prefixed(c, "error: NCCL failed on group %s at step %d (device %d): "
-                                       "%s%s%s",
+                nccl_print_prefixed(c,
+                                    "error: NCCL failed on group %s at step %d (device %d): "
+                                    "%s%s%s",
                                     comm_group_name((comm_group_id)g), c->step, x->device,
                                     ncclGetErrorString(state), detail && detail[0] ? ": " : "",
                                     detail ? detail : "");
@@ -192,8 +192,7 @@ tri_status nccl_request_record(comm *c, nccl_request *r) {
     TRI_CHECK(nccl_request_poll(c, r, 0));
     for (int g = 0; g < COMM_GROUP_COUNT; g++) {
         if (!(r->mask & (1u << g))) continue;
-        if (!r->done[g])
-            CUDA_CHECK(cudaEventCreateWithFlags(&r->done[g], cudaEventDisableTiming));
+        if (!r->done[g]) CUDA_CHECK(cudaEventCreateWithFlags(&r->done[g], cudaEventDisableTiming));
         CUDA_CHECK(cudaEventRecord(r->done[g], x->groups[g].stream));
     }
     if (r->aside) {
@@ -265,8 +264,8 @@ tri_status nccl_wait(comm *c, comm_request *req, int on_host) {
     }
     for (int g = 0; g < COMM_GROUP_COUNT; g++)
         if (r->mask & (1u << g))
-            CUDA_CHECK_GOTO(cudaStreamWaitEvent((cudaStream_t)c->compute_stream, r->done[g], 0),
-                            st, fail);
+            CUDA_CHECK_GOTO(cudaStreamWaitEvent((cudaStream_t)c->compute_stream, r->done[g], 0), st,
+                            fail);
     r->handed_at = time_now_s();
     r->next = x->handed_off;
     x->handed_off = r;

@@ -24,7 +24,8 @@
 
 [[noreturn]] void cuda_op_fail(const char *what, const char *stmt, const char *file, int line) {
     LOG_ERROR("the CUDA backend stops: %s failed (%s at %s:%d), and the device state is no "
-              "longer usable", what, stmt, file, line);
+              "longer usable",
+              what, stmt, file, line);
     LOG_HINT("an illegal address or launch failure is a bug in trident (rerun under "
              "compute-sanitizer to find it); 'out of memory' means the run does not fit: "
              "`trident plan` shows the memory per rank");
@@ -160,7 +161,7 @@ static const backend cuda_backend_table = {
     /* .device_memory         = */ 1,
     /* .peak_flops            = */ 989e12, // dense bf16 of an H100/H200, as the benchmarks report
     /* .attn_state            = */ ATTN_STATE_LSE, // flash-style attention: row statistics only
-    /* .stream                = */ NULL, // the context's stream, set below
+    /* .stream                = */ NULL,           // the context's stream, set below
     /* .alloc                 = */ cuda_alloc,
     /* .free                  = */ cuda_free_block,
     /* .copy_to_device        = */ cuda_copy_to_device,
@@ -229,8 +230,9 @@ tri_status backend_cuda_create(backend **out, int device) {
         TRI_CHECK_GOTO(cuda_matmul_init(x), rc, fail);
         TRI_CHECK_GOTO(cuda_attention_init(x, prop.sharedMemPerBlockOptin), rc, fail);
         LOG_DEBUG("CUDA backend on device %d (%s, sm_%d%d, %d SMs, %.1f GiB), matmuls in %s, "
-                  "GELU %s", device, prop.name, prop.major, prop.minor,
-                  prop.multiProcessorCount, (double)prop.totalGlobalMem / (1 << 30),
+                  "GELU %s",
+                  device, prop.name, prop.major, prop.minor, prop.multiProcessorCount,
+                  (double)prop.totalGlobalMem / (1 << 30),
                   x->compute == CUBLAS_COMPUTE_32F ? "fp32" : "TF32 (TRIDENT_CUDA_TF32=1)",
                   x->gelu_epilogue ? "fused into the GEMMs (cuBLASLt epilogues)"
                                    : "in its own kernels (the cuBLASLt epilogue differs)");

@@ -36,9 +36,9 @@
 #include <math.h>
 
 #define ATT_WARPS 8
-#define ATT_RPW 4                     // rows per warp
-#define ATT_BR (ATT_WARPS * ATT_RPW)  // rows per block
-#define ATT_BC 64                     // rows per tile of the other side: 2 per lane
+#define ATT_RPW 4                    // rows per warp
+#define ATT_BR (ATT_WARPS * ATT_RPW) // rows per block
+#define ATT_BC 64                    // rows per tile of the other side: 2 per lane
 #define ATT_THREADS (ATT_WARPS * 32)
 #define ATT_LOG2E 1.4426950408889634f
 
@@ -226,8 +226,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
                 for (int j2 = 0; j2 < 2; j2++) {
                     const int j = lane + 32 * j2;
-                    const float p =
-                        j < kn && k0 + j <= row0 + rr ? exp2f(s[rr][j2] * sl2 - rl[rr]) : 0.0f;
+                    const float p = j < kn && k0 + j <= row0 + rr ? exp2f(s[rr][j2] * sl2 - rl[rr])
+                                                                  : 0.0f;
                     if (sweep == 0) rd[rr] += p * dp[rr][j2];
                     else s[rr][j2] = p * (dp[rr][j2] - rd[rr]); // dS
                 }
@@ -282,15 +282,15 @@ __global__ void __launch_bounds__(ATT_THREADS)
         }
         __syncthreads();
         float s[ATT_RPW][2], dp[ATT_RPW][2];
-        att_dots<DP>(s, sKw, sQ, lane);  // [key][query]
+        att_dots<DP>(s, sKw, sQ, lane); // [key][query]
         att_dots<DP>(dp, sVw, sdO, lane);
 #pragma unroll
         for (int rr = 0; rr < ATT_RPW; rr++)
 #pragma unroll
             for (int j2 = 0; j2 < 2; j2++) {
                 const int i = lane + 32 * j2; // query q0 + i
-                const float p =
-                    i < qn && q0 + i >= key0 + rr ? exp2f(s[rr][j2] * sl2 - sL[i]) : 0.0f;
+                const float p = i < qn && q0 + i >= key0 + rr ? exp2f(s[rr][j2] * sl2 - sL[i])
+                                                              : 0.0f;
                 s[rr][j2] = p;
                 dp[rr][j2] = p * (dp[rr][j2] - sD[i]); // dS
             }
@@ -317,9 +317,8 @@ template <int DP> struct att_smem {
 template <int DP> static tri_status att_allow_smem(void) {
     CUDA_CHECK(cudaFuncSetAttribute(att_fwd_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)att_smem<DP>::fwd));
-    CUDA_CHECK(cudaFuncSetAttribute(att_bwd_dq_kernel<DP>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)att_smem<DP>::dq));
+    CUDA_CHECK(cudaFuncSetAttribute(
+        att_bwd_dq_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)att_smem<DP>::dq));
     CUDA_CHECK(cudaFuncSetAttribute(att_bwd_dkv_kernel<DP>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)att_smem<DP>::dkv));
@@ -347,7 +346,8 @@ tri_status cuda_attention_init(cuda_ctx *x, size_t smem_optin) {
 static void att_check_head(const cuda_ctx *x, int HS) {
     if (HS >= 1 && HS <= x->att_max_hs) return;
     LOG_ERROR("attention: head size %d is outside what the CUDA kernels support on this device "
-              "(1..%d)", HS, x->att_max_hs);
+              "(1..%d)",
+              HS, x->att_max_hs);
     cuda_op_fail("attention", "head size check", __FILE__, __LINE__);
 }
 
@@ -356,8 +356,8 @@ static void att_fwd_launch(cuda_ctx *x, float *out, float *lse, const float *qkv
                            int NH, int HS) {
     const float sl2 = 1.0f / sqrtf((float)HS) * ATT_LOG2E;
     dim3 grid((T + ATT_BR - 1) / ATT_BR, B * NH);
-    att_fwd_kernel<DP><<<grid, ATT_THREADS, att_smem<DP>::fwd, x->stream>>>(out, lse, qkv, T, NH,
-                                                                           HS, sl2);
+    att_fwd_kernel<DP>
+        <<<grid, ATT_THREADS, att_smem<DP>::fwd, x->stream>>>(out, lse, qkv, T, NH, HS, sl2);
     CUDA_LAUNCH_CHECK("att_fwd_kernel");
 }
 
@@ -408,8 +408,8 @@ void cuda_attention_fwd(backend *b, float *out, void *state, operand qkv, int B,
     else cuda_attention_fwd_f32(b, out, state, (const float *)qkv.ptr, B, T, NH, HS);
 }
 
-void cuda_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv,
-                        const void *state, int B, int T, int NH, int HS) {
+void cuda_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv, const void *state,
+                        int B, int T, int NH, int HS) {
     if (qkv.dtype == DTYPE_BF16)
         cuda_attention_bwd_bf16(b, dqkv, dout, (const uint16_t *)qkv.ptr, state, B, T, NH, HS);
     else cuda_attention_bwd_f32(b, dqkv, dout, (const float *)qkv.ptr, state, B, T, NH, HS);

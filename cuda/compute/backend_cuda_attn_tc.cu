@@ -49,10 +49,10 @@
 
 #define ATC_WARPS 4
 #define ATC_THREADS (ATC_WARPS * 32)
-#define ATC_BR 64               // rows per block: 16 per warp
-#define ATC_BC 64               // rows per tile of the other side (== ATC_BR, see above)
-#define ATC_LDS (ATC_BC + 4)    // row stride of fp32 score tiles (S, dP)
-#define ATC_LDP (ATC_BC + 8)    // row stride of bf16 operand tiles (P, dS)
+#define ATC_BR 64            // rows per block: 16 per warp
+#define ATC_BC 64            // rows per tile of the other side (== ATC_BR, see above)
+#define ATC_LDS (ATC_BC + 4) // row stride of fp32 score tiles (S, dP)
+#define ATC_LDP (ATC_BC + 8) // row stride of bf16 operand tiles (P, dS)
 #define ATC_LOG2E 1.4426950408889634f
 
 typedef __nv_bfloat16 atc_bf16;
@@ -68,10 +68,10 @@ typedef atc_wmma::fragment<atc_wmma::accumulator, 16, 16, 16, float> atc_acc;
 // bytes, fragment rows start at multiples of 16 rows and 16 columns).
 template <int DP> struct atc_smem {
     static constexpr size_t LDH = DP + 8, LDO = DP + 4;
-    static constexpr size_t tile_h = ATC_BR * LDH * 2;       // (64, DP) bf16 rows
-    static constexpr size_t tile_s = ATC_BR * ATC_LDS * 4;   // (64, 64) fp32 scores
-    static constexpr size_t tile_p = ATC_BR * ATC_LDP * 2;   // (64, 64) bf16 P or dS
-    static constexpr size_t tile_o = ATC_BR * LDO * 4;       // (64, DP) fp32 results
+    static constexpr size_t tile_h = ATC_BR * LDH * 2;     // (64, DP) bf16 rows
+    static constexpr size_t tile_s = ATC_BR * ATC_LDS * 4; // (64, 64) fp32 scores
+    static constexpr size_t tile_p = ATC_BR * ATC_LDP * 2; // (64, 64) bf16 P or dS
+    static constexpr size_t tile_o = ATC_BR * LDO * 4;     // (64, DP) fp32 results
     static constexpr size_t fwd = 3 * tile_h + tile_s + tile_p + tile_o;
     static constexpr size_t dq = 4 * tile_h + 2 * tile_s + tile_p;
     static constexpr size_t dkv = 4 * tile_h + 2 * tile_s + 2 * tile_p + 2 * ATC_BC * 4;
@@ -223,8 +223,8 @@ __global__ void __launch_bounds__(ATC_THREADS)
         const float alpha = exp2f(m - mnew); // 0 on the first tile (m = -inf)
         float sum = 0.0f;
         for (int c = c0; c < c1; c++) {
-            const float p =
-                c < kn && k0 + c <= row ? exp2f(sSw[r * ATC_LDS + c] * sl2 - mnew) : 0.0f;
+            const float p = c < kn && k0 + c <= row ? exp2f(sSw[r * ATC_LDS + c] * sl2 - mnew)
+                                                    : 0.0f;
             sum += p;
             sPw[r * ATC_LDP + c] = __float2bfloat16_rn(p);
         }
@@ -298,8 +298,8 @@ __global__ void __launch_bounds__(ATC_THREADS)
             __syncwarp();
             const int c0 = 32 * half, c1 = min(c0 + 32, 16 * nt);
             for (int c = c0; c < c1; c++) {
-                const float p =
-                    c < kn && k0 + c <= row ? exp2f(sSw[r * ATC_LDS + c] * sl2 - rl) : 0.0f;
+                const float p = c < kn && k0 + c <= row ? exp2f(sSw[r * ATC_LDS + c] * sl2 - rl)
+                                                        : 0.0f;
                 const float dp = sdPw[r * ATC_LDS + c];
                 if (sweep == 0) rd += p * dp;
                 else sdSw[r * ATC_LDP + c] = __float2bfloat16_rn(p * (dp - rd));
@@ -315,8 +315,8 @@ __global__ void __launch_bounds__(ATC_THREADS)
         }
     }
     __syncthreads(); // every warp is done with the score tiles: the staging reuses them
-    atc_store<DP>(dqkv + head * ld3 + hoff, ld3, dq, scale, sS + 16 * warp * (DP + 4), wrow0, T,
-                  HS, lane);
+    atc_store<DP>(dqkv + head * ld3 + hoff, ld3, dq, scale, sS + 16 * warp * (DP + 4), wrow0, T, HS,
+                  lane);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -325,8 +325,7 @@ __global__ void __launch_bounds__(ATC_THREADS)
 template <int DP>
 __global__ void __launch_bounds__(ATC_THREADS)
     atc_bwd_dkv_kernel(float *dqkv, const float *dout, const uint16_t *qkv, const float *lse,
-                       const float *delta, int T, int NH, int HS, float sl2, float scale,
-                       int vec) {
+                       const float *delta, int T, int NH, int HS, float sl2, float scale, int vec) {
     constexpr int LDH = DP + 8;
     extern __shared__ __align__(128) unsigned char atc_shared[];
     atc_bf16 *sK = (atc_bf16 *)atc_shared, *sV = sK + ATC_BR * LDH, *sQ = sV + ATC_BR * LDH;
@@ -365,13 +364,13 @@ __global__ void __launch_bounds__(ATC_THREADS)
         // Query fragments wholly before the warp's first key (the diagonal tile) or past qn
         // are masked for all of its keys: only fragments [nlo, nhi) are computed.
         const int nlo = max(0, wkey0 - q0) / 16, nhi = (qn + 15) / 16;
-        atc_scores<DP>(sSw, sKw, sQ, nlo, nhi);  // S^T: [key][query]
+        atc_scores<DP>(sSw, sKw, sQ, nlo, nhi);   // S^T: [key][query]
         atc_scores<DP>(sdPw, sVw, sdO, nlo, nhi); // dP^T
         __syncwarp();
         const int c0 = max(32 * half, 16 * nlo), c1 = min(32 * half + 32, 16 * nhi);
         for (int c = c0; c < c1; c++) {
-            const float p =
-                c < qn && q0 + c >= key ? exp2f(sSw[r * ATC_LDS + c] * sl2 - sL[c]) : 0.0f;
+            const float p = c < qn && q0 + c >= key ? exp2f(sSw[r * ATC_LDS + c] * sl2 - sL[c])
+                                                    : 0.0f;
             sPw[r * ATC_LDP + c] = __float2bfloat16_rn(p);
             sdSw[r * ATC_LDP + c] = __float2bfloat16_rn(p * (sdPw[r * ATC_LDS + c] - sD[c]));
         }
@@ -393,17 +392,15 @@ __global__ void __launch_bounds__(ATC_THREADS)
 // lets the three kernels use it (a host-side setting; repeating it is harmless and cheap).
 template <int DP> static int atc_enable(cuda_ctx *x) {
     int optin = 0;
-    CUDA_OP_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                                         x->device));
+    CUDA_OP_CHECK(
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, x->device));
     if ((size_t)optin < atc_smem<DP>::fwd || (size_t)optin < atc_smem<DP>::dq ||
         (size_t)optin < atc_smem<DP>::dkv)
         return 0;
-    CUDA_OP_CHECK(cudaFuncSetAttribute(atc_fwd_kernel<DP>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)atc_smem<DP>::fwd));
-    CUDA_OP_CHECK(cudaFuncSetAttribute(atc_bwd_dq_kernel<DP>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)atc_smem<DP>::dq));
+    CUDA_OP_CHECK(cudaFuncSetAttribute(
+        atc_fwd_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)atc_smem<DP>::fwd));
+    CUDA_OP_CHECK(cudaFuncSetAttribute(
+        atc_bwd_dq_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)atc_smem<DP>::dq));
     CUDA_OP_CHECK(cudaFuncSetAttribute(atc_bwd_dkv_kernel<DP>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)atc_smem<DP>::dkv));
@@ -420,13 +417,13 @@ static int atc_head_dp(cuda_ctx *x, int HS) {
 }
 
 template <int DP>
-static void atc_fwd_launch(cuda_ctx *x, float *out, float *lse, const uint16_t *qkv, int B,
-                           int T, int NH, int HS) {
+static void atc_fwd_launch(cuda_ctx *x, float *out, float *lse, const uint16_t *qkv, int B, int T,
+                           int NH, int HS) {
     const float sl2 = 1.0f / sqrtf((float)HS) * ATC_LOG2E;
     const int vec = (uintptr_t)qkv % 16 == 0;
     dim3 grid((T + ATC_BR - 1) / ATC_BR, B * NH);
-    atc_fwd_kernel<DP><<<grid, ATC_THREADS, atc_smem<DP>::fwd, x->stream>>>(out, lse, qkv, T, NH,
-                                                                           HS, sl2, vec);
+    atc_fwd_kernel<DP>
+        <<<grid, ATC_THREADS, atc_smem<DP>::fwd, x->stream>>>(out, lse, qkv, T, NH, HS, sl2, vec);
     CUDA_LAUNCH_CHECK("atc_fwd_kernel");
 }
 
@@ -444,8 +441,8 @@ static void atc_bwd_launch(cuda_ctx *x, float *dqkv, float *delta, const float *
     CUDA_LAUNCH_CHECK("atc_bwd_dkv_kernel");
 }
 
-void cuda_attention_fwd_bf16(backend *b, float *out, void *state, const uint16_t *qkv, int B,
-                             int T, int NH, int HS) {
+void cuda_attention_fwd_bf16(backend *b, float *out, void *state, const uint16_t *qkv, int B, int T,
+                             int NH, int HS) {
     cuda_ctx *x = cuda_ctx_of(b);
     if (B <= 0 || T <= 0 || NH <= 0) return;
     float *lse = (float *)state;

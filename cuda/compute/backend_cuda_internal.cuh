@@ -71,8 +71,8 @@ static inline void cuda_op_check(cudaError_t err, const char *what, const char *
 
 // After every kernel launch: a bad configuration (grid, shared memory) shows here; a fault
 // inside the kernel shows at the next synchronising call, which is checked too.
-#define CUDA_LAUNCH_CHECK(kernel_name)                                                       \
-    cuda_op_check(cudaGetLastError(), "a kernel launch", "launch of " kernel_name, __FILE__,  \
+#define CUDA_LAUNCH_CHECK(kernel_name)                                                             \
+    cuda_op_check(cudaGetLastError(), "a kernel launch", "launch of " kernel_name, __FILE__,       \
                   __LINE__)
 
 // A device workspace of at least `bytes` (256-byte aligned), valid until the next call;
@@ -121,16 +121,16 @@ tri_status cuda_attention_init(cuda_ctx *x, size_t smem_optin);
 // below. state: each row's log-sum-exp (ATTN_STATE_LSE).
 void cuda_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, int T, int NH,
                         int HS);
-void cuda_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv,
-                        const void *state, int B, int T, int NH, int HS);
+void cuda_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv, const void *state,
+                        int B, int T, int NH, int HS);
 // The fp32 kernels (also the bf16 ops' fallback, on widened q, k, v).
 void cuda_attention_fwd_f32(backend *b, float *out, void *state, const float *qkv, int B, int T,
                             int NH, int HS);
 void cuda_attention_bwd_f32(backend *b, float *dqkv, const float *dout, const float *qkv,
                             const void *state, int B, int T, int NH, int HS);
 // ---- tensor-core attention on bf16 q, k, v (backend_cuda_attn_tc.cu) ----
-void cuda_attention_fwd_bf16(backend *b, float *out, void *state, const uint16_t *qkv, int B,
-                             int T, int NH, int HS);
+void cuda_attention_fwd_bf16(backend *b, float *out, void *state, const uint16_t *qkv, int B, int T,
+                             int NH, int HS);
 void cuda_attention_bwd_bf16(backend *b, float *dqkv, const float *dout, const uint16_t *qkv,
                              const void *state, int B, int T, int NH, int HS);
 
@@ -151,8 +151,8 @@ void cuda_broadcast_rows(cuda_ctx *x, float *out, const float *bias, int N, int 
 void cuda_layernorm_fwd(backend *b, float *out, float *mean, float *rstd, const float *inp,
                         const float *weight, const float *bias, int N, int C);
 void cuda_layernorm_bwd(backend *b, float *dinp, float *dweight, float *dbias, const float *dout,
-                        const float *inp, const float *weight, const float *mean,
-                        const float *rstd, int N, int C);
+                        const float *inp, const float *weight, const float *mean, const float *rstd,
+                        int N, int C);
 void cuda_residual_fwd(backend *b, float *out, const float *a, const float *c, size_t n);
 void cuda_residual_layernorm_fwd(backend *b, float *res, float *out, float *mean, float *rstd,
                                  const float *a, const float *c, const float *weight,
@@ -162,13 +162,13 @@ void cuda_gelu_bwd(backend *b, float *dinp, const float *inp, const float *dout,
 void cuda_embedding_fwd(backend *b, float *out, const int *tokens, const float *wte,
                         const float *wpe, int B, int T, int C, int vocab_start, int V_local,
                         int add_pos);
-void cuda_embedding_bwd(backend *b, float *dwte, float *dwpe, const float *dout,
-                        const int *tokens, int B, int T, int C, int vocab_start, int V_local);
+void cuda_embedding_bwd(backend *b, float *dwte, float *dwpe, const float *dout, const int *tokens,
+                        int B, int T, int C, int vocab_start, int V_local);
 void cuda_xent_max(backend *b, float *rowmax, const float *logits, int N, int Vp_local,
                    int vocab_start, int V_valid);
 void cuda_xent_sumexp(backend *b, float *sumexp, float *target_logit, const float *logits,
-                      const float *rowmax, const int *targets, int N, int Vp_local,
-                      int vocab_start, int V_valid);
+                      const float *rowmax, const int *targets, int N, int Vp_local, int vocab_start,
+                      int V_valid);
 void cuda_xent_loss(backend *b, float *losses, const float *rowmax, const float *sumexp,
                     const float *target_logit, int N);
 void cuda_xent_bwd(backend *b, float *logits, const float *rowmax, const float *sumexp,

@@ -46,8 +46,8 @@ struct cuda_lt_plan {
     int m, n, k, lda, ldb, ldd;
     cublasLtEpilogue_t epilogue;
     int align_a, align_b, align_d;
-    int align_aux;       // the GELU epilogues' auxiliary matrix (0: none)
-    const void *aux;     // not part of the key: the pointer the heuristic sees at build time
+    int align_aux;   // the GELU epilogues' auxiliary matrix (0: none)
+    const void *aux; // not part of the key: the pointer the heuristic sees at build time
     // value
     int supported; // 0: no algorithm for this epilogue (the caller falls back)
     cublasLtMatmulDesc_t desc;
@@ -119,18 +119,18 @@ static void plan_build(cuda_ctx *x, cuda_lt_plan *p) {
     // bf16 operands accumulate in plain fp32 (TF32 applies to fp32 operands only).
     const cublasComputeType_t compute = p->ab == CUDA_R_16BF ? CUBLAS_COMPUTE_32F : x->compute;
     LT_OP_CHECK(cublasLtMatmulDescCreate(&p->desc, compute, CUDA_R_32F));
-    LT_OP_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &p->ta,
-                                               sizeof p->ta));
-    LT_OP_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &p->tb,
-                                               sizeof p->tb));
-    LT_OP_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
-                                               &p->epilogue, sizeof p->epilogue));
+    LT_OP_CHECK(
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &p->ta, sizeof p->ta));
+    LT_OP_CHECK(
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &p->tb, sizeof p->tb));
+    LT_OP_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &p->epilogue,
+                                               sizeof p->epilogue));
     // op(A) is (m, k), op(B) is (k, n), D is (m, n); the stored shapes follow the transposes.
     const int ta = p->ta == CUBLAS_OP_T, tb = p->tb == CUBLAS_OP_T;
-    LT_OP_CHECK(cublasLtMatrixLayoutCreate(&p->la, p->ab, ta ? p->k : p->m, ta ? p->m : p->k,
-                                           p->lda));
-    LT_OP_CHECK(cublasLtMatrixLayoutCreate(&p->lb, p->ab, tb ? p->n : p->k, tb ? p->k : p->n,
-                                           p->ldb));
+    LT_OP_CHECK(
+        cublasLtMatrixLayoutCreate(&p->la, p->ab, ta ? p->k : p->m, ta ? p->m : p->k, p->lda));
+    LT_OP_CHECK(
+        cublasLtMatrixLayoutCreate(&p->lb, p->ab, tb ? p->n : p->k, tb ? p->k : p->n, p->ldb));
     LT_OP_CHECK(cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_32F, p->m, p->n, p->ldd));
     if (p->align_aux) { // GELU_AUX(_BIAS) writes, DGELU reads, an fp32 matrix shaped like D
         const int64_t aux_ld = p->ldd;
@@ -142,8 +142,7 @@ static void plan_build(cuda_ctx *x, cuda_lt_plan *p) {
 
     cublasLtMatmulPreference_t pref;
     LT_OP_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    LT_OP_CHECK(cublasLtMatmulPreferenceSetAttribute(pref,
-                                                     CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+    LT_OP_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                      &x->lt_workspace_bytes,
                                                      sizeof x->lt_workspace_bytes));
     const uint32_t al[4] = {(uint32_t)p->align_a, (uint32_t)p->align_b, (uint32_t)p->align_d,
@@ -162,8 +161,9 @@ static void plan_build(cuda_ctx *x, cuda_lt_plan *p) {
     if (p->supported) p->algo = result.algo;
     else if (p->epilogue == CUBLASLT_EPILOGUE_DEFAULT && p->ab == CUDA_R_32F) {
         LOG_ERROR("cuBLASLt has no %s algorithm for a (%d x %d x %d) GEMM with alignments "
-                  "%d/%d/%d bytes (%s)", p->ab == CUDA_R_16BF ? "bf16" : "fp32", p->m, p->n, p->k,
-                  p->align_a, p->align_b, p->align_d,
+                  "%d/%d/%d bytes (%s)",
+                  p->ab == CUDA_R_16BF ? "bf16" : "fp32", p->m, p->n, p->k, p->align_a, p->align_b,
+                  p->align_d,
                   st == CUBLAS_STATUS_SUCCESS ? "no result" : cublasLtGetStatusString(st));
         cuda_op_fail("choosing a GEMM algorithm", "cublasLtMatmulAlgoGetHeuristic", __FILE__,
                      __LINE__);
@@ -176,9 +176,9 @@ static void plan_build(cuda_ctx *x, cuda_lt_plan *p) {
 static cuda_lt_plan *plan_get(cuda_ctx *x, const cuda_lt_plan *key) {
     for (int i = 0; i < x->n_plans; i++) {
         cuda_lt_plan *p = &x->plans[i];
-        if (p->ta == key->ta && p->tb == key->tb && p->ab == key->ab && p->m == key->m && p->n == key->n &&
-            p->k == key->k && p->lda == key->lda && p->ldb == key->ldb && p->ldd == key->ldd &&
-            p->epilogue == key->epilogue && p->align_a == key->align_a &&
+        if (p->ta == key->ta && p->tb == key->tb && p->ab == key->ab && p->m == key->m &&
+            p->n == key->n && p->k == key->k && p->lda == key->lda && p->ldb == key->ldb &&
+            p->ldd == key->ldd && p->epilogue == key->epilogue && p->align_a == key->align_a &&
             p->align_b == key->align_b && p->align_d == key->align_d &&
             p->align_aux == key->align_aux)
             return p;
@@ -211,10 +211,10 @@ static cuda_lt_plan *plan_for(cuda_ctx *x, cudaDataType_t ab, cublasOperation_t 
     return plan_get(x, &key);
 }
 
-static int lt_matmul_aux(cuda_ctx *x, cudaDataType_t ab, cublasOperation_t ta,
-                         cublasOperation_t tb, int m, int n, int k, const void *A, int lda,
-                         const void *B, int ldb, float *D, int ldd, float beta,
-                         cublasLtEpilogue_t epilogue, const float *bias, const float *aux) {
+static int lt_matmul_aux(cuda_ctx *x, cudaDataType_t ab, cublasOperation_t ta, cublasOperation_t tb,
+                         int m, int n, int k, const void *A, int lda, const void *B, int ldb,
+                         float *D, int ldd, float beta, cublasLtEpilogue_t epilogue,
+                         const float *bias, const float *aux) {
     cuda_lt_plan *p = plan_for(x, ab, ta, tb, m, n, k, A, lda, B, ldb, D, ldd, epilogue, aux);
     if (!p->supported) return 0;
     if (bias)
@@ -224,13 +224,14 @@ static int lt_matmul_aux(cuda_ctx *x, cudaDataType_t ab, cublasOperation_t ta,
         LT_OP_CHECK(cublasLtMatmulDescSetAttribute(
             p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
     const float alpha = 1.0f;
-    cublasStatus_t st = cublasLtMatmul(x->lt, p->desc, &alpha, A, p->la, B, p->lb, &beta, D,
-                                       p->ld, D, p->ld, &p->algo, x->lt_workspace,
-                                       x->lt_workspace_bytes, x->stream);
+    cublasStatus_t st = cublasLtMatmul(x->lt, p->desc, &alpha, A, p->la, B, p->lb, &beta, D, p->ld,
+                                       D, p->ld, &p->algo, x->lt_workspace, x->lt_workspace_bytes,
+                                       x->stream);
     // An epilogue refused at launch (checked before anything runs) takes the fallback too.
     if (st == CUBLAS_STATUS_NOT_SUPPORTED && epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
         LOG_DEBUG("cuBLASLt: epilogue %d refused at launch for (%d x %d x %d); using the "
-                  "fallback", (int)epilogue, m, n, k);
+                  "fallback",
+                  (int)epilogue, m, n, k);
         p->supported = 0;
         return 0;
     }
@@ -291,7 +292,8 @@ static void matmul_bwd(cuda_ctx *x, cudaDataType_t ab, float *dinp, float *dweig
     }
     lt_matmul(x, ab, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, dout, OC, dweight, IC, 1.0f,
               CUBLASLT_EPILOGUE_DEFAULT, NULL);
-    if (dbias && ab == CUDA_R_16BF) cuda_column_sums_add_bf16(x, dbias, (const uint16_t *)dout, N, OC);
+    if (dbias && ab == CUDA_R_16BF)
+        cuda_column_sums_add_bf16(x, dbias, (const uint16_t *)dout, N, OC);
     else if (dbias) cuda_column_sums_add(x, dbias, (const float *)dout, N, OC);
 }
 
@@ -301,7 +303,8 @@ static int bf16_supported(cuda_ctx *x, cublasOperation_t ta, cublasOperation_t t
                           int k, const void *A, int lda, const void *B, int ldb, const float *D,
                           int ldd) {
     return plan_for(x, CUDA_R_16BF, ta, tb, m, n, k, A, lda, B, ldb, D, ldd,
-                    CUBLASLT_EPILOGUE_DEFAULT, NULL)->supported;
+                    CUBLASLT_EPILOGUE_DEFAULT, NULL)
+        ->supported;
 }
 
 // The bf16 forward: cuBLASLt's bf16 GEMM where it has an algorithm, else the fp32 one on
@@ -324,7 +327,8 @@ static void matmul_bwd_bf16(cuda_ctx *x, float *dinp, float *dweight, float *dbi
                             const uint16_t *dout, const uint16_t *inp, const uint16_t *weight,
                             int N, int IC, int OC) {
     if (N <= 0 || OC <= 0 || IC <= 0 ||
-        ((!dinp || bf16_supported(x, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC, dout, OC, dinp, IC)) &&
+        ((!dinp ||
+          bf16_supported(x, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC, dout, OC, dinp, IC)) &&
          bf16_supported(x, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, dout, OC, dweight, IC))) {
         matmul_bwd(x, CUDA_R_16BF, dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
         return;
@@ -348,8 +352,8 @@ static void matmul_fwd_typed(cuda_ctx *x, float *out, operand inp, operand weigh
     else matmul_fwd(x, CUDA_R_32F, out, inp.ptr, weight.ptr, bias, N, IC, OC);
 }
 
-static void matmul_bwd_typed(cuda_ctx *x, float *dinp, float *dweight, float *dbias,
-                             operand dout, operand inp, operand weight, int N, int IC, int OC) {
+static void matmul_bwd_typed(cuda_ctx *x, float *dinp, float *dweight, float *dbias, operand dout,
+                             operand inp, operand weight, int N, int IC, int OC) {
     if (dout.dtype == DTYPE_BF16)
         matmul_bwd_bf16(x, dinp, dweight, dbias, (const uint16_t *)dout.ptr,
                         (const uint16_t *)inp.ptr, (const uint16_t *)weight.ptr, N, IC, OC);
@@ -398,14 +402,14 @@ static int gelu_epilogue_matches(cuda_ctx *x) {
         lt_matmul_aux(x, CUDA_R_32F, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, A, n, B, n, D0, n, 0.0f,
                       CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL)) {
         // the forward's out and aux, then the DGELU result over the same GEMM as D0
-        CUDA_OP_CHECK(cudaMemcpyAsync((void *)hA, D, 2 * nn * sizeof(float),
-                                      cudaMemcpyDeviceToHost, x->stream));
-        const int dgelu = lt_matmul_aux(x, CUDA_R_32F, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, A, n,
-                                        B, n, D, n, 0.0f, CUBLASLT_EPILOGUE_DGELU, NULL, pre);
-        CUDA_OP_CHECK(cudaMemcpyAsync((void *)hD, D, nn * sizeof(float), cudaMemcpyDeviceToHost,
+        CUDA_OP_CHECK(cudaMemcpyAsync((void *)hA, D, 2 * nn * sizeof(float), cudaMemcpyDeviceToHost,
                                       x->stream));
-        CUDA_OP_CHECK(cudaMemcpyAsync((void *)hD0, D0, nn * sizeof(float),
-                                      cudaMemcpyDeviceToHost, x->stream));
+        const int dgelu = lt_matmul_aux(x, CUDA_R_32F, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, A, n, B,
+                                        n, D, n, 0.0f, CUBLASLT_EPILOGUE_DGELU, NULL, pre);
+        CUDA_OP_CHECK(
+            cudaMemcpyAsync((void *)hD, D, nn * sizeof(float), cudaMemcpyDeviceToHost, x->stream));
+        CUDA_OP_CHECK(cudaMemcpyAsync((void *)hD0, D0, nn * sizeof(float), cudaMemcpyDeviceToHost,
+                                      x->stream));
         CUDA_OP_CHECK(cudaStreamSynchronize(x->stream));
         double ef = 0, mf = 0, eb = 0, mb = 0;
         for (size_t i = 0; i < nn; i++) {
@@ -415,8 +419,8 @@ static int gelu_epilogue_matches(cuda_ctx *x) {
         }
         ok = dgelu && ef <= 1e-5 * mf && eb <= 1e-5 * mb;
         LOG_DEBUG("cuBLASLt GELU epilogues against gelu_tanh: forward %.2g, backward %s%.2g "
-                  "(relative; fused when both <= 1e-5)", ef / (mf > 0 ? mf : 1),
-                  dgelu ? "" : "unsupported ", eb / (mb > 0 ? mb : 1));
+                  "(relative; fused when both <= 1e-5)",
+                  ef / (mf > 0 ? mf : 1), dgelu ? "" : "unsupported ", eb / (mb > 0 ? mb : 1));
     }
     CUDA_OP_CHECK(cudaStreamSynchronize(x->stream));
     cudaFree(dev);
@@ -434,7 +438,8 @@ int cuda_matmul_fwd(backend *b, float *out, float *gelu_pre, operand inp, operan
     const cudaDataType_t ab = bf16 ? CUDA_R_16BF : CUDA_R_32F;
     if (gelu_pre && x->gelu_epilogue && N > 0 && IC > 0 && OC % 8 == 0 &&
         (!bias || ptr_alignment(bias) >= 16) &&
-        (!bf16 || bf16_supported(x, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight.ptr, IC, inp.ptr, IC, out, OC)) &&
+        (!bf16 || bf16_supported(x, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight.ptr, IC, inp.ptr,
+                                 IC, out, OC)) &&
         lt_matmul_aux(x, ab, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight.ptr, IC, inp.ptr, IC, out,
                       OC, 0.0f, bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX,
                       bias, gelu_pre))
@@ -452,7 +457,8 @@ int cuda_matmul_bwd(backend *b, float *dinp, float *dweight, float *dbias, opera
     const int bf16 = dout.dtype == DTYPE_BF16;
     const cudaDataType_t ab = bf16 ? CUDA_R_16BF : CUDA_R_32F;
     if (gelu_pre && x->gelu_epilogue && N > 0 && OC > 0 && IC % 8 == 0 && IC > 0 &&
-        (!bf16 || bf16_supported(x, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight.ptr, IC, dout.ptr, OC, dinp, IC)) &&
+        (!bf16 || bf16_supported(x, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight.ptr, IC, dout.ptr,
+                                 OC, dinp, IC)) &&
         lt_matmul_aux(x, ab, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight.ptr, IC, dout.ptr, OC,
                       dinp, IC, 0.0f, CUBLASLT_EPILOGUE_DGELU, NULL, gelu_pre)) {
         matmul_bwd_typed(x, NULL, dweight, dbias, dout, inp, weight, N, IC, OC);

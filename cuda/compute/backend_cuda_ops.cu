@@ -30,8 +30,7 @@
 // Block-wide reduction of one value per thread (blockDim.x a multiple of 32, at most 1024):
 // warps reduce by butterfly, then warp 0 reduces the warps' results; the same fixed order
 // every time. Every thread gets the result.
-template <typename V, typename F>
-__device__ V block_reduce(V v, F combine, V identity) {
+template <typename V, typename F> __device__ V block_reduce(V v, F combine, V identity) {
     __shared__ V partial[32];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
     for (int o = 16; o > 0; o >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, o));
@@ -50,15 +49,15 @@ struct op_max {
     __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
 
-#define GRID_STRIDE(i, n)                                                                    \
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                  \
+#define GRID_STRIDE(i, n)                                                                          \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                        \
          i += (size_t)gridDim.x * blockDim.x)
 
 // Launches `kernel` over n elements with OPS_THREADS-thread blocks on x's stream, checked.
-#define LAUNCH_N(kernel, x, n, ...)                                                          \
-    do {                                                                                     \
-        kernel<<<cuda_grid_for((n), OPS_THREADS), OPS_THREADS, 0, (x)->stream>>>(__VA_ARGS__); \
-        CUDA_LAUNCH_CHECK(#kernel);                                                          \
+#define LAUNCH_N(kernel, x, n, ...)                                                                \
+    do {                                                                                           \
+        kernel<<<cuda_grid_for((n), OPS_THREADS), OPS_THREADS, 0, (x)->stream>>>(__VA_ARGS__);     \
+        CUDA_LAUNCH_CHECK(#kernel);                                                                \
     } while (0)
 
 // ---------------------------------------------------------------------------------------
@@ -138,8 +137,8 @@ __global__ void col_finish_kernel(float *dweight, float *dbias, const float *pw,
 
 // The two kernels above; inp/mean/rstd/dweight NULL for plain column sums.
 template <typename T>
-static void column_sums(cuda_ctx *x, float *dweight, float *dbias, const T *dout,
-                        const float *inp, const float *mean, const float *rstd, int N, int C) {
+static void column_sums(cuda_ctx *x, float *dweight, float *dbias, const T *dout, const float *inp,
+                        const float *mean, const float *rstd, int N, int C) {
     if (N <= 0 || C <= 0) return;
     const int nchunks = (N + LN_CHUNK - 1) / LN_CHUNK;
     const size_t part = cuda_align256((size_t)nchunks * C * sizeof(float));
@@ -147,12 +146,12 @@ static void column_sums(cuda_ctx *x, float *dweight, float *dbias, const T *dout
     float *pw = (float *)((char *)pb + part);
     dim3 grid((C + 31) / 32, nchunks), block(32, 8);
     if (dweight) {
-        col_partials_kernel<true, T><<<grid, block, 0, x->stream>>>(pw, pb, dout, inp, mean,
-                                                                    rstd, N, C);
+        col_partials_kernel<true, T>
+            <<<grid, block, 0, x->stream>>>(pw, pb, dout, inp, mean, rstd, N, C);
         CUDA_LAUNCH_CHECK("col_partials_kernel<true>");
     } else {
-        col_partials_kernel<false, T><<<grid, block, 0, x->stream>>>(NULL, pb, dout, NULL, NULL,
-                                                                     NULL, N, C);
+        col_partials_kernel<false, T>
+            <<<grid, block, 0, x->stream>>>(NULL, pb, dout, NULL, NULL, NULL, N, C);
         CUDA_LAUNCH_CHECK("col_partials_kernel<false>");
     }
     col_finish_kernel<<<(C + 255) / 256, 256, 0, x->stream>>>(dweight, dbias, pw, pb, nchunks, C);
@@ -173,9 +172,9 @@ void cuda_column_sums_add_bf16(cuda_ctx *x, float *dbias, const uint16_t *dout, 
 
 // Row `row` of the LayerNorm, from its lane's partial sum of xr: the variance pass, the
 // output, and the statistics (when mean and rstd are not NULL).
-__device__ __forceinline__ void layernorm_row(float *yr, float *mean, float *rstd,
-                                              const float *xr, float sum, const float *weight,
-                                              const float *bias, int row, int lane, int C) {
+__device__ __forceinline__ void layernorm_row(float *yr, float *mean, float *rstd, const float *xr,
+                                              float sum, const float *weight, const float *bias,
+                                              int row, int lane, int C) {
     const float m = cuda_warp_sum(sum) / (float)C;
     float var = 0.0f;
     for (int i = lane; i < C; i += 32) var += (xr[i] - m) * (xr[i] - m);
@@ -201,18 +200,16 @@ void cuda_layernorm_fwd(backend *b, float *out, float *mean, float *rstd, const 
                         const float *weight, const float *bias, int N, int C) {
     cuda_ctx *x = cuda_ctx_of(b);
     if (N <= 0 || C <= 0) return;
-    layernorm_fwd_kernel<<<(N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK,
-                           32 * LN_ROWS_PER_BLOCK, 0, x->stream>>>(out, mean, rstd, inp, weight,
-                                                                   bias, N, C);
+    layernorm_fwd_kernel<<<(N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK, 32 * LN_ROWS_PER_BLOCK,
+                           0, x->stream>>>(out, mean, rstd, inp, weight, bias, N, C);
     CUDA_LAUNCH_CHECK("layernorm_fwd_kernel");
 }
 
 // The residual add fused in: res = a + c is written and summed in the first pass; the next
 // passes read it back (each lane its own elements, so its own writes).
 __global__ void residual_layernorm_fwd_kernel(float *res, float *out, float *mean, float *rstd,
-                                              const float *a, const float *c,
-                                              const float *weight, const float *bias, int N,
-                                              int C) {
+                                              const float *a, const float *c, const float *weight,
+                                              const float *bias, int N, int C) {
     const int row = blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
     const size_t at = (size_t)row * C;
@@ -231,15 +228,15 @@ void cuda_residual_layernorm_fwd(backend *b, float *res, float *out, float *mean
     cuda_ctx *x = cuda_ctx_of(b);
     if (N <= 0 || C <= 0) return;
     residual_layernorm_fwd_kernel<<<(N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK,
-                                    32 * LN_ROWS_PER_BLOCK, 0, x->stream>>>(
-        res, out, mean, rstd, a, c, weight, bias, N, C);
+                                    32 * LN_ROWS_PER_BLOCK, 0, x->stream>>>(res, out, mean, rstd, a,
+                                                                            c, weight, bias, N, C);
     CUDA_LAUNCH_CHECK("residual_layernorm_fwd_kernel");
 }
 
 // dinp (N, C) += s (dnorm - mean(dnorm) - norm mean(dnorm norm)), dnorm = dout * weight.
 __global__ void layernorm_bwd_dinp_kernel(float *dinp, const float *dout, const float *inp,
-                                          const float *weight, const float *mean,
-                                          const float *rstd, int N, int C) {
+                                          const float *weight, const float *mean, const float *rstd,
+                                          int N, int C) {
     const int row = blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
     const float *xr = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
@@ -260,8 +257,8 @@ __global__ void layernorm_bwd_dinp_kernel(float *dinp, const float *dout, const 
 }
 
 void cuda_layernorm_bwd(backend *b, float *dinp, float *dweight, float *dbias, const float *dout,
-                        const float *inp, const float *weight, const float *mean,
-                        const float *rstd, int N, int C) {
+                        const float *inp, const float *weight, const float *mean, const float *rstd,
+                        int N, int C) {
     cuda_ctx *x = cuda_ctx_of(b);
     if (N <= 0 || C <= 0) return;
     layernorm_bwd_dinp_kernel<<<(N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK,
@@ -346,8 +343,7 @@ float *cuda_widened_copy(cuda_ctx *x, const uint16_t *src, size_t n) {
     return dst;
 }
 
-void cuda_widened_free(cuda_ctx *x, float *p) { CUDA_OP_CHECK(cudaFreeAsync(p, x->stream));
-}
+void cuda_widened_free(cuda_ctx *x, float *p) { CUDA_OP_CHECK(cudaFreeAsync(p, x->stream)); }
 
 // ---------------------------------------------------------------------------------------
 // Embeddings
@@ -370,9 +366,8 @@ void cuda_embedding_fwd(backend *b, float *out, const int *tokens, const float *
                         int add_pos) {
     cuda_ctx *x = cuda_ctx_of(b);
     if (B * T <= 0 || C <= 0) return;
-    embedding_fwd_kernel<<<B * T, C < OPS_THREADS ? 32 * ((C + 31) / 32) : OPS_THREADS, 0,
-                           x->stream>>>(out, tokens, wte, wpe, T, C, vocab_start, V_local,
-                                        add_pos);
+    embedding_fwd_kernel<<<B * T, (C < OPS_THREADS ? 32 * ((C + 31) / 32) : OPS_THREADS), 0,
+                           x->stream>>>(out, tokens, wte, wpe, T, C, vocab_start, V_local, add_pos);
     CUDA_LAUNCH_CHECK("embedding_fwd_kernel");
 }
 
@@ -420,8 +415,8 @@ __global__ void embedding_bwd_pos_kernel(float *dwpe, const float *dout, int B, 
     }
 }
 
-void cuda_embedding_bwd(backend *b, float *dwte, float *dwpe, const float *dout,
-                        const int *tokens, int B, int T, int C, int vocab_start, int V_local) {
+void cuda_embedding_bwd(backend *b, float *dwte, float *dwpe, const float *dout, const int *tokens,
+                        int B, int T, int C, int vocab_start, int V_local) {
     cuda_ctx *x = cuda_ctx_of(b);
     const int n = B * T;
     if (n <= 0 || C <= 0) return;
@@ -476,8 +471,8 @@ void cuda_xent_max(backend *b, float *rowmax, const float *logits, int N, int Vp
 
 // Each thread sums its columns in float; the block adds the threads' sums in double.
 __global__ void xent_sumexp_kernel(float *sumexp, float *target_logit, const float *logits,
-                                   const float *rowmax, const int *targets, int Vp_local,
-                                   int nreal, int vocab_start) {
+                                   const float *rowmax, const int *targets, int Vp_local, int nreal,
+                                   int vocab_start) {
     const float *row = logits + (size_t)blockIdx.x * Vp_local;
     const float m = rowmax[blockIdx.x];
     float s = 0.0f;
@@ -491,8 +486,8 @@ __global__ void xent_sumexp_kernel(float *sumexp, float *target_logit, const flo
 }
 
 void cuda_xent_sumexp(backend *b, float *sumexp, float *target_logit, const float *logits,
-                      const float *rowmax, const int *targets, int N, int Vp_local,
-                      int vocab_start, int V_valid) {
+                      const float *rowmax, const int *targets, int N, int Vp_local, int vocab_start,
+                      int V_valid) {
     if (N <= 0) return;
     xent_sumexp_kernel<<<N, XENT_THREADS, 0, cuda_ctx_of(b)->stream>>>(
         sumexp, target_logit, logits, rowmax, targets, Vp_local,
@@ -600,8 +595,8 @@ double cuda_sumsq(backend *b, const float *xs, size_t n) {
     double *partial = (double *)cuda_scratch(x, (SUMSQ_MAX_BLOCKS + 1) * sizeof(double));
     double *out = partial + SUMSQ_MAX_BLOCKS;
     sumsq_to(x, out, partial, xs, n, 0);
-    CUDA_OP_CHECK(cudaMemcpyAsync(x->host_result, out, sizeof(double), cudaMemcpyDeviceToHost,
-                                  x->stream));
+    CUDA_OP_CHECK(
+        cudaMemcpyAsync(x->host_result, out, sizeof(double), cudaMemcpyDeviceToHost, x->stream));
     CUDA_OP_CHECK(cudaStreamSynchronize(x->stream)); // the contract returns a host value
     return *x->host_result;
 }
@@ -616,8 +611,8 @@ struct adamw_coef {
 };
 
 // The expression of backend_cpu.c's adamw_scalar, element for element.
-__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n,
-                             adamw_coef k, uint16_t *p16) {
+__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, adamw_coef k,
+                             uint16_t *p16) {
     GRID_STRIDE(i, n) {
         const float gi = g[i] * k.grad_scale;
         const float mi = k.beta1 * m[i] + (1.0f - k.beta1) * gi;

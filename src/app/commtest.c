@@ -38,7 +38,7 @@
 #include "comm/mesh.h"
 
 const char *const CT_OP_NAMES[CT_COUNT] = {
-    "all_reduce_sum", "all_reduce_max", "reduce_scatter", "all_gather",
+    "all_reduce_sum", "all_reduce_max",  "reduce_scatter", "all_gather",
     "broadcast_r0",   "broadcast_rlast", "sendrecv_ring",
 };
 
@@ -101,11 +101,16 @@ static int ct_parse_name(const char *v, const char *const *names) {
 
 // Returns 0, or an error message (printed by rank 0 only).
 static const char *ct_parse(int argc, char **argv, ct_options *o, char *msg, size_t cap) {
-    *o = (ct_options){.min_bytes = 8, .max_bytes = 1 << 20, .iters = 20, .timeout_s = 300,
-                      .stall_rank = -1, .stall_step = -1, .backend = BACKEND_AUTO,
+    *o = (ct_options){.min_bytes = 8,
+                      .max_bytes = 1 << 20,
+                      .iters = 20,
+                      .timeout_s = 300,
+                      .stall_rank = -1,
+                      .stall_step = -1,
+                      .backend = BACKEND_AUTO,
                       .comm = COMM_AUTO};
     static const char *const backends[] = {"auto", "cpu", "cuda", NULL}; // backend_kind order
-    static const char *const comms[] = {"auto", "mpi", "nccl", NULL};     // comm_kind order
+    static const char *const comms[] = {"auto", "mpi", "nccl", NULL};    // comm_kind order
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long l;
@@ -121,8 +126,10 @@ static const char *ct_parse(int argc, char **argv, ct_options *o, char *msg, siz
         if (!strcmp(a, "--world-shape")) {
             if (sscanf(v, "%d,%d,%d", &o->tp, &o->pp, &o->dp) != 3 || o->tp < 1 || o->pp < 1 ||
                 o->dp < 1) {
-                snprintf(msg, cap, "--world-shape needs TP,PP,DP (three positive integers), "
-                                   "got %s", v);
+                snprintf(msg, cap,
+                         "--world-shape needs TP,PP,DP (three positive integers), "
+                         "got %s",
+                         v);
                 return msg;
             }
             o->shape_set = 1;
@@ -237,9 +244,8 @@ void ct_counters_expect(ct_state *s, const ct_counters *before, const ct_counter
             LOG_ERROR("comm-test: %s: the %s counters of group %s say %llu bytes in %llu "
                       "calls, expected %llu bytes in %llu calls",
                       what, CT_COUNTER_NAMES[op], comm_group_name((comm_group_id)h),
-                      (unsigned long long)db,
-                      (unsigned long long)dc, (unsigned long long)want->v[h][0][op],
-                      (unsigned long long)want->v[h][1][op]);
+                      (unsigned long long)db, (unsigned long long)dc,
+                      (unsigned long long)want->v[h][0][op], (unsigned long long)want->v[h][1][op]);
             s->bad_counters++;
         }
 }
@@ -314,10 +320,10 @@ static void ct_step(ct_state *s) {
 }
 
 typedef struct {
-    size_t count;        // elements per call: the buffer (all_reduce, broadcast, sendrecv),
-                         // the receive block (reduce_scatter), the send block (all_gather)
-    size_t payload;      // payload bytes per call as comm.h counts them (0 for a group of one)
-    size_t row_bytes;    // the size column: payload on a group of n
+    size_t count;     // elements per call: the buffer (all_reduce, broadcast, sendrecv),
+                      // the receive block (reduce_scatter), the send block (all_gather)
+    size_t payload;   // payload bytes per call as comm.h counts them (0 for a group of one)
+    size_t row_bytes; // the size column: payload on a group of n
 } ct_shape;
 
 static ct_shape ct_row_shape(const ct_state *s, comm_group_id g, ct_op op, size_t elems) {
@@ -335,8 +341,7 @@ static ct_shape ct_row_shape(const ct_state *s, comm_group_id g, ct_op op, size_
 }
 
 // One call of `op` on group g, on buffers a and b in the comm's memory.
-static tri_status ct_call(ct_state *s, comm_group_id g, ct_op op, void *a, void *b,
-                          size_t count) {
+static tri_status ct_call(ct_state *s, comm_group_id g, ct_op op, void *a, void *b, size_t count) {
     comm *c = s->c;
     const int n = s->n_members[g], k = s->my_index[g];
     switch (op) {
@@ -507,8 +512,10 @@ static tri_status ct_determinism(ct_state *s, comm_group_id g, size_t count, lon
     for (size_t i = 0; st == TRI_OK && i < count; i++)
         bad += memcmp(&first[i], &again[i], sizeof(float)) != 0 ||
                memcmp(&first[i], &root[i], sizeof(float)) != 0;
-    if (bad) LOG_ERROR("comm-test: all_reduce on group %s is not bitwise reproducible: %lld of "
-                       "%zu elements differ", comm_group_name(g), bad, count);
+    if (bad)
+        LOG_ERROR("comm-test: all_reduce on group %s is not bitwise reproducible: %lld of "
+                  "%zu elements differ",
+                  comm_group_name(g), bad, count);
     *wrong += bad;
     for (int i = 0; i < 3; i++) ct_buf_free(s, &bufs[i]);
     return st;
@@ -540,8 +547,10 @@ static tri_status ct_in_place(ct_state *s, comm_group_id g, size_t count, long l
     if (st == TRI_OK) ct_buf_pull(s, &bb);
     for (size_t j = 0; st == TRI_OK && j < count * (size_t)n; j++)
         bad += buf[j] != ct_value(m[j / count], j % count);
-    if (bad) LOG_ERROR("comm-test: in-place reduce_scatter/all_gather on group %s: %lld wrong "
-                       "elements", comm_group_name(g), bad);
+    if (bad)
+        LOG_ERROR("comm-test: in-place reduce_scatter/all_gather on group %s: %lld wrong "
+                  "elements",
+                  comm_group_name(g), bad);
     *wrong += bad;
     ct_buf_free(s, &bb);
     return st;
@@ -576,8 +585,9 @@ static tri_status ct_bf16(ct_state *s, comm_group_id g, size_t count, long long 
         bad += (bf16_to_f32(sum[i]) != want_sum) + (bf16_to_f32(max[i]) != want_max) +
                (bf16_to_f32(mine[i]) != want_rs);
     }
-    if (bad) LOG_ERROR("comm-test: bf16 collectives on group %s: %lld wrong elements",
-                       comm_group_name(g), bad);
+    if (bad)
+        LOG_ERROR("comm-test: bf16 collectives on group %s: %lld wrong elements",
+                  comm_group_name(g), bad);
     *wrong += bad;
     ct_buf_free(s, &sb), ct_buf_free(s, &xb), ct_buf_free(s, &ab), ct_buf_free(s, &mb);
     return st;
@@ -617,8 +627,8 @@ static tri_status ct_run(ct_state *s, const ct_options *o, long long *total_wron
                "timeout %.1f s\n",
                s->world, o->tp, o->pp, o->dp, c->name, s->be->name, o->iters, o->timeout_s);
         if (alone[0]) printf("# groups of one rank (identity paths, checked untimed):%s\n", alone);
-        printf("#\n# %10s %10s %6s %-16s %-6s %5s %11s %11s %11s %8s\n", "size(B)", "count",
-               "type", "op", "group", "ranks", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+        printf("#\n# %10s %10s %6s %-16s %-6s %5s %11s %11s %11s %8s\n", "size(B)", "count", "type",
+               "op", "group", "ranks", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
     }
     double busbw_sum = 0;
     int rows = 0;
@@ -635,10 +645,10 @@ static tri_status ct_run(ct_state *s, const ct_options *o, long long *total_wron
                 local_wrong += wrong;
                 // nccl-tests style: the row's wrong count over the world, the slowest rank's time.
                 int64_t w64 = wrong;
-                TRI_CHECK(comm_all_reduce(c, COMM_GROUP_WORLD, &w64, 1, DTYPE_INT64,
-                                          COMM_REDUCE_SUM));
-                TRI_CHECK(comm_all_reduce(c, COMM_GROUP_WORLD, &sec, 1, DTYPE_FP64,
-                                          COMM_REDUCE_MAX));
+                TRI_CHECK(
+                    comm_all_reduce(c, COMM_GROUP_WORLD, &w64, 1, DTYPE_INT64, COMM_REDUCE_SUM));
+                TRI_CHECK(
+                    comm_all_reduce(c, COMM_GROUP_WORLD, &sec, 1, DTYPE_FP64, COMM_REDUCE_MAX));
                 if (!print) continue;
                 const int n = s->n_members[g];
                 double algbw = sec > 0 ? (double)sh.row_bytes / sec / 1e9 : 0;
@@ -718,9 +728,10 @@ int commtest_main(int argc, char **argv) {
     if (!o.shape_set) o.tp = li.world, o.pp = 1, o.dp = 1;
     if ((long long)o.tp * o.pp * o.dp != li.world) {
         if (li.rank == 0)
-            fprintf(stderr, "comm-test: --world-shape %d,%d,%d (tp,pp,dp) multiplies to %lld, but "
-                    "the world has %d ranks\n", o.tp, o.pp, o.dp, (long long)o.tp * o.pp * o.dp,
-                    li.world);
+            fprintf(stderr,
+                    "comm-test: --world-shape %d,%d,%d (tp,pp,dp) multiplies to %lld, but "
+                    "the world has %d ranks\n",
+                    o.tp, o.pp, o.dp, (long long)o.tp * o.pp * o.dp, li.world);
         launch_finalize(&li);
         return TRI_ERR_CONFIG;
     }
@@ -737,8 +748,12 @@ int commtest_main(int argc, char **argv) {
     comm *c = NULL;
     backend *be = NULL;
     const mesh m = {.tp = o.tp, .dp = o.dp, .pp = o.pp};
-    ct_state s = {.rank = li.rank, .world = li.world, .mesh = m, .iters = o.iters,
-                  .stall_rank = o.stall_rank, .stall_step = o.stall_step};
+    ct_state s = {.rank = li.rank,
+                  .world = li.world,
+                  .mesh = m,
+                  .iters = o.iters,
+                  .stall_rank = o.stall_rank,
+                  .stall_step = o.stall_step};
     s.me = mesh_coord_of(&m, li.rank);
     log_set_rank(li.rank, s.me.tp, s.me.dp, s.me.pp);
     TRI_CHECK_GOTO(backend_create_for(o.backend, li.local_rank, 1, &be), st, done);

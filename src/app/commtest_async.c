@@ -14,13 +14,13 @@
 // 2 is recv = send + rank * count; for all_gather 1 is send = recv + rank * count.
 typedef struct {
     comm_group_id g;
-    ct_op op;         // CT_ALL_REDUCE_SUM, CT_ALL_REDUCE_MAX, CT_REDUCE_SCATTER, CT_ALL_GATHER
-                      // or CT_SENDRECV
+    ct_op op; // CT_ALL_REDUCE_SUM, CT_ALL_REDUCE_MAX, CT_REDUCE_SCATTER, CT_ALL_GATHER
+              // or CT_SENDRECV
     tri_dtype dt;
     int place;
-    size_t count;     // as in ct_call
-    size_t in_bytes;  // the inputs: the buffer, all blocks (reduce_scatter), one block
-    size_t buf_bytes; // the buffer the call writes (holding the inputs when in place)
+    size_t count;             // as in ct_call
+    size_t in_bytes;          // the inputs: the buffer, all blocks (reduce_scatter), one block
+    size_t buf_bytes;         // the buffer the call writes (holding the inputs when in place)
     size_t cmp_at, cmp_bytes; // the result within it
     ct_buf in, want, got;     // inputs; the blocking form's buffer; the non-blocking form's
     comm_request req;
@@ -33,7 +33,7 @@ static tri_status ct_async_run(ct_state *s, ct_async_case *k, int start) {
     const size_t block = k->count * dtype_size(k->dt);
     const ct_buf *b = start ? &k->got : &k->want;
     char *host = b->host, *buf = b->dev; // where the test writes; what the comm sees
-    memset(host, 0xA5, k->buf_bytes); // poison where the result goes
+    memset(host, 0xA5, k->buf_bytes);    // poison where the result goes
     const void *send = k->in.dev;
     void *recv = buf;
     if (k->op == CT_ALL_REDUCE_SUM || k->op == CT_ALL_REDUCE_MAX) {
@@ -66,13 +66,13 @@ static tri_status ct_async_run(ct_state *s, ct_async_case *k, int start) {
 }
 
 // Adds the case of (g, op, dt, place) at `elems` elements per buffer to cases.
-static void ct_async_add(ct_state *s, ct_async_case *cases, int *n_cases, comm_group_id g,
-                         ct_op op, tri_dtype dt, int place, size_t elems) {
+static void ct_async_add(ct_state *s, ct_async_case *cases, int *n_cases, comm_group_id g, ct_op op,
+                         tri_dtype dt, int place, size_t elems) {
     const int n = s->n_members[g], me = s->my_index[g];
     ct_async_case *k = &cases[*n_cases];
     *k = (ct_async_case){.g = g, .op = op, .dt = dt, .place = place};
     k->count = op == CT_REDUCE_SCATTER || op == CT_ALL_GATHER ? elems / (size_t)s->max_size[g]
-                                                               : elems;
+                                                              : elems;
     if (k->count == 0) return; // smaller than one element per rank
     const size_t esz = dtype_size(dt), block = k->count * esz;
     k->in_bytes = op == CT_REDUCE_SCATTER ? block * (size_t)n : block;
@@ -97,14 +97,13 @@ static void ct_async_payload(const ct_state *s, const ct_async_case *k, ct_count
     const int n = s->n_members[k->g];
     if (n <= 1) return;
     const size_t block = k->count * dtype_size(k->dt);
-    const comm_op_id ids[2] = {
-        k->op == CT_REDUCE_SCATTER ? COMM_OP_REDUCE_SCATTER
-        : k->op == CT_ALL_GATHER   ? COMM_OP_ALL_GATHER
-        : k->op == CT_SENDRECV     ? COMM_OP_SEND
-                                   : COMM_OP_ALL_REDUCE,
-        COMM_OP_RECV};
-    const size_t bytes =
-        k->op == CT_REDUCE_SCATTER || k->op == CT_ALL_GATHER ? block * (size_t)n : block;
+    const comm_op_id ids[2] = {k->op == CT_REDUCE_SCATTER ? COMM_OP_REDUCE_SCATTER
+                               : k->op == CT_ALL_GATHER   ? COMM_OP_ALL_GATHER
+                               : k->op == CT_SENDRECV     ? COMM_OP_SEND
+                                                          : COMM_OP_ALL_REDUCE,
+                               COMM_OP_RECV};
+    const size_t bytes = k->op == CT_REDUCE_SCATTER || k->op == CT_ALL_GATHER ? block * (size_t)n
+                                                                              : block;
     for (int j = 0; j < (k->op == CT_SENDRECV ? 2 : 1); j++) {
         want->v[k->g][0][ids[j]] += bytes;
         want->v[k->g][1][ids[j]] += 1;
@@ -155,7 +154,8 @@ tri_status ct_async(ct_state *s, size_t elems, long long *wrong) {
         st = ct_async_run(s, k, 1);
         if (st == TRI_OK && s->n_members[k->g] == 1 && k->req.impl) {
             LOG_ERROR("comm-test: the non-blocking %s on group %s (one rank) did not complete "
-                      "inside start", CT_OP_NAMES[k->op], comm_group_name(k->g));
+                      "inside start",
+                      CT_OP_NAMES[k->op], comm_group_name(k->g));
             bad++;
         }
     }
@@ -188,8 +188,7 @@ tri_status ct_async(ct_state *s, size_t elems, long long *wrong) {
     }
     *wrong += bad;
     for (int i = 0; i < n_cases; i++)
-        ct_buf_free(s, &cases[i].in), ct_buf_free(s, &cases[i].want),
-            ct_buf_free(s, &cases[i].got);
+        ct_buf_free(s, &cases[i].in), ct_buf_free(s, &cases[i].want), ct_buf_free(s, &cases[i].got);
     free(cases);
     return st;
 }

@@ -30,11 +30,11 @@ typedef struct {
     mesh_coord me;
     int *members[COMM_GROUP_COUNT]; // world ranks of this rank's group, ascending
     int n_members[COMM_GROUP_COUNT];
-    int my_index[COMM_GROUP_COUNT];  // this rank's place in members = its group rank
-    int max_size[COMM_GROUP_COUNT];  // the group's size on its largest instance
+    int my_index[COMM_GROUP_COUNT]; // this rank's place in members = its group rank
+    int max_size[COMM_GROUP_COUNT]; // the group's size on its largest instance
     int iters, stall_rank, stall_step;
     int next_step;
-    long long bad_counters;          // payload counter mismatches on this rank
+    long long bad_counters; // payload counter mismatches on this rank
 } ct_state;
 
 // The input element i of global rank r: a small integer, so every sum is exact in float.
@@ -62,7 +62,9 @@ void ct_buf_push(const ct_state *s, const ct_buf *b); // host -> dev
 void ct_buf_pull(const ct_state *s, const ct_buf *b); // dev -> host
 
 // The payload counters of every group: [group][0: bytes, 1: calls][comm_op_id].
-typedef struct { uint64_t v[COMM_GROUP_COUNT][2][COMM_OP_COUNT]; } ct_counters;
+typedef struct {
+    uint64_t v[COMM_GROUP_COUNT][2][COMM_OP_COUNT];
+} ct_counters;
 
 void ct_counters_get(const comm *c, ct_counters *out);
 // The counters must have moved from `before` by exactly `want`, on every group and

@@ -18,23 +18,24 @@
 #define TRIDENT_VERSION_STRING "trident 0.1.0"
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage:\n"
-            "  trident train CONFIG [--set key=value]...     train (see checkpoint.resume)\n"
-            "  trident check CONFIG [--world N] [--set ...]  validate, print the resolved config and mesh\n"
-            "  trident plan CONFIG [--world N] [--device NAME] [--set ...] [--json] [--search [--top N]]\n"
-            "                                                memory, communication, bubble, step time\n"
-            "  trident sample SOURCE [--prompt TEXT] [--tokens N] [--temperature T] [--seed S]\n"
-            "  trident export SOURCE --format llmc|safetensors --out FILE\n"
-            "  trident comm-test [--world-shape tp,pp,dp] [--bytes MIN:MAX] [--iters N] [--timeout S]\n"
-            "                                                every collective on every group, checked\n"
-            "  trident --help | --version\n"
-            "\n"
-            "SOURCE is a checkpoint (checkpoint.dir/step_N, or a checkpoint.dir: its newest) of any\n"
-            "layout, a run directory (run.out_dir, holding model.bin) or an llm.c model file.\n"
-            "Exit codes: 0 ok, 1 internal, 2 usage/config, 3 data, 4 checkpoint/model file,\n"
-            "5 communication, 6 non-finite loss or gradients.\n"
-            "Environment: TRIDENT_LOG=debug|info|warn sets the log level.\n");
+    fprintf(
+        f,
+        "usage:\n"
+        "  trident train CONFIG [--set key=value]...     train (see checkpoint.resume)\n"
+        "  trident check CONFIG [--world N] [--set ...]  validate, print the resolved config and mesh\n"
+        "  trident plan CONFIG [--world N] [--device NAME] [--set ...] [--json] [--search [--top N]]\n"
+        "                                                memory, communication, bubble, step time\n"
+        "  trident sample SOURCE [--prompt TEXT] [--tokens N] [--temperature T] [--seed S]\n"
+        "  trident export SOURCE --format llmc|safetensors --out FILE\n"
+        "  trident comm-test [--world-shape tp,pp,dp] [--bytes MIN:MAX] [--iters N] [--timeout S]\n"
+        "                                                every collective on every group, checked\n"
+        "  trident --help | --version\n"
+        "\n"
+        "SOURCE is a checkpoint (checkpoint.dir/step_N, or a checkpoint.dir: its newest) of any\n"
+        "layout, a run directory (run.out_dir, holding model.bin) or an llm.c model file.\n"
+        "Exit codes: 0 ok, 1 internal, 2 usage/config, 3 data, 4 checkpoint/model file,\n"
+        "5 communication, 6 non-finite loss or gradients.\n"
+        "Environment: TRIDENT_LOG=debug|info|warn sets the log level.\n");
 }
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -157,16 +158,20 @@ static int cmd_sample(int argc, char **argv) {
         if (!strcmp(a, "--prompt") && has_value) {
             opt.prompt = argv[++i];
         } else if (!strcmp(a, "--tokens") && has_value) {
-            if (parse_long(argv[++i], &l) || l < 0) return usage_error("--tokens needs a count >= 0, got %s", argv[i]);
+            if (parse_long(argv[++i], &l) || l < 0)
+                return usage_error("--tokens needs a count >= 0, got %s", argv[i]);
             opt.tokens = (int)l;
         } else if (!strcmp(a, "--temperature") && has_value) {
-            if (parse_double(argv[++i], &d) || d < 0) return usage_error("--temperature needs a number >= 0, got %s", argv[i]);
+            if (parse_double(argv[++i], &d) || d < 0)
+                return usage_error("--temperature needs a number >= 0, got %s", argv[i]);
             opt.temperature = d;
         } else if (!strcmp(a, "--seed") && has_value) {
-            if (parse_long(argv[++i], &l)) return usage_error("--seed needs an integer, got %s", argv[i]);
+            if (parse_long(argv[++i], &l))
+                return usage_error("--seed needs an integer, got %s", argv[i]);
             opt.seed = (uint64_t)l;
         } else if (!strcmp(a, "--threads") && has_value) {
-            if (parse_long(argv[++i], &l) || l < 0) return usage_error("--threads needs a count >= 0, got %s", argv[i]);
+            if (parse_long(argv[++i], &l) || l < 0)
+                return usage_error("--threads needs a count >= 0, got %s", argv[i]);
             opt.threads = (int)l;
         } else if (a[0] == '-') {
             return usage_error("unknown option (or missing value) %s", a);
@@ -185,11 +190,13 @@ static int cmd_export(int argc, char **argv) {
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--format") && i + 1 < argc) format = argv[++i];
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
-        else if (argv[i][0] == '-') return usage_error("unknown option (or missing value) %s", argv[i]);
+        else if (argv[i][0] == '-')
+            return usage_error("unknown option (or missing value) %s", argv[i]);
         else if (!src) src = argv[i];
         else return usage_error("unexpected argument %s", argv[i]);
     }
-    if (!src || !format || !out) return usage_error("export needs SOURCE, --format and --out%s", "");
+    if (!src || !format || !out)
+        return usage_error("export needs SOURCE, --format and --out%s", "");
     if (strcmp(format, "llmc") && strcmp(format, "safetensors"))
         return usage_error("--format must be llmc or safetensors, got %s", format);
     llmc_model f;

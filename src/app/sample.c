@@ -62,14 +62,22 @@ tri_status sample_run(const sample_options *opt) {
     TRI_CHECK_GOTO(backend_cpu_create(&be, opt->threads), rc, done);
     // One process, one micro-batch of one sequence, fp32: the model, and a ZeRO layer of one
     // replica holding the file's (or checkpoint's) parameters.
-    const model_layout ml = {.shard = {.tp = 1, .tp_rank = 0, .pp = 1, .pp_rank = 0, .virtual_stages = 1},
-                             .micro_batch = 1, .n_slots = 1, .recompute = RECOMPUTE_NONE,
-                             .precision = DTYPE_FP32, .grad_dtype = DTYPE_FP32,
-                             .attn_state = be->attn_state};
+    const model_layout ml = {
+        .shard = {.tp = 1, .tp_rank = 0, .pp = 1, .pp_rank = 0, .virtual_stages = 1},
+        .micro_batch = 1,
+        .n_slots = 1,
+        .recompute = RECOMPUTE_NONE,
+        .precision = DTYPE_FP32,
+        .grad_dtype = DTYPE_FP32,
+        .attn_state = be->attn_state};
     TRI_CHECK_GOTO(model_create(&m, &cfg.model, &ml, be, cm, NULL), rc, done);
     {
-        const zero_config zc = {.stage = 0, .dp = 1, .dp_rank = 0, .param_dtype = DTYPE_FP32,
-                                .grad_dtype = DTYPE_FP32, .reduce_dtype = DTYPE_FP32};
+        const zero_config zc = {.stage = 0,
+                                .dp = 1,
+                                .dp_rank = 0,
+                                .param_dtype = DTYPE_FP32,
+                                .grad_dtype = DTYPE_FP32,
+                                .reduce_dtype = DTYPE_FP32};
         float *host = xmalloc(m.table.local_numel * sizeof(float) + 1);
         llmc_load_params(&f, &m.table, host);
         rc = zero_create(&store, &zc, &m, host, be, cm, NULL);

@@ -62,7 +62,8 @@ static tri_status evaluate(trainer *tr, double *val_loss) {
     for (tr->eval_batch = 0; tr->eval_batch < cfg->data.eval_batches; tr->eval_batch++)
         TRI_CHECK(executor_run(&tr->exec, &tr->eval_sched, batches, 0.0f, 0, &waited));
     TRI_CHECK(executor_take_loss(&tr->exec, &sum));
-    if (tr->dp > 1) TRI_CHECK(comm_all_reduce(tr->cm, COMM_GROUP_DP, &sum, 1, DTYPE_FP64, COMM_REDUCE_SUM));
+    if (tr->dp > 1)
+        TRI_CHECK(comm_all_reduce(tr->cm, COMM_GROUP_DP, &sum, 1, DTYPE_FP64, COMM_REDUCE_SUM));
     *val_loss = sum / ((double)cfg->data.eval_batches * GB * T);
     return TRI_OK;
 }
@@ -128,17 +129,19 @@ static tri_status train_step(trainer *tr, double *loss, double *norm, double *lr
     zero_step_begin(tr->zero);
     double loss_sum = 0.0;
     const exec_batches batches = {load_train_batch, tr};
-    TRI_CHECK(executor_run(&tr->exec, &tr->sched, batches, (float)(1.0 / (double)tokens_per_step), 1, waited));
+    TRI_CHECK(executor_run(&tr->exec, &tr->sched, batches, (float)(1.0 / (double)tokens_per_step),
+                           1, waited));
     TRI_CHECK(executor_take_loss(&tr->exec, &loss_sum));
     TRI_CHECK(zero_finish_grads(tr->zero));
     int reductions, gathers, prefetched;
     zero_overlap_counts(tr->zero, &reductions, &gathers, &prefetched);
     LOG_DEBUG("step %d overlap: %d dp reductions left running under the backward, %d "
               "parameter gathers under earlier layers or passes (%d passes gathered ahead), "
-              "%d pipeline transfers under a forward or backward", tr->step + 1, reductions,
-              gathers, prefetched, executor_overlap_count(&tr->exec));
+              "%d pipeline transfers under a forward or backward",
+              tr->step + 1, reductions, gathers, prefetched, executor_overlap_count(&tr->exec));
     if (tr->dp > 1)
-        TRI_CHECK(comm_all_reduce(tr->cm, COMM_GROUP_DP, &loss_sum, 1, DTYPE_FP64, COMM_REDUCE_SUM));
+        TRI_CHECK(
+            comm_all_reduce(tr->cm, COMM_GROUP_DP, &loss_sum, 1, DTYPE_FP64, COMM_REDUCE_SUM));
     *loss = loss_sum / (double)tokens_per_step;
     tri_status rc = optim_grad_norm(tr->optim, norm);
     if (!isfinite(*loss) || rc == TRI_ERR_NONFINITE) {
@@ -177,21 +180,29 @@ static tri_status train_loop(trainer *tr) {
 
         const int n = tr->step + 1;
         done_steps = n;
-        const int64_t samples = tr->start.samples + (int64_t)(n - tr->start.step) * cfg->train.global_batch;
+        const int64_t samples = tr->start.samples +
+                                (int64_t)(n - tr->start.step) * cfg->train.global_batch;
         TRI_CHECK(step_boundary(tr, &stop));
         char ckpt_note[96] = "";
         if (tr->ckpt && (stop || n == cfg->train.steps ||
                          (cfg->checkpoint.every > 0 && n % cfg->checkpoint.every == 0)))
-            TRI_CHECK(checkpoint_step(tr, n, samples, cfg->checkpoint.async && !stop && n < cfg->train.steps,
+            TRI_CHECK(checkpoint_step(tr, n, samples,
+                                      cfg->checkpoint.async && !stop && n < cfg->train.steps,
                                       ckpt_note, sizeof ckpt_note));
         int logged = n == 1 || n % cfg->log.every == 0 || n == cfg->train.steps || stop;
         if (!logged && ckpt_note[0]) LOG_INFO("step %5d/%d%s", n, cfg->train.steps, ckpt_note);
         if (logged) {
             metrics_step s = {
-                .step = n, .loss = loss, .lr = lr, .grad_norm = norm,
-                .tokens = samples * cfg->model.seq_len, .step_ms = 1e3 * dt,
+                .step = n,
+                .loss = loss,
+                .lr = lr,
+                .grad_norm = norm,
+                .tokens = samples * cfg->model.seq_len,
+                .step_ms = 1e3 * dt,
                 .tokens_per_s = tokens_per_step / dt,
-                .mfu = tr->peak_flops > 0 ? tr->flops_per_token * tokens_per_step / dt / tr->peak_flops : NAN,
+                .mfu = tr->peak_flops > 0
+                           ? tr->flops_per_token * tokens_per_step / dt / tr->peak_flops
+                           : NAN,
                 .mem_peak_bytes = tr->be->mem_peak_bytes(tr->be),
                 .comm_tp = comm_group_bytes(tr->cm, COMM_GROUP_TP),
                 .comm_pp = comm_group_bytes(tr->cm, COMM_GROUP_PP),
@@ -204,9 +215,11 @@ static tri_status train_loop(trainer *tr) {
             metrics_write_step(&tr->metrics, &s);
             char bubble[64] = "";
             if (s.pipelined)
-                snprintf(bubble, sizeof bubble, " | bubble %.2f (formula %.2f)", s.bubble, s.bubble_formula);
+                snprintf(bubble, sizeof bubble, " | bubble %.2f (formula %.2f)", s.bubble,
+                         s.bubble_formula);
             LOG_INFO("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s%s%s", n,
-                     cfg->train.steps, loss, lr, norm, s.step_ms, s.tokens_per_s, bubble, ckpt_note);
+                     cfg->train.steps, loss, lr, norm, s.step_ms, s.tokens_per_s, bubble,
+                     ckpt_note);
         }
         if (cfg->data.eval_every > 0 && (n % cfg->data.eval_every == 0 || n == cfg->train.steps)) {
             TRI_CHECK(evaluate(tr, &last_val));
@@ -218,7 +231,8 @@ static tri_status train_loop(trainer *tr) {
         const char *sig = g_stop_signal == SIGUSR1 ? "SIGUSR1" : "SIGTERM";
         if (tr->ckpt)
             LOG_INFO("stopped by %s after step %d: checkpoint written to %s; a run with "
-                     "checkpoint.resume: auto continues from it", sig, done_steps, cfg->checkpoint.dir);
+                     "checkpoint.resume: auto continues from it",
+                     sig, done_steps, cfg->checkpoint.dir);
         else
             LOG_WARN("stopped by %s after step %d without a checkpoint (no checkpoint.dir set)",
                      sig, done_steps);

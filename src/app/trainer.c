@@ -54,13 +54,20 @@ static tri_status open_data(trainer *tr) {
 static tri_status create_comm(trainer *tr) {
     const run_config *cfg = tr->cfg;
     const mesh m = config_mesh(cfg);
-    return comm_create_for(&tr->cm, &m, cfg->system.comm, tr->li, tr->be, cfg->system.comm_timeout_s);
+    return comm_create_for(&tr->cm, &m, cfg->system.comm, tr->li, tr->be,
+                           cfg->system.comm_timeout_s);
 }
 
 ckpt_state trainer_checkpoint_view(trainer *tr) {
-    return (ckpt_state){.cfg = tr->cfg, .pt = &tr->model.table, .zero = tr->zero,
-                        .optim = tr->optim, .be = tr->be, .cm = tr->cm, .rank = tr->li->rank,
-                        .world = tr->li->world, .tp_rank = tr->coord.tp};
+    return (ckpt_state){.cfg = tr->cfg,
+                        .pt = &tr->model.table,
+                        .zero = tr->zero,
+                        .optim = tr->optim,
+                        .be = tr->be,
+                        .cm = tr->cm,
+                        .rank = tr->li->rank,
+                        .world = tr->li->world,
+                        .tp_rank = tr->coord.tp};
 }
 
 // Resumes per checkpoint.resume (before anything is written), and prepares the writer.
@@ -89,9 +96,11 @@ static tri_status create_model(trainer *tr) {
     run_config *cfg = tr->cfg;
     const int n_slots = tr->sched.max_in_flight;
     uint64_t arenas[MEM_KIND_COUNT];
-    plan_rank_memory(cfg, tr->coord.tp, tr->coord.pp, tr->dp_rank, n_slots, tr->be->attn_state, arenas);
+    plan_rank_memory(cfg, tr->coord.tp, tr->coord.pp, tr->dp_rank, n_slots, tr->be->attn_state,
+                     arenas);
     TRI_CHECK(mem_pool_create(&tr->pool, tr->be, arenas));
-    const model_layout ml = config_model_layout(cfg, tr->coord.tp, tr->coord.pp, n_slots, tr->be->attn_state);
+    const model_layout ml = config_model_layout(cfg, tr->coord.tp, tr->coord.pp, n_slots,
+                                                tr->be->attn_state);
     TRI_CHECK(model_create(&tr->model, &cfg->model, &ml, tr->be, tr->cm, &tr->pool));
     float *host = xmalloc(tr->model.table.local_numel * sizeof(float) + 1);
     tri_status rc = model_init_params(cfg, &tr->model.table, host);
@@ -103,7 +112,8 @@ static tri_status create_model(trainer *tr) {
     rc = zero_create(&tr->zero, &zc, &tr->model, host, tr->be, tr->cm, &tr->pool);
     free(host);
     TRI_CHECK(rc);
-    TRI_CHECK(optim_create(&tr->optim, &cfg->optim, cfg->train.grad_clip, tr->zero, tr->be, tr->cm, &tr->pool));
+    TRI_CHECK(optim_create(&tr->optim, &cfg->optim, cfg->train.grad_clip, tr->zero, tr->be, tr->cm,
+                           &tr->pool));
     executor_init(&tr->exec, &tr->model, tr->zero, tr->cm, cfg->parallel.overlap);
     return TRI_OK;
 }
@@ -116,16 +126,19 @@ static tri_status memory_json(const trainer *tr, char *out, size_t n) {
     const mem_pool *pool = &tr->pool;
     size_t len = 0;
     for (int which = 0; which < 2; which++) {
-        len += (size_t)snprintf(out + len, n - len, ",\"%s\":{", which ? "memory_planned" : "memory");
+        len += (size_t)snprintf(out + len, n - len, ",\"%s\":{",
+                                which ? "memory_planned" : "memory");
         for (int k = 0; k < MEM_KIND_COUNT; k++)
             len += (size_t)snprintf(out + len, n - len, "%s\"%s\":%zu", k ? "," : "",
-                                    mem_kind_name((mem_kind)k), which ? pool->size[k] : pool->used[k]);
+                                    mem_kind_name((mem_kind)k),
+                                    which ? pool->size[k] : pool->used[k]);
         len += (size_t)snprintf(out + len, n - len, "}");
     }
     for (int k = 0; k < MEM_KIND_COUNT; k++) {
         if (pool->used[k] == pool->size[k]) continue;
         LOG_ERROR("memory: %s used %zu bytes of the %zu the planner gave it; please report this "
-                  "as a bug", mem_kind_name((mem_kind)k), pool->used[k], pool->size[k]);
+                  "as a bug",
+                  mem_kind_name((mem_kind)k), pool->used[k], pool->size[k]);
         return TRI_ERR_INTERNAL;
     }
     return TRI_OK;
@@ -145,7 +158,8 @@ tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     const mesh m = config_mesh(cfg);
     tr->coord = mesh_coord_of(&m, li->rank);
     log_set_rank(li->rank, tr->coord.tp, tr->coord.dp, tr->coord.pp);
-    if (li->rank == 0 && li->world > 1) mesh_print(&m, cfg->model.n_layer, cfg->parallel.virtual_stages, stdout);
+    if (li->rank == 0 && li->world > 1)
+        mesh_print(&m, cfg->model.n_layer, cfg->parallel.virtual_stages, stdout);
     tr->dp = cfg->parallel.dp;
     tr->dp_rank = tr->coord.dp;
     tr->n_micro = config_micro_batches(cfg);

@@ -21,10 +21,10 @@
 typedef struct {
     run_config *cfg;
     launch_info *li;
-    mesh_coord coord;       // this rank's (tp, dp, pp)
+    mesh_coord coord; // this rank's (tp, dp, pp)
     backend *be;
     comm *cm;
-    mem_pool pool;          // this rank's device memory: one arena per kind, sized by the planner
+    mem_pool pool; // this rank's device memory: one arena per kind, sized by the planner
     model model;
     zero_state *zero;
     optimizer *optim;
@@ -34,11 +34,11 @@ typedef struct {
     sched_table eval_sched; // evaluation's forward-only table
     metrics_log metrics;
     int dp, dp_rank, n_micro;
-    int step;               // the optimizer step being run (0-based), for the batch loader
-    int eval_batch;         // the evaluation batch being run
+    int step;       // the optimizer step being run (0-based), for the batch loader
+    int eval_batch; // the evaluation batch being run
     double flops_per_token, peak_flops;
-    ckpt_writer *ckpt;      // NULL without checkpoint.dir
-    ckpt_progress start;    // where training starts: zero, or the resumed checkpoint's
+    ckpt_writer *ckpt;   // NULL without checkpoint.dir
+    ckpt_progress start; // where training starts: zero, or the resumed checkpoint's
     int resumed;
 } trainer;
 

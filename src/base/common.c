@@ -42,7 +42,9 @@ void log_msg(log_level level, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    const char *tag = level == LOG_LEVEL_ERROR ? "error: " : level == LOG_LEVEL_WARN ? "warning: " : "";
+    const char *tag = level == LOG_LEVEL_ERROR  ? "error: "
+                      : level == LOG_LEVEL_WARN ? "warning: "
+                                                : "";
     fprintf(f, "%s%s%s\n", g_prefix, tag, line);
     fflush(f);
 }

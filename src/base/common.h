@@ -19,7 +19,12 @@ typedef enum {
     TRI_ERR_NONFINITE = 6, // non-finite loss or gradients
 } tri_status;
 
-typedef enum { LOG_LEVEL_DEBUG = 0, LOG_LEVEL_INFO = 1, LOG_LEVEL_WARN = 2, LOG_LEVEL_ERROR = 3 } log_level;
+typedef enum {
+    LOG_LEVEL_DEBUG = 0,
+    LOG_LEVEL_INFO = 1,
+    LOG_LEVEL_WARN = 2,
+    LOG_LEVEL_ERROR = 3
+} log_level;
 
 // Logging. log_set_rank() sets the "[r5 tp1 dp0 pp1]" prefix used by ranks != 0.
 // TRIDENT_LOG=debug|info|warn picks the level (default info).
@@ -42,32 +47,32 @@ void log_hint(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 // Propagate a failing status with a file:line trace (printed at debug level), so that
 // a failure deep in a call chain reads like a stack trace.
-#define TRI_CHECK(call)                                                                      \
-    do {                                                                                     \
-        tri_status tri_check_rc_ = (call);                                                   \
-        if (tri_check_rc_ != TRI_OK) {                                                       \
-            LOG_DEBUG("%s:%d -> %d (%s)", __FILE__, __LINE__, (int)tri_check_rc_, #call);    \
-            return tri_check_rc_;                                                            \
-        }                                                                                    \
+#define TRI_CHECK(call)                                                                            \
+    do {                                                                                           \
+        tri_status tri_check_rc_ = (call);                                                         \
+        if (tri_check_rc_ != TRI_OK) {                                                             \
+            LOG_DEBUG("%s:%d -> %d (%s)", __FILE__, __LINE__, (int)tri_check_rc_, #call);          \
+            return tri_check_rc_;                                                                  \
+        }                                                                                          \
     } while (0)
 
 // Same, but jumps to a cleanup label with rc set.
-#define TRI_CHECK_GOTO(call, rc, label)                                                      \
-    do {                                                                                     \
-        (rc) = (call);                                                                       \
-        if ((rc) != TRI_OK) {                                                                \
-            LOG_DEBUG("%s:%d -> %d (%s)", __FILE__, __LINE__, (int)(rc), #call);             \
-            goto label;                                                                      \
-        }                                                                                    \
+#define TRI_CHECK_GOTO(call, rc, label)                                                            \
+    do {                                                                                           \
+        (rc) = (call);                                                                             \
+        if ((rc) != TRI_OK) {                                                                      \
+            LOG_DEBUG("%s:%d -> %d (%s)", __FILE__, __LINE__, (int)(rc), #call);                   \
+            goto label;                                                                            \
+        }                                                                                          \
     } while (0)
 
-#define TRI_ASSERT(cond)                                                                     \
-    do {                                                                                     \
-        if (!(cond)) {                                                                       \
-            fprintf(stderr, "trident: internal error at %s:%d: assertion '%s' failed\n",     \
-                    __FILE__, __LINE__, #cond);                                              \
-            abort();                                                                         \
-        }                                                                                    \
+#define TRI_ASSERT(cond)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "trident: internal error at %s:%d: assertion '%s' failed\n", __FILE__, \
+                    __LINE__, #cond);                                                              \
+            abort();                                                                               \
+        }                                                                                          \
     } while (0)
 
 // Allocation that cannot fail silently: out of host memory is an internal error.

@@ -32,7 +32,8 @@ static void make_table(void) {
         table[0][i] = c;
     }
     for (uint32_t i = 0; i < 256; i++)
-        for (int s = 1; s < 8; s++) table[s][i] = (table[s - 1][i] >> 8) ^ table[0][table[s - 1][i] & 0xff];
+        for (int s = 1; s < 8; s++)
+            table[s][i] = (table[s - 1][i] >> 8) ^ table[0][table[s - 1][i] & 0xff];
     table_ready = 1;
 }
 
@@ -41,7 +42,8 @@ uint32_t crc32c_update(uint32_t crc, const void *data, size_t n) {
     const unsigned char *p = data;
     uint32_t c = ~crc;
     for (; n >= 8; n -= 8, p += 8) { // little-endian words
-        uint32_t lo = c ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+        uint32_t lo = c ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                           (uint32_t)p[3] << 24);
         c = table[7][lo & 0xff] ^ table[6][(lo >> 8) & 0xff] ^ table[5][(lo >> 16) & 0xff] ^
             table[4][lo >> 24] ^ table[3][p[4]] ^ table[2][p[5]] ^ table[1][p[6]] ^ table[0][p[7]];
     }

@@ -6,7 +6,7 @@
 
 typedef enum {
     DTYPE_FP32 = 0,
-    DTYPE_BF16 = 1,  // bfloat16 storage (bf16.h); math on it is fp32
+    DTYPE_BF16 = 1, // bfloat16 storage (bf16.h); math on it is fp32
     DTYPE_FP64 = 2,
     DTYPE_INT64 = 3,
 } tri_dtype;

@@ -66,11 +66,13 @@ typedef struct {
 
 // A collective in flight: what a *_start call fills in and comm_wait completes (and resets).
 // impl NULL: nothing in flight (comm_wait returns TRI_OK at once).
-typedef struct { void *impl; } comm_request;
+typedef struct {
+    void *impl;
+} comm_request;
 
 typedef struct comm comm;
 struct comm {
-    const char *name; // "self", "mpi", "mpi (staged)", "nccl"
+    const char *name;               // "self", "mpi", "mpi (staged)", "nccl"
     const struct comm_iface *iface; // the backend's table (comm/comm_backend.h)
     void *ctx;                      // the backend's state
     int world_rank, world_size;
@@ -78,7 +80,7 @@ struct comm {
     // A collective that does not complete within timeout_s ends the job with exit code 5
     // and a message naming the group, the collective, `step` and the ranks waited for.
     double timeout_s;
-    int step;          // set by the trainer each step, for those messages
+    int step; // set by the trainer each step, for those messages
     // Called (when set) before a collective or send reads its buffers: comm_create_for sets
     // the compute backend's synchronize here when the comm backend runs on streams of its
     // own (NCCL), so that what the backend's stream wrote is complete.
@@ -101,12 +103,12 @@ tri_status comm_all_reduce(comm *c, comm_group_id g, void *buf, size_t count, tr
                            comm_reduce_op op);
 // send (count * size elements) -> recv (count elements): this rank's reduced block. In
 // place: send == recv (the result lands in the first block) or recv == send + rank * count.
-tri_status comm_reduce_scatter(comm *c, comm_group_id g, const void *send, void *recv,
-                               size_t count, tri_dtype dt);
+tri_status comm_reduce_scatter(comm *c, comm_group_id g, const void *send, void *recv, size_t count,
+                               tri_dtype dt);
 // send (count elements) -> recv (count * size elements), blocks in group-rank order. In
 // place: send == recv + rank * count.
-tri_status comm_all_gather(comm *c, comm_group_id g, const void *send, void *recv,
-                           size_t count, tri_dtype dt);
+tri_status comm_all_gather(comm *c, comm_group_id g, const void *send, void *recv, size_t count,
+                           tri_dtype dt);
 // `root` is a rank of group g.
 tri_status comm_broadcast(comm *c, comm_group_id g, void *buf, size_t count, tri_dtype dt,
                           int root);
@@ -120,8 +122,7 @@ tri_status comm_barrier(comm *c, comm_group_id g);
 // receive of the nested ones.
 tri_status comm_send(comm *c, comm_group_id g, const void *buf, size_t count, tri_dtype dt,
                      int peer);
-tri_status comm_recv(comm *c, comm_group_id g, void *buf, size_t count, tri_dtype dt,
-                     int peer);
+tri_status comm_recv(comm *c, comm_group_id g, void *buf, size_t count, tri_dtype dt, int peer);
 tri_status comm_group_start(comm *c);
 tri_status comm_group_end(comm *c);
 
@@ -134,8 +135,8 @@ tri_status comm_group_end(comm *c);
 // rule). On a group of one they complete inside start (req->impl stays NULL), as a backend
 // may do with others too (NCCL with host buffers). Every request started must be waited
 // for, also after an error elsewhere.
-tri_status comm_all_reduce_start(comm *c, comm_group_id g, void *buf, size_t count,
-                                 tri_dtype dt, comm_reduce_op op, comm_request *req);
+tri_status comm_all_reduce_start(comm *c, comm_group_id g, void *buf, size_t count, tri_dtype dt,
+                                 comm_reduce_op op, comm_request *req);
 tri_status comm_reduce_scatter_start(comm *c, comm_group_id g, const void *send, void *recv,
                                      size_t count, tri_dtype dt, comm_request *req);
 tri_status comm_all_gather_start(comm *c, comm_group_id g, const void *send, void *recv,
@@ -174,8 +175,8 @@ const char *comm_group_name(comm_group_id g);
 // TRIDENT_COMM_STAGED=1 wraps MPI in the staged backend on a host backend too (for the
 // tests). For NCCL it sets compute_stream and inputs_ready from `be`. timeout_s bounds every
 // later collective (<= 0: wait forever). Every rank of the world calls it together.
-tri_status comm_create_for(comm **out, const mesh *m, comm_kind kind, launch_info *li,
-                           backend *be, double timeout_s);
+tri_status comm_create_for(comm **out, const mesh *m, comm_kind kind, launch_info *li, backend *be,
+                           double timeout_s);
 
 // The single-process backend: a world of one, every group of size one, so that every call
 // is short-circuited by the layer. The copies of reduce_scatter and all_gather go through

@@ -17,22 +17,21 @@
 
 struct comm_iface {
     // The collectives' starts, with comm.h's arguments and in-place rules.
-    tri_status (*all_reduce_start)(comm *c, comm_group_id g, void *buf, size_t count,
-                                   tri_dtype dt, comm_reduce_op op, comm_request *req);
+    tri_status (*all_reduce_start)(comm *c, comm_group_id g, void *buf, size_t count, tri_dtype dt,
+                                   comm_reduce_op op, comm_request *req);
     tri_status (*reduce_scatter_start)(comm *c, comm_group_id g, const void *send, void *recv,
                                        size_t count, tri_dtype dt, comm_request *req);
     tri_status (*all_gather_start)(comm *c, comm_group_id g, const void *send, void *recv,
                                    size_t count, tri_dtype dt, comm_request *req);
-    tri_status (*broadcast_start)(comm *c, comm_group_id g, void *buf, size_t count,
-                                  tri_dtype dt, int root, comm_request *req);
+    tri_status (*broadcast_start)(comm *c, comm_group_id g, void *buf, size_t count, tri_dtype dt,
+                                  int root, comm_request *req);
     tri_status (*barrier_start)(comm *c, comm_group_id g, comm_request *req);
 
     // Posts a send or receive inside the open group (never outside one): it starts with the
     // group's group_end_start. peer is a rank of g other than this rank's.
     tri_status (*send)(comm *c, comm_group_id g, const void *buf, size_t count, tri_dtype dt,
                        int peer);
-    tri_status (*recv)(comm *c, comm_group_id g, void *buf, size_t count, tri_dtype dt,
-                       int peer);
+    tri_status (*recv)(comm *c, comm_group_id g, void *buf, size_t count, tri_dtype dt, int peer);
     // The outermost group_start and group_end only (the layer counts the nesting).
     tri_status (*group_start)(comm *c);
     tri_status (*group_end_start)(comm *c, comm_request *req);
@@ -47,8 +46,8 @@ struct comm_iface {
     // reduce_scatter or all_gather (op) on a group of one with send != recv: copies `bytes`
     // from send to recv (they may overlap), complete before it returns, as a start that
     // finished inside would be. NULL: memmove (host memory).
-    tri_status (*local_copy)(comm *c, comm_group_id g, comm_op_id op, const void *send,
-                             void *recv, size_t bytes);
+    tri_status (*local_copy)(comm *c, comm_group_id g, comm_op_id op, const void *send, void *recv,
+                             size_t bytes);
 
     void (*destroy)(comm *c);
 };

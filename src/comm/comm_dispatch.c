@@ -61,8 +61,8 @@ static tri_status wait_on_host(comm *c, comm_request *req) {
 }
 
 // reduce_scatter and all_gather on a group of one: this rank's block, where it goes.
-static tri_status local_copy(comm *c, comm_group_id g, comm_op_id op, const void *send,
-                             void *recv, size_t bytes) {
+static tri_status local_copy(comm *c, comm_group_id g, comm_op_id op, const void *send, void *recv,
+                             size_t bytes) {
     if (send == recv) return TRI_OK;
     if (c->iface->local_copy) return c->iface->local_copy(c, g, op, send, recv, bytes);
     memmove(recv, send, bytes);
@@ -71,8 +71,8 @@ static tri_status local_copy(comm *c, comm_group_id g, comm_op_id op, const void
 
 // ---- non-blocking forms ----
 
-tri_status comm_all_reduce_start(comm *c, comm_group_id g, void *buf, size_t count,
-                                 tri_dtype dt, comm_reduce_op op, comm_request *req) {
+tri_status comm_all_reduce_start(comm *c, comm_group_id g, void *buf, size_t count, tri_dtype dt,
+                                 comm_reduce_op op, comm_request *req) {
     req->impl = NULL;
     TRI_CHECK(check_call(c, g, dt, "all_reduce"));
     if (c->groups[g].size == 1) return TRI_OK;
@@ -128,15 +128,15 @@ tri_status comm_all_reduce(comm *c, comm_group_id g, void *buf, size_t count, tr
     return wait_on_host(c, &req);
 }
 
-tri_status comm_reduce_scatter(comm *c, comm_group_id g, const void *send, void *recv,
-                               size_t count, tri_dtype dt) {
+tri_status comm_reduce_scatter(comm *c, comm_group_id g, const void *send, void *recv, size_t count,
+                               tri_dtype dt) {
     comm_request req;
     TRI_CHECK(comm_reduce_scatter_start(c, g, send, recv, count, dt, &req));
     return wait_on_host(c, &req);
 }
 
-tri_status comm_all_gather(comm *c, comm_group_id g, const void *send, void *recv,
-                           size_t count, tri_dtype dt) {
+tri_status comm_all_gather(comm *c, comm_group_id g, const void *send, void *recv, size_t count,
+                           tri_dtype dt) {
     comm_request req;
     TRI_CHECK(comm_all_gather_start(c, g, send, recv, count, dt, &req));
     return wait_on_host(c, &req);
@@ -188,8 +188,8 @@ static tri_status post_p2p(comm *c, comm_group_id g, void *buf, size_t count, tr
     const int n = c->groups[g].size;
     if (peer < 0 || peer >= n || peer == c->groups[g].rank) {
         // A group of one has no peer; talking to oneself is a schedule bug.
-        LOG_ERROR("%s with rank %d of group %s (size %d, this rank %d): no such peer", what,
-                  peer, comm_group_name(g), n, c->groups[g].rank);
+        LOG_ERROR("%s with rank %d of group %s (size %d, this rank %d): no such peer", what, peer,
+                  comm_group_name(g), n, c->groups[g].rank);
         return TRI_ERR_INTERNAL;
     }
     comm_count(c, g, op, count * dtype_size(dt));
@@ -213,8 +213,7 @@ tri_status comm_send(comm *c, comm_group_id g, const void *buf, size_t count, tr
     return p2p(c, g, (void *)buf, count, dt, peer, COMM_OP_SEND);
 }
 
-tri_status comm_recv(comm *c, comm_group_id g, void *buf, size_t count, tri_dtype dt,
-                     int peer) {
+tri_status comm_recv(comm *c, comm_group_id g, void *buf, size_t count, tri_dtype dt, int peer) {
     return p2p(c, g, buf, count, dt, peer, COMM_OP_RECV);
 }
 

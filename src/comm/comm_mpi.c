@@ -33,24 +33,23 @@ static void mpi_report(const comm *c, int rc, const char *stmt, const char *file
     char msg[MPI_MAX_ERROR_STRING] = "";
     int len = 0;
     MPI_Error_string(rc, msg, &len);
-    LOG_ERROR("MPI call '%s' failed at %s:%d on rank %d: %s", stmt, file, line, c->world_rank,
-              msg);
+    LOG_ERROR("MPI call '%s' failed at %s:%d on rank %d: %s", stmt, file, line, c->world_rank, msg);
 }
 
 // Every MPI call goes through this: on failure it reports the call (mpi_report) and returns
 // TRI_ERR_COMM. Communicators carry MPI_ERRORS_RETURN.
-#define MPI_CHECK(c, call)                                                                   \
-    do {                                                                                     \
-        int mpi_check_rc_ = (call);                                                          \
-        if (mpi_check_rc_ != MPI_SUCCESS) {                                                  \
-            mpi_report((c), mpi_check_rc_, #call, __FILE__, __LINE__);                       \
-            return TRI_ERR_COMM;                                                             \
-        }                                                                                    \
+#define MPI_CHECK(c, call)                                                                         \
+    do {                                                                                           \
+        int mpi_check_rc_ = (call);                                                                \
+        if (mpi_check_rc_ != MPI_SUCCESS) {                                                        \
+            mpi_report((c), mpi_check_rc_, #call, __FILE__, __LINE__);                             \
+            return TRI_ERR_COMM;                                                                   \
+        }                                                                                          \
     } while (0)
 
 typedef struct {
-    MPI_Comm mpi;  // MPI_COMM_NULL for a group of one
-    int *members;  // (size) world ranks, in group-rank order
+    MPI_Comm mpi; // MPI_COMM_NULL for a group of one
+    int *members; // (size) world ranks, in group-rank order
 } mpi_group;
 
 // What a request waits for, to name it if it times out.
@@ -58,25 +57,25 @@ typedef struct {
     const char *what; // "all_reduce", "send", ...
     comm_group_id g;
     size_t bytes;
-    int peer;         // group rank of the peer for send/recv; -1 for a collective
+    int peer; // group rank of the peer for send/recv; -1 for a collective
 } mpi_wait_desc;
 
 // What comm_request.impl points to: the MPI requests of one collective, or of the sends and
 // receives of one group, from start until wait.
 typedef struct mpi_request {
     int n;
-    MPI_Request *reqs;    // (n)
-    mpi_wait_desc *desc;  // (n), to name them if they time out
-    void *copy;           // a copy of an overlapping send buffer, which MPI reads until done
-    int done;             // progress saw all n complete
-    tri_status failed;    // progress saw MPI fail on them: wait returns it
+    MPI_Request *reqs;   // (n)
+    mpi_wait_desc *desc; // (n), to name them if they time out
+    void *copy;          // a copy of an overlapping send buffer, which MPI reads until done
+    int done;            // progress saw all n complete
+    tri_status failed;   // progress saw MPI fail on them: wait returns it
     struct mpi_request *prev, *next; // the ctx's list of live requests
 } mpi_request;
 
 typedef struct {
     mpi_group groups[COMM_GROUP_COUNT];
     mesh_coord me;
-    int owns_mpi;     // MPI_Init was ours: destroy finalises
+    int owns_mpi;              // MPI_Init was ours: destroy finalises
     MPI_Op bf16_sum, bf16_max; // MPI has no bfloat16: user ops over 2-byte elements
     // send/recv posted in the open group, handed to a request by group_end_start
     MPI_Request *pending;
@@ -117,7 +116,8 @@ static void bf16_max_fn(void *in, void *inout, int *len, MPI_Datatype *dt) {
 }
 
 static MPI_Op mpi_op(const comm *c, tri_dtype dt, comm_reduce_op op) {
-    if (dt == DTYPE_BF16) return op == COMM_REDUCE_MAX ? ctx_of((comm *)c)->bf16_max : ctx_of((comm *)c)->bf16_sum;
+    if (dt == DTYPE_BF16)
+        return op == COMM_REDUCE_MAX ? ctx_of((comm *)c)->bf16_max : ctx_of((comm *)c)->bf16_sum;
     return op == COMM_REDUCE_MAX ? MPI_MAX : MPI_SUM;
 }
 
@@ -269,8 +269,8 @@ static void mpi_progress(comm *c) {
         if (r->done || r->failed) continue;
         int rc = MPI_Testall(r->n, r->reqs, &r->done, MPI_STATUSES_IGNORE);
         if (rc != MPI_SUCCESS) {
-            mpi_report(c, rc, "MPI_Testall(r->n, r->reqs, &r->done, MPI_STATUSES_IGNORE)",
-                       __FILE__, __LINE__);
+            mpi_report(c, rc, "MPI_Testall(r->n, r->reqs, &r->done, MPI_STATUSES_IGNORE)", __FILE__,
+                       __LINE__);
             r->failed = TRI_ERR_COMM;
         }
     }
@@ -295,9 +295,8 @@ static int overlaps(const void *a, size_t na, const void *b, size_t nb) {
     return pa < pb + nb && pb < pa + na;
 }
 
-static tri_status mpi_reduce_scatter_start(comm *c, comm_group_id g, const void *send,
-                                           void *recv, size_t count, tri_dtype dt,
-                                           comm_request *req) {
+static tri_status mpi_reduce_scatter_start(comm *c, comm_group_id g, const void *send, void *recv,
+                                           size_t count, tri_dtype dt, comm_request *req) {
     const int n = c->groups[g].size;
     const size_t block = count * dtype_size(dt), bytes = block * (size_t)n;
     TRI_CHECK(mpi_check_count(c, "reduce_scatter", count * (size_t)n));
@@ -341,8 +340,8 @@ static tri_status mpi_all_gather_start(comm *c, comm_group_id g, const void *sen
             memcpy(copy, send, block);
             send = copy;
         }
-        int rc = MPI_Iallgather(send, (int)count, mpi_dtype(dt), recv, (int)count,
-                                mpi_dtype(dt), mc, &mr);
+        int rc = MPI_Iallgather(send, (int)count, mpi_dtype(dt), recv, (int)count, mpi_dtype(dt),
+                                mc, &mr);
         if (rc != MPI_SUCCESS) free(copy);
         MPI_CHECK(c, rc);
     }
@@ -371,8 +370,8 @@ static tri_status mpi_barrier_start(comm *c, comm_group_id g, comm_request *req)
 
 // Posts one send or receive; it joins the open group's batch, which group_end_start hands
 // to a request.
-static tri_status mpi_p2p(comm *c, comm_group_id g, void *buf, size_t count, tri_dtype dt,
-                          int peer, int is_send) {
+static tri_status mpi_p2p(comm *c, comm_group_id g, void *buf, size_t count, tri_dtype dt, int peer,
+                          int is_send) {
     mpi_ctx *x = ctx_of(c);
     const char *what = is_send ? "send" : "recv";
     TRI_CHECK(mpi_check_count(c, what, count));
@@ -385,8 +384,8 @@ static tri_status mpi_p2p(comm *c, comm_group_id g, void *buf, size_t count, tri
     if (x->n_pending == x->cap_pending) {
         x->cap_pending = x->cap_pending ? 2 * x->cap_pending : 16;
         x->pending = realloc(x->pending, (size_t)x->cap_pending * sizeof *x->pending);
-        x->pending_desc =
-            realloc(x->pending_desc, (size_t)x->cap_pending * sizeof *x->pending_desc);
+        x->pending_desc = realloc(x->pending_desc,
+                                  (size_t)x->cap_pending * sizeof *x->pending_desc);
         TRI_ASSERT(x->pending && x->pending_desc);
     }
     x->pending[x->n_pending] = req;
@@ -395,8 +394,8 @@ static tri_status mpi_p2p(comm *c, comm_group_id g, void *buf, size_t count, tri
     return TRI_OK;
 }
 
-static tri_status mpi_send(comm *c, comm_group_id g, const void *buf, size_t count,
-                           tri_dtype dt, int peer) {
+static tri_status mpi_send(comm *c, comm_group_id g, const void *buf, size_t count, tri_dtype dt,
+                           int peer) {
     return mpi_p2p(c, g, (void *)buf, count, dt, peer, 1);
 }
 
@@ -499,8 +498,8 @@ tri_status comm_mpi_create(comm **out, const mesh *m, const launch_info *li, dou
     const int TP = m->tp, DP = m->dp, PP = m->pp;
     TRI_ASSERT(TP >= 1 && DP >= 1 && PP >= 1);
     if (TP * DP * PP != li->world) {
-        LOG_ERROR("the mesh tp %d x dp %d x pp %d = %d ranks does not match the world of %d",
-                  TP, DP, PP, TP * DP * PP, li->world);
+        LOG_ERROR("the mesh tp %d x dp %d x pp %d = %d ranks does not match the world of %d", TP,
+                  DP, PP, TP * DP * PP, li->world);
         return TRI_ERR_CONFIG;
     }
     mpi_ctx *x = xcalloc(1, sizeof *x);
@@ -546,7 +545,8 @@ tri_status comm_mpi_create(comm **out, const mesh *m, const launch_info *li, dou
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     if (world_size != li->world || world_rank != li->rank) {
         LOG_ERROR("MPI sees rank %d of %d, PMIx rank %d of %d; launch with mpirun or "
-                  "srun --mpi=pmix", world_rank, world_size, li->rank, li->world);
+                  "srun --mpi=pmix",
+                  world_rank, world_size, li->rank, li->world);
         st = TRI_ERR_COMM;
         goto fail;
     }
@@ -564,8 +564,7 @@ tri_status comm_mpi_create(comm **out, const mesh *m, const launch_info *li, dou
     w->members = xcalloc((size_t)li->world, sizeof(int));
     for (int r = 0; r < li->world; r++) w->members[r] = r;
     for (int g = 0; g < COMM_GROUP_COUNT; g++)
-        if (g != COMM_GROUP_WORLD)
-            TRI_CHECK_GOTO(mpi_make_group(c, m, (comm_group_id)g), st, fail);
+        if (g != COMM_GROUP_WORLD) TRI_CHECK_GOTO(mpi_make_group(c, m, (comm_group_id)g), st, fail);
 
     // The split must reproduce the mesh: group ranks are the mesh coordinates.
     const int mp_rank = x->me.tp + TP * x->me.pp;

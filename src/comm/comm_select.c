@@ -14,8 +14,8 @@
 
 static void synchronize_backend(void *be) { ((backend *)be)->synchronize(be); }
 
-tri_status comm_create_for(comm **out, const mesh *m, comm_kind kind, launch_info *li,
-                           backend *be, double timeout_s) {
+tri_status comm_create_for(comm **out, const mesh *m, comm_kind kind, launch_info *li, backend *be,
+                           double timeout_s) {
     *out = NULL;
     TRI_ASSERT(be);
     if (li->world == 1) return comm_self_create(out, be);
@@ -26,7 +26,8 @@ tri_status comm_create_for(comm **out, const mesh *m, comm_kind kind, launch_inf
     const int device = be->device_memory;
     if (kind == COMM_NCCL && !device) {
         LOG_ERROR("system.comm: nccl moves GPU memory, but this run computes on the %s backend; "
-                  "use mpi (or auto)", be->name);
+                  "use mpi (or auto)",
+                  be->name);
         return TRI_ERR_CONFIG;
     }
     if (device && kind != COMM_MPI) {

@@ -22,11 +22,11 @@ typedef struct {
 
 // A device buffer's host copy, held from the start of a call to its end.
 typedef struct {
-    char *host;     // a pool buffer
+    char *host; // a pool buffer
     void *dev;
-    size_t offset;  // where in `host` the result for `dev` lies
-    size_t bytes;   // the result's size
-    int copy_back;  // the call writes dev: host + offset goes back to it at the end
+    size_t offset; // where in `host` the result for `dev` lies
+    size_t bytes;  // the result's size
+    int copy_back; // the call writes dev: host + offset goes back to it at the end
 } staged_copy;
 
 // What comm_request.impl points to.
@@ -39,9 +39,9 @@ typedef struct {
 typedef struct {
     comm *inner;
     backend *be;
-    staged_host *pool;   // (n_pool), grown on demand; as many as calls were ever in flight
+    staged_host *pool; // (n_pool), grown on demand; as many as calls were ever in flight
     int n_pool;
-    staged_copy *p2p;    // (n_p2p) sends and receives of the open group
+    staged_copy *p2p; // (n_p2p) sends and receives of the open group
     int n_p2p, cap_p2p;
 } staged_ctx;
 
@@ -137,10 +137,9 @@ static void staged_progress(comm *c) {
 // rank's block out) and all_gather (the reverse): inputs at the start of one pool buffer,
 // the result after them (all_reduce, broadcast: in place), so that the inner call sees no
 // overlap.
-static tri_status staged_collective_start(comm *c, comm_group_id g, comm_op_id op,
-                                          const void *send, void *recv, size_t count,
-                                          tri_dtype dt, comm_reduce_op rop, int root,
-                                          comm_request *req) {
+static tri_status staged_collective_start(comm *c, comm_group_id g, comm_op_id op, const void *send,
+                                          void *recv, size_t count, tri_dtype dt,
+                                          comm_reduce_op rop, int root, comm_request *req) {
     staged_ctx *x = ctx_of(c);
     const size_t block = count * dtype_size(dt);
     const size_t all = block * (size_t)c->groups[g].size;
@@ -182,17 +181,16 @@ static tri_status staged_reduce_scatter_start(comm *c, comm_group_id g, const vo
                                    COMM_REDUCE_SUM, 0, req);
 }
 
-static tri_status staged_all_gather_start(comm *c, comm_group_id g, const void *send,
-                                          void *recv, size_t count, tri_dtype dt,
-                                          comm_request *req) {
-    return staged_collective_start(c, g, COMM_OP_ALL_GATHER, send, recv, count, dt,
-                                   COMM_REDUCE_SUM, 0, req);
+static tri_status staged_all_gather_start(comm *c, comm_group_id g, const void *send, void *recv,
+                                          size_t count, tri_dtype dt, comm_request *req) {
+    return staged_collective_start(c, g, COMM_OP_ALL_GATHER, send, recv, count, dt, COMM_REDUCE_SUM,
+                                   0, req);
 }
 
 static tri_status staged_broadcast_start(comm *c, comm_group_id g, void *buf, size_t count,
                                          tri_dtype dt, int root, comm_request *req) {
-    return staged_collective_start(c, g, COMM_OP_BROADCAST, buf, buf, count, dt,
-                                   COMM_REDUCE_SUM, root, req);
+    return staged_collective_start(c, g, COMM_OP_BROADCAST, buf, buf, count, dt, COMM_REDUCE_SUM,
+                                   root, req);
 }
 
 static tri_status staged_barrier_start(comm *c, comm_group_id g, comm_request *req) {
@@ -217,8 +215,8 @@ static tri_status staged_local_copy(comm *c, comm_group_id g, comm_op_id op, con
 
 // A send's or receive's host copy joins the open group's list and stays until the group
 // completes.
-static tri_status staged_transfer(comm *c, comm_group_id g, void *buf, size_t count,
-                                  tri_dtype dt, int peer, int is_recv) {
+static tri_status staged_transfer(comm *c, comm_group_id g, void *buf, size_t count, tri_dtype dt,
+                                  int peer, int is_recv) {
     staged_ctx *x = ctx_of(c);
     const size_t n = count * dtype_size(dt);
     staged_copy cp = {host_take(x, n), buf, 0, n, is_recv};
@@ -239,8 +237,8 @@ static tri_status staged_transfer(comm *c, comm_group_id g, void *buf, size_t co
     return TRI_OK;
 }
 
-static tri_status staged_send(comm *c, comm_group_id g, const void *buf, size_t count,
-                              tri_dtype dt, int peer) {
+static tri_status staged_send(comm *c, comm_group_id g, const void *buf, size_t count, tri_dtype dt,
+                              int peer) {
     return staged_transfer(c, g, (void *)buf, count, dt, peer, 0);
 }
 

@@ -19,15 +19,15 @@
 
 // Every PMIx call goes through this: on failure it prints the statement, file:line, rank
 // and PMIx's error string, and returns TRI_ERR_COMM from the calling function.
-#define PMIX_CHECK(li, call)                                                                 \
-    do {                                                                                     \
-        pmix_status_t pmix_check_rc_ = (call);                                               \
-        if (pmix_check_rc_ != PMIX_SUCCESS) {                                                \
-            LOG_ERROR("PMIx call '%s' failed at %s:%d on rank %d: %s (%d)", #call, __FILE__, \
-                      __LINE__, (li)->rank, PMIx_Error_string(pmix_check_rc_),               \
-                      (int)pmix_check_rc_);                                                  \
-            return TRI_ERR_COMM;                                                             \
-        }                                                                                    \
+#define PMIX_CHECK(li, call)                                                                       \
+    do {                                                                                           \
+        pmix_status_t pmix_check_rc_ = (call);                                                     \
+        if (pmix_check_rc_ != PMIX_SUCCESS) {                                                      \
+            LOG_ERROR("PMIx call '%s' failed at %s:%d on rank %d: %s (%d)", #call, __FILE__,       \
+                      __LINE__, (li)->rank, PMIx_Error_string(pmix_check_rc_),                     \
+                      (int)pmix_check_rc_);                                                        \
+            return TRI_ERR_COMM;                                                                   \
+        }                                                                                          \
     } while (0)
 
 // Any integer-typed PMIx value as a long (PMIx answers sizes and ranks with several
@@ -94,11 +94,11 @@ tri_status launch_init(launch_info *li) {
         return TRI_OK;
     }
     if (rc != PMIX_SUCCESS) {
-        LOG_ERROR("PMIx call 'PMIx_Init(me, NULL, 0)' failed at %s:%d: %s (%d)", __FILE__,
-                  __LINE__, PMIx_Error_string(rc), (int)rc);
+        LOG_ERROR("PMIx call 'PMIx_Init(me, NULL, 0)' failed at %s:%d: %s (%d)", __FILE__, __LINE__,
+                  PMIx_Error_string(rc), (int)rc);
         LOG_HINT("the PMIx environment (PMIX_NAMESPACE=%s) is set, but its server did "
-                  "not answer; under Slurm use `srun --mpi=pmix`",
-                  env_get(ENV_PMIX_NAMESPACE) ? env_get(ENV_PMIX_NAMESPACE) : "");
+                 "not answer; under Slurm use `srun --mpi=pmix`",
+                 env_get(ENV_PMIX_NAMESPACE) ? env_get(ENV_PMIX_NAMESPACE) : "");
         free(me);
         return TRI_ERR_COMM;
     }
@@ -117,14 +117,15 @@ tri_status launch_init(launch_info *li) {
     if (world < 1 || li->rank < 0 || li->rank >= world || local_rank < 0 || local_size < 1 ||
         local_rank >= local_size) {
         LOG_ERROR("PMIx gave an inconsistent layout: rank %d, job size %ld, local rank %ld, "
-                  "local size %ld", li->rank, world, local_rank, local_size);
+                  "local size %ld",
+                  li->rank, world, local_rank, local_size);
         return TRI_ERR_COMM;
     }
     li->world = (int)world;
     li->local_rank = (int)local_rank;
     li->local_size = (int)local_size;
-    LOG_DEBUG("launch: pmix namespace %s rank %d of %d, local %d of %d on %s", me->nspace,
-              li->rank, li->world, li->local_rank, li->local_size, li->host);
+    LOG_DEBUG("launch: pmix namespace %s rank %d of %d, local %d of %d on %s", me->nspace, li->rank,
+              li->world, li->local_rank, li->local_size, li->host);
     return TRI_OK;
 }
 
@@ -141,8 +142,7 @@ static tri_status launch_fence_impl(launch_info *li, int collect) {
     return TRI_OK;
 }
 
-tri_status launch_exchange(launch_info *li, const char *key, int root, void *value,
-                           size_t bytes) {
+tri_status launch_exchange(launch_info *li, const char *key, int root, void *value, size_t bytes) {
     TRI_ASSERT(root >= 0 && root < li->world);
     if (li->singleton || li->world == 1) return TRI_OK; // the root already holds the value
     const pmix_proc_t *me = li->impl;

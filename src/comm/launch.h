@@ -12,7 +12,7 @@ typedef struct {
     int singleton;              // started alone: no PMIx server
     char launcher[32];          // "pmix" or "singleton"
     char host[64];
-    void *impl;                 // PMIx state (pmix_proc_t), NULL for a singleton
+    void *impl; // PMIx state (pmix_proc_t), NULL for a singleton
 } launch_info;
 
 // Never fails for a singleton; TRI_ERR_COMM when a PMIx server exists but answers badly.

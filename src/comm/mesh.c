@@ -39,8 +39,8 @@ void mesh_print(const mesh *m, int n_layer, int virtual_stages, FILE *f) {
             n = 0;
             for (int c = 0; c < v && n < sizeof layers - 32; c++) {
                 int first = (c * PP + pp) * Lc;
-                n += (size_t)snprintf(layers + n, sizeof layers - n, "%s%d-%d", c ? " " : "",
-                                      first, first + Lc - 1);
+                n += (size_t)snprintf(layers + n, sizeof layers - n, "%s%d-%d", c ? " " : "", first,
+                                      first + Lc - 1);
             }
             const char *extra = pp == 0 && pp == PP - 1 ? " +emb +head"
                                 : pp == 0               ? " +emb"

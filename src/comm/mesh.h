@@ -9,7 +9,9 @@ struct mesh {
     int tp, dp, pp;
 };
 
-typedef struct { int tp, dp, pp; } mesh_coord;
+typedef struct {
+    int tp, dp, pp;
+} mesh_coord;
 
 mesh_coord mesh_coord_of(const mesh *m, int rank);
 int mesh_rank_of(const mesh *m, mesh_coord c);

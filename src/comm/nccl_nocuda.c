@@ -5,7 +5,9 @@
 #include "comm/nccl_api.h"
 
 tri_status comm_nccl_create(comm **out, const mesh *m, launch_info *li, double timeout_s) {
-    (void)m; (void)li; (void)timeout_s;
+    (void)m;
+    (void)li;
+    (void)timeout_s;
     *out = NULL;
     LOG_ERROR("the NCCL comm backend (system.comm: nccl): this build of trident has no CUDA "
               "support; rebuild with nvcc on PATH (USE_CUDA=1)");

@@ -64,18 +64,18 @@ typedef struct {
 struct backend {
     const char *name; // "cpu", "cuda"
     void *ctx;
-    int threads;      // compute threads (cpu) or 0
+    int threads; // compute threads (cpu) or 0
     // What the trainer needs to know of a backend, so that it never names one:
-    int device_memory;       // buffers live off the host: MPI must stage them (comm_staged.h),
-                             // and the comm backend of choice is NCCL
-    double peak_flops;       // the MFU denominator: a datasheet peak, or 0 to measure the
-                             // backend's matmul rate at start
+    int device_memory; // buffers live off the host: MPI must stage them (comm_staged.h),
+                       // and the comm backend of choice is NCCL
+    double peak_flops; // the MFU denominator: a datasheet peak, or 0 to measure the
+                       // backend's matmul rate at start
     // What attention_fwd keeps for the backward; attn_state_bytes(attn_state, ...) sizes it
     // for the model and the planner.
     attn_state_kind attn_state;
-    void *stream;            // the stream every op runs on, in call order (a cudaStream_t), for
-                             // a comm backend that orders itself against it with events; NULL
-                             // on the CPU. Set at creation.
+    void *stream; // the stream every op runs on, in call order (a cudaStream_t), for
+                  // a comm backend that orders itself against it with events; NULL
+                  // on the CPU. Set at creation.
 
     // ---- memory ----
     void *(*alloc)(backend *b, size_t bytes); // zero-filled; NULL on failure
@@ -107,8 +107,7 @@ struct backend {
     // fuses that product into its GEMM returns 1; else it returns 0 with dinp = dout @ weight,
     // and backend_matmul_bwd runs gelu_bwd. Returns 0 without gelu_pre.
     int (*matmul_bwd)(backend *b, float *dinp, float *dweight, float *dbias, operand dout,
-                      operand inp, operand weight, const float *gelu_pre, int N, int IC,
-                      int OC);
+                      operand inp, operand weight, const float *gelu_pre, int N, int IC, int OC);
 
     // ---- normalisation and pointwise ----
     // out (N, C) = (inp - mean) * rstd * weight + bias; saves mean (N), rstd (N). eps 1e-5.
@@ -138,8 +137,8 @@ struct backend {
     // read by attention_bwd. On bf16 q, k, v the probabilities (and dO, dS) may be rounded to
     // bf16 for the tensor cores' products, with fp32 accumulation (CUDA); the CPU widens qkv
     // and runs the fp32 op.
-    void (*attention_fwd)(backend *b, float *out, void *state, operand qkv, int B, int T,
-                          int NH, int HS);
+    void (*attention_fwd)(backend *b, float *out, void *state, operand qkv, int B, int T, int NH,
+                          int HS);
     // dqkv (B, T, 3*NH*HS) fp32, overwritten; dout (B, T, NH*HS) fp32; qkv as the forward's.
     void (*attention_bwd)(backend *b, float *dqkv, const float *dout, operand qkv,
                           const void *state, int B, int T, int NH, int HS);
@@ -223,9 +222,8 @@ tri_status backend_cpu_create(backend **out, int threads);
 void backend_matmul_fwd(backend *b, float *out, float *gelu_pre, operand inp, operand weight,
                         const float *bias, int N, int IC, int OC);
 void backend_matmul_bwd(backend *b, float *dinp, float *dweight, float *dbias, operand dout,
-                        operand inp, operand weight, const float *gelu_pre, int N, int IC,
-                        int OC);
-void backend_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, int T,
-                           int NH, int HS);
+                        operand inp, operand weight, const float *gelu_pre, int N, int IC, int OC);
+void backend_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, int T, int NH,
+                           int HS);
 void backend_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv,
                            const void *state, int B, int T, int NH, int HS);

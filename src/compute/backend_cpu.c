@@ -56,8 +56,8 @@ typedef struct {
 
 static void *cpu_alloc(backend *b, size_t bytes) {
     void *raw = NULL;
-    size_t total =
-        CPU_ALLOC_ALIGN + (bytes + CPU_ALLOC_ALIGN - 1) / CPU_ALLOC_ALIGN * CPU_ALLOC_ALIGN;
+    size_t total = CPU_ALLOC_ALIGN +
+                   (bytes + CPU_ALLOC_ALIGN - 1) / CPU_ALLOC_ALIGN * CPU_ALLOC_ALIGN;
     if (posix_memalign(&raw, CPU_ALLOC_ALIGN, total) != 0) return NULL;
     memset(raw, 0, total);
     alloc_header *h = raw;
@@ -295,9 +295,9 @@ static void cpu_residual_fwd(backend *b, float *out, const float *a, const float
     for (size_t i = 0; i < n; i++) out[i] = a[i] + c[i];
 }
 
-static void cpu_residual_layernorm_fwd(backend *b, float *res, float *out, float *mean,
-                                       float *rstd, const float *a, const float *c,
-                                       const float *weight, const float *bias, int N, int C) {
+static void cpu_residual_layernorm_fwd(backend *b, float *res, float *out, float *mean, float *rstd,
+                                       const float *a, const float *c, const float *weight,
+                                       const float *bias, int N, int C) {
     cpu_residual_fwd(b, res, a, c, (size_t)N * C);
     cpu_layernorm_fwd(b, out, mean, rstd, res, weight, bias, N, C);
 }
@@ -562,7 +562,8 @@ static void matmul_bwd_bf16(backend *b, float *dinp, float *dweight, float *dbia
                             const uint16_t *dout, const uint16_t *inp, const uint16_t *weight,
                             int N, int IC, int OC) {
     const size_t no = (size_t)N * OC, ni = (size_t)N * IC, nw = (size_t)OC * IC;
-    float *w_dout = cpu_scratch(ctx_of(b), no + ni + nw), *w_inp = w_dout + no, *w_weight = w_inp + ni;
+    float *w_dout = cpu_scratch(ctx_of(b), no + ni + nw), *w_inp = w_dout + no,
+          *w_weight = w_inp + ni;
     cpu_from_bf16(b, w_dout, dout, no);
     cpu_from_bf16(b, w_inp, inp, ni);
     cpu_from_bf16(b, w_weight, weight, nw);
@@ -619,8 +620,8 @@ static void adamw_range(float *restrict p, const float *restrict g, float *restr
                  lr = _mm256_set1_ps(k->lr), wd = _mm256_set1_ps(k->wd);
     for (; i + 8 <= i1; i += 8) {
         __m256 gi = _mm256_mul_ps(_mm256_loadu_ps(g + i), gs);
-        __m256 mi =
-            _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(ob1, gi));
+        __m256 mi = _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(m + i)),
+                                  _mm256_mul_ps(ob1, gi));
         __m256 vi = _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(v + i)),
                                   _mm256_mul_ps(_mm256_mul_ps(ob2, gi), gi));
         _mm256_storeu_ps(m + i, mi);
@@ -675,7 +676,7 @@ static const backend cpu_backend_table = {
     /* .ctx                   = */ NULL,
     /* .threads               = */ 0,
     /* .device_memory         = */ 0,
-    /* .peak_flops            = */ 0,  // measured: no datasheet peak applies
+    /* .peak_flops            = */ 0, // measured: no datasheet peak applies
     /* .attn_state            = */ ATTN_STATE_PROBS,
     /* .stream                = */ NULL,
     /* .alloc                 = */ cpu_alloc,
@@ -726,8 +727,8 @@ static int blas_core_is_generic(const char **core_out) {
                                           "Northwood", "Banias"};
     *core_out = core;
     for (size_t i = 0; i < sizeof generic / sizeof generic[0]; i++)
-        if (core && !strcmp(core, generic[i])) return __builtin_cpu_supports("avx2") &&
-                                                      __builtin_cpu_supports("fma");
+        if (core && !strcmp(core, generic[i]))
+            return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #else
     *core_out = NULL;
 #endif
@@ -763,7 +764,8 @@ static void warn_generic_blas_core(void) {
     warned = 1;
     LOG_WARN("OpenBLAS uses its generic '%s' kernels on this AVX2 CPU; matmuls run several "
              "times slower than they could.\nHINT: export OPENBLAS_CORETYPE=%s before starting "
-             "trident.", core, blas_core_for_cpu());
+             "trident.",
+             core, blas_core_for_cpu());
 }
 
 tri_status backend_cpu_create(backend **out, int threads) {

@@ -37,7 +37,7 @@ typedef struct {
     _Atomic size_t mem_peak;    // high-water mark of mem_current
     float *scratch;             // per-op workspace (per-thread partials, attention dP), 64B aligned
     size_t scratch_floats;
-    float *widened;             // bf16 attention operands widened to fp32 (cpu_widened)
+    float *widened; // bf16 attention operands widened to fp32 (cpu_widened)
     size_t widened_floats;
 } cpu_ctx;
 

@@ -5,7 +5,8 @@
 
 static tri_status no_cuda(const char *what) {
     LOG_ERROR("%s: this build of trident has no CUDA support; rebuild with nvcc on PATH "
-              "(USE_CUDA=1)", what);
+              "(USE_CUDA=1)",
+              what);
     return TRI_ERR_CONFIG;
 }
 

@@ -11,7 +11,8 @@ tri_status mem_pool_create(mem_pool *p, backend *be, const uint64_t size[MEM_KIN
         if (!size[k]) continue;
         p->base[k] = be->alloc(be, p->size[k]);
         if (!p->base[k]) {
-            LOG_ERROR("out of %s memory: %s needs %zu bytes", be->name, mem_kind_name((mem_kind)k), p->size[k]);
+            LOG_ERROR("out of %s memory: %s needs %zu bytes", be->name, mem_kind_name((mem_kind)k),
+                      p->size[k]);
             LOG_HINT("`trident plan CONFIG --world N` shows each kind; lower train.micro_batch, "
                      "raise parallel.zero, or use parallel.recompute: full");
             mem_pool_free(p);
@@ -32,8 +33,8 @@ void *mem_take(mem_pool *p, backend *be, mem_kind kind, size_t bytes) {
     const size_t n = mem_round(bytes);
     if (p->used[kind] + n > p->size[kind]) {
         LOG_ERROR("memory: %s needs %zu bytes more than the %zu the planner gave it; please "
-                  "report this as a bug", mem_kind_name(kind), p->used[kind] + n - p->size[kind],
-                  p->size[kind]);
+                  "report this as a bug",
+                  mem_kind_name(kind), p->used[kind] + n - p->size[kind], p->size[kind]);
         return NULL;
     }
     void *ptr = p->base[kind] + p->used[kind];
@@ -47,8 +48,8 @@ void mem_give(mem_pool *p, backend *be, void *ptr) {
 
 const char *mem_kind_name(mem_kind k) {
     static const char *names[MEM_KIND_COUNT] = {
-        "param_bytes", "grad_bytes", "master_bytes", "adam_bytes", "activation_bytes",
-        "grad_bucket_bytes", "param_gather_bytes", "scratch_bytes"};
+        "param_bytes",      "grad_bytes",        "master_bytes",       "adam_bytes",
+        "activation_bytes", "grad_bucket_bytes", "param_gather_bytes", "scratch_bytes"};
     return (unsigned)k < MEM_KIND_COUNT ? names[k] : "?";
 }
 

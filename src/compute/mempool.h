@@ -40,7 +40,7 @@ static inline size_t mem_round(size_t bytes) {
 // buffer's address (a `float **`, `uint16_t **`, ... passed as void *); NULL when the list
 // only sizes (the planner).
 typedef struct {
-    const char *name;  // "activation.residual", "zero.layer_ws", ... (static strings)
+    const char *name; // "activation.residual", "zero.layer_ws", ... (static strings)
     mem_kind kind;
     size_t bytes;
     void *dst;

@@ -13,43 +13,62 @@
 #pragma once
 #include "base/common.h"
 #include "base/dtype.h"
-#include "comm/comm.h"        // comm_kind
-#include "compute/backend.h"  // backend_kind
-#include "model/model.h"      // model_config, recompute_kind
-#include "parallel/optim.h"   // optim_config, decay_kind
-#include "parallel/sched.h"   // schedule_kind
-#include "parallel/zero.h"    // zero3_gather_kind
-
+#include "comm/comm.h"       // comm_kind
+#include "compute/backend.h" // backend_kind
+#include "model/model.h"     // model_config, recompute_kind
+#include "parallel/optim.h"  // optim_config, decay_kind
+#include "parallel/sched.h"  // schedule_kind
+#include "parallel/zero.h"   // zero3_gather_kind
 
 #define DP_AUTO (-1)
 
 typedef struct {
-    struct { char *name; char *out_dir; uint64_t seed; } run;
-    model_config model;      // model/model_config.h: arch, n_layer, ..., init_from
     struct {
-        int tp, pp, dp;      // dp may be DP_AUTO until config_resolve_world()
+        char *name;
+        char *out_dir;
+        uint64_t seed;
+    } run;
+    model_config model; // model/model_config.h: arch, n_layer, ..., init_from
+    struct {
+        int tp, pp, dp; // dp may be DP_AUTO until config_resolve_world()
         int virtual_stages;
         schedule_kind schedule;
-        int zero;            // 0..3
+        int zero; // 0..3
         int sequence_parallel;
         recompute_kind recompute;
-        double bucket_mb;    // gradient bucket size for the dp reduction (layers merged up to it)
+        double bucket_mb; // gradient bucket size for the dp reduction (layers merged up to it)
         zero3_gather_kind zero3_gather;
-        int overlap;         // dp reductions, ZeRO-3 gathers and pipeline transfers run while
-                             // compute goes on (comm.h's *_start / wait)
+        int overlap; // dp reductions, ZeRO-3 gathers and pipeline transfers run while
+                     // compute goes on (comm.h's *_start / wait)
     } parallel;
     struct {
         int micro_batch, global_batch, steps;
         tri_dtype precision, grad_dtype, reduce_dtype;
-        double grad_clip;    // 0 = off
+        double grad_clip; // 0 = off
     } train;
-    optim_config optim;      // parallel/optim.h: lr, min_lr, warmup_steps, decay, ...
-    struct { char *train; char *val; int eval_every, eval_batches; } data;
-    struct { char *dir; int every, keep, async; char *resume; } checkpoint;
-    struct { int every; char *metrics; } log;
-    struct { backend_kind backend; comm_kind comm; int threads; double comm_timeout_s; } system;
+    optim_config optim; // parallel/optim.h: lr, min_lr, warmup_steps, decay, ...
+    struct {
+        char *train;
+        char *val;
+        int eval_every, eval_batches;
+    } data;
+    struct {
+        char *dir;
+        int every, keep, async;
+        char *resume;
+    } checkpoint;
+    struct {
+        int every;
+        char *metrics;
+    } log;
+    struct {
+        backend_kind backend;
+        comm_kind comm;
+        int threads;
+        double comm_timeout_s;
+    } system;
 
-    char *source_path;       // the YAML file this came from
+    char *source_path; // the YAML file this came from
 } run_config;
 
 // Fills every key with its DESIGN.md default.

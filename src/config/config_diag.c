@@ -198,8 +198,10 @@ void config_report_unknown_section(config_ctx *c, config_loc loc, const char *na
     int k = config_suggest_key(NULL, name);
     const char *s = suggest_section(name);
     if (k >= 0 && !strcmp(CONFIG_KEYS[k].key, name)) {
-        config_report(c, loc, name, "unknown section; did you mean %s.%s? (keys go under their "
-                      "section)", CONFIG_KEYS[k].section, CONFIG_KEYS[k].key);
+        config_report(c, loc, name,
+                      "unknown section; did you mean %s.%s? (keys go under their "
+                      "section)",
+                      CONFIG_KEYS[k].section, CONFIG_KEYS[k].key);
     } else if (s) {
         config_report(c, loc, name, "unknown section; did you mean %s?", s);
     } else {

@@ -5,9 +5,15 @@
 #include "config/config_keys_internal.h"
 
 // Where a value came from: a line of the file, or the --set argument with that index.
-typedef struct { int line; int set_index; } config_loc;
+typedef struct {
+    int line;
+    int set_index;
+} config_loc;
 
-typedef struct { config_loc loc; char *text; } config_msg;
+typedef struct {
+    config_loc loc;
+    char *text;
+} config_msg;
 
 // The state of one validation: where each key was set, which values were rejected (rules
 // between keys skip those, so one mistake gives one message) and the messages so far,
@@ -16,7 +22,7 @@ typedef struct {
     const char *path; // the config file, for messages
     char **sets;      // the --set arguments, for messages
     int n_errors;
-    int cur_set;      // the --set being parsed, -1 for none
+    int cur_set; // the --set being parsed, -1 for none
     config_loc loc[K_COUNT];
     unsigned char bad[K_COUNT];
     config_msg *msgs; // n_errors of them
@@ -42,6 +48,5 @@ const char *config_closest_name(const char *typed, const char *const *names);
 // The key of `section` (NULL: any) closest to `typed`, else a key of exactly that name in
 // another section; -1 when nothing fits.
 int config_suggest_key(const char *section, const char *typed);
-void config_report_unknown_key(config_ctx *c, config_loc loc, const char *section,
-                               const char *key);
+void config_report_unknown_key(config_ctx *c, config_loc loc, const char *section, const char *key);
 void config_report_unknown_section(config_ctx *c, config_loc loc, const char *name);

@@ -7,8 +7,11 @@ mesh config_mesh(const run_config *cfg) {
 }
 
 model_shard config_model_shard(const run_config *cfg, int tp_rank, int pp_rank) {
-    return (model_shard){.tp = cfg->parallel.tp, .tp_rank = tp_rank, .pp = cfg->parallel.pp,
-                         .pp_rank = pp_rank, .virtual_stages = cfg->parallel.virtual_stages};
+    return (model_shard){.tp = cfg->parallel.tp,
+                         .tp_rank = tp_rank,
+                         .pp = cfg->parallel.pp,
+                         .pp_rank = pp_rank,
+                         .virtual_stages = cfg->parallel.virtual_stages};
 }
 
 model_layout config_model_layout(const run_config *cfg, int tp_rank, int pp_rank, int n_slots,

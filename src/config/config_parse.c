@@ -56,7 +56,7 @@ typedef struct {
     yaml_node_type_t type;
     const char *text; // scalar text, NUL-terminated by libyaml
     size_t len;
-    int quoted;       // single- or double-quoted: always a string
+    int quoted; // single- or double-quoted: always a string
 } scalar_view;
 
 static int is_null(const scalar_view *v) {
@@ -143,8 +143,7 @@ static int set_u64(config_ctx *c, run_config *cfg, key_id k, const scalar_view *
     unsigned long long x = strtoull(v->text, &end, 10);
     if (end == v->text || *end != '\0') return report_type(c, k, v, ""), 0;
     if (errno == ERANGE) {
-        config_report_key(c, k, K_COUNT, "must be in 0..%" PRIu64 " (got %s)", UINT64_MAX,
-                          v->text);
+        config_report_key(c, k, K_COUNT, "must be in 0..%" PRIu64 " (got %s)", UINT64_MAX, v->text);
         return 0;
     }
     *(uint64_t *)config_key_field(cfg, k) = (uint64_t)x;
@@ -249,8 +248,8 @@ static scalar_view view_of(const yaml_node_t *node) {
 
 static int node_line(const yaml_node_t *node) { return (int)node->start_mark.line + 1; }
 
-static void parse_section(config_ctx *c, run_config *cfg, yaml_document_t *doc,
-                          const char *section, yaml_node_t *map) {
+static void parse_section(config_ctx *c, run_config *cfg, yaml_document_t *doc, const char *section,
+                          yaml_node_t *map) {
     for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
          p++) {
         yaml_node_t *key = yaml_document_get_node(doc, p->key);
@@ -286,8 +285,8 @@ static void parse_root(config_ctx *c, run_config *cfg, yaml_document_t *doc) {
         return;
     }
     int seen_line[K_COUNT] = {0}; // by the section's first key id
-    for (yaml_node_pair_t *p = root->data.mapping.pairs.start;
-         p < root->data.mapping.pairs.top; p++) {
+    for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
+         p++) {
         yaml_node_t *key = yaml_document_get_node(doc, p->key);
         yaml_node_t *val = yaml_document_get_node(doc, p->value);
         config_loc loc = {node_line(key), -1};
@@ -308,8 +307,10 @@ static void parse_root(config_ctx *c, run_config *cfg, yaml_document_t *doc) {
             parse_section(c, cfg, doc, name, val);
         } else if (!(val->type == YAML_SCALAR_NODE && is_null(&v))) {
             // An empty section ("model:" with every key commented out) is allowed.
-            config_report(c, loc, name, "must be a mapping of keys (key: value lines indented "
-                          "under %s:), got %s", name, describe(&v, got, sizeof got));
+            config_report(c, loc, name,
+                          "must be a mapping of keys (key: value lines indented "
+                          "under %s:), got %s",
+                          name, describe(&v, got, sizeof got));
         }
     }
 }
@@ -331,8 +332,8 @@ static void report_yaml_error(config_ctx *c, const yaml_parser_t *p, const char 
 static int parse_file(config_ctx *c, run_config *cfg, FILE *f) {
     yaml_parser_t parser;
     yaml_document_t doc;
-    if (!yaml_parser_initialize(&parser)) return config_report(c, (config_loc){0, -1}, NULL,
-                                                               "out of memory"), 0;
+    if (!yaml_parser_initialize(&parser))
+        return config_report(c, (config_loc){0, -1}, NULL, "out of memory"), 0;
     yaml_parser_set_input_file(&parser, f);
     int ok = yaml_parser_load(&parser, &doc);
     if (!ok) {

@@ -55,10 +55,9 @@ static void print_quoted(FILE *f, const char *s) {
 // A string that YAML reads back as the same string when written plain: a name or path
 // made of safe characters, not starting like a number, and not a null/boolean word.
 static int plain_safe(const char *s) {
-    static const char *const reserved[] = {"null", "true", "false", "yes", "no", "on", "off",
-                                           "y", "n", NULL};
-    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_' || *s == '/'))
-        return 0;
+    static const char *const reserved[] = {"null", "true", "false", "yes", "no",
+                                           "on",   "off",  "y",     "n",   NULL};
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_' || *s == '/')) return 0;
     for (const char *p = s; *p; p++)
         if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
               strchr("_-./", *p)))

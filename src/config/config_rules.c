@@ -13,7 +13,7 @@
 // ---------------------------------------------------------------------------------------
 // Ranges and rules
 
-#define KEYS_OK(c, ...)                                                                      \
+#define KEYS_OK(c, ...)                                                                            \
     keys_ok((c), (const key_id[]){__VA_ARGS__}, sizeof((key_id[]){__VA_ARGS__}) / sizeof(key_id))
 
 static int keys_ok(const config_ctx *c, const key_id *keys, size_t n) {
@@ -61,19 +61,22 @@ static void check_tp_split(config_ctx *c, const run_config *cfg) {
     if (KEYS_OK(c, K_PAR_TP, K_MODEL_N_HEAD) && h % tp != 0)
         config_report_key(c, K_PAR_TP, K_MODEL_N_HEAD,
                           "model.n_head (%d) must be divisible by parallel.tp (%d); choose a tp "
-                          "that divides %d", h, tp, h);
+                          "that divides %d",
+                          h, tp, h);
     long long width = 4LL * cfg->model.d_model;
     if (KEYS_OK(c, K_PAR_TP, K_MODEL_D_MODEL) && width % tp != 0)
         config_report_key(c, K_PAR_TP, K_MODEL_D_MODEL,
                           "the MLP width 4 * model.d_model (%lld) must be divisible by "
-                          "parallel.tp (%d); choose a tp that divides %lld", width, tp, width);
+                          "parallel.tp (%d); choose a tp that divides %lld",
+                          width, tp, width);
     int seq = cfg->model.seq_len;
     if (cfg->parallel.sequence_parallel &&
         KEYS_OK(c, K_PAR_TP, K_MODEL_SEQ_LEN, K_PAR_SEQUENCE_PARALLEL) && seq % tp != 0)
         config_report_key(c, K_PAR_SEQUENCE_PARALLEL, K_MODEL_SEQ_LEN,
                           "sequence parallelism splits model.seq_len (%d) over parallel.tp (%d), "
                           "which must divide it; choose a seq_len that is a multiple of %d, or "
-                          "set sequence_parallel: false", seq, tp, tp);
+                          "set sequence_parallel: false",
+                          seq, tp, tp);
 }
 
 static void check_vocab(config_ctx *c, const run_config *cfg) {
@@ -94,22 +97,25 @@ static void check_pipeline(config_ctx *c, const run_config *cfg) {
         config_report_key(c, K_PAR_PP, K_MODEL_N_LAYER,
                           "model.n_layer (%d) must be divisible by parallel.pp * "
                           "parallel.virtual_stages (%d * %d = %lld); choose pp and "
-                          "virtual_stages whose product divides %d", L, pp, v, chunks, L);
+                          "virtual_stages whose product divides %d",
+                          L, pp, v, chunks, L);
     if (!KEYS_OK(c, K_PAR_SCHEDULE, K_PAR_VIRTUAL_STAGES)) return;
     if (s == SCHEDULE_INTERLEAVED && v < 2)
         config_report_key(c, K_PAR_SCHEDULE, K_PAR_VIRTUAL_STAGES,
                           "schedule interleaved needs parallel.virtual_stages >= 2 (got %d); "
-                          "set virtual_stages: 2 or more, or use schedule: 1f1b", v);
+                          "set virtual_stages: 2 or more, or use schedule: 1f1b",
+                          v);
     if (s == SCHEDULE_INTERLEAVED && KEYS_OK(c, K_PAR_PP) && pp < 2)
         config_report_key(c, K_PAR_SCHEDULE, K_PAR_PP,
                           "schedule interleaved needs parallel.pp >= 2 (got %d): its virtual "
                           "stages pass activations between pipeline ranks; use schedule: 1f1b "
-                          "with pp: 1", pp);
+                          "with pp: 1",
+                          pp);
     if (s != SCHEDULE_INTERLEAVED && v > 1)
         config_report_key(c, K_PAR_VIRTUAL_STAGES, K_PAR_SCHEDULE,
                           "%d virtual stages need parallel.schedule: interleaved (got %s); set "
-                          "schedule: interleaved, or virtual_stages: 1", v,
-                          config_schedule_name(s));
+                          "schedule: interleaved, or virtual_stages: 1",
+                          v, config_schedule_name(s));
 }
 
 // Checks the split of train.global_batch over dp replicas and micro-batches.
@@ -121,7 +127,8 @@ static void check_batch_split(config_ctx *c, const run_config *cfg, int dp) {
         config_report_key(c, K_TRAIN_GLOBAL_BATCH, K_TRAIN_MICRO_BATCH,
                           "train.global_batch (%d) must be divisible by train.micro_batch * "
                           "parallel.dp (%d * %d = %lld); choose a global_batch that is a "
-                          "multiple of %lld", gb, mb, dp, per_mb, per_mb);
+                          "multiple of %lld",
+                          gb, mb, dp, per_mb, per_mb);
         return;
     }
     long long m = gb / per_mb;
@@ -140,7 +147,8 @@ static void check_batch_split(config_ctx *c, const run_config *cfg, int dp) {
                           "schedule interleaved needs the micro-batches per step "
                           "(train.global_batch / (train.micro_batch * parallel.dp) = %lld) to "
                           "be a multiple of parallel.pp (%d); choose a global_batch that is a "
-                          "multiple of %lld", m, pp, per_mb * pp);
+                          "multiple of %lld",
+                          m, pp, per_mb * pp);
     }
 }
 
@@ -180,7 +188,8 @@ void config_check_rules(config_ctx *c, const run_config *cfg) {
         int gb = cfg->train.global_batch, mb = cfg->train.micro_batch;
         config_report_key(c, K_TRAIN_GLOBAL_BATCH, K_TRAIN_MICRO_BATCH,
                           "train.global_batch (%d) must be divisible by train.micro_batch (%d); "
-                          "choose a global_batch that is a multiple of %d", gb, mb, mb);
+                          "choose a global_batch that is a multiple of %d",
+                          gb, mb, mb);
     }
 }
 
@@ -215,15 +224,15 @@ tri_status config_resolve_world(run_config *cfg, int world) {
     config_ctx_init(&c, cfg->source_path, NULL);
     int dp = 0;
     if (world < 1) {
-        config_report(&c, (config_loc){0, -1}, NULL, "the world size must be >= 1 (got %d)",
-                      world);
+        config_report(&c, (config_loc){0, -1}, NULL, "the world size must be >= 1 (got %d)", world);
     } else {
         dp = world_dp(&c, cfg, world);
         if (dp > 0) check_batch_split(&c, cfg, dp);
         if (cfg->system.comm == COMM_SELF && world > 1)
             config_report_key(&c, K_SYS_COMM, K_COUNT,
                               "comm self runs a single process, but the world has %d ranks; use "
-                              "comm: auto", world);
+                              "comm: auto",
+                              world);
     }
     if (c.n_errors) {
         config_report_total(&c);

@@ -19,8 +19,8 @@ const char *const ckpt_kind_names[KIND_COUNT] = {"param", "master", "adam_m", "a
 
 // ---- regions ----
 
-void ckpt_entry_rects(const param_table *pt, const param_entry *e, size_t a, size_t b,
-                      rect_fn fn, void *ctx) {
+void ckpt_entry_rects(const param_table *pt, const param_entry *e, size_t a, size_t b, rect_fn fn,
+                      void *ctx) {
     const int64_t lc = e->local_cols, gc = e->global_cols;
     size_t pos = a;
     while (pos < b) {
@@ -33,7 +33,8 @@ void ckpt_entry_rects(const param_table *pt, const param_entry *e, size_t a, siz
             continue;
         }
         int64_t k = 1;
-        while (pos + (size_t)((k + 1) * lc) <= b && params_global_index(pt, e, r + k, 0) == g + k * gc)
+        while (pos + (size_t)((k + 1) * lc) <= b &&
+               params_global_index(pt, e, r + k, 0) == g + k * gc)
             k++;
         fn(ctx, (rect){g / gc, g % gc, k, lc}, pos - a);
         pos += (size_t)(k * lc);
@@ -138,26 +139,28 @@ struct ckpt_writer {
     ckpt_state s;
     span *spans;
     int n_spans;
-    size_t bytes;            // this rank's file
-    unsigned char *image;    // host copy of the spans, back to back
-    char dir[PATH_BYTES];          // checkpoint.dir
+    size_t bytes;         // this rank's file
+    unsigned char *image; // host copy of the spans, back to back
+    char dir[PATH_BYTES]; // checkpoint.dir
     char tmp[PATH_BYTES], final[PATH_BYTES];
     ckpt_progress progress;
     int pending, threaded;
     pthread_t thread, prefault;
-    int prefaulting;         // the prefault thread has not been joined yet
+    int prefaulting; // the prefault thread has not been joined yet
     atomic_int done;
-    tri_status status;       // of this rank's write
+    tri_status status; // of this rank's write
     double write_s;
 };
 
-static const char *tensor_name(const ckpt_state *s, int entry) { return s->pt->entries[entry].name; }
+static const char *tensor_name(const ckpt_state *s, int entry) {
+    return s->pt->entries[entry].name;
+}
 
 typedef struct {
     FILE *idx;
     const unsigned char *base; // the span's bytes
     const char *tensor, *kind, *file;
-    size_t file_off;           // of the span
+    size_t file_off; // of the span
 } idx_ctx;
 
 static void write_idx_line(void *ctx, rect r, size_t at) {
@@ -206,9 +209,12 @@ static tri_status write_rank_files(ckpt_writer *w) {
     size_t off = 0;
     for (int i = 0; i < w->n_spans; i++) {
         const span *sp = &w->spans[i];
-        idx_ctx c = {idx, w->image + off, tensor_name(&w->s, sp->entry), ckpt_kind_names[sp->kind], name, off};
-        ckpt_entry_rects(w->s.pt, &w->s.pt->entries[sp->entry], sp->lo - w->s.pt->entries[sp->entry].offset,
-                    sp->hi - w->s.pt->entries[sp->entry].offset, write_idx_line, &c);
+        idx_ctx c = {
+            idx, w->image + off, tensor_name(&w->s, sp->entry), ckpt_kind_names[sp->kind], name,
+            off};
+        ckpt_entry_rects(w->s.pt, &w->s.pt->entries[sp->entry],
+                         sp->lo - w->s.pt->entries[sp->entry].offset,
+                         sp->hi - w->s.pt->entries[sp->entry].offset, write_idx_line, &c);
         off += (sp->hi - sp->lo) * sizeof(float);
     }
     int bad = fflush(idx) != 0; // flush, then sync: in this order
@@ -247,7 +253,8 @@ tri_status ckpt_writer_create(ckpt_writer **out, const ckpt_state *s) {
     w->n_spans = stored_spans(s, NULL);
     w->spans = xcalloc((size_t)w->n_spans + 1, sizeof(span));
     stored_spans(s, w->spans);
-    for (int i = 0; i < w->n_spans; i++) w->bytes += (w->spans[i].hi - w->spans[i].lo) * sizeof(float);
+    for (int i = 0; i < w->n_spans; i++)
+        w->bytes += (w->spans[i].hi - w->spans[i].lo) * sizeof(float);
     w->image = malloc(w->bytes ? w->bytes : 1);
     if (!w->image) {
         LOG_ERROR("checkpoint: out of host memory for the %zu bytes this rank writes", w->bytes);
@@ -288,9 +295,12 @@ static tri_status write_manifest(ckpt_writer *w) {
     // Training draws no random numbers after initialisation (no dropout), so the seed is
     // the whole RNG state.
     fprintf(f, "rng: {seed: %llu, draws: 0}\n", (unsigned long long)cfg->run.seed);
-    fprintf(f, "mesh: {world: %d, tp: %d, pp: %d, dp: %d, virtual_stages: %d, zero: %d, schedule: %s}\n",
-            s->world, cfg->parallel.tp, cfg->parallel.pp, cfg->parallel.dp,
-            cfg->parallel.virtual_stages, zero_layout_of(s->zero)->stage, config_schedule_name(cfg->parallel.schedule));
+    fprintf(
+        f,
+        "mesh: {world: %d, tp: %d, pp: %d, dp: %d, virtual_stages: %d, zero: %d, schedule: %s}\n",
+        s->world, cfg->parallel.tp, cfg->parallel.pp, cfg->parallel.dp,
+        cfg->parallel.virtual_stages, zero_layout_of(s->zero)->stage,
+        config_schedule_name(cfg->parallel.schedule));
     fprintf(f, "config:\n");
     config_print_yaml(cfg, f, 2);
     param_table full;
@@ -405,7 +415,8 @@ static void prune(ckpt_writer *w) {
     for (int i = 0; i + w->s.cfg->checkpoint.keep < n; i++) {
         if (steps[i] == w->progress.step) continue;
         pathf(p, "%s/step_%08d", w->dir, steps[i]);
-        if (remove_dir(p) == 0) LOG_INFO("checkpoint: removed %s (checkpoint.keep %d)", p, w->s.cfg->checkpoint.keep);
+        if (remove_dir(p) == 0)
+            LOG_INFO("checkpoint: removed %s (checkpoint.keep %d)", p, w->s.cfg->checkpoint.keep);
     }
     free(steps);
 }
@@ -418,14 +429,15 @@ tri_status ckpt_commit(ckpt_writer *w) {
     if (rc == TRI_OK && w->s.rank == 0) {
         rc = write_manifest(w);
         if (rc == TRI_OK) {
-            LOG_INFO("checkpoint: step %d written to %s (%.1f MiB on rank 0, %.2f s)", w->progress.step,
-                     w->final, w->bytes / 1048576.0, w->write_s);
+            LOG_INFO("checkpoint: step %d written to %s (%.1f MiB on rank 0, %.2f s)",
+                     w->progress.step, w->final, w->bytes / 1048576.0, w->write_s);
             prune(w);
         }
     }
     rc = ckpt_agree(w->s.cm, rc);
     if (rc != TRI_OK && w->s.rank == 0) {
-        LOG_ERROR("checkpoint: step %d not written; %s is left as it was", w->progress.step, w->dir);
+        LOG_ERROR("checkpoint: step %d not written; %s is left as it was", w->progress.step,
+                  w->dir);
         remove_dir(w->tmp);
     }
     return rc;

@@ -26,18 +26,18 @@
 
 // Where training stands: what a checkpoint restores besides the tensors.
 typedef struct {
-    int step;          // optimizer steps done
-    int64_t samples;   // global sample index of the next training sample (the data cursor)
-    int64_t tokens;    // tokens trained on
-    int optim_t;       // AdamW's step counter (bias correction)
+    int step;        // optimizer steps done
+    int64_t samples; // global sample index of the next training sample (the data cursor)
+    int64_t tokens;  // tokens trained on
+    int optim_t;     // AdamW's step counter (bias correction)
 } ckpt_progress;
 
 // A rank's training state as the checkpoint code sees it.
 typedef struct {
     const run_config *cfg;
     const param_table *pt;
-    zero_state *zero;  // where the parameters are and which pieces this rank owns
-    optimizer *optim;  // their moments and master weights
+    zero_state *zero; // where the parameters are and which pieces this rank owns
+    optimizer *optim; // their moments and master weights
     backend *be;
     comm *cm;
     int rank, world, tp_rank;

@@ -24,16 +24,16 @@ typedef struct {
 // either one partial row, or whole local rows that map to consecutive global rows at the
 // same columns. `at` is the rectangle's first element, relative to a.
 typedef void (*rect_fn)(void *ctx, rect r, size_t at);
-void ckpt_entry_rects(const param_table *pt, const param_entry *e, size_t a, size_t b,
-                      rect_fn fn, void *ctx);
+void ckpt_entry_rects(const param_table *pt, const param_entry *e, size_t a, size_t b, rect_fn fn,
+                      void *ctx);
 
 // What this rank stores or needs: a span of (entry, kind) in device memory.
 typedef struct {
     int entry;
-    size_t lo, hi;     // flat local offsets in the table layout
+    size_t lo, hi; // flat local offsets in the table layout
     ckpt_kind kind;
-    void *dev;         // device address of element lo
-    size_t elem;       // its bytes: 4 (fp32), or 2 for bf16 parameters
+    void *dev;   // device address of element lo
+    size_t elem; // its bytes: 4 (fp32), or 2 for bf16 parameters
 } span;
 
 // Where elements [lo, hi) of a piece live for `kind`, and their size.

@@ -23,13 +23,19 @@ static int needed_spans(const ckpt_state *s, span *out) {
     if (zl->stage < 3) {
         for (int i = 0; i < pt->n_entries; i++, n++) {
             const param_entry *e = &pt->entries[i];
-            if (out) out[n] = (span){i, e->offset, e->offset + (size_t)e->local_numel, KIND_PARAM,
-                                     zero_param_at(s->zero, e->offset), pelem};
+            if (out)
+                out[n] = (span){i,
+                                e->offset,
+                                e->offset + (size_t)e->local_numel,
+                                KIND_PARAM,
+                                zero_param_at(s->zero, e->offset),
+                                pelem};
         }
     }
     const ckpt_kind kinds[] = {KIND_PARAM, KIND_MASTER, KIND_ADAM_M, KIND_ADAM_V};
     for (int k = 0; k < 4; k++) {
-        if ((kinds[k] == KIND_PARAM && zl->stage < 3) || (kinds[k] == KIND_MASTER && !bf16)) continue;
+        if ((kinds[k] == KIND_PARAM && zl->stage < 3) || (kinds[k] == KIND_MASTER && !bf16))
+            continue;
         for (int p = 0; p < zl->n_pieces; p++, n++) {
             const zero_piece *pc = &zl->pieces[p];
             if (out) out[n] = ckpt_piece_span(s, pc, kinds[k], pc->lo, pc->hi);
@@ -51,9 +57,9 @@ static int read_text(const char *path, char *buf, size_t n) {
 // ---- reading: the manifest ----
 
 typedef struct {
-    int tensor;        // index into the manifest's tensors
+    int tensor; // index into the manifest's tensors
     ckpt_kind kind;
-    int elem;          // bytes per element: 4 (f32) or 2 (bf16)
+    int elem; // bytes per element: 4 (f32) or 2 (bf16)
     rect r;
     int file;
     uint64_t offset;
@@ -89,7 +95,8 @@ static void manifest_free(manifest *m) {
 
 static yaml_node_t *map_get(yaml_document_t *d, yaml_node_t *map, const char *key) {
     if (!map || map->type != YAML_MAPPING_NODE) return NULL;
-    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
+         p++) {
         yaml_node_t *k = yaml_document_get_node(d, p->key);
         if (k && k->type == YAML_SCALAR_NODE && !strcmp((char *)k->data.scalar.value, key))
             return yaml_document_get_node(d, p->value);
@@ -122,7 +129,8 @@ static int get_int(yaml_document_t *d, yaml_node_t *map, const char *key, int *o
 // A flow sequence of two integers.
 static int get_pair(yaml_document_t *d, yaml_node_t *map, const char *key, int64_t *a, int64_t *b) {
     yaml_node_t *n = map_get(d, map, key);
-    if (!n || n->type != YAML_SEQUENCE_NODE || n->data.sequence.items.top - n->data.sequence.items.start != 2)
+    if (!n || n->type != YAML_SEQUENCE_NODE ||
+        n->data.sequence.items.top - n->data.sequence.items.start != 2)
         return -1;
     const char *x = scalar(yaml_document_get_node(d, n->data.sequence.items.start[0]));
     const char *y = scalar(yaml_document_get_node(d, n->data.sequence.items.start[1]));
@@ -132,7 +140,9 @@ static int get_pair(yaml_document_t *d, yaml_node_t *map, const char *key, int64
 }
 
 static int seq_len_of(yaml_node_t *n) {
-    return n && n->type == YAML_SEQUENCE_NODE ? (int)(n->data.sequence.items.top - n->data.sequence.items.start) : -1;
+    return n && n->type == YAML_SEQUENCE_NODE
+               ? (int)(n->data.sequence.items.top - n->data.sequence.items.start)
+               : -1;
 }
 
 static int find_tensor(const manifest *m, const char *name) {
@@ -159,10 +169,11 @@ static tri_status parse_regions(manifest *m, yaml_document_t *d, yaml_node_t *se
         const char *dt = scalar(map_get(d, n, "dtype")), *f = scalar(map_get(d, n, "file"));
         int64_t off, crc;
         if (!t || !k || !dt || !f || get_pair(d, n, "offset", &g->r.row, &g->r.col) ||
-            get_pair(d, n, "extent", &g->r.rows, &g->r.cols) || get_i64(d, n, "byte_offset", &off) ||
-            get_i64(d, n, "crc32c", &crc))
-            return bad_manifest(m, n, "a region lacks tensor, kind, dtype, offset, extent, file, "
-                                      "byte_offset or crc32c");
+            get_pair(d, n, "extent", &g->r.rows, &g->r.cols) ||
+            get_i64(d, n, "byte_offset", &off) || get_i64(d, n, "crc32c", &crc))
+            return bad_manifest(m, n,
+                                "a region lacks tensor, kind, dtype, offset, extent, file, "
+                                "byte_offset or crc32c");
         g->offset = (uint64_t)off, g->crc = (uint32_t)crc;
         g->tensor = find_tensor(m, t);
         g->kind = KIND_COUNT;
@@ -173,12 +184,14 @@ static tri_status parse_regions(manifest *m, yaml_document_t *d, yaml_node_t *se
         for (int q = 0; q < m->n_files; q++)
             if (!strcmp(m->files[q], f)) g->file = q;
         const tensor_info *ti = g->tensor >= 0 ? &m->tensors[g->tensor] : NULL;
-        if (!ti || g->kind == KIND_COUNT || !g->elem || g->file < 0 || g->r.row < 0 || g->r.col < 0 ||
-            g->r.rows < 1 || g->r.cols < 1 || g->r.row + g->r.rows > ti->rows ||
+        if (!ti || g->kind == KIND_COUNT || !g->elem || g->file < 0 || g->r.row < 0 ||
+            g->r.col < 0 || g->r.rows < 1 || g->r.cols < 1 || g->r.row + g->r.rows > ti->rows ||
             g->r.col + g->r.cols > ti->cols ||
-            g->offset + (uint64_t)(g->r.rows * g->r.cols * g->elem) > (uint64_t)m->file_bytes[g->file])
-            return bad_manifest(m, n, "a region names an unknown tensor, kind, dtype or file, or lies "
-                                      "outside its tensor or file");
+            g->offset + (uint64_t)(g->r.rows * g->r.cols * g->elem) >
+                (uint64_t)m->file_bytes[g->file])
+            return bad_manifest(m, n,
+                                "a region names an unknown tensor, kind, dtype or file, or lies "
+                                "outside its tensor or file");
     }
     return TRI_OK;
 }
@@ -226,13 +239,16 @@ static tri_status manifest_read(manifest *m, const char *dir) {
     }
     if (get_int(&doc, root, "step", &m->step) || get_i64(&doc, root, "samples", &m->samples) ||
         get_i64(&doc, root, "tokens", &m->tokens) || get_int(&doc, root, "optim_t", &m->optim_t) ||
-        get_int(&doc, model, "n_layer", &m->n_layer) || get_int(&doc, model, "n_head", &m->n_head) ||
-        get_int(&doc, model, "d_model", &m->d_model) || get_int(&doc, model, "seq_len", &m->seq_len) ||
+        get_int(&doc, model, "n_layer", &m->n_layer) ||
+        get_int(&doc, model, "n_head", &m->n_head) ||
+        get_int(&doc, model, "d_model", &m->d_model) ||
+        get_int(&doc, model, "seq_len", &m->seq_len) ||
         get_int(&doc, model, "vocab_size", &m->vocab_size) ||
         get_int(&doc, model, "vocab_pad_to", &m->vocab_pad_to) || seq_len_of(tensors) < 1 ||
         seq_len_of(files) < 1) {
-        rc = bad_manifest(m, root, "step, samples, tokens, optim_t, config.model, tensors or files "
-                                   "missing");
+        rc = bad_manifest(m, root,
+                          "step, samples, tokens, optim_t, config.model, tensors or files "
+                          "missing");
         goto done;
     }
     m->n_tensors = seq_len_of(tensors);
@@ -275,16 +291,17 @@ static tri_status check_shapes(const manifest *m, const param_table *pt) {
         if (t >= 0 && rows == (vocab ? e->valid_rows : e->global_rows) &&
             m->tensors[t].cols == e->global_cols)
             continue;
-        if (t < 0)
-            LOG_ERROR("checkpoint %s: tensor %s is not in the checkpoint", m->path, e->name);
+        if (t < 0) LOG_ERROR("checkpoint %s: tensor %s is not in the checkpoint", m->path, e->name);
         else
             LOG_ERROR("checkpoint %s: tensor %s is [%lld, %lld] in the checkpoint but [%lld, %lld] "
-                      "in this model", m->path, e->name, (long long)m->tensors[t].rows,
-                      (long long)m->tensors[t].cols, (long long)e->global_rows, (long long)e->global_cols);
+                      "in this model",
+                      m->path, e->name, (long long)m->tensors[t].rows,
+                      (long long)m->tensors[t].cols, (long long)e->global_rows,
+                      (long long)e->global_cols);
         LOG_HINT("the checkpoint holds a model with n_layer %d, n_head %d, d_model %d, seq_len %d, "
                  "vocab_size %d, vocab_pad_to %d: use the same model keys to resume it, or set "
-                 "checkpoint.resume: none", m->n_layer, m->n_head, m->d_model, m->seq_len,
-                 m->vocab_size, m->vocab_pad_to);
+                 "checkpoint.resume: none",
+                 m->n_layer, m->n_head, m->d_model, m->seq_len, m->vocab_size, m->vocab_pad_to);
         return TRI_ERR_CKPT;
     }
     return TRI_OK;
@@ -300,8 +317,8 @@ static tri_status check_files(const manifest *m) {
             LOG_ERROR("checkpoint %s: rank file %s is missing (%s)", m->dir, p, strerror(errno));
         } else if (st.st_size != m->file_bytes[i]) {
             LOG_ERROR("checkpoint %s: rank file %s is %lld bytes, the manifest says %lld "
-                      "(truncated or replaced)", m->dir, p, (long long)st.st_size,
-                      (long long)m->file_bytes[i]);
+                      "(truncated or replaced)",
+                      m->dir, p, (long long)st.st_size, (long long)m->file_bytes[i]);
         } else {
             continue;
         }
@@ -316,11 +333,11 @@ static tri_status check_files(const manifest *m) {
 
 typedef struct {
     const manifest *m;
-    int *fds;            // per file, opened on first use
-    unsigned char *buf;  // one region's bytes
+    int *fds;           // per file, opened on first use
+    unsigned char *buf; // one region's bytes
     size_t buf_cap;
-    float *dst;          // the span's host staging
-    rect *need;          // the span's rectangles, and where each starts in dst
+    float *dst; // the span's host staging
+    rect *need; // the span's rectangles, and where each starts in dst
     size_t *need_at;
     int n_need, cap_need;
     int64_t filled;
@@ -346,7 +363,6 @@ static int overlap(rect a, rect b, rect *out) {
     return 1;
 }
 
-
 // Reads region g (checking its CRC) into ld->buf.
 static tri_status read_region(loader *ld, const region *g) {
     const manifest *m = ld->m;
@@ -365,10 +381,11 @@ static tri_status read_region(loader *ld, const region *g) {
     if (crc != g->crc) {
         LOG_ERROR("checkpoint %s: checksum mismatch in %s: tensor %s (%s), rows [%lld, %lld), "
                   "cols [%lld, %lld), byte offset %llu: stored crc32c 0x%08x, data has 0x%08x",
-                  m->dir, p, m->tensors[g->tensor].name, ckpt_kind_names[g->kind], (long long)g->r.row,
-                  (long long)(g->r.row + g->r.rows), (long long)g->r.col,
+                  m->dir, p, m->tensors[g->tensor].name, ckpt_kind_names[g->kind],
+                  (long long)g->r.row, (long long)(g->r.row + g->r.rows), (long long)g->r.col,
                   (long long)(g->r.col + g->r.cols), (unsigned long long)g->offset, g->crc, crc);
-        LOG_HINT("the file is corrupted; resume from an older checkpoint (checkpoint.resume: PATH)");
+        LOG_HINT(
+            "the file is corrupted; resume from an older checkpoint (checkpoint.resume: PATH)");
         return TRI_ERR_CKPT;
     }
     return TRI_OK;
@@ -426,7 +443,8 @@ static tri_status load_span(loader *ld, const param_table *pt, const param_entry
     }
     if (ld->filled != (int64_t)(hi - lo)) {
         LOG_ERROR("checkpoint %s: the regions of tensor %s (%s) cover %lld of the %zu elements "
-                  "this rank needs", m->dir, e->name, ckpt_kind_names[want], (long long)ld->filled, hi - lo);
+                  "this rank needs",
+                  m->dir, e->name, ckpt_kind_names[want], (long long)ld->filled, hi - lo);
         LOG_HINT("the manifest is incomplete or damaged; resume from another checkpoint");
         return TRI_ERR_CKPT;
     }
@@ -475,7 +493,8 @@ tri_status ckpt_resolve_resume(const run_config *cfg, char *path, size_t n) {
     if (!where) return TRI_OK; // auto without a checkpoint.dir
     if (ckpt_is_checkpoint(where, path, n)) return TRI_OK;
     if (!strcmp(resume, "auto")) return TRI_OK; // nothing written yet: a fresh start
-    LOG_ERROR("checkpoint.resume: %s is not a checkpoint (no manifest.yaml, no latest in it)", resume);
+    LOG_ERROR("checkpoint.resume: %s is not a checkpoint (no manifest.yaml, no latest in it)",
+              resume);
     LOG_HINT("give a checkpoint directory (checkpoint.dir/step_N) or a checkpoint.dir holding "
              "`latest`; auto resumes from checkpoint.dir when it has one, none starts fresh");
     return TRI_ERR_CKPT;
@@ -549,7 +568,8 @@ tri_status ckpt_read_model(const char *path, run_config *cfg, param_table *full,
         // A bf16 run's checkpoint holds its fp32 master weights; the model it trained
         // computes with their bf16 rounding, which is what its model.bin holds too.
         for (int g = 0; rc == TRI_OK && g < m.n_regions; g++) {
-            if (m.regions[g].kind != KIND_MASTER || strcmp(m.tensors[m.regions[g].tensor].name, e->name))
+            if (m.regions[g].kind != KIND_MASTER ||
+                strcmp(m.tensors[m.regions[g].tensor].name, e->name))
                 continue;
             for (int64_t k = 0; k < e->local_numel; k++)
                 out[e->offset + k] = bf16_to_f32(bf16_from_f32(out[e->offset + k]));

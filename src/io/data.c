@@ -170,8 +170,7 @@ tri_status data_open(data_stream *ds, const char *pattern, int T, int vocab_size
                  "run `make data` to build the embedded corpus, or check %s (a glob such as "
                  "\"data/kjv_train_*.bin\", relative to the working directory)",
                  what);
-        if (grc == GLOB_NOMATCH)
-            return data_fail(hint, "%s: no file matches '%s'", what, pattern);
+        if (grc == GLOB_NOMATCH) return data_fail(hint, "%s: no file matches '%s'", what, pattern);
         return data_fail(hint, "%s: cannot expand '%s' (%s)", what, pattern,
                          grc == GLOB_NOSPACE ? "out of memory" : "a directory could not be read");
     }
@@ -205,8 +204,8 @@ tri_status data_open(data_stream *ds, const char *pattern, int T, int vocab_size
                        (long long)(needed * T + 1));
         goto fail;
     }
-    LOG_DEBUG("%s: %d shard(s) for '%s', %lld tokens, %lld samples of T = %d", what,
-              ds->n_shards, pattern, (long long)total_tokens, (long long)ds->n_samples, T);
+    LOG_DEBUG("%s: %d shard(s) for '%s', %lld tokens, %lld samples of T = %d", what, ds->n_shards,
+              pattern, (long long)total_tokens, (long long)ds->n_samples, T);
     return TRI_OK;
 fail:
     data_close(ds);

@@ -10,11 +10,11 @@
 
 typedef struct {
     char *path;
-    int token_bytes;     // 2 (uint16, version 1) or 4 (uint32, version 7)
+    int token_bytes; // 2 (uint16, version 1) or 4 (uint32, version 7)
     int64_t ntok;
-    int64_t n_samples;   // (ntok - 1) / T
+    int64_t n_samples;    // (ntok - 1) / T
     int64_t first_sample; // cumulative sample index of this shard's sample 0
-    void *map;           // mmap of the whole file
+    void *map;            // mmap of the whole file
     size_t map_bytes;
 } data_shard;
 
@@ -22,7 +22,7 @@ typedef struct {
     data_shard *shards;
     int n_shards;
     int T;
-    int64_t n_samples;   // one pass over all shards
+    int64_t n_samples; // one pass over all shards
 } data_stream;
 
 // Opens every shard matching `pattern` (a glob) for sequences of length T. Checks each

@@ -18,7 +18,8 @@ tri_status export_load(const char *run_or_file, llmc_model *out, char *path_out,
         float *global;
         tri_status rc = ckpt_read_model(path_out, &cfg, &full, &global);
         if (rc == TRI_OK) {
-            llmc_from_params(out, &full, global, cfg.model.seq_len, cfg.model.vocab_size, cfg.model.n_head);
+            llmc_from_params(out, &full, global, cfg.model.seq_len, cfg.model.vocab_size,
+                             cfg.model.n_head);
             free(global);
             params_free(&full);
         }
@@ -27,8 +28,7 @@ tri_status export_load(const char *run_or_file, llmc_model *out, char *path_out,
     }
     if (stat(run_or_file, &st) == 0 && S_ISDIR(st.st_mode))
         snprintf(path_out, path_n, "%s/model.bin", run_or_file);
-    else
-        snprintf(path_out, path_n, "%s", run_or_file);
+    else snprintf(path_out, path_n, "%s", run_or_file);
     return llmc_read(path_out, out);
 }
 
@@ -69,9 +69,9 @@ tri_status export_safetensors(const llmc_model *f, const char *out_path) {
     st_tensor *ts = xcalloc((size_t)n, sizeof *ts);
     // HF GPT-2 per-layer names, in our per-layer order (PARAM_LN1W..PARAM_FCPROJB).
     static const char *hf[PARAM_PER_LAYER] = {
-        "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
-        "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
-        "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+        "ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
+        "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
+        "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
     int k = 0;
     for (int i = 0; i < pt.n_entries; i++) {
         const param_entry *e = &pt.entries[i];

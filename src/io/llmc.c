@@ -10,16 +10,17 @@
 
 // The file's tensors in order, as the per-layer kinds of params.h (or -1 for wte, wpe,
 // lnfw, lnfb which are not per layer).
-static const int llmc_kinds[] = {PARAM_LN1W,  PARAM_LN1B,    PARAM_QKVW, PARAM_QKVB,
-                                 PARAM_ATTPROJW, PARAM_ATTPROJB, PARAM_LN2W, PARAM_LN2B,
-                                 PARAM_FCW,   PARAM_FCB,     PARAM_FCPROJW, PARAM_FCPROJB};
+static const int llmc_kinds[] = {PARAM_LN1W,     PARAM_LN1B,     PARAM_QKVW,    PARAM_QKVB,
+                                 PARAM_ATTPROJW, PARAM_ATTPROJB, PARAM_LN2W,    PARAM_LN2B,
+                                 PARAM_FCW,      PARAM_FCB,      PARAM_FCPROJW, PARAM_FCPROJB};
 
 static size_t kind_numel(int kind, size_t C) {
     switch (kind) {
     case PARAM_QKVW: return 3 * C * C;
     case PARAM_QKVB: return 3 * C;
     case PARAM_ATTPROJW: return C * C;
-    case PARAM_FCW: case PARAM_FCPROJW: return 4 * C * C;
+    case PARAM_FCW:
+    case PARAM_FCPROJW: return 4 * C * C;
     case PARAM_FCB: return 4 * C;
     default: return C;
     }
@@ -33,8 +34,9 @@ static size_t file_numel(int maxT, int L, int C, int Vp) {
 
 // Offset (elements) in the file of table entry e: the same tensor for one layer.
 static size_t llmc_offset(const param_entry *e, int maxT, int L, int C, int Vp) {
-    static const char *suffixes[PARAM_PER_LAYER] = {"ln1w", "ln1b", "qkvw", "qkvb", "attprojw",
-        "attprojb", "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb"};
+    static const char *suffixes[PARAM_PER_LAYER] = {"ln1w",     "ln1b",     "qkvw",    "qkvb",
+                                                    "attprojw", "attprojb", "ln2w",    "ln2b",
+                                                    "fcw",      "fcb",      "fcprojw", "fcprojb"};
     if (!strcmp(e->name, "wte")) return 0;
     size_t off = (size_t)Vp * C;
     if (!strcmp(e->name, "wpe")) return off;
@@ -56,7 +58,7 @@ tri_status llmc_read(const char *path, llmc_model *out) {
     if (!f) {
         LOG_ERROR("cannot open model file %s: %s", path, strerror(errno));
         LOG_HINT("model.init_from and `trident sample/export` take an llm.c model file "
-                  "(or a run directory containing model.bin)");
+                 "(or a run directory containing model.bin)");
         return TRI_ERR_CKPT;
     }
     int32_t h[256];
@@ -66,16 +68,16 @@ tri_status llmc_read(const char *path, llmc_model *out) {
         goto done;
     }
     if (h[0] != LLMC_MAGIC || (h[1] != LLMC_VERSION_FP32 && h[1] != LLMC_VERSION_BF16)) {
-        LOG_ERROR("%s: not an llm.c model file (magic %d version %d; expected %d and 3 or 5)",
-                  path, h[0], h[1], LLMC_MAGIC);
+        LOG_ERROR("%s: not an llm.c model file (magic %d version %d; expected %d and 3 or 5)", path,
+                  h[0], h[1], LLMC_MAGIC);
         goto done;
     }
     out->version = h[1];
     out->maxT = h[2], out->V = h[3], out->L = h[4], out->NH = h[5], out->C = h[6], out->Vp = h[7];
     if (out->maxT <= 0 || out->V <= 0 || out->L <= 0 || out->NH <= 0 || out->C <= 0 ||
         out->Vp < out->V || out->C % out->NH) {
-        LOG_ERROR("%s: inconsistent header (maxT %d V %d L %d NH %d C %d Vp %d)", path,
-                  out->maxT, out->V, out->L, out->NH, out->C, out->Vp);
+        LOG_ERROR("%s: inconsistent header (maxT %d V %d L %d NH %d C %d Vp %d)", path, out->maxT,
+                  out->V, out->L, out->NH, out->C, out->Vp);
         goto done;
     }
     out->numel = file_numel(out->maxT, out->L, out->C, out->Vp);
@@ -115,7 +117,10 @@ void llmc_free(llmc_model *f) {
 }
 
 tri_status llmc_check_config(const llmc_model *f, const run_config *cfg, const char *path) {
-    struct { const char *key; int file, config; } dims[] = {
+    struct {
+        const char *key;
+        int file, config;
+    } dims[] = {
         {"model.n_layer", f->L, cfg->model.n_layer},
         {"model.n_head", f->NH, cfg->model.n_head},
         {"model.d_model", f->C, cfg->model.d_model},
@@ -161,13 +166,19 @@ void llmc_load_params(const llmc_model *f, const param_table *pt, float *local) 
     }
 }
 
-void llmc_from_params(llmc_model *out, const param_table *pt, const float *global, int maxT,
-                      int V, int NH) {
+void llmc_from_params(llmc_model *out, const param_table *pt, const float *global, int maxT, int V,
+                      int NH) {
     TRI_ASSERT(pt->tp == 1);
     const param_entry *wte = &pt->entries[params_wte(pt)];
     const int C = (int)wte->global_cols, Vp = (int)wte->global_rows, L = pt->n_layer;
-    *out = (llmc_model){.version = LLMC_VERSION_FP32, .maxT = maxT, .V = V, .L = L, .NH = NH,
-                        .C = C, .Vp = Vp, .numel = file_numel(maxT, L, C, Vp)};
+    *out = (llmc_model){.version = LLMC_VERSION_FP32,
+                        .maxT = maxT,
+                        .V = V,
+                        .L = L,
+                        .NH = NH,
+                        .C = C,
+                        .Vp = Vp,
+                        .numel = file_numel(maxT, L, C, Vp)};
     out->data = xcalloc(out->numel, sizeof(float));
     for (int i = 0; i < pt->n_entries; i++) {
         const param_entry *e = &pt->entries[i];
@@ -176,8 +187,8 @@ void llmc_from_params(llmc_model *out, const param_table *pt, const float *globa
     }
 }
 
-tri_status llmc_write(const char *path, const param_table *pt, const float *global, int maxT,
-                      int V, int NH) {
+tri_status llmc_write(const char *path, const param_table *pt, const float *global, int maxT, int V,
+                      int NH) {
     llmc_model m;
     llmc_from_params(&m, pt, global, maxT, V, NH);
     const size_t numel = m.numel;
@@ -188,8 +199,7 @@ tri_status llmc_write(const char *path, const param_table *pt, const float *glob
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
     tri_status rc = TRI_OK;
-    if (!f || fwrite(h, 4, 256, f) != 256 || fwrite(data, 4, numel, f) != numel ||
-        fflush(f) != 0) {
+    if (!f || fwrite(h, 4, 256, f) != 256 || fwrite(data, 4, numel, f) != numel || fflush(f) != 0) {
         LOG_ERROR("cannot write model file %s: %s", tmp, strerror(errno));
         rc = TRI_ERR_CKPT;
     }

@@ -10,7 +10,7 @@
 
 typedef struct {
     int version, maxT, V, L, NH, C, Vp;
-    float *data;     // every tensor as fp32, back to back in llm.c's order
+    float *data; // every tensor as fp32, back to back in llm.c's order
     size_t numel;
 } llmc_model;
 
@@ -30,10 +30,10 @@ void llmc_config_from_file(const llmc_model *f, run_config *cfg);
 void llmc_load_params(const llmc_model *f, const param_table *pt, float *local);
 
 // The llm.c file image (in memory) of the model whose full (tp = 1) parameters are `global`.
-void llmc_from_params(llmc_model *out, const param_table *pt, const float *global, int maxT,
-                      int V, int NH);
+void llmc_from_params(llmc_model *out, const param_table *pt, const float *global, int maxT, int V,
+                      int NH);
 
 // Writes the model whose full (tp = 1) parameters are `global` (laid out by the tp = 1
 // table `pt`) as an llm.c fp32 file. Written to PATH.tmp and renamed.
-tri_status llmc_write(const char *path, const param_table *pt, const float *global, int maxT,
-                      int V, int NH);
+tri_status llmc_write(const char *path, const param_table *pt, const float *global, int maxT, int V,
+                      int NH);

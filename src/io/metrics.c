@@ -60,9 +60,10 @@ tri_status metrics_open(metrics_log *ml, const run_config *cfg, int world, const
         ml->path = NULL;
         return TRI_ERR_CONFIG;
     }
-    fprintf(ml->f, "{\"type\":\"run\",\"version\":\"%s\",\"world\":%d,"
-                   "\"mesh\":{\"tp\":%d,\"pp\":%d,\"dp\":%d},\"backend\":\"%s\",\"comm\":\"%s\","
-                   "\"config\":",
+    fprintf(ml->f,
+            "{\"type\":\"run\",\"version\":\"%s\",\"world\":%d,"
+            "\"mesh\":{\"tp\":%d,\"pp\":%d,\"dp\":%d},\"backend\":\"%s\",\"comm\":\"%s\","
+            "\"config\":",
             TRIDENT_VERSION, world, cfg->parallel.tp, cfg->parallel.pp, cfg->parallel.dp, backend,
             comm);
     config_print_json(cfg, ml->f);
@@ -101,7 +102,8 @@ void metrics_write_eval(metrics_log *ml, int step, double val_loss) {
 
 void metrics_write_checkpoint(metrics_log *ml, int step, const char *dir, double blocked_ms) {
     if (!ml->f) return;
-    fprintf(ml->f, "{\"type\":\"checkpoint\",\"step\":%d,\"dir\":\"%s/step_%08d\",\"blocked_ms\":%.3f}\n",
+    fprintf(ml->f,
+            "{\"type\":\"checkpoint\",\"step\":%d,\"dir\":\"%s/step_%08d\",\"blocked_ms\":%.3f}\n",
             step, dir, step, blocked_ms);
     fflush(ml->f);
 }

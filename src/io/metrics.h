@@ -23,7 +23,7 @@ typedef struct {
     double step_ms, tokens_per_s, mfu;
     uint64_t mem_peak_bytes;
     uint64_t comm_tp, comm_pp, comm_dp;
-    int pipelined;              // pp > 1: the bubble fields are written
+    int pipelined;                 // pp > 1: the bubble fields are written
     double bubble, bubble_formula; // measured fraction of the step waiting on other stages
 } metrics_step;
 

@@ -45,11 +45,16 @@ model_dims model_dims_of(const model_config *mc, const model_layout *ml) {
 
 // ---- buffers ----
 
-#define WIDE(field, name) {"activation." name, "activation." name "16", \
-                           offsetof(model_acts, field), offsetof(model_acts, field##16)}
+#define WIDE(field, name)                                                                          \
+    {                                                                                              \
+        "activation." name, "activation." name "16", offsetof(model_acts, field),                  \
+            offsetof(model_acts, field##16)                                                        \
+    }
 const model_wide MODEL_WIDE[ACT_WIDE] = {
-    [ACT_LN1] = {"activation.ln1", "activation.ln1_16", offsetof(model_acts, ln1), offsetof(model_acts, ln1_16)},
-    [ACT_LN2] = {"activation.ln2", "activation.ln2_16", offsetof(model_acts, ln2), offsetof(model_acts, ln2_16)},
+    [ACT_LN1] = {"activation.ln1", "activation.ln1_16", offsetof(model_acts, ln1),
+                 offsetof(model_acts, ln1_16)},
+    [ACT_LN2] = {"activation.ln2", "activation.ln2_16", offsetof(model_acts, ln2),
+                 offsetof(model_acts, ln2_16)},
     [ACT_QKV] = WIDE(qkv, "qkv"),
     [ACT_ATTY] = WIDE(atty, "atty"),
     [ACT_FCH] = WIDE(fch, "fch"),
@@ -75,11 +80,12 @@ static size_t mm16_numel(const model_dims *d) {
 // the LM head's and loss's buffers. The work activations under bf16 without recompute are
 // lean: only the wide ones a layer computes in fp32 (its residual stream, statistics and
 // attention state stay in the slot).
-static void slot_buffers(mem_specs *s, const model_dims *d, size_t att_bytes, int layers,
-                         int head, int work, int bf16, int recompute, model *m, model_acts *a) {
+static void slot_buffers(mem_specs *s, const model_dims *d, size_t att_bytes, int layers, int head,
+                         int work, int bf16, int recompute, model *m, model_acts *a) {
     const size_t N = (size_t)d->N, Nl = (size_t)d->N_local, L = (size_t)layers, C = (size_t)d->C;
     const size_t f = sizeof(float);
-#define ADD(name, bytes, field) mem_specs_add(s, name, MEM_ACTIVATION, bytes, m ? (void *)&a->field : NULL)
+#define ADD(name, bytes, field)                                                                    \
+    mem_specs_add(s, name, MEM_ACTIVATION, bytes, m ? (void *)&a->field : NULL)
     if (!layers) {
         ADD("activation.residual", ((size_t)d->Lc + 1) * Nl * C * f, residual);
         ADD("activation.dres", Nl * C * f, dres);
@@ -105,7 +111,8 @@ static void slot_buffers(mem_specs *s, const model_dims *d, size_t att_bytes, in
             const model_wide *w = &MODEL_WIDE[k];
             const size_t numel = L * N * model_wide_cols(d, k);
             mem_specs_add(s, as16 ? w->name16 : w->name, MEM_ACTIVATION,
-                          numel * (as16 ? sizeof(uint16_t) : f), m ? (char *)a + (as16 ? w->bf16 : w->f32) : NULL);
+                          numel * (as16 ? sizeof(uint16_t) : f),
+                          m ? (char *)a + (as16 ? w->bf16 : w->f32) : NULL);
         }
     }
     if (head) {
@@ -128,29 +135,36 @@ void model_buffers(mem_specs *s, const model_config *mc, const model_layout *ml,
     const int bf16 = ml->precision == DTYPE_BF16, g16 = ml->grad_dtype == DTYPE_BF16;
     const int recompute = ml->recompute == RECOMPUTE_FULL;
     const size_t N = (size_t)d.N, C = (size_t)d.C, f = sizeof(float);
-    const size_t att = attn_state_bytes(ml->attn_state, (size_t)d.B, (size_t)d.T, (size_t)d.NH_local);
+    const size_t att = attn_state_bytes(ml->attn_state, (size_t)d.B, (size_t)d.T,
+                                        (size_t)d.NH_local);
     for (int k = 0; k < ml->n_slots; k++)
         slot_buffers(s, &d, att, recompute ? 0 : d.Lc, d.has_head, 0, bf16, recompute, m,
                      m ? &m->slots[k] : NULL);
-    if (recompute || bf16) slot_buffers(s, &d, att, 1, 0, 1, bf16, recompute, m, m ? &m->work : NULL);
+    if (recompute || bf16)
+        slot_buffers(s, &d, att, 1, 0, 1, bf16, recompute, m, m ? &m->work : NULL);
     if (recompute && bf16) { // the widest activation, rounded through bf16 in place
         const size_t widest = N * (size_t)(d.C4_local > d.C ? d.C4_local : d.C);
-        mem_specs_add(s, "activation.round16", MEM_ACTIVATION, widest * sizeof(uint16_t), DST(m->round16));
+        mem_specs_add(s, "activation.round16", MEM_ACTIVATION, widest * sizeof(uint16_t),
+                      DST(m->round16));
     }
     // Scratch. bf16: the fp32 staging of the parameters the ops other than the matmuls read;
     // bf16 gradients: the fp32 staging the backward accumulates every gradient into.
     if (bf16)
-        mem_specs_add(s, "scratch.param_stage", MEM_SCRATCH, params_stage_layout(pt, NULL, 0) * f, DST(m->stage));
+        mem_specs_add(s, "scratch.param_stage", MEM_SCRATCH, params_stage_layout(pt, NULL, 0) * f,
+                      DST(m->stage));
     if (g16)
-        mem_specs_add(s, "scratch.grad_stage", MEM_SCRATCH, params_stage_layout(pt, NULL, 1) * f, DST(m->gstage));
+        mem_specs_add(s, "scratch.grad_stage", MEM_SCRATCH, params_stage_layout(pt, NULL, 1) * f,
+                      DST(m->gstage));
     mem_specs_add(s, "scratch.dln", MEM_SCRATCH, N * C * f, DST(m->dln));
     mem_specs_add(s, "scratch.dqkv", MEM_SCRATCH, N * (size_t)d.C3_local * f, DST(m->dqkv));
     mem_specs_add(s, "scratch.datty", MEM_SCRATCH, N * (size_t)d.C_local * f, DST(m->datty));
     mem_specs_add(s, "scratch.dfch", MEM_SCRATCH, N * (size_t)d.C4_local * f, DST(m->dfch));
     if (d.sp) mem_specs_add(s, "scratch.rows_full", MEM_SCRATCH, N * C * f, DST(m->rows_full));
-    if (d.has_head) mem_specs_add(s, "scratch.loss_acc", MEM_SCRATCH, sizeof(double), DST(m->loss_acc));
+    if (d.has_head)
+        mem_specs_add(s, "scratch.loss_acc", MEM_SCRATCH, sizeof(double), DST(m->loss_acc));
     if (bf16)
-        mem_specs_add(s, "scratch.mm16", MEM_SCRATCH, mm16_numel(&d) * sizeof(uint16_t), DST(m->mm16));
+        mem_specs_add(s, "scratch.mm16", MEM_SCRATCH, mm16_numel(&d) * sizeof(uint16_t),
+                      DST(m->mm16));
 }
 #undef DST
 
@@ -165,12 +179,14 @@ tri_status model_create(model *m, const model_config *mc, const model_layout *ml
     model_dims *d = &m->d;
     set_dims(d, mc, ml);
     TRI_ASSERT(d->N % d->tp == 0); // seq_len % tp == 0 is a config rule under SP
-    TRI_ASSERT(cm->groups[COMM_GROUP_TP].size == d->tp && cm->groups[COMM_GROUP_TP].rank == d->tp_rank);
+    TRI_ASSERT(cm->groups[COMM_GROUP_TP].size == d->tp &&
+               cm->groups[COMM_GROUP_TP].rank == d->tp_rank);
     params_build(&m->table, mc, &ml->shard);
     m->bf16 = ml->precision == DTYPE_BF16;
     m->g16 = ml->grad_dtype == DTYPE_BF16;
     m->recompute = ml->recompute == RECOMPUTE_FULL;
-    m->att_state_bytes = attn_state_bytes(ml->attn_state, (size_t)d->B, (size_t)d->T, (size_t)d->NH_local);
+    m->att_state_bytes = attn_state_bytes(ml->attn_state, (size_t)d->B, (size_t)d->T,
+                                          (size_t)d->NH_local);
     m->n_slots = ml->n_slots;
     m->slots = xcalloc((size_t)ml->n_slots, sizeof(model_acts));
     if (m->bf16) {
@@ -249,5 +265,5 @@ tri_status model_gather_params(model *m, const param_table *full_table, const fl
     }
     if (m->cm->groups[COMM_GROUP_MP].size == 1) return TRI_OK;
     return comm_all_reduce(m->cm, COMM_GROUP_MP, full, full_table->local_numel, DTYPE_FP32,
-                             COMM_REDUCE_SUM);
+                           COMM_REDUCE_SUM);
 }

@@ -25,22 +25,22 @@ typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_FULL = 1 } recompute_kind;
 // With model_config, everything the model's buffers depend on.
 typedef struct {
     model_shard shard;
-    int micro_batch;             // B
-    int n_slots;                 // activation slots: micro-batches (and chunks) in flight
-    int sequence_parallel;       // parallel.sequence_parallel (in effect only with tp > 1)
+    int micro_batch;       // B
+    int n_slots;           // activation slots: micro-batches (and chunks) in flight
+    int sequence_parallel; // parallel.sequence_parallel (in effect only with tp > 1)
     recompute_kind recompute;
-    tri_dtype precision;         // parameters and kept activations: DTYPE_FP32 or DTYPE_BF16
-    tri_dtype grad_dtype;        // gradient accumulation: DTYPE_FP32 or DTYPE_BF16
-    attn_state_kind attn_state;  // how the backend keeps attention state for the backward
+    tri_dtype precision;        // parameters and kept activations: DTYPE_FP32 or DTYPE_BF16
+    tri_dtype grad_dtype;       // gradient accumulation: DTYPE_FP32 or DTYPE_BF16
+    attn_state_kind attn_state; // how the backend keeps attention state for the backward
 } model_layout;
 
 typedef struct {
     int L, C, NH, HS, T, B, V, Vp; // global sizes; B = micro-batch
     int tp, tp_rank;
-    int sp;                        // sequence parallelism (only when tp > 1)
-    int pp, pp_rank, chunks, Lc;   // pipeline: this rank holds `chunks` chunks of Lc layers
-    int has_embed, has_head;       // pipeline stage 0 / the last stage
-    int N, N_local, row0;          // rows: all, this rank's residual-stream rows, first of them
+    int sp;                      // sequence parallelism (only when tp > 1)
+    int pp, pp_rank, chunks, Lc; // pipeline: this rank holds `chunks` chunks of Lc layers
+    int has_embed, has_head;     // pipeline stage 0 / the last stage
+    int N, N_local, row0;        // rows: all, this rank's residual-stream rows, first of them
     int NH_local, C_local, C3_local, C4_local, Vp_local, vocab_start;
 } model_dims;
 
@@ -50,24 +50,24 @@ model_dims model_dims_of(const model_config *mc, const model_layout *ml);
 // Activations of one (micro-batch, chunk) that the backward needs: one "slot" per pair in
 // flight (the schedule's bound; one without pipelining). Lc = layers of a chunk.
 typedef struct {
-    float *residual;   // (Lc+1, Nl, C): the chunk's input, each layer's output (with
-                       // recompute the only activations a slot keeps of its layers)
-    float *output;     // (Nl, C): the chunk's output, the last row of residual
-    float *residual2;  // (Lc, Nl, C): after the attention block
-    float *ln1, *ln2;  // (Lc, N, C): LayerNorm outputs, all rows (gathered under SP)
+    float *residual;  // (Lc+1, Nl, C): the chunk's input, each layer's output (with
+                      // recompute the only activations a slot keeps of its layers)
+    float *output;    // (Nl, C): the chunk's output, the last row of residual
+    float *residual2; // (Lc, Nl, C): after the attention block
+    float *ln1, *ln2; // (Lc, N, C): LayerNorm outputs, all rows (gathered under SP)
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd; // (Lc, Nl)
-    float *qkv;        // (Lc, N, 3C/tp)
-    void *att_state;   // Lc * attn_state_bytes(layout.attn_state, B, T, NH/tp)
-    float *atty;       // (Lc, N, C/tp)
+    float *qkv;                                       // (Lc, N, 3C/tp)
+    void *att_state;       // Lc * attn_state_bytes(layout.attn_state, B, T, NH/tp)
+    float *atty;           // (Lc, N, C/tp)
     float *fch, *fch_gelu; // (Lc, N, 4C/tp)
-    float *dres;       // (Nl, C): d(loss)/d(residual stream); d(chunk output) on entry to
-                       // the backward (received from the next stage), d(chunk input) after
+    float *dres;           // (Nl, C): d(loss)/d(residual stream); d(chunk output) on entry to
+                           // the backward (received from the next stage), d(chunk input) after
     // The LM head and loss (last stage only, else NULL):
-    float *lnf;        // (N, C), all rows
+    float *lnf;                 // (N, C), all rows
     float *lnf_mean, *lnf_rstd; // (Nl)
-    float *logits;     // (N, Vp/tp), overwritten by its gradient in the backward
+    float *logits;              // (N, Vp/tp), overwritten by its gradient in the backward
     float *rowmax, *sumexp, *target_logit, *losses; // (N)
-    int *inputs, *targets; // (N) on the device
+    int *inputs, *targets;                          // (N) on the device
     // train.precision bf16 (without recompute): ln1, ln2, qkv, atty, fch and fch_gelu are
     // stored here as bf16 (the float pointers above stay NULL); each layer computes in the
     // model's fp32 `work` activations and keeps their bf16 rounding.
@@ -80,8 +80,8 @@ typedef struct {
 // workspace, ZeRO-2 alternates bucket workspaces), so the model reads them at each use.
 typedef struct {
     void *ctx;
-    void **param_of;   // (table.n_entries)
-    void **grad_of;    // (table.n_entries)
+    void **param_of; // (table.n_entries)
+    void **grad_of;  // (table.n_entries)
     // At the start of every forward and backward of a chunk (ZeRO-3 gathers there). NULL: none.
     tri_status (*pass_begin)(void *ctx, int chunk, int backward);
     // Before an op reads the parameters of entries [first, first + count) (a layer, the
@@ -124,13 +124,13 @@ typedef struct {
     uint16_t *mm16;    // bf16: a matmul's operand rounded to bf16 (mm16_numel in model.c): a
                        // backward's dout, the LM head's input and its backward's chunks
     // Scratch shared by all layers and slots:
-    float *dln;        // (N, C): d(LayerNorm output), partial over tp before its reduction
-    float *dqkv;       // (N, 3C/tp)
-    float *datty;      // (N, C/tp)
-    float *dfch;       // (N, 4C/tp)
-    float *rows_full;  // (N, C), SP only: a row-parallel output before its reduce-scatter,
-                       // or the residual gradient gathered over tp
-    double *loss_acc;  // last stage: the loss sums of the forwards since model_take_loss
+    float *dln;             // (N, C): d(LayerNorm output), partial over tp before its reduction
+    float *dqkv;            // (N, 3C/tp)
+    float *datty;           // (N, C/tp)
+    float *dfch;            // (N, 4C/tp)
+    float *rows_full;       // (N, C), SP only: a row-parallel output before its reduce-scatter,
+                            // or the residual gradient gathered over tp
+    double *loss_acc;       // last stage: the loss sums of the forwards since model_take_loss
     size_t att_state_bytes; // per layer
 } model;
 

@@ -6,10 +6,10 @@
 #include "base/common.h"
 
 typedef struct {
-    char *arch;         // "gpt2"
+    char *arch; // "gpt2"
     int n_layer, n_head, d_model, seq_len;
     int vocab_size, vocab_pad_to;
-    char *init_from;    // llm.c model file or NULL: read by the caller (io/llmc.h), not here
+    char *init_from; // llm.c model file or NULL: read by the caller (io/llmc.h), not here
 } model_config;
 
 // The part of the model a rank holds (DESIGN.md "Layer placement"): tp rank `tp_rank` of `tp`

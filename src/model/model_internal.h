@@ -13,8 +13,8 @@
 enum { ACT_LN1 = 0, ACT_LN2, ACT_QKV, ACT_ATTY, ACT_FCH, ACT_FCH_GELU, ACT_WIDE };
 
 typedef struct {
-    const char *name, *name16;  // the spec names of the fp32 and the bf16 buffer
-    size_t f32, bf16;           // offsetof the float * and the uint16_t * field in model_acts
+    const char *name, *name16; // the spec names of the fp32 and the bf16 buffer
+    size_t f32, bf16;          // offsetof the float * and the uint16_t * field in model_acts
 } model_wide;
 
 extern const model_wide MODEL_WIDE[ACT_WIDE];
@@ -68,9 +68,9 @@ tri_status model_layernorm_to_all_rows(model *m, float *full, float *mean, float
 // Backward of "copy to the tp region" for a LayerNorm output: m->dln (N, C) holds this
 // rank's partial gradient of all rows; after the reduction the LayerNorm backward
 // accumulates the gradient of this rank's rows into dres.
-tri_status model_layernorm_bwd_from_all_rows(model *m, float *dres, const float *in,
-                                             const float *w, float *dw, float *db,
-                                             const float *mean, const float *rstd);
+tri_status model_layernorm_bwd_from_all_rows(model *m, float *dres, const float *in, const float *w,
+                                             float *dw, float *db, const float *mean,
+                                             const float *rstd);
 
 // Layer l of the model is local layer i of the slot's chunk. The backward reads acts->dres
 // as d(loss)/d(layer output) and leaves d(loss)/d(layer input) there.

@@ -21,7 +21,7 @@ tri_status model_tp_reduce_rows(model *m, float *partial, float *rows) {
         return model_tp_all_reduce(m, partial, (size_t)d->N * d->C);
     }
     return comm_reduce_scatter(m->cm, COMM_GROUP_TP, partial, rows, (size_t)d->N_local * d->C,
-                                 DTYPE_FP32);
+                               DTYPE_FP32);
 }
 
 // Forward of "copy to the tp region" under SP: `full` (N, C) holds this rank's rows at
@@ -31,7 +31,7 @@ static tri_status tp_gather_rows(model *m, float *full) {
     if (!d->sp) return TRI_OK;
     size_t block = (size_t)d->N_local * d->C;
     return comm_all_gather(m->cm, COMM_GROUP_TP, full + (size_t)d->row0 * d->C, full, block,
-                             DTYPE_FP32);
+                           DTYPE_FP32);
 }
 
 tri_status model_dresidual_all_rows(model *m, float *dres, float **out) {
@@ -41,14 +41,13 @@ tri_status model_dresidual_all_rows(model *m, float *dres, float **out) {
         return TRI_OK;
     }
     *out = m->rows_full;
-    return comm_all_gather(m->cm, COMM_GROUP_TP, dres, m->rows_full,
-                             (size_t)d->N_local * d->C, DTYPE_FP32);
+    return comm_all_gather(m->cm, COMM_GROUP_TP, dres, m->rows_full, (size_t)d->N_local * d->C,
+                           DTYPE_FP32);
 }
 
-
 typedef struct {
-    float *in, *res2, *out;                  // (Nl, C)
-    float *ln1, *ln2;                        // (N, C)
+    float *in, *res2, *out; // (Nl, C)
+    float *ln1, *ln2;       // (N, C)
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
     float *qkv, *atty, *fch, *fch_gelu;
     void *att_state;
@@ -68,7 +67,8 @@ static layer_acts layer_acts_of(model *m, model_acts *a, int i) {
                          // attention state stay in the slot; the wide ones compute in work
         layer_acts s = layer_acts_in(m, a, i);
         w.res2 = s.res2, w.att_state = s.att_state;
-        w.ln1_mean = s.ln1_mean, w.ln1_rstd = s.ln1_rstd, w.ln2_mean = s.ln2_mean, w.ln2_rstd = s.ln2_rstd;
+        w.ln1_mean = s.ln1_mean, w.ln1_rstd = s.ln1_rstd, w.ln2_mean = s.ln2_mean,
+        w.ln2_rstd = s.ln2_rstd;
     }
     return w;
 }
@@ -115,7 +115,7 @@ static const uint16_t *stored_bf16(model *m, model_acts *a, layer_acts *w, int i
 }
 
 void model_linear_fwd(model *m, float *out, const float *inp, const uint16_t *inp16, int w,
-                       const float *bias, int N, int IC, int OC) {
+                      const float *bias, int N, int IC, int OC) {
     backend_matmul_fwd(m->be, out, NULL, OPND(m, inp, inp16), OPND(m, P(m, w), P16(m, w)), bias, N,
                        IC, OC);
 }
@@ -166,9 +166,10 @@ static layer_acts layer_acts_in(model *m, model_acts *a, int l) {
 }
 
 tri_status model_layernorm_to_all_rows(model *m, float *full, float *mean, float *rstd,
-                                        const float *in, const float *w, const float *b) {
+                                       const float *in, const float *w, const float *b) {
     const model_dims *d = &m->d;
-    m->be->layernorm_fwd(m->be, full + (size_t)d->row0 * d->C, mean, rstd, in, w, b, d->N_local, d->C);
+    m->be->layernorm_fwd(m->be, full + (size_t)d->row0 * d->C, mean, rstd, in, w, b, d->N_local,
+                         d->C);
     return tp_gather_rows(m, full);
 }
 
@@ -186,14 +187,15 @@ static tri_status rowpar_residual(model *m, float *out, const float *residual, c
                                   const next_layernorm *ln) {
     const model_dims *d = &m->d;
     float *partial = d->sp ? m->rows_full : out;
-    model_linear_fwd(m, partial, inp, inp16, w, d->tp_rank == 0 ? bias : NULL, d->N, IC_local, d->C);
+    model_linear_fwd(m, partial, inp, inp16, w, d->tp_rank == 0 ? bias : NULL, d->N, IC_local,
+                     d->C);
     TRI_CHECK(model_tp_reduce_rows(m, partial, out));
     if (!ln) {
         m->be->residual_fwd(m->be, out, out, residual, (size_t)d->N_local * d->C);
         return TRI_OK;
     }
-    m->be->residual_layernorm_fwd(m->be, out, ln->full + (size_t)d->row0 * d->C, ln->mean,
-                                  ln->rstd, out, residual, ln->w, ln->b, d->N_local, d->C);
+    m->be->residual_layernorm_fwd(m->be, out, ln->full + (size_t)d->row0 * d->C, ln->mean, ln->rstd,
+                                  out, residual, ln->w, ln->b, d->N_local, d->C);
     return tp_gather_rows(m, ln->full);
 }
 
@@ -208,9 +210,11 @@ tri_status model_layer_forward(model *m, model_acts *acts, int l, int i) {
 #define LW(which) params_layer(pt, l, which)
 // bf16: the matmul input `which` just rounded by keep_bf16 (unused in fp32)
 #define IN16(which) (m->bf16 ? wide_bf16(m, acts, i, which) : NULL)
-    TRI_CHECK(model_layernorm_to_all_rows(m, a.ln1, a.ln1_mean, a.ln1_rstd, a.in, LP(PARAM_LN1W), LP(PARAM_LN1B)));
+    TRI_CHECK(model_layernorm_to_all_rows(m, a.ln1, a.ln1_mean, a.ln1_rstd, a.in, LP(PARAM_LN1W),
+                                          LP(PARAM_LN1B)));
     keep_bf16(m, acts, &a, i, ACT_LN1);
-    model_linear_fwd(m, a.qkv, a.ln1, IN16(ACT_LN1), LW(PARAM_QKVW), LP(PARAM_QKVB), N, C, d->C3_local);
+    model_linear_fwd(m, a.qkv, a.ln1, IN16(ACT_LN1), LW(PARAM_QKVW), LP(PARAM_QKVB), N, C,
+                     d->C3_local);
     keep_bf16(m, acts, &a, i, ACT_QKV);
     backend_attention_fwd(be, a.atty, a.att_state, OPND(m, a.qkv, IN16(ACT_QKV)), d->B, d->T,
                           d->NH_local, d->HS);
@@ -219,8 +223,8 @@ tri_status model_layer_forward(model *m, model_acts *acts, int l, int i) {
     TRI_CHECK(rowpar_residual(m, a.res2, a.in, a.atty, IN16(ACT_ATTY), LW(PARAM_ATTPROJW),
                               LP(PARAM_ATTPROJB), d->C_local, &ln2));
     keep_bf16(m, acts, &a, i, ACT_LN2);
-    linear_gelu_fwd(m, a.fch_gelu, a.fch, a.ln2, IN16(ACT_LN2), LW(PARAM_FCW), LP(PARAM_FCB), N,
-                    C, d->C4_local);
+    linear_gelu_fwd(m, a.fch_gelu, a.fch, a.ln2, IN16(ACT_LN2), LW(PARAM_FCW), LP(PARAM_FCB), N, C,
+                    d->C4_local);
     keep_bf16(m, acts, &a, i, ACT_FCH);
     keep_bf16(m, acts, &a, i, ACT_FCH_GELU);
     TRI_CHECK(rowpar_residual(m, a.out, a.res2, a.fch_gelu, IN16(ACT_FCH_GELU), LW(PARAM_FCPROJW),
@@ -233,9 +237,9 @@ tri_status model_layer_forward(model *m, model_acts *acts, int l, int i) {
 
 // model_layernorm_bwd_from_all_rows: after the reduction the first Nl rows of m->dln are
 // the gradient of this rank's rows (all-reduce without SP, reduce-scatter with it).
-tri_status model_layernorm_bwd_from_all_rows(model *m, float *dres, const float *in,
-                                              const float *w, float *dw, float *db,
-                                              const float *mean, const float *rstd) {
+tri_status model_layernorm_bwd_from_all_rows(model *m, float *dres, const float *in, const float *w,
+                                             float *dw, float *db, const float *mean,
+                                             const float *rstd) {
     const model_dims *d = &m->d;
     TRI_CHECK(model_tp_reduce_rows(m, m->dln, m->dln));
     m->be->layernorm_bwd(m->be, dres, dw, db, m->dln, in, w, mean, rstd, d->N_local, d->C);
@@ -264,24 +268,24 @@ tri_status model_layer_backward(model *m, model_acts *acts, int l, int i) {
     TRI_CHECK(model_dresidual_all_rows(m, acts->dres, &dout));
     linear_bwd(m, m->dfch, LW(PARAM_FCPROJW), LG(PARAM_FCPROJB), dout, a.fch_gelu,
                IN16(ACT_FCH_GELU), a.fch, N, d->C4_local, C); // dfch: at gelu's input
-    linear_bwd(m, m->dln, LW(PARAM_FCW), LG(PARAM_FCB), m->dfch, a.ln2, IN16(ACT_LN2), NULL, N,
-               C, d->C4_local);
-    TRI_CHECK(model_layernorm_bwd_from_all_rows(m, acts->dres, a.res2, LP(PARAM_LN2W), LG(PARAM_LN2W), LG(PARAM_LN2B),
-                                          a.ln2_mean, a.ln2_rstd));
+    linear_bwd(m, m->dln, LW(PARAM_FCW), LG(PARAM_FCB), m->dfch, a.ln2, IN16(ACT_LN2), NULL, N, C,
+               d->C4_local);
+    TRI_CHECK(model_layernorm_bwd_from_all_rows(m, acts->dres, a.res2, LP(PARAM_LN2W),
+                                                LG(PARAM_LN2W), LG(PARAM_LN2B), a.ln2_mean,
+                                                a.ln2_rstd));
     // Attention: res2 = in + attproj(attention(qkv(ln1(in)))).
     TRI_CHECK(model_dresidual_all_rows(m, acts->dres, &dout));
-    linear_bwd(m, m->datty, LW(PARAM_ATTPROJW), LG(PARAM_ATTPROJB), dout, a.atty,
-               IN16(ACT_ATTY), NULL, N, d->C_local, C);
+    linear_bwd(m, m->datty, LW(PARAM_ATTPROJW), LG(PARAM_ATTPROJB), dout, a.atty, IN16(ACT_ATTY),
+               NULL, N, d->C_local, C);
     backend_attention_bwd(be, m->dqkv, m->datty, OPND(m, a.qkv, IN16(ACT_QKV)), a.att_state, d->B,
                           d->T, d->NH_local, d->HS);
-    linear_bwd(m, m->dln, LW(PARAM_QKVW), LG(PARAM_QKVB), m->dqkv, a.ln1, IN16(ACT_LN1), NULL, N,
-               C, d->C3_local);
-    TRI_CHECK(model_layernorm_bwd_from_all_rows(m, acts->dres, a.in, LP(PARAM_LN1W), LG(PARAM_LN1W), LG(PARAM_LN1B),
-                                          a.ln1_mean, a.ln1_rstd));
+    linear_bwd(m, m->dln, LW(PARAM_QKVW), LG(PARAM_QKVB), m->dqkv, a.ln1, IN16(ACT_LN1), NULL, N, C,
+               d->C3_local);
+    TRI_CHECK(model_layernorm_bwd_from_all_rows(m, acts->dres, a.in, LP(PARAM_LN1W), LG(PARAM_LN1W),
+                                                LG(PARAM_LN1B), a.ln1_mean, a.ln1_rstd));
 #undef LP
 #undef LG
 #undef LW
 #undef IN16
     return TRI_OK;
 }
-

@@ -60,8 +60,8 @@ static void build(param_table *pt, const model_config *mc, const model_shard *sh
         if (pp > 1 && !holds_layer(mc, sh, l)) continue;
         pt->layer_first[l] = n;
         char name[32];
-#define LAYER_ENTRY(suffix, ndim, rows, cols, split, blocks, init, s)                          \
-    snprintf(name, sizeof name, "h%d." suffix, l);                                             \
+#define LAYER_ENTRY(suffix, ndim, rows, cols, split, blocks, init, s)                              \
+    snprintf(name, sizeof name, "h%d." suffix, l);                                                 \
     add_entry(pt, &n, name, ndim, rows, cols, split, blocks, l, init, s)
         LAYER_ENTRY("ln1w", 1, C, 1, SPLIT_REPLICATED, 1, INIT_ONES, 0);
         LAYER_ENTRY("ln1b", 1, C, 1, SPLIT_REPLICATED, 1, INIT_ZEROS, 0);
@@ -217,7 +217,8 @@ float params_init_value(uint64_t seed, const param_entry *e, int64_t global_inde
     case INIT_NORMAL: break;
     }
     // Box-Muller on two 32-bit uniforms drawn from one counter-based 64-bit hash.
-    uint64_t h = mix64(mix64(seed ^ hash_name(e->name)) + (uint64_t)global_index * 0x9e3779b97f4a7c15ULL);
+    uint64_t h = mix64(mix64(seed ^ hash_name(e->name)) +
+                       (uint64_t)global_index * 0x9e3779b97f4a7c15ULL);
     double u1 = ((double)(h >> 32) + 0.5) / 4294967296.0;
     double u2 = ((double)(h & 0xffffffffu) + 0.5) / 4294967296.0;
     double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
@@ -231,7 +232,8 @@ void params_init_host(const param_table *pt, uint64_t seed, float *local) {
 #pragma omp parallel for schedule(static)
         for (int64_t r = 0; r < e->local_rows; r++)
             for (int64_t c = 0; c < e->local_cols; c++)
-                dst[r * e->local_cols + c] = params_init_value(seed, e, params_global_index(pt, e, r, c));
+                dst[r * e->local_cols + c] = params_init_value(seed, e,
+                                                               params_global_index(pt, e, r, c));
     }
 }
 

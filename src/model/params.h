@@ -21,30 +21,40 @@ typedef enum { INIT_NORMAL = 0, INIT_ZEROS, INIT_ONES } param_init;
 #define PARAM_LAYER_FINAL (-2)
 
 typedef struct {
-    char name[32];          // "wte", "h3.qkvw", "lnfw"
-    int ndim;               // 1 or 2
-    int64_t global_rows;    // (rows, cols) of the whole tensor; 1-d: (n, 1)
+    char name[32];       // "wte", "h3.qkvw", "lnfw"
+    int ndim;            // 1 or 2
+    int64_t global_rows; // (rows, cols) of the whole tensor; 1-d: (n, 1)
     int64_t global_cols;
     param_split split;
-    int row_blocks;         // SPLIT_ROWS: the rows form this many equal blocks (qkv: 3)
-    int layer;              // 0..L-1, PARAM_LAYER_EMBED or PARAM_LAYER_FINAL
-    int decay;              // weight decay applies (matrices and embeddings)
-    int matmul;             // a layer's matmul weight (under bf16 the matmuls read it as it
-                            // is; the other entries are widened to fp32 for their ops)
-    int layernorm;          // a LayerNorm weight or bias (sequence parallelism sums its
-                            // gradient over tp)
+    int row_blocks; // SPLIT_ROWS: the rows form this many equal blocks (qkv: 3)
+    int layer;      // 0..L-1, PARAM_LAYER_EMBED or PARAM_LAYER_FINAL
+    int decay;      // weight decay applies (matrices and embeddings)
+    int matmul;     // a layer's matmul weight (under bf16 the matmuls read it as it
+                    // is; the other entries are widened to fp32 for their ops)
+    int layernorm;  // a LayerNorm weight or bias (sequence parallelism sums its
+                    // gradient over tp)
     param_init init;
-    double init_std;        // INIT_NORMAL
-    int64_t valid_rows;     // rows that are real (vocab_size for wte; padded rows are 0)
+    double init_std;    // INIT_NORMAL
+    int64_t valid_rows; // rows that are real (vocab_size for wte; padded rows are 0)
     // Derived for this rank (tp rank, tp size):
     int64_t local_rows, local_cols;
     int64_t local_numel;
-    size_t offset;          // elements from the start of this rank's parameter buffer
+    size_t offset; // elements from the start of this rank's parameter buffer
 } param_entry;
 
 enum {
-    PARAM_LN1W = 0, PARAM_LN1B, PARAM_QKVW, PARAM_QKVB, PARAM_ATTPROJW, PARAM_ATTPROJB,
-    PARAM_LN2W, PARAM_LN2B, PARAM_FCW, PARAM_FCB, PARAM_FCPROJW, PARAM_FCPROJB,
+    PARAM_LN1W = 0,
+    PARAM_LN1B,
+    PARAM_QKVW,
+    PARAM_QKVB,
+    PARAM_ATTPROJW,
+    PARAM_ATTPROJB,
+    PARAM_LN2W,
+    PARAM_LN2B,
+    PARAM_FCW,
+    PARAM_FCB,
+    PARAM_FCPROJW,
+    PARAM_FCPROJB,
     PARAM_PER_LAYER
 };
 
@@ -55,15 +65,15 @@ typedef struct {
     param_entry *entries;
     int n_entries;
     int n_layer;
-    int layer_entries;      // entries of every layer, in the same order in each (a
-                            // transformer block: PARAM_PER_LAYER for GPT-2)
+    int layer_entries; // entries of every layer, in the same order in each (a
+                       // transformer block: PARAM_PER_LAYER for GPT-2)
     int tp, tp_rank;
     int pp, pp_rank, virtual_stages;
-    int *layer_first;       // (n_layer): index of the layer's first entry, -1 when not held
+    int *layer_first;         // (n_layer): index of the layer's first entry, -1 when not held
     int wte, wpe, lnfw, lnfb; // entry indices, -1 when not held
-    int wte_is_copy;        // this rank's wte is the last stage's tied copy (pp > 1)
-    size_t local_numel;     // elements in this rank's parameter buffer
-    int64_t global_numel;   // elements of the whole model, padding included
+    int wte_is_copy;          // this rank's wte is the last stage's tied copy (pp > 1)
+    size_t local_numel;       // elements in this rank's parameter buffer
+    int64_t global_numel;     // elements of the whole model, padding included
 } param_table;
 
 // Builds the table of the model `mc` as the shard `sh` holds it.
@@ -84,7 +94,7 @@ int params_wpe(const param_table *pt);
 int params_layer(const param_table *pt, int layer, int which); // which: PARAM_LN1W..
 int params_lnfw(const param_table *pt);
 int params_lnfb(const param_table *pt);
-int params_find(const param_table *pt, const char *name);      // -1 when absent
+int params_find(const param_table *pt, const char *name); // -1 when absent
 
 // Mixed precision (model.c) widens each entry's bf16 parameters into an fp32 staging buffer
 // when an op reads them, and accumulates bf16 gradients in one: a layer's entries share one

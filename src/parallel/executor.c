@@ -36,16 +36,20 @@ static tri_status run_p2p_group(executor *ex, const sched_table *t, int first, i
         const sched_action *a = &t->actions[i];
         switch (a->kind) {
         case SCHED_ACTION_SEND_ACT:
-            TRI_CHECK(comm_send(cm, COMM_GROUP_PP, model_chunk_output(m, a->slot), count, DTYPE_FP32, a->peer));
+            TRI_CHECK(comm_send(cm, COMM_GROUP_PP, model_chunk_output(m, a->slot), count,
+                                DTYPE_FP32, a->peer));
             break;
         case SCHED_ACTION_RECV_ACT:
-            TRI_CHECK(comm_recv(cm, COMM_GROUP_PP, model_chunk_input(m, a->slot), count, DTYPE_FP32, a->peer));
+            TRI_CHECK(comm_recv(cm, COMM_GROUP_PP, model_chunk_input(m, a->slot), count, DTYPE_FP32,
+                                a->peer));
             break;
         case SCHED_ACTION_SEND_GRAD:
-            TRI_CHECK(comm_send(cm, COMM_GROUP_PP, model_chunk_grad(m, a->slot), count, DTYPE_FP32, a->peer));
+            TRI_CHECK(comm_send(cm, COMM_GROUP_PP, model_chunk_grad(m, a->slot), count, DTYPE_FP32,
+                                a->peer));
             break;
         case SCHED_ACTION_RECV_GRAD:
-            TRI_CHECK(comm_recv(cm, COMM_GROUP_PP, model_chunk_grad(m, a->slot), count, DTYPE_FP32, a->peer));
+            TRI_CHECK(comm_recv(cm, COMM_GROUP_PP, model_chunk_grad(m, a->slot), count, DTYPE_FP32,
+                                a->peer));
             break;
         default: TRI_ASSERT(0);
         }
@@ -82,7 +86,8 @@ static tri_status wait_flights(executor *ex, const sched_table *t, int *n, int f
         *waited += time_now_s() - t0;
     }
     *n = kept;
-    if (end == first + 1 && !sched_action_is_comm(t->actions[first].kind)) ex->overlapped_p2p += kept;
+    if (end == first + 1 && !sched_action_is_comm(t->actions[first].kind))
+        ex->overlapped_p2p += kept;
     return TRI_OK;
 }
 
@@ -126,7 +131,8 @@ tri_status executor_run(executor *ex, const sched_table *t, exec_batches batches
             // ZeRO-3 gathers the next pass's parameters while this one computes.
             int j = i + 1;
             while (j < t->n_actions && sched_action_is_comm(t->actions[j].kind)) j++;
-            if (j < t->n_actions) zero_next_pass(ex->z, t->actions[j].chunk, t->actions[j].kind == SCHED_ACTION_BWD);
+            if (j < t->n_actions)
+                zero_next_pass(ex->z, t->actions[j].chunk, t->actions[j].kind == SCHED_ACTION_BWD);
             else zero_next_pass(ex->z, -1, 0);
         }
         if (rc == TRI_OK) rc = run_compute(ex, t, a, batches, dloss);

@@ -26,11 +26,11 @@ typedef struct {
     model *m;
     zero_state *z;
     comm *cm;
-    int overlap;            // parallel.overlap: pipeline transfers stay in flight under compute
-    int *inputs, *targets;  // host (B*T): one micro-batch's tokens
-    exec_flight *flight;    // (cap) transfers in flight
+    int overlap;           // parallel.overlap: pipeline transfers stay in flight under compute
+    int *inputs, *targets; // host (B*T): one micro-batch's tokens
+    exec_flight *flight;   // (cap) transfers in flight
     int cap;
-    int overlapped_p2p;     // transfers left in flight under a forward or backward
+    int overlapped_p2p; // transfers left in flight under a forward or backward
 } executor;
 
 void executor_init(executor *ex, model *m, zero_state *z, comm *cm, int overlap);

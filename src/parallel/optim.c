@@ -14,11 +14,11 @@ struct optimizer {
     comm *cm;
     mem_pool *pool;
     mem_specs buffers;
-    int bf16;           // bf16 parameters: AdamW updates the fp32 master, rounds it into them
-    float *m, *v;       // Adam moments (arena_len)
-    float *master;      // bf16: (arena_len) fp32 master weights
-    double *norm_acc;   // the gradient norm's sum of squares, accumulated on the device
-    int t;              // optimizer steps taken
+    int bf16;         // bf16 parameters: AdamW updates the fp32 master, rounds it into them
+    float *m, *v;     // Adam moments (arena_len)
+    float *master;    // bf16: (arena_len) fp32 master weights
+    double *norm_acc; // the gradient norm's sum of squares, accumulated on the device
+    int t;            // optimizer steps taken
 };
 
 double optim_lr(const optim_config *oc, int total_steps, int step) {
@@ -112,9 +112,13 @@ tri_status optim_step(optimizer *o, double lr, double grad_norm) {
         // same pass, or the fp32 parameters themselves.
         void *param = zero_piece_param(o->z, pc, pc->lo);
         float *w = o->bf16 ? o->master + pc->pos : param;
-        const adamw_step step = {.lr = (float)lr, .beta1 = (float)oc->beta1,
-                                 .beta2 = (float)oc->beta2, .eps = (float)oc->eps,
-                                 .weight_decay = wd, .grad_scale = grad_scale, .t = o->t};
+        const adamw_step step = {.lr = (float)lr,
+                                 .beta1 = (float)oc->beta1,
+                                 .beta2 = (float)oc->beta2,
+                                 .eps = (float)oc->eps,
+                                 .weight_decay = wd,
+                                 .grad_scale = grad_scale,
+                                 .t = o->t};
         be->adamw(be, w, zero_piece_grad(o->z, pc), o->m + pc->pos, o->v + pc->pos, pc->hi - pc->lo,
                   &step, o->bf16 ? param : NULL);
     }

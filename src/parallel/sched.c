@@ -26,9 +26,12 @@ static void push(builder *b, sched_action_kind kind, sched_pair pair) {
     int peer = -1;
     if (kind == SCHED_ACTION_SEND_ACT || kind == SCHED_ACTION_RECV_GRAD) peer = next;
     if (kind == SCHED_ACTION_RECV_ACT || kind == SCHED_ACTION_SEND_GRAD) peer = prev;
-    st->actions[st->n_actions++] = (sched_action){.kind = kind, .micro = pair.micro,
-                                                  .chunk = pair.chunk, .stage = stage,
-                                                  .slot = -1, .peer = peer};
+    st->actions[st->n_actions++] = (sched_action){.kind = kind,
+                                                  .micro = pair.micro,
+                                                  .chunk = pair.chunk,
+                                                  .stage = stage,
+                                                  .slot = -1,
+                                                  .peer = peer};
 }
 
 // The forward order fwd[0..m*v) and backward order bwd[0..m*v) of this rank's pairs. With
@@ -127,7 +130,8 @@ static void assign_slots(sched_table *st, int forward_only) {
         }
         a->slot = slot_of[pair];
         if (a->kind == SCHED_ACTION_BWD) busy[a->slot] = 0;
-        if (forward_only && a->kind == SCHED_ACTION_FWD && a->stage == last_stage) busy[a->slot] = 0;
+        if (forward_only && a->kind == SCHED_ACTION_FWD && a->stage == last_stage)
+            busy[a->slot] = 0;
         if (forward_only && a->kind == SCHED_ACTION_SEND_ACT) release[n_release++] = a->slot;
     }
     free(busy);
@@ -139,13 +143,15 @@ static void assign_slots(sched_table *st, int forward_only) {
 static tri_status check_supported(schedule_kind schedule, int pp, int v, int m) {
     if (v < 1 || m < 1) {
         LOG_ERROR("parallel.virtual_stages (%d) and the micro-batches per step (%d) must be "
-                  ">= 1", v, m);
+                  ">= 1",
+                  v, m);
         return TRI_ERR_CONFIG;
     }
     if (schedule == SCHEDULE_INTERLEAVED) {
         if (v < 2) {
             LOG_ERROR("parallel.virtual_stages: schedule interleaved needs 2 or more (got %d); "
-                      "use schedule: 1f1b for one chunk per rank", v);
+                      "use schedule: 1f1b for one chunk per rank",
+                      v);
             return TRI_ERR_CONFIG;
         }
         if (pp < 2) {
@@ -154,20 +160,23 @@ static tri_status check_supported(schedule_kind schedule, int pp, int v, int m) 
         }
         if (m % pp != 0) {
             LOG_ERROR("parallel.schedule: interleaved needs the micro-batches per step (%d) to "
-                      "be a multiple of parallel.pp (%d); change train.global_batch", m, pp);
+                      "be a multiple of parallel.pp (%d); change train.global_batch",
+                      m, pp);
             return TRI_ERR_CONFIG;
         }
         return TRI_OK;
     }
     if (schedule == SCHEDULE_1F1B && v != 1) {
         LOG_ERROR("parallel.virtual_stages: schedule 1f1b runs one chunk per rank (got %d); use "
-                  "schedule: interleaved for virtual_stages > 1", v);
+                  "schedule: interleaved for virtual_stages > 1",
+                  v);
         return TRI_ERR_CONFIG;
     }
     if (schedule == SCHEDULE_GPIPE && v > 1 && pp < 2) {
         // The chunks of a single rank would send to themselves; one chunk does the same work.
         LOG_ERROR("parallel.virtual_stages: %d chunks need parallel.pp >= 2 (got %d); set "
-                  "virtual_stages: 1", v, pp);
+                  "virtual_stages: 1",
+                  v, pp);
         return TRI_ERR_CONFIG;
     }
     if (schedule != SCHEDULE_GPIPE && schedule != SCHEDULE_1F1B) {
@@ -177,8 +186,8 @@ static tri_status check_supported(schedule_kind schedule, int pp, int v, int m) 
     return TRI_OK;
 }
 
-tri_status sched_build(sched_table *st, schedule_kind schedule, int pp, int virtual_stages,
-                       int m, int rank) {
+tri_status sched_build(sched_table *st, schedule_kind schedule, int pp, int virtual_stages, int m,
+                       int rank) {
     memset(st, 0, sizeof *st);
     TRI_ASSERT(pp >= 1 && rank >= 0 && rank < pp);
     TRI_CHECK(check_supported(schedule, pp, virtual_stages, m));
@@ -213,8 +222,8 @@ tri_status sched_build_forward(sched_table *st, int pp, int virtual_stages, int 
     // The forward half of gpipe's table (the same combinations are valid).
     TRI_CHECK(check_supported(SCHEDULE_GPIPE, pp, virtual_stages, m));
     const int v = virtual_stages, n = m * v;
-    *st = (sched_table){.pp = pp, .virtual_stages = v, .micro_batches = m, .rank = rank,
-                        .forward_only = 1};
+    *st = (sched_table){
+        .pp = pp, .virtual_stages = v, .micro_batches = m, .rank = rank, .forward_only = 1};
     sched_pair *fwd = xmalloc((size_t)n * sizeof *fwd), *bwd = xmalloc((size_t)n * sizeof *bwd);
     pair_orders(pp, v, m, fwd, bwd);
     builder b = {.st = st};

@@ -69,7 +69,7 @@ typedef struct {
     int n_actions;
     int max_in_flight; // peak number of (micro, chunk) pairs holding a slot at once
     int pp, virtual_stages, micro_batches, rank;
-    int forward_only;  // sched_build_forward's: no backward, no gradient
+    int forward_only; // sched_build_forward's: no backward, no gradient
 } sched_table;
 
 // Builds rank `rank`'s list for `schedule` over `pp` stages, `virtual_stages` chunks per
@@ -86,8 +86,8 @@ typedef struct {
 //                backward chunk v-1 - (k / pp) % v of the same micro-batch;
 //                (pp - rank - 1)*2 + (v - 1)*pp warm-up forwards (at most m*v).
 // Returns TRI_ERR_CONFIG, with a message naming the key, for any other combination.
-tri_status sched_build(sched_table *st, schedule_kind schedule, int pp, int virtual_stages,
-                       int m, int rank);
+tri_status sched_build(sched_table *st, schedule_kind schedule, int pp, int virtual_stages, int m,
+                       int rank);
 // The forward-only table of evaluation: gpipe's forward half (the same order of pairs, the
 // same receive posted in the run before each forward), where a pair holds its slot from
 // its first action through its SEND_ACT's run (through its FWD on the last virtual stage):

@@ -179,10 +179,10 @@ static tri_status start_reduction(zero_state *z, int k, void *buf) {
         if (r->fifo[i] == k) TRI_CHECK(finish_reductions(z, 0));
     if (z->lay.stage == 0)
         TRI_CHECK(comm_all_reduce_start(z->cm, COMM_GROUP_DP, buf, b->numel, z->gdt,
-                                          COMM_REDUCE_SUM, &r->req[k]));
+                                        COMM_REDUCE_SUM, &r->req[k]));
     else
         TRI_CHECK(comm_reduce_scatter_start(z->cm, COMM_GROUP_DP, buf, buf, b->shard, z->gdt,
-                                              &r->req[k]));
+                                            &r->req[k]));
     r->ws[k] = buf;
     r->fifo[r->n++] = k;
     if (!z->overlap) return finish_reductions(z, 0);
@@ -227,7 +227,8 @@ static tri_status zero_grads_ready(void *ctx, int first, int count) {
         void *g = z->grad_of[first];
         if (!z->rtmp) return start_reduction(z, k, g);
         grads_to_reduce(z, z->rtmp, g, b->numel);
-        TRI_CHECK(comm_all_reduce(z->cm, COMM_GROUP_DP, z->rtmp, b->numel, z->rdt, COMM_REDUCE_SUM));
+        TRI_CHECK(
+            comm_all_reduce(z->cm, COMM_GROUP_DP, z->rtmp, b->numel, z->rdt, COMM_REDUCE_SUM));
         grads_from_reduce(z, g, z->rtmp, b->numel);
         return TRI_OK;
     }
@@ -267,12 +268,12 @@ static tri_status finish_full_grads(zero_state *z) {
         const param_entry *e = &pt->entries[i];
         if (e->layernorm && cm->groups[COMM_GROUP_TP].size > 1)
             TRI_CHECK(comm_all_reduce(cm, COMM_GROUP_TP, z->grad_of[i], (size_t)e->local_numel,
-                                     z->gdt, COMM_REDUCE_SUM));
+                                      z->gdt, COMM_REDUCE_SUM));
     }
     if (z->m->d.pp > 1 && pt->wte >= 0) {
         const param_entry *e = &pt->entries[pt->wte];
         TRI_CHECK(comm_all_reduce(cm, COMM_GROUP_EMBED, z->grad_of[pt->wte], (size_t)e->local_numel,
-                                 z->gdt, COMM_REDUCE_SUM));
+                                  z->gdt, COMM_REDUCE_SUM));
     }
     return TRI_OK;
 }
@@ -283,11 +284,11 @@ tri_status zero_finish_grads(zero_state *z) {
     TRI_CHECK(finish_reductions(z, 0));
     TRI_CHECK(zero_wait_gathers(z));
     if (z->lay.stage < 2) TRI_CHECK(finish_full_grads(z));
-    if (z->lay.stage == 0)
-        return TRI_OK; // dp == 1, or already all-reduced bucket by bucket
+    if (z->lay.stage == 0) return TRI_OK; // dp == 1, or already all-reduced bucket by bucket
     if (z->lay.stage == 1) { // in place: the summed shard of this rank lands in the first block
         const size_t len = z->lay.shard_len;
-        if (!z->rtmp) return comm_reduce_scatter(cm, COMM_GROUP_DP, z->grads, z->grads, len, z->gdt);
+        if (!z->rtmp)
+            return comm_reduce_scatter(cm, COMM_GROUP_DP, z->grads, z->grads, len, z->gdt);
         grads_to_reduce(z, z->rtmp, z->grads, z->lay.capacity);
         TRI_CHECK(comm_reduce_scatter(cm, COMM_GROUP_DP, z->rtmp, z->rtmp, len, z->rdt));
         grads_from_reduce(z, z->grads, z->rtmp, len);
@@ -300,9 +301,11 @@ tri_status zero_finish_grads(zero_state *z) {
         const param_entry *e = &pt->entries[pc->entry];
         void *g = (char *)z->grad_shard + pc->pos * z->gelem;
         if (z->m->d.sp && e->layernorm && cm->groups[COMM_GROUP_TP].size > 1)
-            TRI_CHECK(comm_all_reduce(cm, COMM_GROUP_TP, g, pc->hi - pc->lo, z->gdt, COMM_REDUCE_SUM));
+            TRI_CHECK(
+                comm_all_reduce(cm, COMM_GROUP_TP, g, pc->hi - pc->lo, z->gdt, COMM_REDUCE_SUM));
         if (pt->pp > 1 && pc->entry == pt->wte)
-            TRI_CHECK(comm_all_reduce(cm, COMM_GROUP_EMBED, g, pc->hi - pc->lo, z->gdt, COMM_REDUCE_SUM));
+            TRI_CHECK(
+                comm_all_reduce(cm, COMM_GROUP_EMBED, g, pc->hi - pc->lo, z->gdt, COMM_REDUCE_SUM));
     }
     return TRI_OK;
 }
@@ -340,7 +343,7 @@ tri_status zero_update_end(zero_state *z) {
     for (int c = 0; z->gather.gathered && c < z->lay.chunks; c++) z->gather.gathered[c] = 0;
     if (z->lay.stage == 1) // every rank's updated shard to every replica (this rank's in place)
         return comm_all_gather(cm, COMM_GROUP_DP, zero_pel(z, z->params, z->lay.shard_begin),
-                              z->params, z->lay.shard_len, z->pdt);
+                               z->params, z->lay.shard_len, z->pdt);
     for (int k = 0; z->lay.stage == 2 && k < z->lay.n_buckets; k++) {
         const zero_bucket *b = &z->lay.buckets[k];
         const void *own = zero_pel(z, z->params, b->begin + (size_t)z->lay.dp_rank * b->shard);
@@ -373,7 +376,7 @@ tri_status zero_local_params(zero_state *z, float *host) {
     for (int k = 0; k < z->lay.n_buckets; k++) {
         const zero_bucket *b = &z->lay.buckets[k];
         TRI_CHECK(comm_all_gather(z->cm, COMM_GROUP_DP, zero_pel(z, z->gather.shard, b->arena),
-                                    z->scratch, b->shard, z->pdt));
+                                  z->scratch, b->shard, z->pdt));
         params_to_host(z, host + b->begin, z->scratch, b->numel);
     }
     return TRI_OK;

@@ -43,47 +43,47 @@
 typedef enum { ZERO3_GATHER_PASS = 0, ZERO3_GATHER_STEP = 1 } zero3_gather_kind;
 
 typedef struct {
-    int stage;                 // parallel.zero, 0..3 (in effect only with dp > 1)
+    int stage; // parallel.zero, 0..3 (in effect only with dp > 1)
     int dp, dp_rank;
-    double bucket_mb;          // parallel.bucket_mb: layers merged into a bucket up to it
-    zero3_gather_kind gather;  // parallel.zero3_gather
-    int overlap;               // parallel.overlap
-    tri_dtype param_dtype;     // train.precision: DTYPE_FP32, or DTYPE_BF16 (bf16 parameters,
-                               // fp32 master weights in the optimizer)
-    tri_dtype grad_dtype;      // train.grad_dtype: gradient buffers, workspaces and shards
-    tri_dtype reduce_dtype;    // train.reduce_dtype: the dp reduction's
+    double bucket_mb;         // parallel.bucket_mb: layers merged into a bucket up to it
+    zero3_gather_kind gather; // parallel.zero3_gather
+    int overlap;              // parallel.overlap
+    tri_dtype param_dtype;    // train.precision: DTYPE_FP32, or DTYPE_BF16 (bf16 parameters,
+                              // fp32 master weights in the optimizer)
+    tri_dtype grad_dtype;     // train.grad_dtype: gradient buffers, workspaces and shards
+    tri_dtype reduce_dtype;   // train.reduce_dtype: the dp reduction's
 } zero_config;
 
 typedef struct {
     int entry;
-    size_t lo, hi;  // flat parameter offsets
-    size_t pos;     // offset in the shard arrays
+    size_t lo, hi; // flat parameter offsets
+    size_t pos;    // offset in the shard arrays
 } zero_piece;
 
 typedef struct {
-    int first, count;        // table entries [first, first + count)
-    int layers;              // transformer layers in it (0: the embeddings or final LayerNorm)
-    int chunk;               // the model chunk whose passes read and finish it
-    size_t begin, numel;     // their flat range
-    size_t padded, shard;    // numel rounded up to a multiple of dp; padded / dp
-    size_t arena;            // where this rank's shard of the bucket starts in the shard arrays
+    int first, count;     // table entries [first, first + count)
+    int layers;           // transformer layers in it (0: the embeddings or final LayerNorm)
+    int chunk;            // the model chunk whose passes read and finish it
+    size_t begin, numel;  // their flat range
+    size_t padded, shard; // numel rounded up to a multiple of dp; padded / dp
+    size_t arena;         // where this rank's shard of the bucket starts in the shard arrays
 } zero_bucket;
 
 // What a rank holds and owns under a ZeRO stage, without any buffer: a pure function of the
 // config and the rank's parameter table, which zero_create and the planner both build.
 typedef struct {
-    int stage;               // in effect: 0 when dp == 1
+    int stage; // in effect: 0 when dp == 1
     int dp, dp_rank;
-    size_t capacity;         // elements of a full parameter (and stage 0/1 gradient) buffer,
-                             // padded for the shards
+    size_t capacity;               // elements of a full parameter (and stage 0/1 gradient) buffer,
+                                   // padded for the shards
     size_t shard_begin, shard_len; // stage 1: this rank's shard of the flat buffer
-    size_t arena_len;        // elements of the shard arrays
-    zero_piece *pieces;      // in table order
+    size_t arena_len;              // elements of the shard arrays
+    zero_piece *pieces;            // in table order
     int n_pieces;
-    zero_bucket *buckets;    // dp > 1: every entry in exactly one
+    zero_bucket *buckets; // dp > 1: every entry in exactly one
     int n_buckets;
-    int *bucket_of_entry;    // (n_entries) when there are buckets
-    int chunks;              // model chunks on this rank
+    int *bucket_of_entry; // (n_entries) when there are buckets
+    int chunks;           // model chunks on this rank
 } zero_layout;
 
 void zero_layout_build(zero_layout *zl, const zero_config *zc, const param_table *pt);

@@ -72,9 +72,9 @@ static tri_status start_gathers(zero_state *z, int chunk, int backward, int w) {
         const int k = list[backward ? n - 1 - i : i];
         const zero_bucket *b = &z->lay.buckets[k];
         comm_request *req = gather_req(z, w, k);
-        TRI_CHECK(comm_all_gather_start(z->cm, COMM_GROUP_DP, zero_pel(z, z->gather.shard, b->arena),
-                                          zero_pel(z, gather_ws(z, w), z->gather.ws_offset[k]),
-                                          b->shard, z->pdt, req));
+        TRI_CHECK(comm_all_gather_start(
+            z->cm, COMM_GROUP_DP, zero_pel(z, z->gather.shard, b->arena),
+            zero_pel(z, gather_ws(z, w), z->gather.ws_offset[k]), b->shard, z->pdt, req));
         if (!z->overlap) TRI_CHECK(comm_wait(z->cm, req));
         else if (req->impl) z->overlapped_gathers++;
     }
@@ -89,10 +89,8 @@ tri_status zero_pass_begin(void *ctx, int chunk, int backward) {
     // Passes alternate between the two workspaces (overlap, "pass"); this one may have been
     // started already, while the pass before it computed.
     const int w = g->ws2 ? 1 - g->cur : 0;
-    if (g->ws2 && g->pf_chunk == chunk && g->pf_backward == backward)
-        z->prefetched_passes++;
-    else
-        TRI_CHECK(start_gathers(z, chunk, backward, w));
+    if (g->ws2 && g->pf_chunk == chunk && g->pf_backward == backward) z->prefetched_passes++;
+    else TRI_CHECK(start_gathers(z, chunk, backward, w));
     g->pf_chunk = -1;
     g->cur = w;
     for (const int *k = g->chunk_buckets[chunk]; *k >= 0; k++) {

@@ -8,8 +8,8 @@
 // Reductions in flight (parallel.overlap): each bucket's request and the workspace it reads,
 // and the buckets with one in flight, oldest first.
 typedef struct {
-    comm_request *req;  // (n_buckets)
-    void **ws;          // (n_buckets)
+    comm_request *req; // (n_buckets)
+    void **ws;         // (n_buckets)
     int *fifo, n;
 } zero_reductions;
 
@@ -18,38 +18,38 @@ typedef struct {
 // (next_chunk, -1: none) before each pass; pf_chunk is the pass whose gathers were started
 // ahead.
 typedef struct {
-    void *shard;          // (arena_len) this rank's parameter shards (pelem bytes each)
-    void *ws, *ws2;       // one chunk's gathered parameters (or, "step", every chunk's)
-    size_t *ws_offset;    // (n_buckets) where each bucket lands in a workspace
-    int **chunk_buckets;  // (chunks) bucket indices of each chunk, -1 ended
-    int *gathered;        // "step": (chunks) gathered since the update
-    int keep;             // parallel.zero3_gather == step
-    comm_request *req;    // (2 * n_buckets) each bucket's gather into each workspace
+    void *shard;         // (arena_len) this rank's parameter shards (pelem bytes each)
+    void *ws, *ws2;      // one chunk's gathered parameters (or, "step", every chunk's)
+    size_t *ws_offset;   // (n_buckets) where each bucket lands in a workspace
+    int **chunk_buckets; // (chunks) bucket indices of each chunk, -1 ended
+    int *gathered;       // "step": (chunks) gathered since the update
+    int keep;            // parallel.zero3_gather == step
+    comm_request *req;   // (2 * n_buckets) each bucket's gather into each workspace
     int cur, next_chunk, next_backward, pf_chunk, pf_backward;
 } zero_gathers;
 
 struct zero_state {
     zero_config cfg;
     zero_layout lay;
-    model *m;                // whose store this is
-    const param_table *pt;   // m's table
+    model *m;              // whose store this is
+    const param_table *pt; // m's table
     backend *be;
     comm *cm;
     mem_pool *pool;
-    mem_specs buffers;       // zero_buffers of this state: what create carved
+    mem_specs buffers;          // zero_buffers of this state: what create carved
     size_t pelem, gelem, relem; // bytes of a parameter, gradient and reduction element
     tri_dtype pdt, gdt, rdt;
-    int overlap;             // parallel.overlap with dp > 1
+    int overlap;                // parallel.overlap with dp > 1
     void **param_of, **grad_of; // (n_entries) the store's tables
-    void *params;            // stages 0-2: (capacity) the parameter buffer
-    void *grads;             // stages 0-1: (capacity) the gradient buffer
+    void *params;               // stages 0-2: (capacity) the parameter buffer
+    void *grads;                // stages 0-1: (capacity) the gradient buffer
     // Stages 2-3: one workspace all layer buckets share (two under overlap), one of its own
     // for every other bucket, the reduced gradient shards and a bucket-sized scratch.
     void *layer_ws, *layer_ws2;
-    void **bucket_ws;        // (n_buckets) the workspace each bucket accumulates in now
-    int *layers_done;        // (n_buckets) layers the running backward has finished
-    void *grad_shard;        // (arena_len)
-    void *scratch;           // one bucket's shard, or (stage 2) a gathered bucket
+    void **bucket_ws; // (n_buckets) the workspace each bucket accumulates in now
+    int *layers_done; // (n_buckets) layers the running backward has finished
+    void *grad_shard; // (arena_len)
+    void *scratch;    // one bucket's shard, or (stage 2) a gathered bucket
     // reduce_dtype other than grad_dtype: the reduction's own buffer (rtmp_len elements: a
     // bucket, or at stage 1 the whole buffer); then, or with bf16 gradients, an fp32
     // buffer as wide as the widest piece or bucket shard (gtmp).
@@ -58,7 +58,7 @@ struct zero_state {
     float *gtmp;
     zero_reductions red;
     zero_gathers gather;
-    int last_micro;          // the backward running is of the step's last micro-batch
+    int last_micro; // the backward running is of the step's last micro-batch
     int overlapped_reductions, overlapped_gathers, prefetched_passes; // debug counts
 };
 

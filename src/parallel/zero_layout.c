@@ -60,7 +60,9 @@ static void define_buckets(zero_layout *zl, const param_table *pt, double bucket
         zero_bucket *b = &zl->buckets[zl->n_buckets];
         b->first = i, b->count = zero_bucket_span(pt, i, bucket_mb * 1048576.0, &b->layers);
         const param_entry *e = &pt->entries[i];
-        b->chunk = e->layer >= 0 ? layer_chunk(pt, e->layer) : e->layer == PARAM_LAYER_EMBED ? 0 : zl->chunks - 1;
+        b->chunk = e->layer >= 0                   ? layer_chunk(pt, e->layer)
+                   : e->layer == PARAM_LAYER_EMBED ? 0
+                                                   : zl->chunks - 1;
         b->begin = e->offset;
         for (int k = i; k < i + b->count; k++) {
             b->numel += (size_t)pt->entries[k].local_numel;
@@ -120,12 +122,13 @@ void zero_layout_free(zero_layout *zl) {
 
 #define DST(field) (z ? (void *)&(z->field) : NULL)
 
-void zero_buffers(mem_specs *s, const zero_config *zc, const zero_layout *zl,
-                  const param_table *pt, zero_state *z) {
+void zero_buffers(mem_specs *s, const zero_config *zc, const zero_layout *zl, const param_table *pt,
+                  zero_state *z) {
     const size_t pelem = dtype_size(zc->param_dtype), gelem = dtype_size(zc->grad_dtype);
     const size_t relem = dtype_size(zc->reduce_dtype);
     const int overlap = zc->overlap && zl->dp > 1;
-    if (zl->stage < 3) mem_specs_add(s, "zero.params", MEM_PARAM, zl->capacity * pelem, DST(params));
+    if (zl->stage < 3)
+        mem_specs_add(s, "zero.params", MEM_PARAM, zl->capacity * pelem, DST(params));
     if (zl->stage < 2) mem_specs_add(s, "zero.grads", MEM_GRAD, zl->capacity * gelem, DST(grads));
     if (zl->stage >= 2) {
         size_t layer_ws = 0, scratch = 0;
@@ -137,7 +140,8 @@ void zero_buffers(mem_specs *s, const zero_config *zc, const zero_layout *zl,
         if (layer_ws) {
             mem_specs_add(s, "zero.layer_ws", MEM_GRAD_BUCKET, layer_ws * gelem, DST(layer_ws));
             if (overlap) // the second layer workspace, filled while the first is reduced
-                mem_specs_add(s, "zero.layer_ws2", MEM_GRAD_BUCKET, layer_ws * gelem, DST(layer_ws2));
+                mem_specs_add(s, "zero.layer_ws2", MEM_GRAD_BUCKET, layer_ws * gelem,
+                              DST(layer_ws2));
         }
         for (int k = 0; k < zl->n_buckets; k++)
             if (!zl->buckets[k].layers)
@@ -160,7 +164,9 @@ void zero_buffers(mem_specs *s, const zero_config *zc, const zero_layout *zl,
     if (zc->grad_dtype == DTYPE_BF16 || mixed) { // a piece or bucket shard widened to fp32: the
         size_t widest = 1;                       // widest entry (stages 0-1) or bucket shard
         for (int i = 0; zl->stage < 2 && i < pt->n_entries; i++)
-            widest = (size_t)pt->entries[i].local_numel > widest ? (size_t)pt->entries[i].local_numel : widest;
+            widest = (size_t)pt->entries[i].local_numel > widest
+                         ? (size_t)pt->entries[i].local_numel
+                         : widest;
         for (int k = 0; zl->stage >= 2 && k < zl->n_buckets; k++)
             widest = zl->buckets[k].shard > widest ? zl->buckets[k].shard : widest;
         mem_specs_add(s, "zero.widen_tmp", MEM_GRAD_BUCKET, widest * sizeof(float), DST(gtmp));
@@ -178,7 +184,8 @@ void zero_buffers(mem_specs *s, const zero_config *zc, const zero_layout *zl,
         const size_t ws = step ? all : most;
         mem_specs_add(s, "zero.gather_ws", MEM_PARAM_GATHER, (ws ? ws : 1) * pelem, DST(gather.ws));
         if (overlap && !step) // the next pass's gathers go to a second one
-            mem_specs_add(s, "zero.gather_ws2", MEM_PARAM_GATHER, (ws ? ws : 1) * pelem, DST(gather.ws2));
+            mem_specs_add(s, "zero.gather_ws2", MEM_PARAM_GATHER, (ws ? ws : 1) * pelem,
+                          DST(gather.ws2));
         mem_specs_add(s, "zero.param_shard", MEM_PARAM, (zl->arena_len ? zl->arena_len : 1) * pelem,
                       DST(gather.shard));
     }

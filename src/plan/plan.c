@@ -158,7 +158,7 @@ static void forward(rank_step *r, int chunk) {
     if (d->has_embed && chunk == 0) tp_reduce_rows(r);
     for (int i = 0; i < d->Lc; i++) layer_forward(r);
     if (!(d->has_head && chunk == d->chunks - 1)) return;
-    tp_gather_rows(r); // final LayerNorm
+    tp_gather_rows(r);          // final LayerNorm
     for (int i = 0; i < 3; i++) // vocab-parallel cross-entropy: row max, sum of exp, target logit
         count(r, COMM_GROUP_TP, COMM_OP_ALL_REDUCE, (uint64_t)d->N * sizeof(float));
 }
@@ -203,7 +203,8 @@ static void step_end(rank_step *r) {
             count(r, COMM_GROUP_EMBED, COMM_OP_ALL_REDUCE,
                   (uint64_t)pt->entries[pt->wte].local_numel * lo->es.grad);
     }
-    if (zl->stage == 1) count(r, COMM_GROUP_DP, COMM_OP_REDUCE_SCATTER, zl->capacity * lo->es.reduce);
+    if (zl->stage == 1)
+        count(r, COMM_GROUP_DP, COMM_OP_REDUCE_SCATTER, zl->capacity * lo->es.reduce);
     for (int p = 0; zl->stage >= 2 && p < zl->n_pieces; p++) { // the same sums on the pieces
         const zero_piece *pc = &zl->pieces[p];
         const param_entry *e = &pt->entries[pc->entry];
@@ -212,7 +213,7 @@ static void step_end(rank_step *r) {
         if (lo->pp > 1 && pc->entry == pt->wte)
             count(r, COMM_GROUP_EMBED, COMM_OP_ALL_REDUCE, (pc->hi - pc->lo) * lo->es.grad);
     }
-    count(r, COMM_GROUP_DP, COMM_OP_ALL_REDUCE, sizeof(double)); // the loss
+    count(r, COMM_GROUP_DP, COMM_OP_ALL_REDUCE, sizeof(double));                // the loss
     if (zl->stage) count(r, COMM_GROUP_DP, COMM_OP_ALL_REDUCE, sizeof(double)); // norm over shards
     count(r, COMM_GROUP_MP, COMM_OP_ALL_REDUCE, sizeof(double));                // norm over tp x pp
     if (zl->stage == 1) count(r, COMM_GROUP_DP, COMM_OP_ALL_GATHER, zl->capacity * lo->es.param);
@@ -231,7 +232,8 @@ static void stage_comm(plan_stage *s, const layout *lo, const stage_tables *st,
     r.group_size[COMM_GROUP_MP] = lo->tp * lo->pp;
     r.group_size[COMM_GROUP_WORLD] = lo->world;
     r.gathered = xcalloc((size_t)st->zl.chunks, sizeof(int));
-    const uint64_t message = (uint64_t)st->d.N_local * st->d.C * lo->es.act; // a chunk's input or d(input)
+    const uint64_t message = (uint64_t)st->d.N_local * st->d.C *
+                             lo->es.act; // a chunk's input or d(input)
     for (int i = 0; i < sched->n_actions; i++) {
         const sched_action *a = &sched->actions[i];
         switch (a->kind) {
@@ -327,7 +329,8 @@ static void stage_time(plan_stage *s, const layout *lo, const stage_tables *st, 
     const double layer_s = (18 * C * C * matmul_s_per_flop(d, rate, MIN_DIM(3 * Cl)) +
                             6 * C * C * matmul_s_per_flop(d, rate, MIN_DIM(Cl)) +
                             48 * C * C * matmul_s_per_flop(d, rate, MIN_DIM(4 * Cl)) +
-                            12 * T * C / rate) / tp;
+                            12 * T * C / rate) /
+                           tp;
     const int head = s->pp_rank == lo->pp - 1;
     const double Vp = config_padded_vocab(cfg);
     const double head_s = head ? 6 * Vp * C * matmul_s_per_flop(d, rate, MIN_DIM(Vpl)) / tp : 0;
@@ -341,7 +344,8 @@ static void stage_time(plan_stage *s, const layout *lo, const stage_tables *st, 
         s->t_comm[ph] = comm_seconds(lo, &s->comm, (plan_phase)ph);
     // AdamW streams m and v (read, write), the gradient, the parameters and master weights.
     const elem_sizes *es = &lo->es;
-    const double per_elem = 2.0 * es->adam + es->grad + 2.0 * (es->master ? es->master : es->param) +
+    const double per_elem = 2.0 * es->adam + es->grad +
+                            2.0 * (es->master ? es->master : es->param) +
                             (es->master ? es->param : 0);
     const double elems = (double)s->mem[MEM_ADAM] / es->adam;
     s->t_optimizer = elems * per_elem / d->mem_bw;
@@ -358,7 +362,7 @@ struct plan_cache {
     param_table kinds[3]; // first, middle, last stage
     int built[3];
     int sched_key[4];
-    sched_table *scheds;  // (n_scheds) one per pipeline rank
+    sched_table *scheds; // (n_scheds) one per pipeline rank
     int n_scheds;
 };
 
@@ -389,9 +393,15 @@ static int stage_kind(const layout *lo, int r) { return r == 0 ? 0 : r == lo->pp
 // The parameter table of pipeline rank r's kind (tp rank 0).
 static const param_table *cached_table(plan_cache *c, const layout *lo, int r) {
     const run_config *cfg = lo->cfg;
-    const double key[9] = {cfg->model.n_layer, cfg->model.n_head, cfg->model.d_model,
-                           cfg->model.seq_len, cfg->model.vocab_size, cfg->model.vocab_pad_to,
-                           lo->tp, lo->pp, lo->v};
+    const double key[9] = {cfg->model.n_layer,
+                           cfg->model.n_head,
+                           cfg->model.d_model,
+                           cfg->model.seq_len,
+                           cfg->model.vocab_size,
+                           cfg->model.vocab_pad_to,
+                           lo->tp,
+                           lo->pp,
+                           lo->v};
     if (memcmp(key, c->table_key, sizeof key)) {
         cache_drop_tables(c);
         memcpy(c->table_key, key, sizeof key);
@@ -440,8 +450,14 @@ tri_status plan_compute_cached(plan_result *p, const run_config *cfg, const plan
     memset(p, 0, sizeof *p);
     const int tp = cfg->parallel.tp, pp = cfg->parallel.pp, dp = cfg->parallel.dp;
     TRI_ASSERT(dp >= 1); // resolved
-    layout lo = {.cfg = cfg, .dev = dev, .es = elem_sizes_of(cfg), .world = tp * pp * dp,
-                 .tp = tp, .pp = pp, .dp = dp, .v = cfg->parallel.virtual_stages,
+    layout lo = {.cfg = cfg,
+                 .dev = dev,
+                 .es = elem_sizes_of(cfg),
+                 .world = tp * pp * dp,
+                 .tp = tp,
+                 .pp = pp,
+                 .dp = dp,
+                 .v = cfg->parallel.virtual_stages,
                  .zero = dp > 1 ? cfg->parallel.zero : 0,
                  .recompute = cfg->parallel.recompute == RECOMPUTE_FULL,
                  .m = config_micro_batches(cfg)};
@@ -495,8 +511,7 @@ void plan_free(plan_result *p) {
 }
 
 uint64_t plan_model_state_bytes(const plan_stage *s) {
-    return s->mem[MEM_PARAM] + s->mem[MEM_GRAD] + s->mem[MEM_MASTER] +
-           s->mem[MEM_ADAM];
+    return s->mem[MEM_PARAM] + s->mem[MEM_GRAD] + s->mem[MEM_MASTER] + s->mem[MEM_ADAM];
 }
 
 uint64_t plan_group_bytes(const plan_stage *s, comm_group_id g) {

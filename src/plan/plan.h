@@ -23,20 +23,20 @@
 // ---- devices ----
 
 typedef struct {
-    const char *name;        // what --device takes: "h100", "h200", "a100", "cpu"
+    const char *name; // what --device takes: "h100", "h200", "a100", "cpu"
     const char *description;
-    double peak_bf16;        // dense bf16 FLOP/s of one device (no sparsity)
-    double peak_fp32;        // dense fp32 FLOP/s (no TF32)
-    double mem_bytes;        // memory of one device (cpu: this machine's RAM / ranks on it)
-    double reserve_bytes;    // of it, not available to trident's buffers (runtime, comm buffers)
-    double mem_bw;           // memory bandwidth of one device, bytes/s
-    double intra_bw;         // per device, one direction, within a node (NVLink), bytes/s
-    double inter_bw;         // per device, one direction, between nodes (InfiniBand), bytes/s
-    int per_node;            // devices per node
+    double peak_bf16;     // dense bf16 FLOP/s of one device (no sparsity)
+    double peak_fp32;     // dense fp32 FLOP/s (no TF32)
+    double mem_bytes;     // memory of one device (cpu: this machine's RAM / ranks on it)
+    double reserve_bytes; // of it, not available to trident's buffers (runtime, comm buffers)
+    double mem_bw;        // memory bandwidth of one device, bytes/s
+    double intra_bw;      // per device, one direction, within a node (NVLink), bytes/s
+    double inter_bw;      // per device, one direction, between nodes (InfiniBand), bytes/s
+    int per_node;         // devices per node
     double latency_intra, latency_inter; // seconds per collective call
-    double efficiency;       // achieved fraction of peak by a large matmul (and attention)
-    double gemm_half;        // a matmul whose smallest dimension is this runs at half of that
-    attn_state_kind attn;    // how the device's backend keeps attention state (backend.h)
+    double efficiency;    // achieved fraction of peak by a large matmul (and attention)
+    double gemm_half;     // a matmul whose smallest dimension is this runs at half of that
+    attn_state_kind attn; // how the device's backend keeps attention state (backend.h)
 } plan_device;
 
 // Fills *dev with device `name` (case-insensitive). The CPU's memory, cores and hence ranks
@@ -49,7 +49,6 @@ const char *plan_device_default(const run_config *cfg);
 const char *plan_device_names(void);
 
 // ---- the plan of one layout ----
-
 
 // Where a step spends its communication: inside the schedule (per micro-batch: tp, p2p,
 // ZeRO bucket reductions and gathers) or after it (the rest of the dp reduction, norms,
@@ -64,32 +63,32 @@ typedef struct {
 // One pipeline stage, as seen by its tp rank 0, dp rank 0.
 typedef struct {
     int pp_rank;
-    int64_t rank_params;     // parameters held (table.local_numel)
-    int n_slots;             // activation slots (the schedule's in-flight bound)
+    int64_t rank_params; // parameters held (table.local_numel)
+    int n_slots;         // activation slots (the schedule's in-flight bound)
     uint64_t mem[MEM_KIND_COUNT];
     uint64_t mem_total;
     plan_comm comm;
-    double model_flops;      // model FLOPs of this rank per step (fwd + bwd, its tp share)
-    double hw_flops;         // FLOPs it executes (recompute runs each forward twice)
+    double model_flops; // model FLOPs of this rank per step (fwd + bwd, its tp share)
+    double hw_flops;    // FLOPs it executes (recompute runs each forward twice)
     double t_compute, t_comm[PLAN_PHASE_COUNT]; // seconds per step
     double t_optimizer;
 } plan_stage;
 
 typedef struct {
     int world, tp, pp, dp, virtual_stages, zero; // zero: the stage in effect (0 when dp == 1)
-    int micro_batches;                            // per replica per step
-    int64_t n_params;                             // the whole model, padding included
+    int micro_batches;                           // per replica per step
+    int64_t n_params;                            // the whole model, padding included
     double flops_per_token, tokens_per_step;
-    double bubble;                                // sched_bubble_fraction
-    plan_stage *stages;                           // pp of them
+    double bubble;      // sched_bubble_fraction
+    plan_stage *stages; // pp of them
     plan_device dev;
-    double usable_bytes;                          // dev.mem_bytes - dev.reserve_bytes
-    int fits;                                     // every stage's total within usable_bytes
-    int worst_stage;                              // the stage with the most memory
+    double usable_bytes; // dev.mem_bytes - dev.reserve_bytes
+    int fits;            // every stage's total within usable_bytes
+    int worst_stage;     // the stage with the most memory
     // Prediction: the schedule phase runs (m + (pp-1)/v) times the slowest stage's
     // per-micro-batch time; then the step-end communication and the optimizer.
     double t_schedule, t_step_end, t_optimizer, step_s, tokens_per_s, mfu;
-    double peak_flops;                            // the device peak used for time and MFU
+    double peak_flops; // the device peak used for time and MFU
 } plan_result;
 
 // Plans the layout of `cfg`, which config_resolve_world has resolved, on `dev`. Builds only
@@ -143,5 +142,5 @@ void plan_print_json(const plan_result *p, const run_config *cfg, FILE *f);
 // --search: every layout of `cfg`'s model and batch on cfg's world (tp, pp, virtual
 // stages, schedule, zero, micro_batch, recompute, sequence parallelism), those that fit
 // ranked by predicted step time, the rest summarised by the reason they fail.
-tri_status plan_search(const run_config *cfg, int world, const plan_device *dev, int top,
-                       int json, FILE *f);
+tri_status plan_search(const run_config *cfg, int world, const plan_device *dev, int top, int json,
+                       FILE *f);

@@ -32,7 +32,7 @@ static const char *fmt_seconds(char *buf, size_t n, double s) {
 
 static const char *op_name(comm_op_id op) {
     static const char *names[COMM_OP_COUNT] = {"all_reduce", "reduce_scatter", "all_gather",
-                                               "broadcast", "send", "recv"};
+                                               "broadcast",  "send",           "recv"};
     return names[op];
 }
 
@@ -41,49 +41,64 @@ static int assumptions(const plan_result *p, const run_config *cfg, char out[][3
     const plan_device *d = &p->dev;
     char a[32], b[32], c[32], e[32];
     int n = 0;
-    snprintf(out[n++], 320, "a matmul runs at %.0f%% of the device's dense %s peak (%.4g TFLOP/s) "
+    snprintf(out[n++], 320,
+             "a matmul runs at %.0f%% of the device's dense %s peak (%.4g TFLOP/s) "
              "times s / (s + %.0f), s its smallest dimension (micro_batch x seq_len, d_model "
              "or its tp share); attention at %.0f%%; recompute runs each layer's forward again",
              100 * d->efficiency, cfg->train.precision == DTYPE_BF16 ? "bf16" : "fp32",
              p->peak_flops / 1e12, d->gemm_half, 100 * d->efficiency);
-    snprintf(out[n++], 320, "collectives are rings: an all-reduce moves 2(n-1)/n of its buffer over "
+    snprintf(out[n++], 320,
+             "collectives are rings: an all-reduce moves 2(n-1)/n of its buffer over "
              "each rank's link, a reduce-scatter or all-gather (n-1)/n, a send its message");
-    snprintf(out[n++], 320, "a group whose ranks lie within one node (%d per node) gets %s/s per "
-             "device, otherwise %s/s; each call adds %s (within a node) or %s", d->per_node,
-             fmt_bytes(a, sizeof a, d->intra_bw), fmt_bytes(b, sizeof b, d->inter_bw),
-             fmt_seconds(c, sizeof c, d->latency_intra), fmt_seconds(e, sizeof e, d->latency_inter));
-    snprintf(out[n++], 320, "no overlap counted: communication time adds to compute time (an "
+    snprintf(out[n++], 320,
+             "a group whose ranks lie within one node (%d per node) gets %s/s per "
+             "device, otherwise %s/s; each call adds %s (within a node) or %s",
+             d->per_node, fmt_bytes(a, sizeof a, d->intra_bw), fmt_bytes(b, sizeof b, d->inter_bw),
+             fmt_seconds(c, sizeof c, d->latency_intra),
+             fmt_seconds(e, sizeof e, d->latency_inter));
+    snprintf(out[n++], 320,
+             "no overlap counted: communication time adds to compute time (an "
              "upper bound: with parallel.overlap the dp reductions, ZeRO-3 gathers and some "
              "pipeline transfers run under compute)");
-    snprintf(out[n++], 320, "the schedule takes (m + (pp-1)/v) times the slowest stage's time per "
+    snprintf(out[n++], 320,
+             "the schedule takes (m + (pp-1)/v) times the slowest stage's time per "
              "micro-batch (the bubble formula of sched_bubble_fraction)");
     snprintf(out[n++], 320, "AdamW streams its state, gradients and weights at %s/s",
              fmt_bytes(a, sizeof a, d->mem_bw));
     snprintf(out[n++], 320, "attention keeps %s per layer for the backward",
              d->attn == ATTN_STATE_PROBS ? "the softmax probabilities, B x NH/tp x T x T floats "
-                                          "(the CPU backend)"
-                                        : "the softmax row statistics, B x NH/tp x T floats "
-                                          "(the CUDA backend's flash-style kernel)");
-    snprintf(out[n++], 320, "%s of each device's %s is left to the runtime, not to trident's "
-             "buffers", fmt_bytes(a, sizeof a, d->reserve_bytes), fmt_bytes(b, sizeof b, d->mem_bytes));
+                                           "(the CPU backend)"
+                                         : "the softmax row statistics, B x NH/tp x T floats "
+                                           "(the CUDA backend's flash-style kernel)");
+    snprintf(out[n++], 320,
+             "%s of each device's %s is left to the runtime, not to trident's "
+             "buffers",
+             fmt_bytes(a, sizeof a, d->reserve_bytes), fmt_bytes(b, sizeof b, d->mem_bytes));
     if (!strcmp(d->name, "cpu"))
-        snprintf(out[n++], 320, "cpu: one rank per core; memory per rank is this machine's RAM "
+        snprintf(out[n++], 320,
+                 "cpu: one rank per core; memory per rank is this machine's RAM "
                  "divided by min(world, cores)");
     if (cfg->train.precision == DTYPE_BF16)
-        snprintf(out[n++], 320, "bf16 as this build trains it: parameters, their all-gathers and "
+        snprintf(out[n++], 320,
+                 "bf16 as this build trains it: parameters, their all-gathers and "
                  "the activations kept for the backward 2 bytes; master weights 4, Adam m + v 8; "
                  "fp32 staging of one layer's parameters and activations; the residual stream "
                  "and messages 4 bytes; gradients per train.grad_dtype");
-    snprintf(out[n++], 320, "steady-state steps: no evaluation, no checkpoint (under zero3_gather "
+    snprintf(out[n++], 320,
+             "steady-state steps: no evaluation, no checkpoint (under zero3_gather "
              "step, a step after an evaluation gathers nothing before its first pass)");
     return n;
 }
 
 static void print_memory_kinds(const plan_stage *s, FILE *f) {
-    static const char *what[MEM_KIND_COUNT] = {
-        "parameters", "gradients", "fp32 master weights", "Adam m and v",
-        "activation slots", "ZeRO-2/3 gradient buckets", "ZeRO-3 gathered parameters",
-        "backward scratch (not in the run record)"};
+    static const char *what[MEM_KIND_COUNT] = {"parameters",
+                                               "gradients",
+                                               "fp32 master weights",
+                                               "Adam m and v",
+                                               "activation slots",
+                                               "ZeRO-2/3 gradient buckets",
+                                               "ZeRO-3 gathered parameters",
+                                               "backward scratch (not in the run record)"};
     char b[32];
     for (int k = 0; k < MEM_KIND_COUNT; k++)
         fprintf(f, "  %-20s %10s %16llu  %s\n", mem_kind_name((mem_kind)k),
@@ -109,13 +124,13 @@ static void print_stages(const plan_result *p, FILE *f) {
         else snprintf(name, sizeof name, "%d", r);
         snprintf(act, sizeof act, "%s (%d)", fmt_bytes(c, sizeof c, (double)s->mem[MEM_ACTIVATION]),
                  s->n_slots);
-        fprintf(f, "  %-9s %10s %11s %21s %12s %11s %10s\n", name,
-                fmt_count(a, sizeof a, (double)s->rank_params),
-                fmt_bytes(b, sizeof b, (double)plan_model_state_bytes(s)), act,
-                fmt_bytes(d, sizeof d,
-                          (double)(s->mem[MEM_GRAD_BUCKET] + s->mem[MEM_PARAM_GATHER])),
-                fmt_bytes(e, sizeof e, (double)s->mem[MEM_SCRATCH]),
-                fmt_bytes(c, sizeof c, (double)s->mem_total));
+        fprintf(
+            f, "  %-9s %10s %11s %21s %12s %11s %10s\n", name,
+            fmt_count(a, sizeof a, (double)s->rank_params),
+            fmt_bytes(b, sizeof b, (double)plan_model_state_bytes(s)), act,
+            fmt_bytes(d, sizeof d, (double)(s->mem[MEM_GRAD_BUCKET] + s->mem[MEM_PARAM_GATHER])),
+            fmt_bytes(e, sizeof e, (double)s->mem[MEM_SCRATCH]),
+            fmt_bytes(c, sizeof c, (double)s->mem_total));
         r = end;
     }
 }
@@ -155,23 +170,30 @@ void plan_print_text(const plan_result *p, const run_config *cfg, FILE *f) {
     const plan_stage *w = &p->stages[p->worst_stage], *s0 = &p->stages[0];
     fprintf(f, "plan: %s on %d x %s (%s)\n", cfg->source_path ? cfg->source_path : "config",
             p->world, p->dev.name, p->dev.description);
-    fprintf(f, "model: %d layers, d_model %d, %d heads, seq_len %d, vocab %d (padded %d): %s "
+    fprintf(f,
+            "model: %d layers, d_model %d, %d heads, seq_len %d, vocab %d (padded %d): %s "
             "parameters\n",
             cfg->model.n_layer, cfg->model.d_model, cfg->model.n_head, cfg->model.seq_len,
-            cfg->model.vocab_size, config_padded_vocab(cfg), fmt_count(a, sizeof a, (double)p->n_params));
-    fprintf(f, "layout: tp %d x pp %d x dp %d, virtual_stages %d, schedule %s, zero %d%s, "
+            cfg->model.vocab_size, config_padded_vocab(cfg),
+            fmt_count(a, sizeof a, (double)p->n_params));
+    fprintf(f,
+            "layout: tp %d x pp %d x dp %d, virtual_stages %d, schedule %s, zero %d%s, "
             "sequence_parallel %s, recompute %s, precision %s (grads %s, reduce %s)\n",
             p->tp, p->pp, p->dp, p->virtual_stages, config_schedule_name(cfg->parallel.schedule),
             cfg->parallel.zero, p->zero != cfg->parallel.zero ? " (0 in effect: dp 1)" : "",
             cfg->parallel.sequence_parallel ? "true" : "false",
             config_recompute_name(cfg->parallel.recompute), dtype_name(cfg->train.precision),
             dtype_name(cfg->train.grad_dtype), dtype_name(cfg->train.reduce_dtype));
-    fprintf(f, "batch: %d sequences x %d tokens = %s tokens per step; micro_batch %d, %d "
-            "micro-batches per replica\n", cfg->train.global_batch, cfg->model.seq_len,
-            fmt_count(a, sizeof a, p->tokens_per_step), cfg->train.micro_batch, p->micro_batches);
+    fprintf(f,
+            "batch: %d sequences x %d tokens = %s tokens per step; micro_batch %d, %d "
+            "micro-batches per replica\n",
+            cfg->train.global_batch, cfg->model.seq_len, fmt_count(a, sizeof a, p->tokens_per_step),
+            cfg->train.micro_batch, p->micro_batches);
 
-    fprintf(f, "\nmemory of rank 0 (stage 0, tp rank 0, dp rank 0: the run record's \"memory\"), "
-            "%s parameters held:\n", fmt_count(a, sizeof a, (double)s0->rank_params));
+    fprintf(f,
+            "\nmemory of rank 0 (stage 0, tp rank 0, dp rank 0: the run record's \"memory\"), "
+            "%s parameters held:\n",
+            fmt_count(a, sizeof a, (double)s0->rank_params));
     print_memory_kinds(s0, f);
     fprintf(f, "  model state: %s = %.2f bytes per parameter held\n",
             fmt_bytes(a, sizeof a, (double)plan_model_state_bytes(s0)),
@@ -186,14 +208,17 @@ void plan_print_text(const plan_result *p, const run_config *cfg, FILE *f) {
     const double fill = (double)(p->pp - 1) / p->virtual_stages;
     fprintf(f, "\npipeline bubble: %.1f%% = ((pp-1)/v) / (m + (pp-1)/v) with pp %d, v %d, m %d\n",
             100 * p->bubble, p->pp, p->virtual_stages, p->micro_batches);
-    fprintf(f, "FLOPs per token: %.4g = 6 x (12 L C^2 + Vp C) + 12 L T C (matmuls fwd + bwd, "
-            "attention)\n", p->flops_per_token);
+    fprintf(f,
+            "FLOPs per token: %.4g = 6 x (12 L C^2 + Vp C) + 12 L T C (matmuls fwd + bwd, "
+            "attention)\n",
+            p->flops_per_token);
     double slowest = (p->t_schedule / (p->micro_batches + fill));
-    fprintf(f, "predicted step: %s = schedule %s (%s per micro-batch x %.4g) + step-end "
-            "communication %s + optimizer %s\n", fmt_seconds(a, sizeof a, p->step_s),
-            fmt_seconds(b, sizeof b, p->t_schedule), fmt_seconds(c, sizeof c, slowest),
-            p->micro_batches + fill, fmt_seconds(d, sizeof d, p->t_step_end),
-            fmt_seconds(e, sizeof e, p->t_optimizer));
+    fprintf(f,
+            "predicted step: %s = schedule %s (%s per micro-batch x %.4g) + step-end "
+            "communication %s + optimizer %s\n",
+            fmt_seconds(a, sizeof a, p->step_s), fmt_seconds(b, sizeof b, p->t_schedule),
+            fmt_seconds(c, sizeof c, slowest), p->micro_batches + fill,
+            fmt_seconds(d, sizeof d, p->t_step_end), fmt_seconds(e, sizeof e, p->t_optimizer));
     for (int r = 0; r < p->pp; r++) {
         const plan_stage *s = &p->stages[r];
         if (p->pp > 4 && r != 0 && r != p->pp - 1 && r != 1) continue; // first, one middle, last
@@ -257,14 +282,16 @@ static void json_comm(FILE *f, const plan_stage *s) {
 
 void plan_print_json(const plan_result *p, const run_config *cfg, FILE *f) {
     const plan_stage *s0 = &p->stages[0];
-    fprintf(f, "{\"type\":\"plan\",\"world\":%d,\"device\":{\"name\":\"%s\",\"description\":\"%s\",",
+    fprintf(f,
+            "{\"type\":\"plan\",\"world\":%d,\"device\":{\"name\":\"%s\",\"description\":\"%s\",",
             p->world, p->dev.name, p->dev.description);
     json_double(f, "mem_bytes", p->dev.mem_bytes);
     fputc(',', f);
     json_double(f, "usable_bytes", p->usable_bytes);
     fputc(',', f);
     json_double(f, "peak_flops", p->peak_flops);
-    fprintf(f, "},\"mesh\":{\"tp\":%d,\"pp\":%d,\"dp\":%d},\"zero_in_effect\":%d,"
+    fprintf(f,
+            "},\"mesh\":{\"tp\":%d,\"pp\":%d,\"dp\":%d},\"zero_in_effect\":%d,"
             "\"micro_batches\":%d,\"n_params\":%lld,\"rank_params\":%lld,\"memory\":",
             p->tp, p->pp, p->dp, p->zero, p->micro_batches, (long long)p->n_params,
             (long long)s0->rank_params);
@@ -295,10 +322,12 @@ void plan_print_json(const plan_result *p, const run_config *cfg, FILE *f) {
         fputc('}', f);
     }
     fprintf(f, "],\"fits\":%s,\"worst_stage\":%d,", p->fits ? "true" : "false", p->worst_stage);
-    const char *keys[] = {"bubble", "flops_per_token", "tokens_per_step", "step_s", "schedule_s",
-                          "step_end_s", "optimizer_s", "tokens_per_s", "mfu"};
-    const double vals[] = {p->bubble, p->flops_per_token, p->tokens_per_step, p->step_s,
-                           p->t_schedule, p->t_step_end, p->t_optimizer, p->tokens_per_s, p->mfu};
+    const char *keys[] = {"bubble",      "flops_per_token", "tokens_per_step",
+                          "step_s",      "schedule_s",      "step_end_s",
+                          "optimizer_s", "tokens_per_s",    "mfu"};
+    const double vals[] = {p->bubble,      p->flops_per_token, p->tokens_per_step,
+                           p->step_s,      p->t_schedule,      p->t_step_end,
+                           p->t_optimizer, p->tokens_per_s,    p->mfu};
     for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
         json_double(f, keys[i], vals[i]);
         fputc(',', f);

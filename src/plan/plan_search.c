@@ -94,9 +94,19 @@ static void search_options(search_state *s, run_config *c, const plan_device *de
                 plan_result p;
                 if (plan_compute_cached(&p, c, dev, s->cache) != TRI_OK) continue;
                 s->evaluated++;
-                layout_row r = {tp, c->parallel.pp, dp, c->parallel.virtual_stages, zero,
-                                c->train.micro_batch, sp, c->parallel.schedule,
-                                c->parallel.recompute, p.step_s, p.tokens_per_s, p.mfu, p.bubble,
+                layout_row r = {tp,
+                                c->parallel.pp,
+                                dp,
+                                c->parallel.virtual_stages,
+                                zero,
+                                c->train.micro_batch,
+                                sp,
+                                c->parallel.schedule,
+                                c->parallel.recompute,
+                                p.step_s,
+                                p.tokens_per_s,
+                                p.mfu,
+                                p.bubble,
                                 p.stages[p.worst_stage].mem_total};
                 if (p.fits) {
                     add_row(s, &r);
@@ -147,14 +157,18 @@ static void search_tp_pp(search_state *s, run_config *c, const plan_device *dev,
         }
     }
     if (s->evaluated == before)
-        add_reason(s, "tp %d, pp %d, dp %d: fewer than pp micro-batches at every micro_batch "
-                   "(global_batch / dp = %d)", tp, pp, dp, per_replica);
+        add_reason(s,
+                   "tp %d, pp %d, dp %d: fewer than pp micro-batches at every micro_batch "
+                   "(global_batch / dp = %d)",
+                   tp, pp, dp, per_replica);
     else if (!fit)
-        add_reason(s, "tp %d, pp %d, dp %d: does not fit: %.2f GB at least (v %d, %s, zero %d, "
-                   "micro_batch %d, recompute %s%s) > %.2f GB usable", tp, pp, dp,
-                   (double)least.mem / 1e9, least.v, config_schedule_name(least.schedule),
-                   least.zero, least.micro_batch, config_recompute_name(least.recompute),
-                   least.sp ? ", sp" : "", (dev->mem_bytes - dev->reserve_bytes) / 1e9);
+        add_reason(s,
+                   "tp %d, pp %d, dp %d: does not fit: %.2f GB at least (v %d, %s, zero %d, "
+                   "micro_batch %d, recompute %s%s) > %.2f GB usable",
+                   tp, pp, dp, (double)least.mem / 1e9, least.v,
+                   config_schedule_name(least.schedule), least.zero, least.micro_batch,
+                   config_recompute_name(least.recompute), least.sp ? ", sp" : "",
+                   (dev->mem_bytes - dev->reserve_bytes) / 1e9);
 }
 
 // One reason line for the values of an axis that break a rule: "tp 3, 5: model.n_head ..."
@@ -173,12 +187,13 @@ static void print_rows(const search_state *s, int top, FILE *f) {
         fprintf(f, "  none\n");
         return;
     }
-    fprintf(f, "  %4s %4s %4s %4s %3s %-12s %4s %4s %-9s %-3s %10s %10s %12s %6s %7s\n", "#",
-            "tp", "pp", "dp", "v", "schedule", "zero", "mb", "recompute", "sp", "memory",
-            "step", "tokens/s", "MFU", "bubble");
+    fprintf(f, "  %4s %4s %4s %4s %3s %-12s %4s %4s %-9s %-3s %10s %10s %12s %6s %7s\n", "#", "tp",
+            "pp", "dp", "v", "schedule", "zero", "mb", "recompute", "sp", "memory", "step",
+            "tokens/s", "MFU", "bubble");
     for (int i = 0; i < s->n && i < top; i++) {
         const layout_row *r = &s->rows[i];
-        fprintf(f, "  %4d %4d %4d %4d %3d %-12s %4d %4d %-9s %-3s %7.2f GB %8.3f s %12.4g %5.1f%% "
+        fprintf(f,
+                "  %4d %4d %4d %4d %3d %-12s %4d %4d %-9s %-3s %7.2f GB %8.3f s %12.4g %5.1f%% "
                 "%6.1f%%\n",
                 i + 1, r->tp, r->pp, r->dp, r->v, config_schedule_name(r->schedule), r->zero,
                 r->micro_batch, config_recompute_name(r->recompute), r->sp ? "yes" : "no",
@@ -189,15 +204,18 @@ static void print_rows(const search_state *s, int top, FILE *f) {
 static void print_json(const search_state *s, const run_config *cfg, int world,
                        const plan_device *dev, int top, FILE *f) {
     char buf[32];
-    fprintf(f, "{\"type\":\"plan_search\",\"world\":%d,\"device\":\"%s\",\"evaluated\":%ld,"
-            "\"fitting\":%d,\"layouts\":[", world, dev->name, s->evaluated, s->n);
+    fprintf(f,
+            "{\"type\":\"plan_search\",\"world\":%d,\"device\":\"%s\",\"evaluated\":%ld,"
+            "\"fitting\":%d,\"layouts\":[",
+            world, dev->name, s->evaluated, s->n);
     for (int i = 0; i < s->n && i < top; i++) {
         const layout_row *r = &s->rows[i];
-        fprintf(f, "%s{\"tp\":%d,\"pp\":%d,\"dp\":%d,\"virtual_stages\":%d,\"schedule\":\"%s\","
+        fprintf(f,
+                "%s{\"tp\":%d,\"pp\":%d,\"dp\":%d,\"virtual_stages\":%d,\"schedule\":\"%s\","
                 "\"zero\":%d,\"micro_batch\":%d,\"recompute\":\"%s\",\"sequence_parallel\":%s,"
-                "\"memory_bytes\":%llu,", i ? "," : "", r->tp, r->pp, r->dp, r->v,
-                config_schedule_name(r->schedule), r->zero, r->micro_batch,
-                config_recompute_name(r->recompute), r->sp ? "true" : "false",
+                "\"memory_bytes\":%llu,",
+                i ? "," : "", r->tp, r->pp, r->dp, r->v, config_schedule_name(r->schedule), r->zero,
+                r->micro_batch, config_recompute_name(r->recompute), r->sp ? "true" : "false",
                 (unsigned long long)r->mem);
         metrics_format_double(buf, sizeof buf, r->step_s);
         fprintf(f, "\"step_s\":%s,", buf);
@@ -211,8 +229,8 @@ static void print_json(const search_state *s, const run_config *cfg, int world,
     fprintf(f, "}\n");
 }
 
-tri_status plan_search(const run_config *cfg, int world, const plan_device *dev, int top,
-                       int json, FILE *f) {
+tri_status plan_search(const run_config *cfg, int world, const plan_device *dev, int top, int json,
+                       FILE *f) {
     search_state s = {.cache = plan_cache_create()};
     run_config c = *cfg; // a shallow copy: only numbers change
     const int heads = cfg->model.n_head, width = 4 * cfg->model.d_model;
@@ -240,22 +258,26 @@ tri_status plan_search(const run_config *cfg, int world, const plan_device *dev,
         print_json(&s, cfg, world, dev, top, f);
     } else {
         fprintf(f, "search: %s on %d x %s (%s), %d sequences of %d tokens per step\n",
-                cfg->source_path ? cfg->source_path : "config", world, dev->name,
-                dev->description, cfg->train.global_batch, cfg->model.seq_len);
-        fprintf(f, "%ld layouts planned, %d fit in %.2f GB per device; ranked by predicted step "
-                "time:\n", s.evaluated, s.n, (dev->mem_bytes - dev->reserve_bytes) / 1e9);
+                cfg->source_path ? cfg->source_path : "config", world, dev->name, dev->description,
+                cfg->train.global_batch, cfg->model.seq_len);
+        fprintf(f,
+                "%ld layouts planned, %d fit in %.2f GB per device; ranked by predicted step "
+                "time:\n",
+                s.evaluated, s.n, (dev->mem_bytes - dev->reserve_bytes) / 1e9);
         print_rows(&s, top, f);
         if (s.n > top) fprintf(f, "  ... %d more (--top N lists more)\n", s.n - top);
         if (s.n) {
             const layout_row *r = &s.rows[0];
-            fprintf(f, "to use #1: --set parallel.tp=%d --set parallel.pp=%d --set parallel.dp=%d "
+            fprintf(f,
+                    "to use #1: --set parallel.tp=%d --set parallel.pp=%d --set parallel.dp=%d "
                     "--set parallel.virtual_stages=%d --set parallel.schedule=%s --set "
                     "parallel.zero=%d --set train.micro_batch=%d --set parallel.recompute=%s "
-                    "--set parallel.sequence_parallel=%s\n", r->tp, r->pp, r->dp, r->v,
-                    config_schedule_name(r->schedule), r->zero, r->micro_batch,
-                    config_recompute_name(r->recompute), r->sp ? "true" : "false");
+                    "--set parallel.sequence_parallel=%s\n",
+                    r->tp, r->pp, r->dp, r->v, config_schedule_name(r->schedule), r->zero,
+                    r->micro_batch, config_recompute_name(r->recompute), r->sp ? "true" : "false");
         }
-        fprintf(f, "rejected: %ld planned layouts need more than %.2f GB (not listed); families "
+        fprintf(f,
+                "rejected: %ld planned layouts need more than %.2f GB (not listed); families "
                 "that cannot run or never fit:\n",
                 s.rejected, (dev->mem_bytes - dev->reserve_bytes) / 1e9);
         for (int i = 0; i < s.n_reasons; i++) fprintf(f, "  %s\n", s.reasons[i]);

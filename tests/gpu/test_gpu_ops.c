@@ -64,12 +64,9 @@ int main(int argc, char **argv) {
     log_init();
     int do_bench = 0, self_test = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--bench"))
-            do_bench = 1;
-        else if (!strcmp(argv[i], "--bench-small"))
-            do_bench = 2;
-        else if (!strcmp(argv[i], "--self-test"))
-            self_test = 1;
+        if (!strcmp(argv[i], "--bench")) do_bench = 1;
+        else if (!strcmp(argv[i], "--bench-small")) do_bench = 2;
+        else if (!strcmp(argv[i], "--self-test")) self_test = 1;
         else {
             fprintf(stderr, "usage: %s [--bench | --bench-small] [--self-test]\n", argv[0]);
             return 2;
