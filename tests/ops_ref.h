@@ -23,6 +23,15 @@
 // ---------------------------------------------------------------------------------------
 // Helpers
 
+// The AdamW step the benchmarks time (GPT-2's settings, step 3).
+static const adamw_step OPS_BENCH_ADAMW __attribute__((unused)) = {.lr = 1e-4f,
+                                                                   .beta1 = 0.9f,
+                                                                   .beta2 = 0.95f,
+                                                                   .eps = 1e-8f,
+                                                                   .weight_decay = 0.1f,
+                                                                   .grad_scale = 1.0f,
+                                                                   .t = 3};
+
 static uint64_t rng_state = 0x2545F4914F6CDD1DULL;
 OPS_REF_FN double rnd(void) { // uniform in [-1, 1), splitmix64
     uint64_t z = (rng_state += 0x9E3779B97F4A7C15ULL);

@@ -127,15 +127,6 @@ static void att_bwd(backend *b, float *dqkv, const float *dout, const float *qkv
     backend_attention_bwd(b, dqkv, dout, operand_fp32(qkv), state, B, T, NH, HS);
 }
 
-// The AdamW step the benchmark times (GPT-2's settings, step 3).
-static const adamw_step bench_adamw = {.lr = 1e-4f,
-                                       .beta1 = 0.9f,
-                                       .beta2 = 0.95f,
-                                       .eps = 1e-8f,
-                                       .weight_decay = 0.1f,
-                                       .grad_scale = 1.0f,
-                                       .t = 3};
-
 static float *bench_buf(backend *b, size_t n) {
     float *p = b->alloc(b, n * sizeof(float));
     TRI_ASSERT(p);
@@ -250,7 +241,7 @@ static int bench(int threads) {
     volatile double sink = 0.0;
     BENCH("sumsq (all params)", 5, 1, 0, 0, sink += b->sumsq(b, pg, P));
     BENCH("scale (all params)", 5, 1, 0, 0, b->scale(b, pg, 1.0f, P));
-    BENCH("adamw (all params)", 5, 1, 0, 0, b->adamw(b, pp, pg, pm, pv, P, &bench_adamw, NULL));
+    BENCH("adamw (all params)", 5, 1, 0, 0, b->adamw(b, pp, pg, pm, pv, P, &OPS_BENCH_ADAMW, NULL));
     (void)sink;
 
     printf("%-30s %10s %8s %12s %10s\n", "op", "ms/call", "calls", "ms/step", "GFLOP/s");

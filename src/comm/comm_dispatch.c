@@ -80,26 +80,29 @@ tri_status comm_all_reduce_start(comm *c, comm_group_id g, void *buf, size_t cou
     return c->iface->all_reduce_start(c, g, buf, count, dt, op, req);
 }
 
-tri_status comm_reduce_scatter_start(comm *c, comm_group_id g, const void *send, void *recv,
-                                     size_t count, tri_dtype dt, comm_request *req) {
+// reduce_scatter and all_gather: one block of `count` per rank, counted as the whole (the
+// send buffer of the one, the receive buffer of the other); a group of one copies its block.
+static tri_status blocks_start(comm *c, comm_group_id g, comm_op_id op, const void *send,
+                               void *recv, size_t count, tri_dtype dt, comm_request *req) {
+    const int scatter = op == COMM_OP_REDUCE_SCATTER;
     req->impl = NULL;
-    TRI_CHECK(check_call(c, g, dt, "reduce_scatter"));
+    TRI_CHECK(check_call(c, g, dt, scatter ? "reduce_scatter" : "all_gather"));
     const int n = c->groups[g].size;
     const size_t block = count * dtype_size(dt);
-    if (n == 1) return local_copy(c, g, COMM_OP_REDUCE_SCATTER, send, recv, block);
-    comm_count(c, g, COMM_OP_REDUCE_SCATTER, block * (size_t)n);
-    return c->iface->reduce_scatter_start(c, g, send, recv, count, dt, req);
+    if (n == 1) return local_copy(c, g, op, send, recv, block);
+    comm_count(c, g, op, block * (size_t)n);
+    return scatter ? c->iface->reduce_scatter_start(c, g, send, recv, count, dt, req)
+                   : c->iface->all_gather_start(c, g, send, recv, count, dt, req);
+}
+
+tri_status comm_reduce_scatter_start(comm *c, comm_group_id g, const void *send, void *recv,
+                                     size_t count, tri_dtype dt, comm_request *req) {
+    return blocks_start(c, g, COMM_OP_REDUCE_SCATTER, send, recv, count, dt, req);
 }
 
 tri_status comm_all_gather_start(comm *c, comm_group_id g, const void *send, void *recv,
                                  size_t count, tri_dtype dt, comm_request *req) {
-    req->impl = NULL;
-    TRI_CHECK(check_call(c, g, dt, "all_gather"));
-    const int n = c->groups[g].size;
-    const size_t block = count * dtype_size(dt);
-    if (n == 1) return local_copy(c, g, COMM_OP_ALL_GATHER, send, recv, block);
-    comm_count(c, g, COMM_OP_ALL_GATHER, block * (size_t)n);
-    return c->iface->all_gather_start(c, g, send, recv, count, dt, req);
+    return blocks_start(c, g, COMM_OP_ALL_GATHER, send, recv, count, dt, req);
 }
 
 tri_status comm_group_end_start(comm *c, comm_request *req) {

@@ -92,14 +92,8 @@ static void b_emb_bwd(void *p) {
 }
 static void b_adamw(void *p) { // inp, dinp, mean, rstd: param, grad, m, v
     bench_args *x = p;
-    const adamw_step step = {.lr = 1e-4f,
-                             .beta1 = 0.9f,
-                             .beta2 = 0.95f,
-                             .eps = 1e-8f,
-                             .weight_decay = 0.1f,
-                             .grad_scale = 1.0f,
-                             .t = 3};
-    bench_be->adamw(bench_be, x->inp, x->dinp, x->mean, x->rstd, (size_t)x->N, &step, NULL);
+    bench_be->adamw(bench_be, x->inp, x->dinp, x->mean, x->rstd, (size_t)x->N, &OPS_BENCH_ADAMW,
+                    NULL);
 }
 static void b_sumsq(void *p) {
     bench_args *x = p;
