@@ -14,11 +14,18 @@ CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -fopenmp $(ARCH_FLAGS) -MMD -MP
 ifeq ($(WERROR),1)
 CFLAGS += -Werror
 endif
+# SAN=1: AddressSanitizer and UndefinedBehaviorSanitizer (make test-asan builds that way in
+# build-san/, without CUDA); any report ends the process with an error.
+SAN ?= 0
+ifeq ($(SAN),1)
+SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+CFLAGS += $(SAN_FLAGS) -g
+endif
 # MPI (the CPU comm backend) and PMIx (bootstrap), located by pkg-config.
 MPI_PMIX_CFLAGS := $(shell pkg-config --cflags ompi-c pmix 2>/dev/null)
 MPI_PMIX_LIBS := $(shell pkg-config --libs ompi-c pmix 2>/dev/null)
 CPPFLAGS += -iquote src $(if $(OPENBLAS_INC),-I$(OPENBLAS_INC)) $(MPI_PMIX_CFLAGS)
-LDLIBS += -lyaml -lopenblas $(MPI_PMIX_LIBS) -lm -fopenmp
+LDLIBS += -lyaml -lopenblas $(MPI_PMIX_LIBS) -lm -fopenmp $(SAN_FLAGS)
 
 # ---- CUDA (USE_CUDA=auto|0|1) ----
 # auto builds cuda/ when nvcc is on PATH or at /usr/local/cuda/bin/nvcc; 0 never; 1 always
@@ -76,7 +83,7 @@ TEST_TOOLS := $(BUILD)/tests/ref_dump
 GPU_TEST_SRCS := $(sort $(wildcard tests/gpu/test_*.c))
 GPU_TEST_BINS := $(GPU_TEST_SRCS:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
 
-.PHONY: all deps deps-check run test test-gpu clean data format format-check
+.PHONY: all deps deps-check run test test-asan test-full test-gpu clean data format format-check
 all: $(BUILD)/trident data $(if $(filter 1,$(BUILD_CUDA)),$(GPU_TEST_BINS))
 
 deps:
@@ -126,6 +133,19 @@ unexport T
 test: deps
 	@$(MAKE) --no-print-directory all $(TEST_BINS) $(TEST_TOOLS)
 	@tests/run_all.sh $(T)
+
+# Sanitizers: a second build in build-san/ (SAN=1: ASan + UBSan, no CUDA: nvcc objects do not
+# link with the sanitizer runtimes) and tests/sanitize.sh on it.
+SAN_BUILD := build-san
+test-asan: deps
+	@$(MAKE) --no-print-directory SAN=1 USE_CUDA=0 BUILD=$(SAN_BUILD) $(SAN_BUILD)/trident \
+		$(TEST_SRCS:tests/%.c=$(SAN_BUILD)/tests/%) data
+	@bash tests/sanitize.sh $(SAN_BUILD) | tee $(SAN_BUILD)/sanitize.log; \
+		echo "$$(grep -c '^PASS ' $(SAN_BUILD)/sanitize.log) passed, $$(grep -c '^FAIL ' $(SAN_BUILD)/sanitize.log) failed"; \
+		grep -q "^PASS " $(SAN_BUILD)/sanitize.log && ! grep -q "^FAIL " $(SAN_BUILD)/sanitize.log
+
+# What CI runs besides make test: the suites that do not fit its 10 minutes.
+test-full: test-asan
 
 # The GPU checks (issue 9): each op on CUDA against the CPU backend, and a training run on
 # each backend; tests/gpu/run.sh says what runs. Needs a CUDA build and a GPU.

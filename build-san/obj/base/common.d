@@ -1,0 +1,4 @@
+build-san/obj/base/common.o: src/base/common.c src/base/common.h \
+ src/base/env.h
+src/base/common.h:
+src/base/env.h:

@@ -1,0 +1,19 @@
+build-san/obj/io/metrics.o: src/io/metrics.c src/io/metrics.h \
+ src/comm/comm.h src/base/common.h src/base/dtype.h src/comm/launch.h \
+ src/config/config.h src/compute/backend.h src/model/model.h \
+ src/compute/mempool.h src/model/model_config.h src/model/params.h \
+ src/parallel/optim.h src/parallel/zero.h src/parallel/sched.h
+src/io/metrics.h:
+src/comm/comm.h:
+src/base/common.h:
+src/base/dtype.h:
+src/comm/launch.h:
+src/config/config.h:
+src/compute/backend.h:
+src/model/model.h:
+src/compute/mempool.h:
+src/model/model_config.h:
+src/model/params.h:
+src/parallel/optim.h:
+src/parallel/zero.h:
+src/parallel/sched.h:

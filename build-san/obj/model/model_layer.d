@@ -1,0 +1,15 @@
+build-san/obj/model/model_layer.o: src/model/model_layer.c \
+ src/model/model_internal.h src/model/model.h src/comm/comm.h \
+ src/base/common.h src/base/dtype.h src/comm/launch.h \
+ src/compute/backend.h src/compute/mempool.h src/model/model_config.h \
+ src/model/params.h
+src/model/model_internal.h:
+src/model/model.h:
+src/comm/comm.h:
+src/base/common.h:
+src/base/dtype.h:
+src/comm/launch.h:
+src/compute/backend.h:
+src/compute/mempool.h:
+src/model/model_config.h:
+src/model/params.h:
