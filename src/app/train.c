@@ -163,6 +163,7 @@ static tri_status train_loop(trainer *tr) {
     const int64_t tokens_per_step = (int64_t)cfg->train.global_batch * cfg->model.seq_len;
     double first_loss = NAN, last_loss = NAN, last_val = NAN, total_s = 0.0;
     int stop = 0, done_steps = tr->start.step;
+    const double loop_start = time_now_s();
     LOG_INFO("training %s: %lld parameters, %d steps of %d sequences x %d tokens "
              "(%d micro-batches of %d), backend %s with %d threads",
              cfg->run.name, (long long)m->table.global_numel, cfg->train.steps,
@@ -213,17 +214,21 @@ static tri_status train_loop(trainer *tr) {
                                                         m->d.chunks, tr->n_micro),
             };
             metrics_write_step(&tr->metrics, &s);
-            char bubble[64] = "";
+            tb_write_step(&tr->tb, &s);
+            char bubble[64] = "", progress[96];
             if (s.pipelined)
                 snprintf(bubble, sizeof bubble, " | bubble %.2f (formula %.2f)", s.bubble,
                          s.bubble_formula);
-            LOG_INFO("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s%s%s", n,
-                     cfg->train.steps, loss, lr, norm, s.step_ms, s.tokens_per_s, bubble,
-                     ckpt_note);
+            train_progress(progress, sizeof progress, s.mfu, time_now_s() - loop_start, n,
+                           tr->start.step + 1, cfg->train.steps);
+            LOG_INFO("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s%s%s%s",
+                     n, cfg->train.steps, loss, lr, norm, s.step_ms, s.tokens_per_s, progress,
+                     bubble, ckpt_note);
         }
         if (cfg->data.eval_every > 0 && (n % cfg->data.eval_every == 0 || n == cfg->train.steps)) {
             TRI_CHECK(evaluate(tr, &last_val));
             metrics_write_eval(&tr->metrics, n, last_val);
+            tb_write_eval(&tr->tb, n, NULL, last_val);
             LOG_INFO("step %5d/%d | val loss %.4f", n, cfg->train.steps, last_val);
         }
     }
@@ -246,6 +251,7 @@ static tri_status train_loop(trainer *tr) {
              trained, total_s, first_loss, last_loss, val,
              trained > 0 ? trained * (double)tokens_per_step / total_s : 0.0,
              tr->be->mem_peak_bytes(tr->be) / 1048576.0);
+    train_report_outputs(tr);
     return TRI_OK;
 }
 

@@ -196,15 +196,23 @@ tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
              "\"mfu_peak_flops\":%.4g,\"rank_params\":%zu%s",
              (long long)tr->model.table.global_numel, tr->be->threads, tr->n_micro,
              tr->flops_per_token, tr->peak_flops, tr->model.table.local_numel, memory);
+    // A resumed run says from which step, so that scripts/plot.py joins the restarts there.
+    if (tr->resumed) {
+        size_t len = strlen(extra);
+        snprintf(extra + len, sizeof extra - len, ",\"resumed_from_step\":%d", tr->start.step);
+    }
     if (li->rank == 0)
         TRI_CHECK(metrics_open(&tr->metrics, cfg, tr->cm->world_size, tr->be->name, tr->cm->name,
                                extra, tr->resumed ? tr->start.step : -1));
+    if (li->rank == 0 && cfg->log.tensorboard)
+        TRI_CHECK(tb_open(&tr->tb, cfg->log.tensorboard, tr->start.step + 1));
     return TRI_OK;
 }
 
 void trainer_free(trainer *tr) {
     ckpt_writer_free(tr->ckpt);
     metrics_close(&tr->metrics);
+    tb_close(&tr->tb);
     executor_free(&tr->exec);
     if (tr->be) {
         optim_free(tr->optim);

@@ -3,6 +3,7 @@
 //   trainer.c  setting it up (backend, comm, data, schedules, memory, model, ZeRO layer,
 //              optimizer, executor, checkpoints, metrics) and tearing it down
 //   train.c    the training loop, evaluation, checkpoints per step and the final model
+//   train_report.c  the step line's progress fields and the end-of-run report
 #pragma once
 #include "comm/launch.h"
 #include "comm/mesh.h"
@@ -12,6 +13,7 @@
 #include "io/checkpoint.h"
 #include "io/data.h"
 #include "io/metrics.h"
+#include "io/tensorboard.h"
 #include "model/model.h"
 #include "parallel/executor.h"
 #include "parallel/optim.h"
@@ -33,6 +35,7 @@ typedef struct {
     sched_table sched;      // the training step's table of this pipeline rank
     sched_table eval_sched; // evaluation's forward-only table
     metrics_log metrics;
+    tb_log tb; // rank 0 with log.tensorboard set; closed otherwise
     int dp, dp_rank, n_micro;
     int step;       // the optimizer step being run (0-based), for the batch loader
     int eval_batch; // the evaluation batch being run
@@ -46,3 +49,12 @@ typedef struct {
 tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li);
 void trainer_free(trainer *tr);
 ckpt_state trainer_checkpoint_view(trainer *tr);
+
+// train_report.c
+// The step line's tail: " | MFU 12.3% | 1:02 elapsed, ETA 4:10" (no MFU when mfu is NaN), the
+// ETA from this process's wall time per step since first_step.
+void train_progress(char *buf, size_t n, double mfu, double elapsed_s, int step, int first_step,
+                    int steps);
+// After training (rank 0 prints): where the model, metrics, event files and last checkpoint
+// are, and the exact commands that sample, export and resume the run.
+void train_report_outputs(const trainer *tr);

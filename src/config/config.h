@@ -60,6 +60,7 @@ typedef struct {
     struct {
         int every;
         char *metrics;
+        char *tensorboard; // TensorBoard event directory (io/tensorboard.h); NULL: none
     } log;
     struct {
         backend_kind backend;

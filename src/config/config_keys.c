@@ -99,6 +99,7 @@ const key_desc CONFIG_KEYS[K_COUNT] = {
     STR_KEY(K_CKPT_RESUME, checkpoint, resume, 0, "auto"),
     INT_KEY(K_LOG_EVERY, log, every, 1, NO_MAX, 10),
     STR_KEY(K_LOG_METRICS, log, metrics, 1, NULL),
+    STR_KEY(K_LOG_TENSORBOARD, log, tensorboard, 1, NULL),
     ENUM_KEY(K_SYS_BACKEND, system, backend, BACKEND_NAMES, BACKEND_AUTO),
     ENUM_KEY(K_SYS_COMM, system, comm, COMM_NAMES, COMM_AUTO),
     INT_KEY(K_SYS_THREADS, system, threads, 0, NO_MAX, 0),

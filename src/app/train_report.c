@@ -1,0 +1,103 @@
+// train_report.c: what the console says about a run besides the numbers of a step: the
+// progress fields of the step line (MFU, elapsed time, ETA) and, at the end, where the
+// run's outputs are and the exact commands that use them next (sample, export, train on).
+#include "app/trainer_internal.h"
+
+#include <errno.h> // program_invocation_name
+#include <math.h>
+#include <string.h>
+
+// "42s", "3:07", "1:02:03".
+static void format_duration(char *buf, size_t n, double s) {
+    long long t = isfinite(s) && s > 0 ? (long long)(s + 0.5) : 0;
+    if (t < 60) snprintf(buf, n, "%llds", t);
+    else if (t < 3600) snprintf(buf, n, "%lld:%02lld", t / 60, t % 60);
+    else snprintf(buf, n, "%lld:%02lld:%02lld", t / 3600, t / 60 % 60, t % 60);
+}
+
+void train_progress(char *buf, size_t n, double mfu, double elapsed_s, int step, int first_step,
+                    int steps) {
+    char mfu_text[32] = "", elapsed[32], eta[32];
+    if (isfinite(mfu)) snprintf(mfu_text, sizeof mfu_text, " | MFU %.1f%%", 100.0 * mfu);
+    format_duration(elapsed, sizeof elapsed, elapsed_s);
+    // The wall time per step so far (evaluations and checkpoints included) for the rest.
+    const int done = step - first_step + 1;
+    format_duration(eta, sizeof eta, done > 0 ? elapsed_s / done * (steps - step) : 0.0);
+    snprintf(buf, n, "%s | %s elapsed, ETA %s", mfu_text, elapsed, eta);
+}
+
+// Appends `text` to out (n bytes, len used so far); returns the new length.
+static size_t append(char *out, size_t len, size_t n, const char *text) {
+    if (len < n) len += (size_t)snprintf(out + len, n - len, "%s", text);
+    return len < n ? len : n - 1;
+}
+
+// Appends " arg" to out, in single quotes when a shell would split or expand it.
+static size_t append_shell_word(char *out, size_t len, size_t n, const char *arg) {
+    static const char safe[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                               "_./=:,@%+-";
+    const int quote = *arg == '\0' || arg[strspn(arg, safe)] != '\0';
+    if (len) len = append(out, len, n, " ");
+    if (quote) len = append(out, len, n, "'");
+    for (const char *c = arg; *c; c++) {
+        const char one[2] = {*c, '\0'};
+        len = append(out, len, n, *c == '\'' ? "'\\''" : one);
+    }
+    if (quote) len = append(out, len, n, "'");
+    return len;
+}
+
+// This process's command line as a shell would take it (Linux's /proc/self/cmdline), or
+// "trident train CONFIG" where that cannot be read.
+static void own_command_line(char *out, size_t n, const run_config *cfg) {
+    out[0] = '\0';
+    FILE *f = fopen("/proc/self/cmdline", "rb");
+    char args[8192];
+    size_t got = f ? fread(args, 1, sizeof args - 1, f) : 0;
+    if (f) fclose(f);
+    if (got == 0 || got == sizeof args - 1) {
+        snprintf(out, n, "trident train %s", cfg->source_path ? cfg->source_path : "CONFIG");
+        return;
+    }
+    args[got] = '\0';
+    size_t len = 0;
+    for (size_t i = 0; i < got; i += strlen(args + i) + 1)
+        len = append_shell_word(out, len, n, args + i);
+}
+
+void train_report_outputs(const trainer *tr) {
+    const run_config *cfg = tr->cfg;
+    const char *out = cfg->run.out_dir;
+    char metrics[4096];
+    if (cfg->log.metrics) snprintf(metrics, sizeof metrics, "%s", cfg->log.metrics);
+    else snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", out);
+    LOG_INFO("outputs:");
+    LOG_INFO("  model        %s/model.bin", out);
+    LOG_INFO("  metrics      %s", metrics);
+    if (cfg->log.tensorboard)
+        LOG_INFO("  tensorboard  %s (tensorboard --logdir %s)", cfg->log.tensorboard,
+                 cfg->log.tensorboard);
+    char ckpt[4200] = "";
+    if (cfg->checkpoint.dir) {
+        snprintf(ckpt, sizeof ckpt, "%s/step_%08d", cfg->checkpoint.dir, cfg->train.steps);
+        LOG_INFO("  checkpoint   %s", ckpt);
+    } else {
+        LOG_INFO("  checkpoint   none (checkpoint.dir is null: set it to make a run resumable)");
+    }
+    char cmd[4096];
+    own_command_line(cmd, sizeof cmd, cfg);
+    const char *bin = program_invocation_name;
+    LOG_INFO("next:");
+    LOG_INFO("  sample       %s sample %s --tokens 200", bin, out);
+    LOG_INFO("  export       %s export %s --format safetensors --out %s/model.safetensors", bin,
+             out, out);
+    if (ckpt[0]) {
+        // The same command with more steps resumes from the last checkpoint and trains on (a
+        // run given a checkpoint path would start from that one again, hence resume: auto).
+        LOG_INFO("  resume       %s%s --set train.steps=%d", cmd,
+                 strcmp(cfg->checkpoint.resume, "auto") ? " --set checkpoint.resume=auto" : "",
+                 2 * cfg->train.steps);
+        LOG_INFO("               (from %s on to step %d%s)", ckpt, 2 * cfg->train.steps,
+                 tr->li->world > 1 ? ", launched as this run was: the same mpirun or srun" : "");
+    }
+}
