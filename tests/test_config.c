@@ -119,8 +119,9 @@ static void test_defaults(void) {
              cfg.data.eval_batches == 20 && !cfg.checkpoint.dir && cfg.checkpoint.every == 500 &&
              cfg.checkpoint.keep == 3 && cfg.checkpoint.async == 1 &&
              streq(cfg.checkpoint.resume, "auto") && cfg.log.every == 10 && !cfg.log.metrics &&
-             cfg.system.backend == BACKEND_AUTO && cfg.system.comm == COMM_AUTO &&
-             cfg.system.threads == 0 && cfg.system.comm_timeout_s == 300.0;
+             !cfg.log.tensorboard && cfg.system.backend == BACKEND_AUTO &&
+             cfg.system.comm == COMM_AUTO && cfg.system.threads == 0 &&
+             cfg.system.comm_timeout_s == 300.0;
     TEST_CHECK(ok, "defaults match DESIGN.md", "a default differs");
     config_free(&cfg);
 }
@@ -197,6 +198,7 @@ static const char *FULL_YAML = "run:\n"
                                "log:\n"
                                "  every: 1\n"
                                "  metrics: /tmp/m.jsonl\n"
+                               "  tensorboard: /tmp/tb\n"
                                "system:\n"
                                "  backend: cuda\n"
                                "  comm: nccl\n"
@@ -223,9 +225,9 @@ static int full_values_ok(const run_config *c) {
            c->data.eval_batches == 5 && streq(c->checkpoint.dir, "/tmp/ckpt") &&
            c->checkpoint.every == 0 && c->checkpoint.keep == 1 && c->checkpoint.async == 0 &&
            streq(c->checkpoint.resume, "none") && c->log.every == 1 &&
-           streq(c->log.metrics, "/tmp/m.jsonl") && c->system.backend == BACKEND_CUDA &&
-           c->system.comm == COMM_NCCL && c->system.threads == 16 &&
-           c->system.comm_timeout_s == 60.5;
+           streq(c->log.metrics, "/tmp/m.jsonl") && streq(c->log.tensorboard, "/tmp/tb") &&
+           c->system.backend == BACKEND_CUDA && c->system.comm == COMM_NCCL &&
+           c->system.threads == 16 && c->system.comm_timeout_s == 60.5;
 }
 
 static void test_full_file(void) {
@@ -334,12 +336,12 @@ static void test_print_yaml_layout(void) {
     FILE *f = open_memstream(&text, &len);
     config_print_yaml(&cfg, f, 4);
     fclose(f);
-    // 9 section lines + 52 keys (DESIGN.md's, parallel.bucket_mb, zero3_gather and overlap),
-    // each indented by 4, sections in DESIGN.md order.
+    // 9 section lines + 53 keys (DESIGN.md's, parallel.bucket_mb, zero3_gather and overlap,
+    // log.tensorboard), each indented by 4, sections in DESIGN.md order.
     const char *order[] = {"    run:\n",        "    model:\n", "    parallel:\n",
                            "    train:\n",      "    optim:\n", "    data:\n",
                            "    checkpoint:\n", "    log:\n",   "    system:\n"};
-    int ok = count_lines(text) == 61;
+    int ok = count_lines(text) == 62;
     const char *at = text;
     for (int i = 0; i < 9 && ok; i++) {
         const char *p = strstr(at, order[i]);
