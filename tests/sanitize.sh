@@ -41,9 +41,10 @@ for t in $B/tests/test_*; do
     case "$t" in *.d) continue ;; esac
     check "unit_$(basename $t)" 0 "$t"
 done
-check train_1proc 0 $T train $CFG "${COMMON[@]}" --set run.out_dir=$W/one --set checkpoint.dir=$W/ck
+check train_1proc 0 $T train $CFG "${COMMON[@]}" --set run.out_dir=$W/one --set checkpoint.dir=$W/ck \
+    --set log.tensorboard=$W/one/tb
 check resume_1proc 0 $T train $CFG "${COMMON[@]}" --set train.steps=8 --set run.out_dir=$W/one \
-    --set checkpoint.dir=$W/ck
+    --set checkpoint.dir=$W/ck --set log.tensorboard=$W/one/tb
 check plan_text 0 $T plan configs/plan-70b.yaml --world 512
 check plan_json 0 $T plan configs/plan-70b.yaml --world 512 --device h200 --json
 check plan_search 0 $T plan configs/plan-70b.yaml --world 64 --search --top 3

@@ -6,6 +6,7 @@
 #include <errno.h> // program_invocation_name
 #include <math.h>
 #include <string.h>
+#include <sys/stat.h>
 
 // "42s", "3:07", "1:02:03".
 static void format_duration(char *buf, size_t n, double s) {
@@ -47,27 +48,33 @@ static size_t append_shell_word(char *out, size_t len, size_t n, const char *arg
     return len;
 }
 
-// This process's command line as a shell would take it (Linux's /proc/self/cmdline), or
-// "trident train CONFIG" where that cannot be read.
-static void own_command_line(char *out, size_t n, const run_config *cfg) {
+// A command line from words, each quoted as a shell needs ("" when it does not fit in n).
+static void shell_command(char *out, size_t n, const char *const *words, int count) {
+    size_t len = 0;
     out[0] = '\0';
-    FILE *f = fopen("/proc/self/cmdline", "rb");
+    for (int i = 0; i < count; i++) len = append_shell_word(out, len, n, words[i]);
+    if (len >= n - 1) out[0] = '\0';
+}
+
+// This process's command line as a shell would take it (Linux's /proc/self/cmdline); ""
+// where that cannot be read or is too long to print.
+static void own_command_line(char *out, size_t n) {
     char args[8192];
+    const char *words[512];
+    FILE *f = fopen("/proc/self/cmdline", "rb");
     size_t got = f ? fread(args, 1, sizeof args - 1, f) : 0;
     if (f) fclose(f);
-    if (got == 0 || got == sizeof args - 1) {
-        snprintf(out, n, "trident train %s", cfg->source_path ? cfg->source_path : "CONFIG");
-        return;
-    }
+    int count = 0;
+    for (size_t i = 0; i < got && got < sizeof args - 1 && count < 512; i += strlen(args + i) + 1)
+        words[count++] = args + i;
     args[got] = '\0';
-    size_t len = 0;
-    for (size_t i = 0; i < got; i += strlen(args + i) + 1)
-        len = append_shell_word(out, len, n, args + i);
+    if (got == 0 || got == sizeof args - 1 || count == 512) count = 0;
+    shell_command(out, n, words, count);
 }
 
 void train_report_outputs(const trainer *tr) {
     const run_config *cfg = tr->cfg;
-    const char *out = cfg->run.out_dir;
+    const char *out = cfg->run.out_dir, *bin = program_invocation_name;
     char metrics[4096];
     if (cfg->log.metrics) snprintf(metrics, sizeof metrics, "%s", cfg->log.metrics);
     else snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", out);
@@ -77,21 +84,27 @@ void train_report_outputs(const trainer *tr) {
     if (cfg->log.tensorboard)
         LOG_INFO("  tensorboard  %s (tensorboard --logdir %s)", cfg->log.tensorboard,
                  cfg->log.tensorboard);
+    // The last step always writes a checkpoint; a run resumed at its last step wrote none.
     char ckpt[4200] = "";
-    if (cfg->checkpoint.dir) {
+    struct stat st;
+    if (cfg->checkpoint.dir)
         snprintf(ckpt, sizeof ckpt, "%s/step_%08d", cfg->checkpoint.dir, cfg->train.steps);
-        LOG_INFO("  checkpoint   %s", ckpt);
-    } else {
-        LOG_INFO("  checkpoint   none (checkpoint.dir is null: set it to make a run resumable)");
-    }
-    char cmd[4096];
-    own_command_line(cmd, sizeof cmd, cfg);
-    const char *bin = program_invocation_name;
+    if (ckpt[0] && stat(ckpt, &st) != 0) ckpt[0] = '\0';
+    if (ckpt[0]) LOG_INFO("  checkpoint   %s", ckpt);
+    else if (cfg->checkpoint.dir) LOG_INFO("  checkpoint   none at step %d", cfg->train.steps);
+    else LOG_INFO("  checkpoint   none (checkpoint.dir is null: set it to make a run resumable)");
+
+    char cmd[3600], safetensors[4200];
+    snprintf(safetensors, sizeof safetensors, "%s/model.safetensors", out);
     LOG_INFO("next:");
-    LOG_INFO("  sample       %s sample %s --tokens 200", bin, out);
-    LOG_INFO("  export       %s export %s --format safetensors --out %s/model.safetensors", bin,
-             out, out);
-    if (ckpt[0]) {
+    shell_command(cmd, sizeof cmd, (const char *[]){bin, "sample", out, "--tokens", "200"}, 5);
+    if (cmd[0]) LOG_INFO("  sample       %s", cmd);
+    shell_command(
+        cmd, sizeof cmd,
+        (const char *[]){bin, "export", out, "--format", "safetensors", "--out", safetensors}, 7);
+    if (cmd[0]) LOG_INFO("  export       %s", cmd);
+    own_command_line(cmd, sizeof cmd);
+    if (ckpt[0] && cmd[0]) {
         // The same command with more steps resumes from the last checkpoint and trains on (a
         // run given a checkpoint path would start from that one again, hence resume: auto).
         LOG_INFO("  resume       %s%s --set train.steps=%d", cmd,
@@ -99,5 +112,8 @@ void train_report_outputs(const trainer *tr) {
                  2 * cfg->train.steps);
         LOG_INFO("               (from %s on to step %d%s)", ckpt, 2 * cfg->train.steps,
                  tr->li->world > 1 ? ", launched as this run was: the same mpirun or srun" : "");
+    } else if (ckpt[0]) {
+        LOG_INFO("  resume       the command of this run with --set train.steps=%d",
+                 2 * cfg->train.steps);
     }
 }
