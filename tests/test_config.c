@@ -334,12 +334,13 @@ static void test_print_yaml_layout(void) {
     FILE *f = open_memstream(&text, &len);
     config_print_yaml(&cfg, f, 4);
     fclose(f);
-    // 9 section lines + 52 keys (DESIGN.md's, parallel.bucket_mb, zero3_gather and overlap),
-    // each indented by 4, sections in DESIGN.md order.
+    // 9 section lines + 54 keys (DESIGN.md's, parallel.bucket_mb, zero3_gather and overlap,
+    // log.metrics_required, system.init_timeout_s), each indented by 4, sections in DESIGN.md
+    // order.
     const char *order[] = {"    run:\n",        "    model:\n", "    parallel:\n",
                            "    train:\n",      "    optim:\n", "    data:\n",
                            "    checkpoint:\n", "    log:\n",   "    system:\n"};
-    int ok = count_lines(text) == 61;
+    int ok = count_lines(text) == 63;
     const char *at = text;
     for (int i = 0; i < 9 && ok; i++) {
         const char *p = strstr(at, order[i]);
@@ -519,6 +520,7 @@ static void test_ranges(void) {
         {"log.every=0", "log.every: must be >= 1"},
         {"system.threads=-1", "system.threads: must be >= 0"},
         {"system.comm_timeout_s=0", "system.comm_timeout_s: must be > 0"},
+        {"system.init_timeout_s=-1", "system.init_timeout_s: must be >= 0"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         run_config cfg;

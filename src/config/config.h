@@ -60,12 +60,14 @@ typedef struct {
     struct {
         int every;
         char *metrics;
+        int metrics_required; // a failed metrics write stops the run (exit 4), else a warning
     } log;
     struct {
         backend_kind backend;
         comm_kind comm;
         int threads;
         double comm_timeout_s;
+        double init_timeout_s; // a start-up phase without progress this long: exit 5; 0 = off
     } system;
 
     char *source_path; // the YAML file this came from
