@@ -40,9 +40,16 @@ typedef struct {
     ckpt_writer *ckpt;   // NULL without checkpoint.dir
     ckpt_progress start; // where training starts: zero, or the resumed checkpoint's
     int resumed;
+    int eval_first;   // resumed at an evaluation step whose evaluation metrics.jsonl lacks (a
+                      // stop or a kill cut it short): the loop runs it before the first step
+    int metrics_lost; // rank 0 could not write metrics.jsonl (log.metrics_required): the run
+                      // stops at the step boundary and exits 4, on every rank
 } trainer;
 
 // trainer.c
 tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li);
 void trainer_free(trainer *tr);
 ckpt_state trainer_checkpoint_view(trainer *tr);
+// Whether any rank was asked to stop (base/stop.h), agreed over the world; every rank calls
+// it at the same point. TRI_STOPPED then (the request is recorded on every rank), else TRI_OK.
+tri_status trainer_agree_stop(trainer *tr);
