@@ -224,6 +224,9 @@ static tri_status finish_stopped(trainer *tr, const loop_state *ls) {
         LOG_INFO("step %5d/%d%s", n, cfg->train.steps, note);
     }
     if (complete) TRI_CHECK(save_model(tr));
+    // A metrics write that failed after the boundary (the stop checkpoint's line): rank 0
+    // exits 4 too.
+    if (tr->li->rank == 0 && metrics_stops_run(&tr->metrics)) tr->metrics_lost = 1;
     char what[160], saved[640], lost[640] = "";
     if (tr->metrics_lost) snprintf(what, sizeof what, "because metrics could not be written");
     else snprintf(what, sizeof what, "by %s", stop_signal_name(stop_signal()));
