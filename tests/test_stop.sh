@@ -173,14 +173,14 @@ else fail stop_second_sigint "rank 0 '$r0', $elapsed ms: $(tail -3 $W/sint.log |
 
 # --- SIGTERM to one rank during evaluation: checkpoint of the step, exit 0, and a resume
 # that repeats the evaluation and continues bitwise
-E=(--set train.steps=4 --set data.eval_every=2 --set data.eval_batches=600 --set checkpoint.every=100
+E=(--set train.steps=4 --set data.eval_every=2 --set data.eval_batches=1000 --set checkpoint.every=100
    --set log.every=1 --set system.threads=1)
 "${MPIRUN[@]}" -np 2 $T train $CFG "${E[@]}" --set run.out_dir=$W/eref >$W/eref.log 2>&1
 "${MPIRUN[@]}" -np 2 $T train $CFG "${E[@]}" --set run.out_dir=$W/ev --set checkpoint.dir=$W/cev >$W/ev.log 2>&1 &
 job=$!
 t0=
 if wait_for $W/ev.log "step     2/4 | loss"; then
-    sleep 0.3
+    sleep 0.2
     t0=$(date +%s%N)
     kill -TERM $(rank_pid ev 1)
 fi

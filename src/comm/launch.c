@@ -117,7 +117,7 @@ static void probe_done(pmix_status_t status, pmix_value_t *kv, void *cbdata) {
 }
 
 // The watchdog's question: which ranks never announced `phase`? Asks all at once, waits up
-// 1.5 s, and writes "ranks not heard from in this phase: 1,5" (or why it cannot tell).
+// to 1.5 s, and writes "ranks not heard from in this phase: 1,5" (or why it cannot tell).
 static void report_phase(const char *phase, char *out, size_t n) {
     enum { MAX_PROBES = 4096 };
     const int asked = g_world < MAX_PROBES ? g_world : MAX_PROBES;
@@ -156,13 +156,16 @@ static void report_phase(const char *phase, char *out, size_t n) {
     }
     size_t len = (size_t)snprintf(out, n, "ranks not heard from in this phase: ");
     int missing = 0, unknown = 0;
-    for (int r = 0; r < asked && len + 16 < n; r++) {
+    for (int r = 0; r < asked; r++) {
         if (!atomic_load(&probes[r].done)) {
             unknown++;
             continue;
         }
         if (probes[r].status == PMIX_SUCCESS) continue;
-        len += (size_t)snprintf(out + len, n - len, "%s%d", missing ? "," : "", r);
+        if (len + 48 < n) // room for the notes below
+            len += (size_t)snprintf(out + len, n - len, "%s%d", missing ? "," : "", r);
+        else if (len + 4 < n && out[len - 1] != '.')
+            len += (size_t)snprintf(out + len, n - len, "...");
         missing++;
     }
     if (!missing && !unknown)
