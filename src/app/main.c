@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "base/stop.h"
 #include "compute/backend.h"
 #include "app/commtest.h"
 #include "config/config.h"
@@ -33,8 +34,10 @@ static void usage(FILE *f) {
         "\n"
         "SOURCE is a checkpoint (checkpoint.dir/step_N, or a checkpoint.dir: its newest) of any\n"
         "layout, a run directory (run.out_dir, holding model.bin) or an llm.c model file.\n"
-        "Exit codes: 0 ok, 1 internal, 2 usage/config, 3 data, 4 checkpoint/model file,\n"
-        "5 communication, 6 non-finite loss or gradients.\n"
+        "Exit codes: 0 ok (also stopped by a signal), 1 internal, 2 usage/config, 3 data,\n"
+        "4 checkpoint/model/output file, 5 communication or timeout, 6 non-finite loss or\n"
+        "gradients. SIGTERM, SIGUSR1 or a first SIGINT: checkpoint and exit 0 (a second\n"
+        "SIGINT: at once).\n"
         "Environment: TRIDENT_LOG=debug|info|warn sets the log level.\n");
 }
 
@@ -95,17 +98,24 @@ static int parse_config_args(int argc, char **argv, config_args *ca, int allow_w
 }
 
 static int cmd_train(int argc, char **argv) {
+    // Before anything that can block (PMIx, MPI): stop signals are honoured from here on, and
+    // the start-up watchdog runs with the default deadline until the config gives its own
+    // (base/stop.h).
+    stop_install_handlers();
+    stop_startup_begin(STOP_INIT_TIMEOUT_DEFAULT_S);
     config_args ca = {0};
     launch_info li;
     int rc = launch_init(&li);
     if (rc) return rc;
     log_set_rank(li.rank, 0, 0, 0); // the mesh coordinates follow once the config is resolved
+    stop_phase("config");
     int mute = log_mute_if_not_rank0();
     rc = parse_config_args(argc, argv, &ca, 0);
     run_config cfg;
     config_defaults(&cfg);
     if (!rc) rc = config_load(&cfg, ca.config, ca.n_sets, ca.sets);
     log_unmute(mute);
+    if (!rc) stop_startup_set_timeout(cfg.system.init_timeout_s);
     if (!rc) rc = train_run(&cfg, &li);
     config_free(&cfg);
     free(ca.sets);

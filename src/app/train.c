@@ -8,26 +8,11 @@
 #include "app/trainer_internal.h"
 
 #include <math.h>
-#include <signal.h>
 #include <string.h>
 
+#include "base/stop.h"
 #include "io/llmc.h"
 #include "plan/plan.h"
-
-// SIGTERM or SIGUSR1 (a preemption, or Slurm's warning before the time limit): finish the
-// step, write a checkpoint, exit.
-static volatile sig_atomic_t g_stop_signal;
-
-static void on_stop_signal(int sig) { g_stop_signal = sig; }
-
-static void install_stop_handlers(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGUSR1, &sa, NULL);
-}
 
 // Micro-batch `micro` of the training step tr->step: the stream continues where the
 // checkpoint left it, also with another global batch (samples start.samples on are taken in
@@ -50,17 +35,25 @@ static void load_eval_batch(void *ctx, int micro, int *inputs, int *targets) {
     data_batch(&tr->val, first, B, inputs, targets);
 }
 
+// Whether step n (1-based) ends with an evaluation.
+static int eval_due(const run_config *cfg, int n) {
+    return cfg->data.eval_every > 0 && (n % cfg->data.eval_every == 0 || n == cfg->train.steps);
+}
+
 // Mean validation loss over eval_batches batches of global_batch sequences, split over the
 // dp replicas as a training step is: always the same leading part of the validation
 // stream, whatever the layout, so evaluations compare across steps and layouts. Each batch
-// runs the forward-only table.
+// runs the forward-only table. A stop request ends it within one batch on every rank
+// (TRI_STOPPED; the request is agreed before each batch, as at the step boundaries).
 static tri_status evaluate(trainer *tr, double *val_loss) {
     const run_config *cfg = tr->cfg;
     const int T = cfg->model.seq_len, GB = cfg->train.global_batch;
     double waited = 0.0, sum = 0.0;
     const exec_batches batches = {load_eval_batch, tr};
-    for (tr->eval_batch = 0; tr->eval_batch < cfg->data.eval_batches; tr->eval_batch++)
+    for (tr->eval_batch = 0; tr->eval_batch < cfg->data.eval_batches; tr->eval_batch++) {
+        TRI_CHECK(trainer_agree_stop(tr));
         TRI_CHECK(executor_run(&tr->exec, &tr->eval_sched, batches, 0.0f, 0, &waited));
+    }
     TRI_CHECK(executor_take_loss(&tr->exec, &sum));
     if (tr->dp > 1)
         TRI_CHECK(comm_all_reduce(tr->cm, COMM_GROUP_DP, &sum, 1, DTYPE_FP64, COMM_REDUCE_SUM));
@@ -95,13 +88,18 @@ static tri_status save_model(trainer *tr) {
     return rc;
 }
 
-// At the end of a step, over the world: whether any rank got a stop signal, and whether a
-// background checkpoint write has finished on every rank (then it is committed).
+// At the end of a step, over the world: whether any rank got a stop signal, whether rank 0
+// could not write metrics.jsonl (log.metrics_required: the run stops, and exits 4), and
+// whether a background checkpoint write has finished on every rank (then it is committed).
 static tri_status step_boundary(trainer *tr, int *stop) {
-    double flags[2] = {g_stop_signal, ckpt_pending(tr->ckpt) && !ckpt_write_done(tr->ckpt)};
+    double flags[3] = {stop_signal(), ckpt_pending(tr->ckpt) && !ckpt_write_done(tr->ckpt),
+                       metrics_stops_run(&tr->metrics)};
     if (tr->li->world > 1)
-        TRI_CHECK(comm_all_reduce(tr->cm, COMM_GROUP_WORLD, flags, 2, DTYPE_FP64, COMM_REDUCE_MAX));
-    *stop = flags[0] > 0;
+        TRI_CHECK(comm_all_reduce(tr->cm, COMM_GROUP_WORLD, flags, 3, DTYPE_FP64, COMM_REDUCE_MAX));
+    if (flags[0] > 0) stop_request((int)flags[0]);
+    tr->metrics_lost = flags[2] > 0;
+    // Lost metrics at the last step do not stop it: the final model is written, then exit 4.
+    *stop = flags[0] > 0 || (tr->metrics_lost && tr->step + 1 < tr->cfg->train.steps);
     if (ckpt_pending(tr->ckpt) && flags[1] == 0) TRI_CHECK(ckpt_commit(tr->ckpt));
     return TRI_OK;
 }
@@ -157,18 +155,146 @@ static tri_status train_step(trainer *tr, double *loss, double *norm, double *lr
     return TRI_OK;
 }
 
+// The step line of step n (stdout and metrics.jsonl); `dt` seconds, `waited` of them on other
+// pipeline stages.
+static void log_step(trainer *tr, int n, int64_t samples, double loss, double lr, double norm,
+                     double dt, double waited, const char *ckpt_note) {
+    const run_config *cfg = tr->cfg;
+    const model *m = &tr->model;
+    const int64_t tokens_per_step = (int64_t)cfg->train.global_batch * cfg->model.seq_len;
+    metrics_step s = {
+        .step = n,
+        .loss = loss,
+        .lr = lr,
+        .grad_norm = norm,
+        .tokens = samples * cfg->model.seq_len,
+        .step_ms = 1e3 * dt,
+        .tokens_per_s = tokens_per_step / dt,
+        .mfu = tr->peak_flops > 0 ? tr->flops_per_token * tokens_per_step / dt / tr->peak_flops
+                                  : NAN,
+        .mem_peak_bytes = tr->be->mem_peak_bytes(tr->be),
+        .comm_tp = comm_group_bytes(tr->cm, COMM_GROUP_TP),
+        .comm_pp = comm_group_bytes(tr->cm, COMM_GROUP_PP),
+        .comm_dp = comm_group_bytes(tr->cm, COMM_GROUP_DP),
+        .pipelined = m->d.pp > 1,
+        .bubble = waited / dt,
+        .bubble_formula = sched_bubble_fraction(cfg->parallel.schedule, m->d.pp, m->d.chunks,
+                                                tr->n_micro),
+    };
+    metrics_write_step(&tr->metrics, &s);
+    tb_write_step(&tr->tb, &s);
+    char bubble[64] = "", progress[96];
+    if (s.pipelined)
+        snprintf(bubble, sizeof bubble, " | bubble %.2f (formula %.2f)", s.bubble,
+                 s.bubble_formula);
+    train_progress(progress, sizeof progress, s.mfu, time_now_s() - tr->loop_start, n,
+                   tr->start.step + 1, cfg->train.steps);
+    LOG_INFO("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s%s%s%s", n,
+             cfg->train.steps, loss, lr, norm, s.step_ms, s.tokens_per_s, progress, bubble,
+             ckpt_note);
+}
+
+// The evaluation of step n: TRI_STOPPED when a stop request cut it short (no line written).
+static tri_status eval_step(trainer *tr, int n, double *val) {
+    TRI_CHECK(evaluate(tr, val));
+    metrics_write_eval(&tr->metrics, n, *val);
+    tb_write_eval(&tr->tb, n, NULL, *val);
+    LOG_INFO("step %5d/%d | val loss %.4f", n, tr->cfg->train.steps, *val);
+    return TRI_OK;
+}
+
+// Where the loop stands when it stops early.
+typedef struct {
+    int done_steps; // optimizer steps done, this run's and before
+    int ckpt_step;  // the step of this run's latest checkpoint (maybe still being written), -1
+    int in_eval;    // stopped during the evaluation of done_steps
+} loop_state;
+
+// Ends a run stopped by a signal or by lost metrics: the last completed step gets a
+// checkpoint where one is possible and new (a checkpoint of it started in this run is
+// committed), then the reason goes on the last line. Exit 0 for a signal (DESIGN.md "CLI"),
+// 4 for metrics that could not be written. At the last step training is complete, and the
+// final model is written first.
+static tri_status finish_stopped(trainer *tr, const loop_state *ls) {
+    const run_config *cfg = tr->cfg;
+    const int n = ls->done_steps, trained = n > tr->start.step;
+    const int complete = n == cfg->train.steps;
+    if (tr->ckpt && ls->ckpt_step == n) {
+        TRI_CHECK(ckpt_commit(tr->ckpt));
+    } else if (tr->ckpt && trained) {
+        char note[96];
+        const int64_t samples = tr->start.samples +
+                                (int64_t)(n - tr->start.step) * cfg->train.global_batch;
+        TRI_CHECK(checkpoint_step(tr, n, samples, 0, note, sizeof note));
+        LOG_INFO("step %5d/%d%s", n, cfg->train.steps, note);
+    }
+    if (complete) TRI_CHECK(save_model(tr));
+    // A metrics write that failed after the boundary (the stop checkpoint's line): rank 0
+    // exits 4 too.
+    if (tr->li->rank == 0 && metrics_stops_run(&tr->metrics)) tr->metrics_lost = 1;
+    char what[160], saved[640], lost[640] = "";
+    if (tr->metrics_lost) snprintf(what, sizeof what, "because metrics could not be written");
+    else snprintf(what, sizeof what, "by %s", stop_signal_name(stop_signal()));
+    snprintf(what + strlen(what), sizeof what - strlen(what),
+             ls->in_eval ? " during the evaluation of step %d" : " after step %d", n);
+    if (complete)
+        snprintf(saved, sizeof saved, "training is complete and %s/model.bin written%s%s",
+                 cfg->run.out_dir, eval_due(cfg, n) ? ", but not the last evaluation" : "",
+                 eval_due(cfg, n) && tr->ckpt ? "; a run with checkpoint.resume: auto does it"
+                                              : "");
+    else if (tr->ckpt && trained)
+        snprintf(saved, sizeof saved,
+                 "checkpoint written to %s; a run with checkpoint.resume: auto continues from "
+                 "it%s",
+                 cfg->checkpoint.dir, ls->in_eval ? " and repeats the evaluation" : "");
+    else if (!trained)
+        snprintf(saved, sizeof saved,
+                 "no step trained in this run, nothing new to checkpoint; a rerun starts where "
+                 "this one did%s",
+                 ls->in_eval ? " and repeats the evaluation" : "");
+    else
+        snprintf(saved, sizeof saved,
+                 "no checkpoint.dir set, so the %d steps trained are lost (no model.bin either)",
+                 n - tr->start.step);
+    train_report_outputs(tr); // before any warning about metrics: that stays the last line
+    metrics_describe_failure(&tr->metrics, lost, sizeof lost);
+    if (tr->metrics_lost) {
+        if (tr->li->rank == 0) {
+            LOG_ERROR("stopped %s: %s; %s", what, lost, saved);
+            LOG_HINT("free space for %s, or set log.metrics elsewhere or "
+                     "log.metrics_required: false, then run again",
+                     tr->metrics.path);
+        }
+        return TRI_ERR_CKPT;
+    }
+    if (tr->ckpt || !trained || complete) LOG_INFO("stopped %s: %s", what, saved);
+    else LOG_WARN("stopped %s without a checkpoint: %s", what, saved);
+    return TRI_OK;
+}
+
 static tri_status train_loop(trainer *tr) {
     run_config *cfg = tr->cfg;
     model *m = &tr->model;
     const int64_t tokens_per_step = (int64_t)cfg->train.global_batch * cfg->model.seq_len;
     double first_loss = NAN, last_loss = NAN, last_val = NAN, total_s = 0.0;
-    int stop = 0, done_steps = tr->start.step;
-    const double loop_start = time_now_s();
+    int stop = 0;
+    loop_state ls = {tr->start.step, -1, 0};
+    // Start-up is over: from here the step boundaries and evaluation batches poll for a
+    // stop, and the comm timeout bounds every wait.
+    stop_startup_end();
+    tr->loop_start = time_now_s();
     LOG_INFO("training %s: %lld parameters, %d steps of %d sequences x %d tokens "
              "(%d micro-batches of %d), backend %s with %d threads",
              cfg->run.name, (long long)m->table.global_numel, cfg->train.steps,
              cfg->train.global_batch, cfg->model.seq_len, tr->n_micro, cfg->train.micro_batch,
              tr->be->name, tr->be->threads);
+    if (tr->eval_first && eval_due(cfg, tr->start.step)) {
+        LOG_INFO("step %5d/%d | evaluating again: %s has no val loss of this step", tr->start.step,
+                 cfg->train.steps, tr->li->rank == 0 ? tr->metrics.path : "metrics.jsonl");
+        tri_status rc = eval_step(tr, tr->start.step, &last_val);
+        if (rc == TRI_STOPPED) ls.in_eval = stop = 1;
+        else TRI_CHECK(rc);
+    }
     for (tr->step = tr->start.step; tr->step < cfg->train.steps && !stop; tr->step++) {
         double t0 = time_now_s();
         tr->cm->step = tr->step + 1;
@@ -180,90 +306,69 @@ static tri_status train_loop(trainer *tr) {
         last_loss = loss;
 
         const int n = tr->step + 1;
-        done_steps = n;
+        ls.done_steps = n;
         const int64_t samples = tr->start.samples +
                                 (int64_t)(n - tr->start.step) * cfg->train.global_batch;
         TRI_CHECK(step_boundary(tr, &stop));
         char ckpt_note[96] = "";
         if (tr->ckpt && (stop || n == cfg->train.steps ||
-                         (cfg->checkpoint.every > 0 && n % cfg->checkpoint.every == 0)))
+                         (cfg->checkpoint.every > 0 && n % cfg->checkpoint.every == 0))) {
             TRI_CHECK(checkpoint_step(tr, n, samples,
                                       cfg->checkpoint.async && !stop && n < cfg->train.steps,
                                       ckpt_note, sizeof ckpt_note));
+            ls.ckpt_step = n;
+        }
         int logged = n == 1 || n % cfg->log.every == 0 || n == cfg->train.steps || stop;
         if (!logged && ckpt_note[0]) LOG_INFO("step %5d/%d%s", n, cfg->train.steps, ckpt_note);
-        if (logged) {
-            metrics_step s = {
-                .step = n,
-                .loss = loss,
-                .lr = lr,
-                .grad_norm = norm,
-                .tokens = samples * cfg->model.seq_len,
-                .step_ms = 1e3 * dt,
-                .tokens_per_s = tokens_per_step / dt,
-                .mfu = tr->peak_flops > 0
-                           ? tr->flops_per_token * tokens_per_step / dt / tr->peak_flops
-                           : NAN,
-                .mem_peak_bytes = tr->be->mem_peak_bytes(tr->be),
-                .comm_tp = comm_group_bytes(tr->cm, COMM_GROUP_TP),
-                .comm_pp = comm_group_bytes(tr->cm, COMM_GROUP_PP),
-                .comm_dp = comm_group_bytes(tr->cm, COMM_GROUP_DP),
-                .pipelined = m->d.pp > 1,
-                .bubble = waited / dt,
-                .bubble_formula = sched_bubble_fraction(cfg->parallel.schedule, m->d.pp,
-                                                        m->d.chunks, tr->n_micro),
-            };
-            metrics_write_step(&tr->metrics, &s);
-            tb_write_step(&tr->tb, &s);
-            char bubble[64] = "", progress[96];
-            if (s.pipelined)
-                snprintf(bubble, sizeof bubble, " | bubble %.2f (formula %.2f)", s.bubble,
-                         s.bubble_formula);
-            train_progress(progress, sizeof progress, s.mfu, time_now_s() - loop_start, n,
-                           tr->start.step + 1, cfg->train.steps);
-            LOG_INFO("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s%s%s%s",
-                     n, cfg->train.steps, loss, lr, norm, s.step_ms, s.tokens_per_s, progress,
-                     bubble, ckpt_note);
-        }
-        if (cfg->data.eval_every > 0 && (n % cfg->data.eval_every == 0 || n == cfg->train.steps)) {
-            TRI_CHECK(evaluate(tr, &last_val));
-            metrics_write_eval(&tr->metrics, n, last_val);
-            tb_write_eval(&tr->tb, n, NULL, last_val);
-            LOG_INFO("step %5d/%d | val loss %.4f", n, cfg->train.steps, last_val);
+        if (logged) log_step(tr, n, samples, loss, lr, norm, dt, waited, ckpt_note);
+        // A stopped run skips the evaluation; a resumed run does it (tr->eval_first).
+        if (!stop && eval_due(cfg, n)) {
+            tri_status rc = eval_step(tr, n, &last_val);
+            if (rc == TRI_STOPPED) ls.in_eval = stop = 1;
+            else TRI_CHECK(rc);
         }
     }
-    if (stop) {
-        const char *sig = g_stop_signal == SIGUSR1 ? "SIGUSR1" : "SIGTERM";
-        if (tr->ckpt)
-            LOG_INFO("stopped by %s after step %d: checkpoint written to %s; a run with "
-                     "checkpoint.resume: auto continues from it",
-                     sig, done_steps, cfg->checkpoint.dir);
-        else
-            LOG_WARN("stopped by %s after step %d without a checkpoint (no checkpoint.dir set)",
-                     sig, done_steps);
-        return TRI_OK;
-    }
+    if (stop) return finish_stopped(tr, &ls);
+    // The final model even when metrics were lost at the last step: training is complete.
     TRI_CHECK(save_model(tr));
-    char val[64] = "";
+    tri_status metrics_rc = tr->li->rank == 0 ? metrics_close(&tr->metrics) : TRI_OK;
+    if (tr->metrics_lost) metrics_rc = TRI_ERR_CKPT;
+    char val[64] = "", lost[640] = "";
     if (!isnan(last_val)) snprintf(val, sizeof val, ", val loss %.4f", last_val);
     const int trained = cfg->train.steps - tr->start.step;
     LOG_INFO("done: %d steps in %.1f s, loss %.4f -> %.4f%s, %.0f tok/s, peak memory %.1f MiB",
              trained, total_s, first_loss, last_loss, val,
              trained > 0 ? trained * (double)tokens_per_step / total_s : 0.0,
              tr->be->mem_peak_bytes(tr->be) / 1048576.0);
-    train_report_outputs(tr);
-    return TRI_OK;
+    train_report_outputs(tr); // before any warning about metrics: that stays the last line
+    metrics_describe_failure(&tr->metrics, lost, sizeof lost);
+    if (metrics_rc != TRI_OK && tr->li->rank == 0) {
+        LOG_ERROR("training finished and %s/model.bin was written, but %s", cfg->run.out_dir, lost);
+        LOG_HINT("free space for %s (or set log.metrics_required: false to accept a run "
+                 "without complete metrics)",
+                 tr->metrics.path);
+    } else if (lost[0]) {
+        LOG_WARN("%s (log.metrics_required is false: the run is otherwise complete)", lost);
+    }
+    // Metrics lost after the last step boundary: rank 0 alone knows, and exits 4 (the
+    // launcher reports the job's worst exit code).
+    return metrics_rc;
 }
 
 tri_status train_run(run_config *cfg, launch_info *li) {
     trainer tr;
     memset(&tr, 0, sizeof tr);
     tri_status rc;
-    g_stop_signal = 0;
-    install_stop_handlers();
     TRI_CHECK_GOTO(trainer_init(&tr, cfg, li), rc, done);
     TRI_CHECK_GOTO(train_loop(&tr), rc, done);
 done:
     trainer_free(&tr);
+    // A stop during start-up (trainer_init: every rank agreed on it): nothing was trained.
+    if (rc == TRI_STOPPED) {
+        LOG_INFO("stopped by %s during start-up (phase '%s'), before the first step: nothing to "
+                 "checkpoint; a rerun starts where this one did",
+                 stop_signal_name(stop_signal()), stop_phase_name());
+        rc = TRI_OK;
+    }
     return rc;
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/stop.h"
 #include "compute/backend_select.h"
 #include "config/config_layout.h"
 #include "io/model_init.h"
@@ -144,6 +145,51 @@ static tri_status memory_json(const trainer *tr, char *out, size_t n) {
     return TRI_OK;
 }
 
+tri_status trainer_agree_stop(trainer *tr) {
+    double sig = stop_signal();
+    if (tr->li->world > 1)
+        TRI_CHECK(comm_all_reduce(tr->cm, COMM_GROUP_WORLD, &sig, 1, DTYPE_FP64, COMM_REDUCE_MAX));
+    if (sig <= 0) return TRI_OK;
+    stop_request((int)sig);
+    return TRI_STOPPED;
+}
+
+// A start-up phase boundary, reached by every rank in the same order once the communicators
+// exist: a stop request on any rank reaches all of them here (the flag is all-reduced over
+// the world, as at the step boundaries), so that they all stop together (TRI_STOPPED);
+// otherwise the next phase begins (base/stop.h: what the start-up deadline names).
+static tri_status startup_boundary(trainer *tr, const char *next_phase) {
+    TRI_CHECK(trainer_agree_stop(tr));
+    stop_phase(next_phase);
+    return TRI_OK;
+}
+
+// Rank 0 creates run.out_dir and opens metrics.jsonl; every rank learns the outcome (one
+// all-reduce), so that an error there ends every rank, and whether the resumed step's
+// evaluation is missing from the kept lines (then the loop runs it before the first step).
+static tri_status open_outputs(trainer *tr, const char *extra_json) {
+    const run_config *cfg = tr->cfg;
+    double shared[2] = {TRI_OK, 0}; // status, evaluation to repeat
+    if (tr->li->rank == 0) {
+        if (make_dirs(cfg->run.out_dir) != 0) {
+            LOG_ERROR("cannot create directory %s: %s", cfg->run.out_dir, strerror(errno));
+            LOG_HINT("check run.out_dir");
+            shared[0] = TRI_ERR_CONFIG;
+        } else {
+            shared[0] = metrics_open(&tr->metrics, cfg, tr->cm->world_size, tr->be->name,
+                                     tr->cm->name, extra_json, tr->resumed ? tr->start.step : -1);
+            shared[1] = tr->metrics.resumed_eval_miss;
+            if (shared[0] == TRI_OK && cfg->log.tensorboard)
+                shared[0] = tb_open(&tr->tb, cfg->log.tensorboard, tr->start.step + 1);
+        }
+    }
+    if (tr->li->world > 1)
+        TRI_CHECK(
+            comm_all_reduce(tr->cm, COMM_GROUP_WORLD, shared, 2, DTYPE_FP64, COMM_REDUCE_MAX));
+    tr->eval_first = tr->resumed && (int)shared[1];
+    return (tri_status)(int)shared[0];
+}
+
 tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     tr->cfg = cfg;
     tr->li = li;
@@ -172,22 +218,23 @@ tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     }
     // The compute backend first: on the CUDA path it selects the device that NCCL's
     // communicators and every buffer belong to.
+    stop_phase("compute backend");
     TRI_CHECK(backend_create_for(cfg->system.backend, li->local_rank, threads, &tr->be));
+    stop_phase("communicators");
     TRI_CHECK(create_comm(tr));
+    TRI_CHECK(startup_boundary(tr, "data"));
     // Before the model exists, so that the peak memory is the model's and optimizer's alone.
     // The MFU denominator: the backend's datasheet peak, or its measured matmul rate.
     tr->peak_flops = tr->be->peak_flops > 0 ? tr->be->peak_flops : measure_matmul_rate(tr->be);
     TRI_CHECK(open_data(tr));
+    TRI_CHECK(startup_boundary(tr, "model"));
     const int pp = cfg->parallel.pp, v = cfg->parallel.virtual_stages;
     TRI_CHECK(sched_build(&tr->sched, cfg->parallel.schedule, pp, v, tr->n_micro, tr->coord.pp));
     TRI_CHECK(sched_build_forward(&tr->eval_sched, pp, pp == 1 ? 1 : v, tr->n_micro, tr->coord.pp));
     TRI_CHECK(create_model(tr));
+    TRI_CHECK(startup_boundary(tr, "resume"));
     TRI_CHECK(open_checkpoints(tr));
-    if (li->rank == 0 && make_dirs(cfg->run.out_dir) != 0) {
-        LOG_ERROR("cannot create directory %s: %s", cfg->run.out_dir, strerror(errno));
-        LOG_HINT("check run.out_dir");
-        return TRI_ERR_CONFIG;
-    }
+    TRI_CHECK(startup_boundary(tr, "metrics"));
     tr->flops_per_token = plan_flops_per_token(cfg);
     char memory[1024], extra[1536];
     TRI_CHECK(memory_json(tr, memory, sizeof memory));
@@ -201,17 +248,13 @@ tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
         size_t len = strlen(extra);
         snprintf(extra + len, sizeof extra - len, ",\"resumed_from_step\":%d", tr->start.step);
     }
-    if (li->rank == 0)
-        TRI_CHECK(metrics_open(&tr->metrics, cfg, tr->cm->world_size, tr->be->name, tr->cm->name,
-                               extra, tr->resumed ? tr->start.step : -1));
-    if (li->rank == 0 && cfg->log.tensorboard)
-        TRI_CHECK(tb_open(&tr->tb, cfg->log.tensorboard, tr->start.step + 1));
-    return TRI_OK;
+    TRI_CHECK(open_outputs(tr, extra));
+    return startup_boundary(tr, "first step");
 }
 
 void trainer_free(trainer *tr) {
     ckpt_writer_free(tr->ckpt);
-    metrics_close(&tr->metrics);
+    metrics_free(&tr->metrics);
     tb_close(&tr->tb);
     executor_free(&tr->exec);
     if (tr->be) {

@@ -35,7 +35,8 @@ typedef struct {
     sched_table sched;      // the training step's table of this pipeline rank
     sched_table eval_sched; // evaluation's forward-only table
     metrics_log metrics;
-    tb_log tb; // rank 0 with log.tensorboard set; closed otherwise
+    tb_log tb;         // rank 0 with log.tensorboard set; closed otherwise
+    double loop_start; // when the training loop began (the step line's elapsed time)
     int dp, dp_rank, n_micro;
     int step;       // the optimizer step being run (0-based), for the batch loader
     int eval_batch; // the evaluation batch being run
@@ -43,6 +44,10 @@ typedef struct {
     ckpt_writer *ckpt;   // NULL without checkpoint.dir
     ckpt_progress start; // where training starts: zero, or the resumed checkpoint's
     int resumed;
+    int eval_first;   // resumed at an evaluation step whose evaluation metrics.jsonl lacks (a
+                      // stop or a kill cut it short): the loop runs it before the first step
+    int metrics_lost; // rank 0 could not write metrics.jsonl (log.metrics_required): the run
+                      // stops at the step boundary and exits 4, on every rank
 } trainer;
 
 // trainer.c
@@ -58,3 +63,6 @@ void train_progress(char *buf, size_t n, double mfu, double elapsed_s, int step,
 // After training (rank 0 prints): where the model, metrics, event files and last checkpoint
 // are, and the exact commands that sample, export and resume the run.
 void train_report_outputs(const trainer *tr);
+// Whether any rank was asked to stop (base/stop.h), agreed over the world; every rank calls
+// it at the same point. TRI_STOPPED then (the request is recorded on every rank), else TRI_OK.
+tri_status trainer_agree_stop(trainer *tr);

@@ -30,6 +30,8 @@ void log_set_rank(int rank, int tp, int dp, int pp) {
     else snprintf(g_prefix, sizeof g_prefix, "[r%d tp%d dp%d pp%d] ", rank, tp, dp, pp);
 }
 
+const char *log_rank_prefix(void) { return g_prefix; }
+
 int log_enabled(log_level level) { return level >= g_level; }
 
 void log_msg(log_level level, const char *fmt, ...) {

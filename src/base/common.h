@@ -17,6 +17,9 @@ typedef enum {
     TRI_ERR_CKPT = 4,      // checkpoint or model file error
     TRI_ERR_COMM = 5,      // communication failure or timeout
     TRI_ERR_NONFINITE = 6, // non-finite loss or gradients
+    // Not an exit code: a stop request (base/stop.h) ended a phase early. Passed up like an
+    // error so that every caller unwinds; `train` then exits 0 with the reason.
+    TRI_STOPPED = 64,
 } tri_status;
 
 typedef enum {
@@ -30,6 +33,8 @@ typedef enum {
 // TRIDENT_LOG=debug|info|warn picks the level (default info).
 void log_init(void);
 void log_set_rank(int rank, int tp, int dp, int pp);
+// The "[r5 tp1 dp0 pp1] " prefix of this rank's lines ("" on rank 0).
+const char *log_rank_prefix(void);
 int log_enabled(log_level level);
 void log_msg(log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 // Config validation gives the same verdict on every rank, so ranks != 0 hold their stderr

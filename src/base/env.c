@@ -21,6 +21,15 @@ const env_desc ENV_TABLE[ENV_COUNT] = {
     [ENV_TEST_CKPT_DELAY_MS] = {"TRIDENT_TEST_CKPT_DELAY_MS", ENV_BY_TEST_HOOK, "milliseconds", "0",
                                 "a pause after each MiB of a checkpoint rank file, so "
                                 "that a kill lands inside a write"},
+    [ENV_TEST_RESUME_DELAY_MS] = {"TRIDENT_TEST_RESUME_DELAY_MS", ENV_BY_TEST_HOOK, "milliseconds",
+                                  "0",
+                                  "a pause before each tensor span a resume reads, so that a "
+                                  "stop signal lands inside a resume"},
+    [ENV_TEST_METRICS_FULL_BYTES] = {"TRIDENT_TEST_METRICS_FULL_BYTES", ENV_BY_TEST_HOOK, "bytes",
+                                     "no limit but the file system's",
+                                     "metrics.jsonl acts as if its file system were full once it "
+                                     "holds this many bytes: a line written past it is cut "
+                                     "short and fails with ENOSPC"},
     [ENV_BLAS_REEXEC] = {"TRIDENT_BLAS_REEXEC", ENV_BY_INTERNAL, "1", "not restarted yet",
                          "set before trident restarts itself with OPENBLAS_CORETYPE, so that "
                          "it restarts at most once"},

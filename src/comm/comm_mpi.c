@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "base/bf16.h"
+#include "base/stop.h"
 #include "comm/comm_backend.h"
 
 // Prints a failed MPI call: the statement, file:line, rank and MPI's error string.
@@ -520,10 +521,14 @@ tri_status comm_mpi_create(comm **out, const mesh *m, const launch_info *li, dou
         return TRI_OK;
     }
 
+    // MPI_Init and the splits below wait for every rank: phases of the start-up deadline
+    // (base/stop.h), which ends this process if another rank never arrives.
+    const char *phase = stop_phase_name();
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
         int provided = 0;
+        stop_phase("MPI_Init");
         int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
         if (rc != MPI_SUCCESS) {
             LOG_ERROR("MPI_Init_thread failed on rank %d (code %d)", li->rank, rc);
@@ -537,6 +542,7 @@ tri_status comm_mpi_create(comm **out, const mesh *m, const launch_info *li, dou
             goto fail;
         }
     }
+    stop_phase("MPI communicators");
     MPI_Op_create(bf16_sum_fn, 1, &x->bf16_sum);
     MPI_Op_create(bf16_max_fn, 1, &x->bf16_max);
     int world_size = 0, world_rank = -1;
@@ -577,6 +583,7 @@ tri_status comm_mpi_create(comm **out, const mesh *m, const launch_info *li, dou
               c->groups[COMM_GROUP_TP].rank, TP, c->groups[COMM_GROUP_DP].rank, DP,
               c->groups[COMM_GROUP_PP].rank, PP, c->groups[COMM_GROUP_EMBED].rank,
               c->groups[COMM_GROUP_EMBED].size, c->groups[COMM_GROUP_MP].rank, TP * PP);
+    stop_phase(phase);
     *out = c;
     return TRI_OK;
 fail:

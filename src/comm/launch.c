@@ -9,13 +9,24 @@
 // OpenMPI links the same libpmix and calls PMIx_Init again inside MPI_Init; PMIx counts
 // initialisations, so launch_init may run before MPI_Init, and launch_finalize must run
 // after MPI_Finalize.
+//
+// The start-up watchdog (base/stop.h) learns from here which ranks a stalled phase waits
+// for: each rank announces every start-up phase it enters as a PMIx key of its own
+// ("trident.reached.<phase>", put and committed: no fence, nothing waits); when the
+// deadline passes, the watchdog thread asks for every other rank's key of the phase it is
+// stuck in (PMIx_Get_nb with a timeout, all at once). A rank whose key does not come is one
+// that never reached the phase: stopped, dead or slow before it. PMIx's client is thread
+// safe, so this works while the main thread is blocked inside MPI_Init or a fence.
 #include "comm/launch.h"
 
 #include <pmix.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/env.h"
+#include "base/stop.h"
 
 // Every PMIx call goes through this: on failure it prints the statement, file:line, rank
 // and PMIx's error string, and returns TRI_ERR_COMM from the calling function.
@@ -65,6 +76,109 @@ static tri_status launch_get_int(launch_info *li, const pmix_proc_t *proc, const
     return TRI_OK;
 }
 
+// ---- start-up phases announced to the other ranks (see the top of the file) ----
+
+// This process's PMIx identity and the world, for the hooks (one PMIx client per process).
+static pmix_proc_t g_self;
+static int g_world;
+
+// "trident.reached.<phase>", the phase's characters other than letters and digits as '_'.
+static void phase_key(char *key, size_t n, const char *phase) {
+    int len = snprintf(key, n, "trident.reached.");
+    for (const char *p = phase; *p && (size_t)len + 1 < n; p++, len++) {
+        const char c = *p;
+        key[len] = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ? c
+                                                                                              : '_';
+    }
+    key[len] = '\0';
+}
+
+static void announce_phase(const char *phase) {
+    char key[PMIX_MAX_KEYLEN + 1];
+    phase_key(key, sizeof key, phase);
+    pmix_value_t v;
+    PMIX_VALUE_CONSTRUCT(&v);
+    v.type = PMIX_BOOL;
+    v.data.flag = true;
+    if (PMIx_Put(PMIX_GLOBAL, key, &v) == PMIX_SUCCESS) PMIx_Commit();
+}
+
+// One rank's answer. Never freed: a late callback may still write it while the process ends.
+typedef struct {
+    atomic_int done;
+    pmix_status_t status;
+} phase_probe;
+
+static void probe_done(pmix_status_t status, pmix_value_t *kv, void *cbdata) {
+    (void)kv; // released by PMIx after the callback
+    phase_probe *p = cbdata;
+    p->status = status;
+    atomic_store(&p->done, 1);
+}
+
+// The watchdog's question: which ranks never announced `phase`? Asks all at once, waits up
+// to 1.5 s, and writes "ranks not heard from in this phase: 1,5" (or why it cannot tell).
+static void report_phase(const char *phase, char *out, size_t n) {
+    enum { MAX_PROBES = 4096 };
+    const int asked = g_world < MAX_PROBES ? g_world : MAX_PROBES;
+    char key[PMIX_MAX_KEYLEN + 1];
+    phase_key(key, sizeof key, phase);
+    phase_probe *probes = calloc((size_t)asked, sizeof *probes);
+    pmix_info_t *info = calloc(1, sizeof *info);
+    if (!probes || !info) {
+        snprintf(out, n, "(the other ranks could not be asked)");
+        return;
+    }
+    int timeout_s = 1;
+    PMIX_INFO_LOAD(info, PMIX_TIMEOUT, &timeout_s, PMIX_INT);
+    for (int r = 0; r < asked; r++) {
+        if (r == (int)g_self.rank) {
+            probes[r].status = PMIX_SUCCESS;
+            atomic_store(&probes[r].done, 1);
+            continue;
+        }
+        pmix_proc_t peer;
+        PMIX_PROC_CONSTRUCT(&peer);
+        PMIX_LOAD_PROCID(&peer, g_self.nspace, (pmix_rank_t)r);
+        pmix_status_t rc = PMIx_Get_nb(&peer, key, info, 1, probe_done, &probes[r]);
+        if (rc != PMIX_SUCCESS) {
+            probes[r].status = rc;
+            atomic_store(&probes[r].done, 1);
+        }
+    }
+    const double until = time_now_s() + timeout_s + 0.5;
+    int pending = asked;
+    while (pending > 0 && time_now_s() < until) {
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+        pending = 0;
+        for (int r = 0; r < asked; r++) pending += !atomic_load(&probes[r].done);
+    }
+    size_t len = (size_t)snprintf(out, n, "ranks not heard from in this phase: ");
+    int missing = 0, unknown = 0;
+    for (int r = 0; r < asked; r++) {
+        if (!atomic_load(&probes[r].done)) {
+            unknown++;
+            continue;
+        }
+        if (probes[r].status == PMIX_SUCCESS) continue;
+        if (len + 48 < n) // room for the notes below
+            len += (size_t)snprintf(out + len, n - len, "%s%d", missing ? "," : "", r);
+        else if (len + 4 < n && out[len - 1] != '.')
+            len += (size_t)snprintf(out + len, n - len, "...");
+        missing++;
+    }
+    if (!missing && !unknown)
+        snprintf(out, n,
+                 "every rank reached this phase (one of them may be stopped or slow "
+                 "inside it)");
+    else if (!missing) snprintf(out, n, "the other ranks did not answer");
+    else if (unknown && len + 40 < n)
+        snprintf(out + len, n - len, " (%d more did not answer)", unknown);
+    if (asked < g_world && strlen(out) + 40 < n)
+        snprintf(out + strlen(out), n - strlen(out), " (ranks from %d on not asked)", asked);
+}
+
 static void launch_set_singleton(launch_info *li) {
     li->rank = 0;
     li->world = 1;
@@ -80,6 +194,7 @@ tri_status launch_init(launch_info *li) {
     if (gethostname(li->host, sizeof li->host) != 0) snprintf(li->host, sizeof li->host, "?");
     li->host[sizeof li->host - 1] = '\0';
 
+    stop_phase("PMIx init");
     pmix_proc_t *me = xcalloc(1, sizeof *me);
     pmix_status_t rc = PMIx_Init(me, NULL, 0);
     // A launcher that speaks PMIx sets these; without them any failure means "started alone".
@@ -124,6 +239,10 @@ tri_status launch_init(launch_info *li) {
     li->world = (int)world;
     li->local_rank = (int)local_rank;
     li->local_size = (int)local_size;
+    g_self = *me;
+    g_world = li->world;
+    const stop_peer_hooks hooks = {announce_phase, report_phase};
+    stop_set_peer_hooks(&hooks);
     LOG_DEBUG("launch: pmix namespace %s rank %d of %d, local %d of %d on %s", me->nspace, li->rank,
               li->world, li->local_rank, li->local_size, li->host);
     return TRI_OK;
@@ -142,9 +261,8 @@ static tri_status launch_fence_impl(launch_info *li, int collect) {
     return TRI_OK;
 }
 
-tri_status launch_exchange(launch_info *li, const char *key, int root, void *value, size_t bytes) {
-    TRI_ASSERT(root >= 0 && root < li->world);
-    if (li->singleton || li->world == 1) return TRI_OK; // the root already holds the value
+static tri_status launch_exchange_impl(launch_info *li, const char *key, int root, void *value,
+                                       size_t bytes) {
     const pmix_proc_t *me = li->impl;
     if (li->rank == root) {
         pmix_value_t val;
@@ -176,9 +294,25 @@ tri_status launch_exchange(launch_info *li, const char *key, int root, void *val
     return st;
 }
 
+// The exchange (its fence waits for every rank) is a start-up phase of its own (the NCCL
+// unique id travels this way); the caller's phase goes on after it.
+tri_status launch_exchange(launch_info *li, const char *key, int root, void *value, size_t bytes) {
+    TRI_ASSERT(root >= 0 && root < li->world);
+    if (li->singleton || li->world == 1) return TRI_OK; // the root already holds the value
+    const char *phase = stop_phase_name();
+    stop_phase("PMIx key exchange");
+    tri_status st = launch_exchange_impl(li, key, root, value, bytes);
+    stop_phase(phase);
+    return st;
+}
+
 tri_status launch_fence(launch_info *li) {
     if (li->singleton || li->world == 1) return TRI_OK;
-    return launch_fence_impl(li, 0);
+    const char *phase = stop_phase_name();
+    stop_phase("PMIx fence");
+    tri_status st = launch_fence_impl(li, 0);
+    stop_phase(phase);
+    return st;
 }
 
 void launch_finalize(launch_info *li) {

@@ -60,13 +60,15 @@ typedef struct {
     struct {
         int every;
         char *metrics;
-        char *tensorboard; // TensorBoard event directory (io/tensorboard.h); NULL: none
+        int metrics_required; // a failed metrics write stops the run (exit 4), else a warning
+        char *tensorboard;    // TensorBoard event directory (io/tensorboard.h); NULL: none
     } log;
     struct {
         backend_kind backend;
         comm_kind comm;
         int threads;
         double comm_timeout_s;
+        double init_timeout_s; // a start-up phase without progress this long: exit 5; 0 = off
     } system;
 
     char *source_path; // the YAML file this came from

@@ -99,11 +99,13 @@ const key_desc CONFIG_KEYS[K_COUNT] = {
     STR_KEY(K_CKPT_RESUME, checkpoint, resume, 0, "auto"),
     INT_KEY(K_LOG_EVERY, log, every, 1, NO_MAX, 10),
     STR_KEY(K_LOG_METRICS, log, metrics, 1, NULL),
+    BOOL_KEY(K_LOG_METRICS_REQUIRED, log, metrics_required, 1),
     STR_KEY(K_LOG_TENSORBOARD, log, tensorboard, 1, NULL),
     ENUM_KEY(K_SYS_BACKEND, system, backend, BACKEND_NAMES, BACKEND_AUTO),
     ENUM_KEY(K_SYS_COMM, system, comm, COMM_NAMES, COMM_AUTO),
     INT_KEY(K_SYS_THREADS, system, threads, 0, NO_MAX, 0),
     F64_KEY(K_SYS_COMM_TIMEOUT_S, system, comm_timeout_s, 0, 1, INFINITY, 0, 300),
+    F64_KEY(K_SYS_INIT_TIMEOUT_S, system, init_timeout_s, 0, 0, INFINITY, 0, 300), // 0 = off
 };
 // clang-format on
 

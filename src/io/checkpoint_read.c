@@ -11,6 +11,7 @@
 
 #include "base/bf16.h"
 #include "base/crc32c.h"
+#include "base/stop.h"
 
 // The spans this rank must fill on load: every parameter it holds (its shards under
 // ZeRO-3), and the moments (and, in mixed precision, the master weights) of all its pieces.
@@ -505,6 +506,7 @@ tri_status ckpt_resolve_resume(const run_config *cfg, char *path, size_t n) {
 static tri_status load_rank(const char *path, const ckpt_state *s, manifest *m) {
     int mute = log_mute_if_not_rank0();
     tri_status rc = manifest_read(m, path);
+    if (rc == TRI_OK) rc = stop_poll(); // a stop request during the parse (base/stop.h)
     if (rc == TRI_OK) rc = check_shapes(m, s->pt);
     if (rc == TRI_OK && s->rank == 0) rc = check_files(m);
     log_unmute(mute);
@@ -519,6 +521,7 @@ static tri_status load_rank(const char *path, const ckpt_state *s, manifest *m) 
         const span *sp = &spans[i];
         const param_entry *e = &s->pt->entries[sp->entry];
         const size_t count = sp->hi - sp->lo;
+        if ((rc = stop_poll_resume()) != TRI_OK) break; // TRI_STOPPED, agreed below
         float *host = xmalloc(count * sizeof(float) + 1);
         rc = load_span(&ld, s->pt, e, sp->lo - e->offset, sp->hi - e->offset, sp->kind, host);
         if (rc == TRI_OK && sp->elem == sizeof(uint16_t)) { // bf16 parameters: rounded in place
@@ -542,7 +545,7 @@ tri_status ckpt_load(const char *path, const ckpt_state *s, ckpt_progress *p) {
         optim_set_steps_taken(s->optim, m.optim_t);
         LOG_INFO("resumed from %s: step %d, %lld tokens seen, next sample %lld", path, m.step,
                  (long long)m.tokens, (long long)m.samples);
-    } else if (s->rank == 0) {
+    } else if (s->rank == 0 && rc != TRI_STOPPED) {
         LOG_ERROR("could not resume from %s; nothing was written", path);
     }
     manifest_free(&m);
