@@ -2,12 +2,14 @@
 // crafted header whose size wrapped to zero), each rank's shard read out of a file on every
 // read path (whole rows, row segments, rows wider than the staging) and equal to slicing the
 // whole model, bf16 files, non-finite values refused with the tensor and element named, the
-// piecewise writer equal to the one-shot one, and the rule for writing model.bin.
+// piecewise writer equal to the one-shot one, `sample` refusing a model past this machine's
+// memory, and the rule for writing model.bin.
 #include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "app/sample.h"
 #include "base/bf16.h"
 #include "io/llmc.h"
 #include "testlib.h"
@@ -351,6 +353,26 @@ static void test_writer(void) {
     params_free(&full);
 }
 
+// A small file can describe a model no machine samples: seq_len 2^20 asks attention for
+// 2^40 floats. `sample` refuses it by its planned buffers instead of allocating them.
+static void test_sample_refuses_huge(void) {
+    const int T = 1 << 20;
+    int32_t h[256] = {LLMC_MAGIC, LLMC_VERSION_FP32, T, 1, 1, 1, 1, 1};
+    const size_t numel = 1 + (size_t)T + 2 + 25;
+    float *v = calloc(numel, sizeof(float));
+    const char *p = path_in("long.bin");
+    FILE *f = fopen(p, "wb");
+    fwrite(h, 4, 256, f);
+    fwrite(v, 4, numel, f);
+    fclose(f);
+    free(v);
+    sample_options o = {.run_or_file = p, .tokens = 1, .seed = 1, .threads = 1};
+    tri_status rc;
+    CAPTURE(rc = sample_run(&o));
+    TEST_CHECK(rc == TRI_ERR_CKPT && has(p) && has("sampling this model") && has("seq_len 1048576"),
+               "sample_refuses_model_past_memory", "rc=%d: %s", (int)rc, g_err);
+}
+
 static void test_save_rule(void) {
     run_config cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -372,6 +394,7 @@ int main(void) {
     test_sizes();
     test_shards();
     test_writer();
+    test_sample_refuses_huge();
     test_save_rule();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
