@@ -8,10 +8,10 @@ tri_status model_init_open(model_init *mi, const run_config *cfg, const param_ta
     mi->cfg = cfg, mi->pt = pt;
     mi->file.fd = -1;
     if (!cfg->model.init_from) return TRI_OK;
-    int mute = log_mute_if_not_rank0();
+    // Every rank says what it finds (with its prefix): a rank whose node sees another file,
+    // or none, may be the only one that fails.
     tri_status rc = llmc_open(&mi->file, cfg->model.init_from);
     if (rc == TRI_OK) rc = llmc_check_config(&mi->file, cfg);
-    log_unmute(mute);
     if (rc != TRI_OK) llmc_close(&mi->file);
     return rc;
 }

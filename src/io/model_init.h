@@ -14,8 +14,8 @@ typedef struct {
     llmc_file file;        // model.init_from, open (file.fd >= 0)
 } model_init;
 
-// Opens model.init_from when it is set and checks its header against the config (every rank
-// sees the same file: rank 0 names what is wrong). TRI_ERR_CKPT when it does not fit.
+// Opens model.init_from when it is set and checks its header against the config; a rank
+// that cannot names the file and the problem. TRI_ERR_CKPT when it does not fit.
 tri_status model_init_open(model_init *mi, const run_config *cfg, const param_table *pt);
 // zero_init_fn: entry i as this rank holds it (local_numel floats) into dst. A non-finite
 // value of the file is TRI_ERR_CKPT, named (the tensor and the element) by this rank.
