@@ -57,11 +57,13 @@ int main(int argc, char **argv) {
     if (model_create(&m, &cfg.model, &ml, be, cm, NULL)) return 1;
     size_t bytes = m.table.local_numel * sizeof(float);
     float *host = xmalloc(bytes);
-    if (model_init_params(&cfg, &m.table, host)) return 1;
+    model_init mi;
+    if (model_init_open(&mi, &cfg, &m.table)) return 1;
     const zero_config zc = config_zero_config(&cfg, 0);
-    if (zero_create(&z, &zc, &m, host, be, cm, NULL) ||
+    if (zero_create(&z, &zc, &m, model_init_entry, &mi, be, cm, NULL) ||
         data_open(&ds, cfg.data.train, T, cfg.model.vocab_size, GB, "data.train"))
         return 1;
+    model_init_close(&mi);
     if (zero_local_params(z, host)) return 1; // the initial model as the run holds it
     char path[4096];
     snprintf(path, sizeof path, "%s/init.bin", dir);

@@ -209,14 +209,7 @@ static int cmd_export(int argc, char **argv) {
         return usage_error("export needs SOURCE, --format and --out%s", "");
     if (strcmp(format, "llmc") && strcmp(format, "safetensors"))
         return usage_error("--format must be llmc or safetensors, got %s", format);
-    llmc_model f;
-    char path[4096];
-    int rc = export_load(src, &f, path, sizeof path);
-    if (rc) return rc;
-    rc = !strcmp(format, "llmc") ? export_llmc(&f, out) : export_safetensors(&f, out);
-    if (!rc) printf("exported %s to %s (%s)\n", path, out, format);
-    llmc_free(&f);
-    return rc;
+    return export_run(src, format, out);
 }
 
 int main(int argc, char **argv) {

@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "compute/backend.h"
 #include "comm/comm.h"
@@ -41,15 +42,41 @@ static void emit(int token, int byte_level) {
     fflush(stdout);
 }
 
+// Refuses a model whose sampling would not fit this machine's memory (a crafted or odd file
+// can be small on disk yet ask for a large model: attention keeps NH x seq_len^2 floats per
+// layer): its buffers (the same specs the model and its ZeRO store carve).
+static tri_status check_fits(const export_source *src, const model_layout *ml,
+                             const zero_config *zc) {
+    mem_specs specs = {0};
+    zero_layout zl;
+    zero_layout_build(&zl, zc, &src->full);
+    model_buffers(&specs, &src->cfg.model, ml, &src->full, NULL);
+    zero_buffers(&specs, zc, &zl, &src->full, NULL);
+    uint64_t kinds[MEM_KIND_COUNT], need = 0;
+    mem_specs_totals(&specs, kinds);
+    for (int k = 0; k < MEM_KIND_COUNT; k++) need += kinds[k];
+    mem_specs_free(&specs);
+    zero_layout_free(&zl);
+    const double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    if (have <= 0 || (double)need <= have) return TRI_OK;
+    LOG_ERROR("%s: sampling this model (seq_len %d, d_model %d, %d layers, %d heads) needs %.2f "
+              "GB of memory, more than this machine's %.2f GB",
+              src->path, src->cfg.model.seq_len, src->cfg.model.d_model, src->cfg.model.n_layer,
+              src->cfg.model.n_head, need / 1e9, have / 1e9);
+    LOG_HINT("sample on a machine with more memory; check that the file is the model you meant");
+    return TRI_ERR_CKPT;
+}
+
+// zero_init_fn: the model's parameters, tensor by tensor, out of the file or checkpoint.
+static tri_status read_entry(void *src, int i, float *dst) {
+    return export_read_entry(src, i, dst);
+}
+
 tri_status sample_run(const sample_options *opt) {
-    llmc_model f;
-    char path[4096];
-    TRI_CHECK(export_load(opt->run_or_file, &f, path, sizeof path));
-    run_config cfg;
-    config_defaults(&cfg);
-    llmc_config_from_file(&f, &cfg);
-    cfg.model.vocab_pad_to = f.Vp;
-    const int T = cfg.model.seq_len, V = cfg.model.vocab_size;
+    export_source src;
+    TRI_CHECK(export_open(&src, opt->run_or_file));
+    const run_config *cfg = &src.cfg;
+    const int T = cfg->model.seq_len, V = cfg->model.vocab_size;
     const int byte_level = V == 256;
 
     backend *be = NULL;
@@ -61,7 +88,8 @@ tri_status sample_run(const sample_options *opt) {
     TRI_CHECK_GOTO(comm_self_create(&cm, NULL), rc, done);
     TRI_CHECK_GOTO(backend_cpu_create(&be, opt->threads), rc, done);
     // One process, one micro-batch of one sequence, fp32: the model, and a ZeRO layer of one
-    // replica holding the file's (or checkpoint's) parameters.
+    // replica holding the file's (or checkpoint's) parameters. The source's table (tp = 1,
+    // padded as the source) is the model's.
     const model_layout ml = {
         .shard = {.tp = 1, .tp_rank = 0, .pp = 1, .pp_rank = 0, .virtual_stages = 1},
         .micro_batch = 1,
@@ -70,20 +98,17 @@ tri_status sample_run(const sample_options *opt) {
         .precision = DTYPE_FP32,
         .grad_dtype = DTYPE_FP32,
         .attn_state = be->attn_state};
-    TRI_CHECK_GOTO(model_create(&m, &cfg.model, &ml, be, cm, NULL), rc, done);
-    {
-        const zero_config zc = {.stage = 0,
-                                .dp = 1,
-                                .dp_rank = 0,
-                                .param_dtype = DTYPE_FP32,
-                                .grad_dtype = DTYPE_FP32,
-                                .reduce_dtype = DTYPE_FP32};
-        float *host = xmalloc(m.table.local_numel * sizeof(float) + 1);
-        llmc_load_params(&f, &m.table, host);
-        rc = zero_create(&store, &zc, &m, host, be, cm, NULL);
-        free(host);
-        if (rc != TRI_OK) goto done;
-    }
+    const zero_config zc = {.stage = 0,
+                            .dp = 1,
+                            .dp_rank = 0,
+                            .param_dtype = DTYPE_FP32,
+                            .grad_dtype = DTYPE_FP32,
+                            .reduce_dtype = DTYPE_FP32};
+    TRI_CHECK_GOTO(check_fits(&src, &ml, &zc), rc, done);
+    TRI_CHECK_GOTO(model_create(&m, &cfg->model, &ml, be, cm, NULL), rc, done);
+    TRI_ASSERT(m.table.n_entries == src.full.n_entries &&
+               m.table.local_numel == src.full.local_numel);
+    TRI_CHECK_GOTO(zero_create(&store, &zc, &m, read_entry, &src, be, cm, NULL), rc, done);
 
     int *context = xcalloc((size_t)T, sizeof(int));
     float *logits = xmalloc((size_t)m.d.Vp_local * sizeof(float));
@@ -120,11 +145,10 @@ free_buffers:
     free(context);
     free(logits);
 done:
-    llmc_free(&f);
     zero_free(store);
     model_free(&m);
     if (be) be->destroy(be);
     if (cm) comm_destroy(cm);
-    config_free(&cfg);
+    export_close(&src);
     return rc;
 }

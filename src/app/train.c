@@ -9,6 +9,7 @@
 
 #include <math.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "base/stop.h"
 #include "io/llmc.h"
@@ -61,30 +62,79 @@ static tri_status evaluate(trainer *tr, double *val_loss) {
     return TRI_OK;
 }
 
-// Rank 0 writes the whole model; the tp x pp ranks of dp replica 0 gather it first (dp
-// replicas hold identical parameters).
+// ---- the final model (model.bin) ----
+
+static tri_status fetch_params(void *ctx, int entry, size_t lo, size_t n, float *dst) {
+    return zero_entry_params(ctx, entry, lo, n, dst);
+}
+
+// This process's peak resident memory (ru_maxrss: kB on Linux), in bytes.
+static double peak_rss_bytes(void) {
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? 1024.0 * (double)ru.ru_maxrss : 0.0;
+}
+
+// Writes model.bin where the llm.c format fits (llmc_save_wanted): rank 0 writes it tensor by
+// tensor, each assembled over the model-parallel group of dp replica 0 in pieces of at most
+// MODEL_SAVE_PIECE_BYTES (model_gather_rows), so that every rank holds two pieces (the piece
+// and its staging), never the model: plan.h's host_save_bytes. Under ZeRO-3 every dp replica
+// takes part (the pieces' parameters are gathered over dp). Collective over the world: every
+// rank returns the same status, and rank 0 reports the largest peak resident memory of all.
 static tri_status save_model(trainer *tr) {
+    const run_config *cfg = tr->cfg;
     model *m = &tr->model;
-    // Every dp rank takes part when the parameters are sharded over dp (ZeRO-3).
-    float *local = xmalloc(m->table.local_numel * sizeof(float));
-    tri_status rc = zero_local_params(tr->zero, local);
-    if (rc != TRI_OK || tr->coord.dp != 0) {
-        free(local);
-        return rc;
+    param_table full;
+    params_build_full(&full, &cfg->model, cfg->parallel.tp);
+    const int wanted = llmc_save_wanted(&full, cfg);
+    const int zero3 = zero_layout_of(tr->zero)->stage == 3, writer = tr->li->rank == 0;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.bin", cfg->run.out_dir);
+    tri_status rc = TRI_OK;
+    if (wanted && (tr->coord.dp == 0 || zero3)) {
+        const size_t piece = model_save_piece_elems(&full);
+        float *stage = xmalloc(piece * sizeof(float)), *out = xmalloc(piece * sizeof(float));
+        llmc_writer w;
+        // A writer that failed goes on through the collectives (its status is agreed below).
+        tri_status wrc = writer ? llmc_writer_open(&w, path, &full, m->d.T, m->d.V, m->d.NH)
+                                : TRI_OK;
+        for (int i = 0; i < full.n_entries && rc == TRI_OK; i++) {
+            const param_entry *fe = &full.entries[i];
+            const int64_t per = model_save_piece_rows(fe);
+            for (int64_t r = 0; r < fe->global_rows && rc == TRI_OK; r += per) {
+                const int64_t rows = fe->global_rows - r < per ? fe->global_rows - r : per;
+                rc = model_gather_rows(m, fe, r, rows, fetch_params, tr->zero, tr->coord.dp == 0,
+                                       stage, out);
+                if (rc == TRI_OK && writer && wrc == TRI_OK)
+                    wrc = llmc_writer_put(&w, fe, (size_t)(r * fe->global_cols), out,
+                                          (size_t)(rows * fe->global_cols));
+            }
+        }
+        if (writer) {
+            if (wrc == TRI_OK && rc == TRI_OK) wrc = llmc_writer_close(&w, 1);
+            else if (wrc == TRI_OK) llmc_writer_close(&w, 0);
+            if (rc == TRI_OK) rc = wrc;
+        }
+        free(stage);
+        free(out);
     }
-    param_table full_table;
-    params_build_full(&full_table, &tr->cfg->model, tr->cfg->parallel.tp);
-    float *full = xmalloc(full_table.local_numel * sizeof(float));
-    rc = model_gather_params(m, &full_table, local, full);
-    if (rc == TRI_OK && tr->li->rank == 0) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/model.bin", tr->cfg->run.out_dir);
-        rc = llmc_write(path, &full_table, full, m->d.T, m->d.V, m->d.NH);
-        if (rc == TRI_OK) LOG_INFO("model written to %s", path);
+    params_free(&full);
+    // One agreement over the world: the worst status, and the largest peak resident memory.
+    double agreed[2] = {(double)rc, peak_rss_bytes()};
+    if (tr->li->world > 1) {
+        tri_status crc = comm_all_reduce(tr->cm, COMM_GROUP_WORLD, agreed, 2, DTYPE_FP64,
+                                         COMM_REDUCE_MAX);
+        if (crc != TRI_OK) return crc;
     }
-    free(local);
-    free(full);
-    params_free(&full_table);
+    rc = (tri_status)(int)agreed[0];
+    if (rc == TRI_OK && wanted) LOG_INFO("model written to %s", path);
+    if (rc == TRI_OK && !wanted)
+        LOG_INFO("model.bin not written: the model's %.2f GB of fp32 are past the llm.c file's "
+                 "%.0f GB limit; the final checkpoint in %s is this run's model (`trident export "
+                 "%s --format llmc|safetensors` converts it)",
+                 4.0 * (double)m->table.global_numel / 1e9, (double)LLMC_SAVE_MAX_BYTES / 1e9,
+                 cfg->checkpoint.dir, cfg->checkpoint.dir);
+    LOG_INFO("host memory: peak resident %.1f MiB (the largest of %d rank%s)",
+             agreed[1] / 1048576.0, tr->li->world, tr->li->world > 1 ? "s" : "");
     return rc;
 }
 

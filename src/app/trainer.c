@@ -103,15 +103,17 @@ static tri_status create_model(trainer *tr) {
     const model_layout ml = config_model_layout(cfg, tr->coord.tp, tr->coord.pp, n_slots,
                                                 tr->be->attn_state);
     TRI_CHECK(model_create(&tr->model, &cfg->model, &ml, tr->be, tr->cm, &tr->pool));
-    float *host = xmalloc(tr->model.table.local_numel * sizeof(float) + 1);
-    tri_status rc = model_init_params(cfg, &tr->model.table, host);
-    if (rc != TRI_OK) {
-        free(host);
-        return rc;
+    // The initial parameters go into the ZeRO layer's buffers entry by entry (model_init.h);
+    // every rank learns whether any rank's part of a model file was bad.
+    model_init mi;
+    tri_status rc = model_init_agree(tr->cm, model_init_open(&mi, cfg, &tr->model.table));
+    if (rc == TRI_OK) {
+        const zero_config zc = config_zero_config(cfg, tr->dp_rank);
+        rc = zero_create(&tr->zero, &zc, &tr->model, model_init_entry, &mi, tr->be, tr->cm,
+                         &tr->pool);
+        rc = model_init_agree(tr->cm, rc);
     }
-    const zero_config zc = config_zero_config(cfg, tr->dp_rank);
-    rc = zero_create(&tr->zero, &zc, &tr->model, host, tr->be, tr->cm, &tr->pool);
-    free(host);
+    model_init_close(&mi);
     TRI_CHECK(rc);
     TRI_CHECK(optim_create(&tr->optim, &cfg->optim, cfg->train.grad_clip, tr->zero, tr->be, tr->cm,
                            &tr->pool));

@@ -76,7 +76,13 @@ tri_status ckpt_load(const char *path, const ckpt_state *s, ckpt_progress *p);
 // (holds `latest`); in the second case `resolved` gets the newest checkpoint's path.
 int ckpt_is_checkpoint(const char *path, char *resolved, size_t n);
 
-// The whole model of a checkpoint (one process, no comm): fills model keys of `cfg` (which
-// holds config_defaults()) from the manifest, builds `full` (params_build_full) and returns
-// its parameters in host memory (full->local_numel floats, malloc'ed).
-tri_status ckpt_read_model(const char *path, run_config *cfg, param_table *full, float **params);
+// The whole model of a checkpoint, tensor by tensor (one process, no comm): open fills the
+// model keys of `cfg` (which holds config_defaults()) from the manifest and builds `full`
+// (params_build_full; the reader keeps a pointer to it, and frees it on an error); read puts
+// entry i of `full`, whole, into dst (its local_numel floats). The reader holds the regions of
+// one tensor at a time.
+typedef struct ckpt_model_reader ckpt_model_reader;
+tri_status ckpt_model_open(const char *path, run_config *cfg, param_table *full,
+                           ckpt_model_reader **out);
+tri_status ckpt_model_read(ckpt_model_reader *r, int i, float *dst);
+void ckpt_model_close(ckpt_model_reader *r);

@@ -552,40 +552,62 @@ tri_status ckpt_load(const char *path, const ckpt_state *s, ckpt_progress *p) {
     return rc;
 }
 
-tri_status ckpt_read_model(const char *path, run_config *cfg, param_table *full, float **params) {
+// ---- the whole model, tensor by tensor (export and sample) ----
+
+struct ckpt_model_reader {
     manifest m;
-    TRI_CHECK(manifest_read(&m, path));
-    cfg->model.n_layer = m.n_layer, cfg->model.n_head = m.n_head, cfg->model.d_model = m.d_model;
-    cfg->model.seq_len = m.seq_len, cfg->model.vocab_size = m.vocab_size;
-    cfg->model.vocab_pad_to = m.vocab_pad_to;
-    cfg->parallel.tp = cfg->parallel.pp = cfg->parallel.virtual_stages = 1;
-    params_build_full(full, &cfg->model, 1);
-    tri_status rc = check_shapes(&m, full);
-    if (rc == TRI_OK) rc = check_files(&m);
-    float *out = xmalloc(full->local_numel * sizeof(float) + 1);
     loader ld;
-    loader_init(&ld, &m);
-    for (int i = 0; i < full->n_entries && rc == TRI_OK; i++) {
-        const param_entry *e = &full->entries[i];
-        rc = load_span(&ld, full, e, 0, (size_t)e->local_numel, KIND_PARAM, out + e->offset);
-        // A bf16 run's checkpoint holds its fp32 master weights; the model it trained
-        // computes with their bf16 rounding, which is what its model.bin holds too.
-        for (int g = 0; rc == TRI_OK && g < m.n_regions; g++) {
-            if (m.regions[g].kind != KIND_MASTER ||
-                strcmp(m.tensors[m.regions[g].tensor].name, e->name))
-                continue;
-            for (int64_t k = 0; k < e->local_numel; k++)
-                out[e->offset + k] = bf16_to_f32(bf16_from_f32(out[e->offset + k]));
-            break;
-        }
-    }
-    loader_free(&ld);
-    manifest_free(&m);
+    const param_table *full;
+};
+
+tri_status ckpt_model_open(const char *path, run_config *cfg, param_table *full,
+                           ckpt_model_reader **out) {
+    *out = NULL;
+    ckpt_model_reader *r = xcalloc(1, sizeof *r);
+    tri_status rc = manifest_read(&r->m, path);
     if (rc != TRI_OK) {
-        free(out);
-        params_free(full);
+        free(r);
         return rc;
     }
-    *params = out;
+    const manifest *m = &r->m;
+    cfg->model.n_layer = m->n_layer, cfg->model.n_head = m->n_head;
+    cfg->model.d_model = m->d_model, cfg->model.seq_len = m->seq_len;
+    cfg->model.vocab_size = m->vocab_size, cfg->model.vocab_pad_to = m->vocab_pad_to;
+    cfg->parallel.tp = cfg->parallel.pp = cfg->parallel.virtual_stages = 1;
+    params_build_full(full, &cfg->model, 1);
+    rc = check_shapes(m, full);
+    if (rc == TRI_OK) rc = check_files(m);
+    if (rc != TRI_OK) {
+        manifest_free(&r->m);
+        params_free(full);
+        free(r);
+        return rc;
+    }
+    loader_init(&r->ld, &r->m);
+    r->full = full;
+    *out = r;
     return TRI_OK;
+}
+
+tri_status ckpt_model_read(ckpt_model_reader *r, int i, float *dst) {
+    const param_entry *e = &r->full->entries[i];
+    const manifest *m = &r->m;
+    TRI_CHECK(load_span(&r->ld, r->full, e, 0, (size_t)e->local_numel, KIND_PARAM, dst));
+    // A bf16 run's checkpoint holds its fp32 master weights; the model it trained computes
+    // with their bf16 rounding, which is what its model.bin holds too.
+    for (int g = 0; g < m->n_regions; g++) {
+        if (m->regions[g].kind != KIND_MASTER ||
+            strcmp(m->tensors[m->regions[g].tensor].name, e->name))
+            continue;
+        for (int64_t k = 0; k < e->local_numel; k++) dst[k] = bf16_to_f32(bf16_from_f32(dst[k]));
+        break;
+    }
+    return TRI_OK;
+}
+
+void ckpt_model_close(ckpt_model_reader *r) {
+    if (!r) return;
+    loader_free(&r->ld);
+    manifest_free(&r->m);
+    free(r);
 }

@@ -69,7 +69,9 @@ static uint32_t data_token(const data_shard *sh, int64_t i) {
 // Opens, maps and checks one shard (sh->path already set). On error nothing stays open.
 static tri_status data_open_shard(data_shard *sh, int T, int vocab_size, const char *what) {
     const char *path = sh->path;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO the glob matched must not block the open (it is refused below as
+    // not a regular file); it does not change how a regular file is mapped.
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         int err = errno;
         return data_fail("check that the file exists and that this user can read it",

@@ -1,92 +1,146 @@
-// export.c: model files out of a run, in llm.c and safetensors formats.
+// export.c: model files out of a run, in llm.c and safetensors formats, one tensor at a time.
 #include "io/export.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
-#include "io/checkpoint.h"
 #include "config/config.h"
 #include "model/params.h"
 
-tri_status export_load(const char *run_or_file, llmc_model *out, char *path_out, size_t path_n) {
+tri_status export_open(export_source *s, const char *run_or_file) {
+    memset(s, 0, sizeof *s);
+    s->lf.fd = -1;
+    config_defaults(&s->cfg);
+    tri_status rc;
     struct stat st;
-    if (ckpt_is_checkpoint(run_or_file, path_out, path_n)) { // any layout's checkpoint
-        run_config cfg;
-        config_defaults(&cfg);
-        param_table full;
-        float *global;
-        tri_status rc = ckpt_read_model(path_out, &cfg, &full, &global);
+    if (ckpt_is_checkpoint(run_or_file, s->path, sizeof s->path)) { // any layout's checkpoint
+        rc = ckpt_model_open(s->path, &s->cfg, &s->full, &s->ckr);
+    } else {
+        if (stat(run_or_file, &st) == 0 && S_ISDIR(st.st_mode))
+            snprintf(s->path, sizeof s->path, "%s/model.bin", run_or_file);
+        else snprintf(s->path, sizeof s->path, "%s", run_or_file);
+        rc = llmc_open(&s->lf, s->path);
         if (rc == TRI_OK) {
-            llmc_from_params(out, &full, global, cfg.model.seq_len, cfg.model.vocab_size,
-                             cfg.model.n_head);
-            free(global);
-            params_free(&full);
+            llmc_config_from_file(&s->lf, &s->cfg); // its padding: the table is the file's
+            params_build_full(&s->full, &s->cfg.model, 1);
         }
-        config_free(&cfg);
-        return rc;
     }
-    if (stat(run_or_file, &st) == 0 && S_ISDIR(st.st_mode))
-        snprintf(path_out, path_n, "%s/model.bin", run_or_file);
-    else snprintf(path_out, path_n, "%s", run_or_file);
-    return llmc_read(path_out, out);
-}
-
-// The tp = 1 parameter table of the file's model and its full parameters.
-static float *global_params(const llmc_model *f, param_table *pt) {
-    run_config cfg;
-    config_defaults(&cfg);
-    llmc_config_from_file(f, &cfg);
-    cfg.model.vocab_pad_to = f->Vp; // keep the file's padding exactly
-    params_build_full(pt, &cfg.model, 1);
-    float *global = xmalloc(pt->local_numel * sizeof(float));
-    llmc_load_params(f, pt, global);
-    config_free(&cfg);
-    return global;
-}
-
-tri_status export_llmc(const llmc_model *f, const char *out_path) {
-    param_table pt;
-    float *global = global_params(f, &pt);
-    tri_status rc = llmc_write(out_path, &pt, global, f->maxT, f->V, f->NH);
-    free(global);
-    params_free(&pt);
+    if (rc != TRI_OK) {
+        config_free(&s->cfg);
+        memset(s, 0, sizeof *s);
+        s->lf.fd = -1;
+    }
     return rc;
+}
+
+// The first non-finite value of a checkpoint's tensor, named (an llm.c file's reader checks
+// its own as it converts them).
+static tri_status check_finite(const export_source *s, const param_entry *e, const float *v) {
+    for (int64_t k = 0; k < e->local_numel; k++) {
+        if (isfinite(v[k])) continue;
+        LOG_ERROR("checkpoint %s: tensor %s holds a non-finite value (%s) at row %lld, column "
+                  "%lld (element %lld of its %lld x %lld values)",
+                  s->path, e->name,
+                  isnan(v[k]) ? "nan"
+                  : v[k] > 0  ? "inf"
+                              : "-inf",
+                  (long long)(k / e->global_cols), (long long)(k % e->global_cols), (long long)k,
+                  (long long)e->global_rows, (long long)e->global_cols);
+        LOG_HINT("the run diverged before this checkpoint; use an earlier one");
+        return TRI_ERR_CKPT;
+    }
+    return TRI_OK;
+}
+
+tri_status export_read_entry(export_source *s, int i, float *dst) {
+    if (s->ckr) {
+        TRI_CHECK(ckpt_model_read(s->ckr, i, dst));
+        return check_finite(s, &s->full.entries[i], dst);
+    }
+    return llmc_read_entry(&s->lf, &s->full, i, dst);
+}
+
+void export_close(export_source *s) {
+    ckpt_model_close(s->ckr);
+    llmc_close(&s->lf);
+    params_free(&s->full);
+    config_free(&s->cfg);
+    memset(s, 0, sizeof *s);
+    s->lf.fd = -1;
+}
+
+// A buffer for the largest entry of the table: what a conversion holds.
+static float *entry_buffer(const param_table *pt) {
+    int64_t most = 1;
+    for (int i = 0; i < pt->n_entries; i++)
+        most = pt->entries[i].local_numel > most ? pt->entries[i].local_numel : most;
+    return xmalloc((size_t)most * sizeof(float));
+}
+
+tri_status export_llmc(export_source *s, const char *out_path) {
+    const model_config *mc = &s->cfg.model;
+    llmc_writer w;
+    TRI_CHECK(llmc_writer_open(&w, out_path, &s->full, mc->seq_len, mc->vocab_size, mc->n_head));
+    float *buf = entry_buffer(&s->full);
+    tri_status rc = TRI_OK;
+    for (int i = 0; i < s->full.n_entries && rc == TRI_OK; i++) {
+        const param_entry *e = &s->full.entries[i];
+        rc = export_read_entry(s, i, buf);
+        if (rc == TRI_OK) rc = llmc_writer_put(&w, e, 0, buf, (size_t)e->local_numel);
+    }
+    free(buf);
+    tri_status closed = llmc_writer_close(&w, rc == TRI_OK);
+    return rc != TRI_OK ? rc : closed;
 }
 
 typedef struct {
     char name[64];
     int64_t rows, cols; // shape (cols == 0: 1-d)
-    const float *src;   // our (out, in) tensor
+    int entry;          // our (out, in) tensor
     int transpose;      // HF Conv1D stores (in, out)
 } st_tensor;
 
-tri_status export_safetensors(const llmc_model *f, const char *out_path) {
-    param_table pt;
-    float *global = global_params(f, &pt);
-    const int L = f->L;
-    const int n = 2 + L * PARAM_PER_LAYER + 2;
-    st_tensor *ts = xcalloc((size_t)n, sizeof *ts);
+static int write_all(int fd, const void *buf, size_t n) {
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t put = write(fd, p, n);
+        if (put < 0 && errno == EINTR) continue;
+        if (put <= 0) return -1;
+        p += put, n -= (size_t)put;
+    }
+    return 0;
+}
+
+tri_status export_safetensors(export_source *s, const char *out_path) {
+    const param_table *pt = &s->full;
+    const int V = s->cfg.model.vocab_size;
+    st_tensor *ts = xcalloc((size_t)pt->n_entries, sizeof *ts);
     // HF GPT-2 per-layer names, in our per-layer order (PARAM_LN1W..PARAM_FCPROJB).
     static const char *hf[PARAM_PER_LAYER] = {
         "ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
         "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
         "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
-    int k = 0;
-    for (int i = 0; i < pt.n_entries; i++) {
-        const param_entry *e = &pt.entries[i];
-        st_tensor *t = &ts[k++];
-        t->src = global + e->offset;
+    const int k = pt->n_entries;
+    int64_t most_rows = 1; // of a transposed tensor: one of its columns, written as a row
+    for (int i = 0; i < k; i++) {
+        const param_entry *e = &pt->entries[i];
+        st_tensor *t = &ts[i];
+        most_rows = e->global_rows > most_rows ? e->global_rows : most_rows;
+        t->entry = i;
         t->rows = e->global_rows;
         t->cols = e->ndim == 2 ? e->global_cols : 0;
-        if (i == params_wte(&pt)) {
+        if (i == params_wte(pt)) {
             snprintf(t->name, sizeof t->name, "transformer.wte.weight");
-            t->rows = f->V; // HF's embedding has the real vocabulary only
-        } else if (i == params_wpe(&pt)) {
+            t->rows = V; // HF's embedding has the real vocabulary only
+        } else if (i == params_wpe(pt)) {
             snprintf(t->name, sizeof t->name, "transformer.wpe.weight");
-        } else if (i == params_lnfw(&pt)) {
+        } else if (i == params_lnfw(pt)) {
             snprintf(t->name, sizeof t->name, "transformer.ln_f.weight");
-        } else if (i == params_lnfb(&pt)) {
+        } else if (i == params_lnfb(pt)) {
             snprintf(t->name, sizeof t->name, "transformer.ln_f.bias");
         } else {
             int which = (i - 2) % PARAM_PER_LAYER;
@@ -119,45 +173,55 @@ tri_status export_safetensors(const llmc_model *f, const char *out_path) {
     while (len % 8) header[len++] = ' '; // the data starts 8-byte aligned
     TRI_ASSERT(len < cap);
 
-    char tmp[4096];
+    char tmp[4112];
     snprintf(tmp, sizeof tmp, "%s.tmp", out_path);
-    FILE *out = fopen(tmp, "wb");
+    float *buf = entry_buffer(pt), *row = NULL;
     tri_status rc = TRI_OK;
     uint64_t hlen = len;
-    if (!out || fwrite(&hlen, 8, 1, out) != 1 || fwrite(header, 1, len, out) != len) goto io_error;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0 || write_all(fd, &hlen, 8) || write_all(fd, header, len)) goto io_error;
     for (int i = 0; i < k; i++) {
         const st_tensor *t = &ts[i];
+        TRI_CHECK_GOTO(export_read_entry(s, t->entry, buf), rc, done);
         if (!t->transpose) {
             size_t count = (size_t)t->rows * (size_t)(t->cols ? t->cols : 1);
-            if (fwrite(t->src, 4, count, out) != count) goto io_error;
+            if (write_all(fd, buf, count * 4)) goto io_error;
             continue;
         }
-        float *row = xmalloc((size_t)t->rows * 4);
+        if (!row) row = xmalloc((size_t)most_rows * sizeof(float));
         for (int64_t c = 0; c < t->cols; c++) { // (out, in) -> (in, out)
-            for (int64_t r = 0; r < t->rows; r++) row[r] = t->src[r * t->cols + c];
-            if (fwrite(row, 4, (size_t)t->rows, out) != (size_t)t->rows) {
-                free(row);
-                goto io_error;
-            }
+            for (int64_t r = 0; r < t->rows; r++) row[r] = buf[r * t->cols + c];
+            if (write_all(fd, row, (size_t)t->rows * 4)) goto io_error;
         }
-        free(row);
     }
-    if (fclose(out) != 0) {
-        out = NULL;
+    if (fsync(fd) != 0) goto io_error;
+    if (close(fd) != 0) {
+        fd = -1;
         goto io_error;
     }
-    out = NULL;
+    fd = -1;
     if (rename(tmp, out_path) != 0) goto io_error;
     goto done;
 io_error:
     LOG_ERROR("cannot write %s: %s", out_path, strerror(errno));
-    if (out) fclose(out);
-    remove(tmp);
+    LOG_HINT("check free space and permissions where --out points");
     rc = TRI_ERR_CKPT;
 done:
+    if (fd >= 0) close(fd);
+    if (rc != TRI_OK) unlink(tmp);
+    free(row);
+    free(buf);
     free(header);
     free(ts);
-    free(global);
-    params_free(&pt);
+    return rc;
+}
+
+tri_status export_run(const char *run_or_file, const char *format, const char *out_path) {
+    export_source s;
+    TRI_CHECK(export_open(&s, run_or_file));
+    tri_status rc = !strcmp(format, "llmc") ? export_llmc(&s, out_path)
+                                            : export_safetensors(&s, out_path);
+    if (rc == TRI_OK) printf("exported %s to %s (%s)\n", s.path, out_path, format);
+    export_close(&s);
     return rc;
 }

@@ -1,15 +1,33 @@
-// export.h: loading a trained model from a run directory or model file, and writing it
-// as an llm.c model file or as Hugging Face GPT-2 safetensors.
+// export.h: a trained model read out of a run directory, a checkpoint or an llm.c model file
+// tensor by tensor (export_source), and written as an llm.c model file or as Hugging Face
+// GPT-2 safetensors. A conversion holds one tensor at a time (the largest: wte, Vp x C), never
+// the whole model (DESIGN.md's scale rule).
 #pragma once
 #include "base/common.h"
+#include "io/checkpoint.h"
 #include "io/llmc.h"
 
+typedef struct {
+    char path[4096];        // what is read: the llm.c file or the checkpoint directory
+    run_config cfg;         // config_defaults() with the source's model keys
+    param_table full;       // the whole model (tp = 1), its vocabulary padded as the source's
+    llmc_file lf;           // an llm.c file source (lf.fd >= 0), or
+    ckpt_model_reader *ckr; // a checkpoint
+} export_source;
+
 // Resolves RUN_OR_FILE: a checkpoint directory (step_N, or a checkpoint.dir: its newest
-// checkpoint), a run directory (its model.bin) or an llm.c model file. Reads it.
-tri_status export_load(const char *run_or_file, llmc_model *out, char *path_out, size_t path_n);
+// checkpoint), a run directory (its model.bin) or an llm.c model file, and opens it. Errors
+// name the file (TRI_ERR_CKPT).
+tri_status export_open(export_source *s, const char *run_or_file);
+// Entry i of s->full, whole (local_numel floats, row-major). A non-finite value is
+// TRI_ERR_CKPT naming the tensor and the element.
+tri_status export_read_entry(export_source *s, int i, float *dst);
+void export_close(export_source *s);
 
-tri_status export_llmc(const llmc_model *f, const char *out_path);
-
-// Hugging Face GPT-2 names and layouts (Conv1D weights stored (in, out)), fp32, the
-// vocabulary unpadded, so that transformers' GPT2LMHeadModel loads it.
-tri_status export_safetensors(const llmc_model *f, const char *out_path);
+// `trident export`: SOURCE as an llm.c fp32 model file, or as Hugging Face GPT-2 names and
+// layouts (Conv1D weights stored (in, out)), fp32, the vocabulary unpadded, so that
+// transformers' GPT2LMHeadModel loads it. Written to OUT.tmp and renamed.
+tri_status export_llmc(export_source *s, const char *out_path);
+tri_status export_safetensors(export_source *s, const char *out_path);
+// Opens SOURCE, converts it to `format` ("llmc" or "safetensors") and says so on stdout.
+tri_status export_run(const char *run_or_file, const char *format, const char *out_path);

@@ -1,17 +1,41 @@
 // model_init.c: see model_init.h.
 #include "io/model_init.h"
 
-#include "io/llmc.h"
+#include <string.h>
 
-tri_status model_init_params(const run_config *cfg, const param_table *pt, float *host) {
-    if (!cfg->model.init_from) {
-        params_init_host(pt, cfg->run.seed, host);
-        return TRI_OK;
-    }
-    llmc_model f;
-    tri_status rc = llmc_read(cfg->model.init_from, &f);
-    if (rc == TRI_OK) rc = llmc_check_config(&f, cfg, cfg->model.init_from);
-    if (rc == TRI_OK) llmc_load_params(&f, pt, host);
-    llmc_free(&f);
+tri_status model_init_open(model_init *mi, const run_config *cfg, const param_table *pt) {
+    memset(mi, 0, sizeof *mi);
+    mi->cfg = cfg, mi->pt = pt;
+    mi->file.fd = -1;
+    if (!cfg->model.init_from) return TRI_OK;
+    // Every rank says what it finds (with its prefix): a rank whose node sees another file,
+    // or none, may be the only one that fails.
+    tri_status rc = llmc_open(&mi->file, cfg->model.init_from);
+    if (rc == TRI_OK) rc = llmc_check_config(&mi->file, cfg);
+    if (rc != TRI_OK) llmc_close(&mi->file);
     return rc;
+}
+
+tri_status model_init_entry(void *ctx, int i, float *dst) {
+    model_init *mi = ctx;
+    if (mi->file.fd >= 0) return llmc_read_entry(&mi->file, mi->pt, i, dst);
+    // params_init_host's values for one entry.
+    const param_table *pt = mi->pt;
+    const param_entry *e = &pt->entries[i];
+    const uint64_t seed = mi->cfg->run.seed;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < e->local_rows; r++)
+        for (int64_t c = 0; c < e->local_cols; c++)
+            dst[r * e->local_cols + c] = params_init_value(seed, e,
+                                                           params_global_index(pt, e, r, c));
+    return TRI_OK;
+}
+
+void model_init_close(model_init *mi) { llmc_close(&mi->file); }
+
+tri_status model_init_agree(comm *cm, tri_status rc) {
+    if (!cm || cm->world_size == 1) return rc;
+    double worst = (double)rc;
+    TRI_CHECK(comm_all_reduce(cm, COMM_GROUP_WORLD, &worst, 1, DTYPE_FP64, COMM_REDUCE_MAX));
+    return (tri_status)(int)worst;
 }

@@ -247,23 +247,54 @@ void model_logits_row(model *m, int slot, int t, float *out) {
                         (size_t)d->Vp_local * sizeof(float));
 }
 
-tri_status model_gather_params(model *m, const param_table *full_table, const float *local,
-                               float *full) {
-    // Each rank of the model-parallel group (tp x pp) places what it alone holds into a
-    // zeroed copy of the whole model, and a sum over the group assembles it: replicated
-    // entries come from tp rank 0 only, the tied wte from the first stage only, so every
-    // element is one rank's value plus zeros, exactly.
-    const param_table *pt = &m->table;
-    memset(full, 0, full_table->local_numel * sizeof(float));
-    for (int i = 0; i < pt->n_entries; i++) {
-        const param_entry *e = &pt->entries[i];
-        if ((e->split == SPLIT_REPLICATED && pt->tp_rank != 0) || (i == pt->wte && pt->wte_is_copy))
-            continue;
-        int fi = params_find(full_table, e->name);
-        TRI_ASSERT(fi >= 0);
-        params_place_into_global(pt, e, local + e->offset, full + full_table->entries[fi].offset);
+int64_t model_save_piece_rows(const param_entry *fe) {
+    const int64_t per = (int64_t)(MODEL_SAVE_PIECE_BYTES / sizeof(float)) / fe->global_cols;
+    const int64_t rows = per > 1 ? per : 1;
+    return rows < fe->global_rows ? rows : fe->global_rows;
+}
+
+size_t model_save_piece_elems(const param_table *full) {
+    size_t most = 1;
+    for (int i = 0; i < full->n_entries; i++) {
+        const param_entry *e = &full->entries[i];
+        const size_t n = (size_t)(model_save_piece_rows(e) * e->global_cols);
+        most = n > most ? n : most;
     }
-    if (m->cm->groups[COMM_GROUP_MP].size == 1) return TRI_OK;
-    return comm_all_reduce(m->cm, COMM_GROUP_MP, full, full_table->local_numel, DTYPE_FP32,
+    return most;
+}
+
+tri_status model_gather_rows(model *m, const param_entry *fe, int64_t row0, int64_t rows,
+                             model_param_fetch fetch, void *ctx, int reduce, float *stage,
+                             float *out) {
+    // Each rank of the model-parallel group places what it alone holds of the rows into a
+    // zeroed piece, and a sum over the group assembles it: replicated entries come from tp
+    // rank 0 only, the tied wte from the first stage only, so every element is one rank's
+    // value plus zeros, exactly.
+    const param_table *pt = &m->table;
+    const int64_t gc = fe->global_cols;
+    memset(out, 0, (size_t)(rows * gc) * sizeof(float));
+    const int i = params_find(pt, fe->name);
+    const param_entry *e = i >= 0 ? &pt->entries[i] : NULL;
+    const int holds = e && !(e->split == SPLIT_REPLICATED && pt->tp_rank != 0) &&
+                      !(i == pt->wte && pt->wte_is_copy);
+    const int64_t lc = holds ? e->local_cols : 0;
+    for (int64_t r = 0; holds && r < e->local_rows;) {
+        // The run of local rows that are consecutive global rows inside the piece.
+        const int64_t g = params_global_index(pt, e, r, 0), row = g / gc, col = g % gc;
+        if (row < row0 || row >= row0 + rows) {
+            r++;
+            continue;
+        }
+        int64_t n = 1;
+        while (r + n < e->local_rows && row + n < row0 + rows &&
+               params_global_index(pt, e, r + n, 0) == (row + n) * gc + col)
+            n++;
+        TRI_CHECK(fetch(ctx, i, (size_t)(r * lc), (size_t)(n * lc), stage));
+        for (int64_t k = 0; k < n; k++)
+            memcpy(out + (row - row0 + k) * gc + col, stage + k * lc, (size_t)lc * sizeof(float));
+        r += n;
+    }
+    if (!reduce || m->cm->groups[COMM_GROUP_MP].size == 1) return TRI_OK;
+    return comm_all_reduce(m->cm, COMM_GROUP_MP, out, (size_t)(rows * gc), DTYPE_FP32,
                            COMM_REDUCE_SUM);
 }

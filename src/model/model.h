@@ -186,8 +186,28 @@ float *model_chunk_grad(model *m, int slot);
 // Logits of position t of batch row 0 after model_forward (host copy of the local shard).
 void model_logits_row(model *m, int slot, int t, float *out);
 
-// Assembles the whole model's parameters (tp = 1 layout of `full_table`) on every rank of
-// the model-parallel group from each rank's `local` (host, table.local_numel floats: this
-// rank's parameters in table layout). `full` is host memory of full_table->local_numel.
-tri_status model_gather_params(model *m, const param_table *full_table, const float *local,
-                               float *full);
+// ---- final saves ----
+// The whole model's parameters leave the ranks tensor by tensor, each in pieces of whole rows
+// of at most MODEL_SAVE_PIECE_BYTES of fp32 (at least one row), assembled over the
+// model-parallel group: no rank holds more of the model than a piece and its staging.
+#define MODEL_SAVE_PIECE_BYTES ((size_t)16 << 20)
+
+// Rows per piece of entry `fe` of the whole model's (tp = 1) table.
+int64_t model_save_piece_rows(const param_entry *fe);
+// Elements of the largest piece of the table `full`: what a piece's buffers hold.
+size_t model_save_piece_elems(const param_table *full);
+
+// Values [lo, lo + n) of this rank's table entry `entry` as host fp32 (the ZeRO layer's
+// zero_entry_params, which owns the parameters).
+typedef tri_status (*model_param_fetch)(void *ctx, int entry, size_t lo, size_t n, float *dst);
+
+// Rows [row0, row0 + rows) of entry `fe` of the whole model (a tp = 1 table entry, every
+// column) into `out` (rows x fe->global_cols floats, host) on every rank of the model-parallel
+// group: each rank fetches what it alone holds of them (a replicated entry from tp rank 0
+// only, the tied embedding from the first stage only) through `stage` (host, as many floats
+// as out), and a sum over the group fills in the rest. Collective over the model-parallel
+// group when `reduce`; without it the rank only fetches (a ZeRO-3 rank of dp > 0, whose
+// fetches take part in its dp group's parameter gathers).
+tri_status model_gather_rows(model *m, const param_entry *fe, int64_t row0, int64_t rows,
+                             model_param_fetch fetch, void *ctx, int reduce, float *stage,
+                             float *out);

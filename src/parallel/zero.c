@@ -24,41 +24,49 @@ static void point_grads(zero_state *z) {
 }
 
 // The initial parameters into the buffer (stages 0-2) or this rank's shards (stage 3), in
-// param_dtype: every layout starts from the same bf16 model, the master copies too.
-static void load_params(zero_state *z, const float *host) {
+// param_dtype: every layout starts from the same bf16 model, the master copies too. Entry by
+// entry through one host buffer as large as the largest entry (and its bf16 rounding): the
+// rank never holds a host copy of its whole shard (plan_host.c counts these two).
+static tri_status load_params(zero_state *z, zero_init_fn init, void *ctx) {
     backend *be = z->be;
+    const param_table *pt = z->pt;
     const int bf16 = z->pdt == DTYPE_BF16;
-    if (z->lay.stage < 3) {
-        const size_t n = z->pt->local_numel;
+    size_t most = 1;
+    for (int i = 0; i < pt->n_entries; i++)
+        most = (size_t)pt->entries[i].local_numel > most ? (size_t)pt->entries[i].local_numel
+                                                         : most;
+    float *host = xmalloc(most * sizeof(float));
+    uint16_t *h16 = bf16 ? xmalloc(most * sizeof(uint16_t)) : NULL;
+    tri_status rc = TRI_OK;
+    // Stages 0-2: every entry whole; stage 3: each piece (at most one per entry), in order.
+    const int n = z->lay.stage < 3 ? pt->n_entries : z->lay.n_pieces;
+    for (int k = 0; k < n && rc == TRI_OK; k++) {
+        const int i = z->lay.stage < 3 ? k : z->lay.pieces[k].entry;
+        const param_entry *e = &pt->entries[i];
+        const size_t lo = z->lay.stage < 3 ? 0 : z->lay.pieces[k].lo - e->offset;
+        const size_t count = z->lay.stage < 3 ? (size_t)e->local_numel
+                                              : z->lay.pieces[k].hi - z->lay.pieces[k].lo;
+        void *dst = z->lay.stage < 3 ? zero_pel(z, z->params, e->offset)
+                                     : zero_pel(z, z->gather.shard, z->lay.pieces[k].pos);
+        rc = init(ctx, i, host);
+        if (rc != TRI_OK) break;
         if (!bf16) {
-            be->copy_to_device(be, z->params, host, n * sizeof(float));
-            return;
-        }
-        uint16_t *h16 = xmalloc(n * sizeof(uint16_t) + 1);
-        for (size_t i = 0; i < n; i++) h16[i] = bf16_from_f32(host[i]);
-        be->copy_to_device(be, z->params, h16, n * sizeof(uint16_t));
-        free(h16);
-        return;
-    }
-    for (int p = 0; p < z->lay.n_pieces; p++) {
-        const zero_piece *pc = &z->lay.pieces[p];
-        const size_t n = pc->hi - pc->lo;
-        void *dst = zero_pel(z, z->gather.shard, pc->pos);
-        if (!bf16) {
-            be->copy_to_device(be, dst, host + pc->lo, n * sizeof(float));
+            be->copy_to_device(be, dst, host + lo, count * sizeof(float));
             continue;
         }
-        uint16_t *h16 = xmalloc(n * sizeof(uint16_t) + 1);
-        for (size_t i = 0; i < n; i++) h16[i] = bf16_from_f32(host[pc->lo + i]);
-        be->copy_to_device(be, dst, h16, n * sizeof(uint16_t));
-        free(h16);
+        for (size_t j = 0; j < count; j++) h16[j] = bf16_from_f32(host[lo + j]);
+        be->copy_to_device(be, dst, h16, count * sizeof(uint16_t));
     }
+    be->synchronize(be); // the copies read `host` and `h16`
+    free(host);
+    free(h16);
+    return rc;
 }
 
 static tri_status zero_grads_ready(void *ctx, int first, int count);
 
-tri_status zero_create(zero_state **out, const zero_config *zc, model *m, const float *init_host,
-                       backend *be, comm *cm, mem_pool *pool) {
+tri_status zero_create(zero_state **out, const zero_config *zc, model *m, zero_init_fn init,
+                       void *init_ctx, backend *be, comm *cm, mem_pool *pool) {
     zero_state *z = xcalloc(1, sizeof *z);
     *out = z;
     z->cfg = *zc;
@@ -67,6 +75,7 @@ tri_status zero_create(zero_state **out, const zero_config *zc, model *m, const 
     z->pdt = zc->param_dtype, z->gdt = zc->grad_dtype, z->rdt = zc->reduce_dtype;
     z->pelem = dtype_size(z->pdt), z->gelem = dtype_size(z->gdt), z->relem = dtype_size(z->rdt);
     z->overlap = zc->overlap && zc->dp > 1;
+    z->scratch_bucket = -1;
     zero_layout_build(&z->lay, zc, z->pt);
     const int n_entries = z->pt->n_entries, nb = z->lay.n_buckets;
     z->param_of = xcalloc((size_t)n_entries, sizeof(void *));
@@ -82,7 +91,7 @@ tri_status zero_create(zero_state **out, const zero_config *zc, model *m, const 
         z->param_of[e] = zero_pel(z, z->params, z->pt->entries[e].offset);
     point_grads(z);
     if (z->lay.stage == 3) zero_gather_init(z);
-    load_params(z, init_host);
+    TRI_CHECK(load_params(z, init, init_ctx));
     const int reduces = z->lay.stage >= 2 || (z->lay.stage == 0 && zc->dp > 1);
     const model_store store = {
         .ctx = z,
@@ -340,6 +349,7 @@ tri_status zero_update_begin(zero_state *z) {
 
 tri_status zero_update_end(zero_state *z) {
     comm *cm = z->cm;
+    z->scratch_bucket = -1;
     for (int c = 0; z->gather.gathered && c < z->lay.chunks; c++) z->gather.gathered[c] = 0;
     if (z->lay.stage == 1) // every rank's updated shard to every replica (this rank's in place)
         return comm_all_gather(cm, COMM_GROUP_DP, zero_pel(z, z->params, z->lay.shard_begin),
@@ -373,11 +383,31 @@ tri_status zero_local_params(zero_state *z, float *host) {
         return TRI_OK;
     }
     TRI_CHECK(zero_wait_gathers(z));
+    z->scratch_bucket = -1;
     for (int k = 0; k < z->lay.n_buckets; k++) {
         const zero_bucket *b = &z->lay.buckets[k];
         TRI_CHECK(comm_all_gather(z->cm, COMM_GROUP_DP, zero_pel(z, z->gather.shard, b->arena),
                                   z->scratch, b->shard, z->pdt));
         params_to_host(z, host + b->begin, z->scratch, b->numel);
     }
+    return TRI_OK;
+}
+
+tri_status zero_entry_params(zero_state *z, int entry, size_t lo, size_t n, float *host) {
+    const param_entry *e = &z->pt->entries[entry];
+    TRI_ASSERT(lo + n <= (size_t)e->local_numel);
+    if (z->lay.stage < 3) {
+        params_to_host(z, host, zero_pel(z, z->params, e->offset + lo), n);
+        return TRI_OK;
+    }
+    const int k = z->lay.bucket_of_entry[entry];
+    const zero_bucket *b = &z->lay.buckets[k];
+    if (z->scratch_bucket != k) {
+        TRI_CHECK(zero_wait_gathers(z));
+        TRI_CHECK(comm_all_gather(z->cm, COMM_GROUP_DP, zero_pel(z, z->gather.shard, b->arena),
+                                  z->scratch, b->shard, z->pdt));
+        z->scratch_bucket = k;
+    }
+    params_to_host(z, host, zero_pel(z, z->scratch, e->offset - b->begin + lo), n);
     return TRI_OK;
 }

@@ -101,12 +101,16 @@ typedef struct zero_state zero_state;
 void zero_buffers(mem_specs *specs, const zero_config *zc, const zero_layout *zl,
                   const param_table *pt, zero_state *z);
 
+// Fills dst (entry i's table.local_numel floats, local row-major shape) with the entry's
+// initial values on this rank. A failure (a model file's, named) ends zero_create with it.
+typedef tri_status (*zero_init_fn)(void *ctx, int entry, float *dst);
+
 // Builds the layout of m's table, carves the buffers from `pool` (the backend's memory when
-// NULL), fills the parameters from `init_host` (host, table.local_numel floats in table
-// layout: this rank's initial parameters; rounded to bf16 under a bf16 param_dtype) and
-// becomes m's store (model_set_store). ZeRO-3 keeps only this rank's shards of them.
-tri_status zero_create(zero_state **out, const zero_config *zc, model *m, const float *init_host,
-                       backend *be, comm *cm, mem_pool *pool);
+// NULL), fills the parameters entry by entry from `init` (rounded to bf16 under a bf16
+// param_dtype) and becomes m's store (model_set_store). ZeRO-3 keeps only this rank's shards
+// of them. On an error *out is still the state to zero_free.
+tri_status zero_create(zero_state **out, const zero_config *zc, model *m, zero_init_fn init,
+                       void *init_ctx, backend *be, comm *cm, mem_pool *pool);
 void zero_free(zero_state *z);
 const zero_layout *zero_layout_of(const zero_state *z);
 const param_table *zero_table(const zero_state *z); // the model's, whose entries the pieces name
@@ -148,3 +152,9 @@ tri_status zero_update_end(zero_state *z);
 // This rank's parameters in table layout (host, table.local_numel floats), whatever the
 // stage: a copy of the buffer, or for stage 3 every bucket gathered over dp (collective).
 tri_status zero_local_params(zero_state *z, float *host);
+// Values [lo, lo + n) of this rank's table entry `entry` (host fp32), whatever the stage: a
+// bounded piece of the above. Stage 3: collective over dp: the bucket holding the entry is
+// all-gathered into the scratch workspace unless the previous call gathered it, so every dp
+// rank makes the same calls in the same order (going through the table in order gathers
+// each bucket once).
+tri_status zero_entry_params(zero_state *z, int entry, size_t lo, size_t n, float *host);

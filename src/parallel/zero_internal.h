@@ -46,10 +46,11 @@ struct zero_state {
     // Stages 2-3: one workspace all layer buckets share (two under overlap), one of its own
     // for every other bucket, the reduced gradient shards and a bucket-sized scratch.
     void *layer_ws, *layer_ws2;
-    void **bucket_ws; // (n_buckets) the workspace each bucket accumulates in now
-    int *layers_done; // (n_buckets) layers the running backward has finished
-    void *grad_shard; // (arena_len)
-    void *scratch;    // one bucket's shard, or (stage 2) a gathered bucket
+    void **bucket_ws;   // (n_buckets) the workspace each bucket accumulates in now
+    int *layers_done;   // (n_buckets) layers the running backward has finished
+    void *grad_shard;   // (arena_len)
+    void *scratch;      // one bucket's shard, or (stage 2) a gathered bucket
+    int scratch_bucket; // stage 3: the bucket zero_entry_params gathered into scratch, or -1
     // reduce_dtype other than grad_dtype: the reduction's own buffer (rtmp_len elements: a
     // bucket, or at stage 1 the whole buffer); then, or with bf16 gradients, an fp32
     // buffer as wide as the widest piece or bucket shard (gtmp).

@@ -90,6 +90,7 @@ static void stage_memory(plan_stage *s, const layout *lo, const stage_tables *st
     specs_memory(lo->cfg, st->pt, &st->zl, 0, s->pp_rank, 0, s->n_slots, lo->dev->attn, s->mem);
     s->mem_total = 0;
     for (int k = 0; k < MEM_KIND_COUNT; k++) s->mem_total += s->mem[k];
+    s->host_startup = plan_host_startup_bytes(lo->cfg, st->pt);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -494,6 +495,14 @@ tri_status plan_compute_cached(plan_result *p, const run_config *cfg, const plan
         if (s->t_optimizer > p->t_optimizer) p->t_optimizer = s->t_optimizer;
         if (s->mem_total > p->stages[p->worst_stage].mem_total) p->worst_stage = r;
     }
+    // The final save's pieces: the largest over the whole model's tensors, which the stage
+    // kinds' tables hold between them.
+    size_t piece = 0;
+    for (int k = 0; k < 3; k++)
+        if (built[k] && model_save_piece_elems(kinds[k].pt) > piece)
+            piece = model_save_piece_elems(kinds[k].pt);
+    for (int r = 0; r < pp; r++)
+        p->stages[r].host_save = plan_host_save_bytes(cfg, kinds[stage_kind(&lo, r)].pt, piece);
     for (int k = 0; k < 3; k++)
         if (built[k]) zero_layout_free(&kinds[k].zl);
     p->fits = (double)p->stages[p->worst_stage].mem_total <= p->usable_bytes;

@@ -19,6 +19,7 @@
 #include "compute/mempool.h"
 #include "base/common.h"
 #include "config/config.h"
+#include "model/params.h"
 
 // ---- devices ----
 
@@ -67,6 +68,9 @@ typedef struct {
     int n_slots;         // activation slots (the schedule's in-flight bound)
     uint64_t mem[MEM_KIND_COUNT];
     uint64_t mem_total;
+    // Host memory outside the arenas (plan_host_*): its peak at start-up, and at the final
+    // save (tp rank 0, dp rank 0; 0 where model.bin is not written).
+    uint64_t host_startup, host_save;
     plan_comm comm;
     double model_flops; // model FLOPs of this rank per step (fwd + bwd, its tp share)
     double hw_flops;    // FLOPs it executes (recompute runs each forward twice)
@@ -110,6 +114,14 @@ tri_status plan_compute_cached(plan_result *p, const run_config *cfg, const plan
 // optimizer carve (the trainer sizes its arenas with it).
 void plan_rank_memory(const run_config *cfg, int tp_rank, int pp_rank, int dp_rank, int n_slots,
                       attn_state_kind attn, uint64_t mem[MEM_KIND_COUNT]);
+
+// Host memory a rank allocates outside its arenas (plan_host.c lists what and where): at
+// start-up, for the rank whose table is pt; at the final save, for a rank whose pieces hold
+// piece_elems values (model_save_piece_elems of the whole model's table; pt: any table of the
+// model). Peak resident memory is about the arenas plus the larger of the two, plus the
+// runtime's own.
+uint64_t plan_host_startup_bytes(const run_config *cfg, const param_table *pt);
+uint64_t plan_host_save_bytes(const run_config *cfg, const param_table *pt, size_t piece_elems);
 
 // Model state of a stage: param + grad + master + adam bytes.
 uint64_t plan_model_state_bytes(const plan_stage *s);

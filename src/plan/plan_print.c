@@ -135,6 +135,29 @@ static void print_stages(const plan_result *p, FILE *f) {
     }
 }
 
+// Host memory outside the arenas, of the stage with the most (plan_host.c).
+static void print_host(const plan_result *p, const run_config *cfg, FILE *f) {
+    int worst = 0;
+    for (int r = 1; r < p->pp; r++) {
+        const plan_stage *s = &p->stages[r], *w = &p->stages[worst];
+        const uint64_t a = s->host_startup > s->host_save ? s->host_startup : s->host_save;
+        const uint64_t b = w->host_startup > w->host_save ? w->host_startup : w->host_save;
+        if (a > b) worst = r;
+    }
+    const plan_stage *s = &p->stages[worst];
+    char a[32], b[32];
+    fprintf(f,
+            "host memory outside the arenas (stage %d): start-up %s (the initial parameters "
+            "go in tensor by tensor: the largest tensor's host copy%s), final save %s (%s)\n",
+            worst, fmt_bytes(a, sizeof a, (double)s->host_startup),
+            cfg->model.init_from                 ? " and the llm.c reader's staging"
+            : cfg->train.precision == DTYPE_BF16 ? " and its bf16 rounding"
+                                                 : "",
+            fmt_bytes(b, sizeof b, (double)s->host_save),
+            s->host_save ? "two pieces of the model gathered for model.bin"
+                         : "model.bin not written: the final checkpoint is the model");
+}
+
 static void print_comm(const plan_result *p, FILE *f) {
     const plan_stage *s = &p->stages[0];
     char a[32], b[32];
@@ -203,6 +226,7 @@ void plan_print_text(const plan_result *p, const run_config *cfg, FILE *f) {
             p->fits ? "yes" : "NO", w->pp_rank, fmt_bytes(a, sizeof a, (double)w->mem_total),
             fmt_bytes(b, sizeof b, p->usable_bytes), fmt_bytes(c, sizeof c, p->dev.mem_bytes),
             fmt_bytes(d, sizeof d, p->dev.reserve_bytes));
+    print_host(p, cfg, f);
     print_comm(p, f);
 
     const double fill = (double)(p->pp - 1) / p->virtual_stages;
@@ -296,8 +320,11 @@ void plan_print_json(const plan_result *p, const run_config *cfg, FILE *f) {
             p->tp, p->pp, p->dp, p->zero, p->micro_batches, (long long)p->n_params,
             (long long)s0->rank_params);
     json_memory(f, s0, MEM_RECORDED);
-    fprintf(f, ",\"scratch_bytes\":%llu,\"total_bytes\":%llu,\"comm_bytes\":",
-            (unsigned long long)s0->mem[MEM_SCRATCH], (unsigned long long)s0->mem_total);
+    fprintf(f,
+            ",\"scratch_bytes\":%llu,\"total_bytes\":%llu,\"host_startup_bytes\":%llu,"
+            "\"host_save_bytes\":%llu,\"comm_bytes\":",
+            (unsigned long long)s0->mem[MEM_SCRATCH], (unsigned long long)s0->mem_total,
+            (unsigned long long)s0->host_startup, (unsigned long long)s0->host_save);
     json_comm_bytes(f, s0);
     fprintf(f, ",\"comm\":");
     json_comm(f, s0);
@@ -307,7 +334,11 @@ void plan_print_json(const plan_result *p, const run_config *cfg, FILE *f) {
         fprintf(f, "%s{\"pp_rank\":%d,\"rank_params\":%lld,\"slots\":%d,\"memory\":", r ? "," : "",
                 r, (long long)s->rank_params, s->n_slots);
         json_memory(f, s, MEM_KIND_COUNT);
-        fprintf(f, ",\"total_bytes\":%llu,\"comm_bytes\":", (unsigned long long)s->mem_total);
+        fprintf(f,
+                ",\"total_bytes\":%llu,\"host_startup_bytes\":%llu,\"host_save_bytes\":%llu,"
+                "\"comm_bytes\":",
+                (unsigned long long)s->mem_total, (unsigned long long)s->host_startup,
+                (unsigned long long)s->host_save);
         json_comm_bytes(f, s);
         fprintf(f, ",\"comm\":");
         json_comm(f, s);
