@@ -163,6 +163,7 @@ static tri_status train_loop(trainer *tr) {
     const int64_t tokens_per_step = (int64_t)cfg->train.global_batch * cfg->model.seq_len;
     double first_loss = NAN, last_loss = NAN, last_val = NAN, total_s = 0.0;
     int stop = 0, done_steps = tr->start.step;
+    tri_status final_ckpt = TRI_OK; // of the last step's checkpoint
     LOG_INFO("training %s: %lld parameters, %d steps of %d sequences x %d tokens "
              "(%d micro-batches of %d), backend %s with %d threads",
              cfg->run.name, (long long)m->table.global_numel, cfg->train.steps,
@@ -182,13 +183,18 @@ static tri_status train_loop(trainer *tr) {
         done_steps = n;
         const int64_t samples = tr->start.samples +
                                 (int64_t)(n - tr->start.step) * cfg->train.global_batch;
-        TRI_CHECK(step_boundary(tr, &stop));
         char ckpt_note[96] = "";
-        if (tr->ckpt && (stop || n == cfg->train.steps ||
-                         (cfg->checkpoint.every > 0 && n % cfg->checkpoint.every == 0)))
-            TRI_CHECK(checkpoint_step(tr, n, samples,
-                                      cfg->checkpoint.async && !stop && n < cfg->train.steps,
-                                      ckpt_note, sizeof ckpt_note));
+        tri_status ck = step_boundary(tr, &stop);
+        if (ck == TRI_OK && tr->ckpt &&
+            (stop || n == cfg->train.steps ||
+             (cfg->checkpoint.every > 0 && n % cfg->checkpoint.every == 0)))
+            ck = checkpoint_step(tr, n, samples,
+                                 cfg->checkpoint.async && !stop && n < cfg->train.steps,
+                                 ckpt_note, sizeof ckpt_note);
+        // A checkpoint failing at the last step must not cost the final model: it is
+        // written below, and the run then ends with the checkpoint's error.
+        if (ck == TRI_ERR_CKPT && n == cfg->train.steps && !stop) final_ckpt = ck;
+        else TRI_CHECK(ck);
         int logged = n == 1 || n % cfg->log.every == 0 || n == cfg->train.steps || stop;
         if (!logged && ckpt_note[0]) LOG_INFO("step %5d/%d%s", n, cfg->train.steps, ckpt_note);
         if (logged) {
@@ -239,6 +245,16 @@ static tri_status train_loop(trainer *tr) {
         return TRI_OK;
     }
     TRI_CHECK(save_model(tr));
+    if (final_ckpt != TRI_OK) {
+        if (tr->li->rank == 0)
+            LOG_ERROR("the checkpoint of the last step (%d) was not written (see above); the "
+                      "final model was written to %s/model.bin",
+                      cfg->train.steps, cfg->run.out_dir);
+        LOG_HINT("the newest complete checkpoint in %s is kept; free space in checkpoint.dir "
+                 "before resuming from it",
+                 cfg->checkpoint.dir);
+        return final_ckpt;
+    }
     char val[64] = "";
     if (!isnan(last_val)) snprintf(val, sizeof val, ", val loss %.4f", last_val);
     const int trained = cfg->train.steps - tr->start.step;

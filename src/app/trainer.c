@@ -4,13 +4,13 @@
 // optimizer carve), the initial parameters, a resumed checkpoint and the run record.
 #include "app/trainer_internal.h"
 
-#include <errno.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "compute/backend_select.h"
 #include "config/config_layout.h"
 #include "io/model_init.h"
+#include "io/rundir.h"
 #include "plan/plan.h"
 
 // The backend's practical matmul rate, measured once (about 0.1 s) as the MFU denominator
@@ -68,6 +68,17 @@ ckpt_state trainer_checkpoint_view(trainer *tr) {
                         .rank = tr->li->rank,
                         .world = tr->li->world,
                         .tp_rank = tr->coord.tp};
+}
+
+// Locks and probes run.out_dir and checkpoint.dir (io/rundir.h) before anything is read
+// from them or written to them: a second run on one of them, or an unusable one, ends here.
+static tri_status open_dirs(trainer *tr) {
+    ckpt_state view = trainer_checkpoint_view(tr);
+    const rundir_plan plan = {
+        .checkpoint_rank_bytes = tr->cfg->checkpoint.dir ? ckpt_rank_bytes(&view) : 0,
+        .model_bytes = 1024 + 4 * (uint64_t)tr->model.table.global_numel, // llm.c's model.bin
+    };
+    return rundir_open(&tr->dirs, tr->cfg, tr->cm, tr->li->rank, tr->li->local_rank, &plan);
 }
 
 // Resumes per checkpoint.resume (before anything is written), and prepares the writer.
@@ -182,12 +193,8 @@ tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     TRI_CHECK(sched_build(&tr->sched, cfg->parallel.schedule, pp, v, tr->n_micro, tr->coord.pp));
     TRI_CHECK(sched_build_forward(&tr->eval_sched, pp, pp == 1 ? 1 : v, tr->n_micro, tr->coord.pp));
     TRI_CHECK(create_model(tr));
+    TRI_CHECK(open_dirs(tr));
     TRI_CHECK(open_checkpoints(tr));
-    if (li->rank == 0 && make_dirs(cfg->run.out_dir) != 0) {
-        LOG_ERROR("cannot create directory %s: %s", cfg->run.out_dir, strerror(errno));
-        LOG_HINT("check run.out_dir");
-        return TRI_ERR_CONFIG;
-    }
     tr->flops_per_token = plan_flops_per_token(cfg);
     char memory[1024], extra[1536];
     TRI_CHECK(memory_json(tr, memory, sizeof memory));
@@ -205,6 +212,7 @@ tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
 void trainer_free(trainer *tr) {
     ckpt_writer_free(tr->ckpt);
     metrics_close(&tr->metrics);
+    rundir_close(&tr->dirs); // after the last write into them
     executor_free(&tr->exec);
     if (tr->be) {
         optim_free(tr->optim);

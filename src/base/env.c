@@ -21,6 +21,11 @@ const env_desc ENV_TABLE[ENV_COUNT] = {
     [ENV_TEST_CKPT_DELAY_MS] = {"TRIDENT_TEST_CKPT_DELAY_MS", ENV_BY_TEST_HOOK, "milliseconds", "0",
                                 "a pause after each MiB of a checkpoint rank file, so "
                                 "that a kill lands inside a write"},
+    [ENV_TEST_CKPT_ENOSPC] = {"TRIDENT_TEST_CKPT_ENOSPC", ENV_BY_TEST_HOOK, "bytes",
+                              "no limit",
+                              "once the process has written this many bytes of checkpoint "
+                              "files, every further checkpoint write fails with ENOSPC, as on "
+                              "a full disk"},
     [ENV_BLAS_REEXEC] = {"TRIDENT_BLAS_REEXEC", ENV_BY_INTERNAL, "1", "not restarted yet",
                          "set before trident restarts itself with OPENBLAS_CORETYPE, so that "
                          "it restarts at most once"},
@@ -35,6 +40,10 @@ const env_desc ENV_TABLE[ENV_COUNT] = {
                             "then an error (exit 5), not a world of one"},
     [ENV_PMIX_RANK] = {"PMIX_RANK", ENV_BY_LAUNCHER, "set by the launcher",
                        "a process started alone is a world of one", "as PMIX_NAMESPACE"},
+    [ENV_SLURM_JOB_ID] = {"SLURM_JOB_ID", ENV_BY_LAUNCHER, "set by Slurm",
+                          "the job is named by PMIX_NAMESPACE, if any",
+                          "the job id written into the lock files of run.out_dir and "
+                          "checkpoint.dir, so that a refused run names the job holding them"},
     [ENV_OPENBLAS_NUM_THREADS] = {"OPENBLAS_NUM_THREADS", ENV_BY_LIBRARY, "N", "all cores",
                                   "OpenBLAS's own thread pool, started when it loads; trident "
                                   "computes with OpenMP and sets OpenBLAS to 1 thread, so the "
