@@ -78,6 +78,7 @@ typedef struct {
 typedef struct {
     char dir[PATH_BYTES], path[PATH_BYTES]; // the checkpoint, its manifest.yaml
     int version;
+    int tp; // mesh.tp of the writer (its vocabulary padding)
     int step, optim_t;
     int64_t samples, tokens;
     int n_layer, n_head, d_model, seq_len, vocab_size, vocab_pad_to;

@@ -16,6 +16,7 @@
 #include <yaml.h>
 
 #include "base/crc32c.h"
+#include "model/params.h"
 
 // Bounds no real checkpoint comes near; they keep every size derived from a manifest far
 // from overflowing 64 bits.
@@ -255,6 +256,7 @@ static void parse_header(reader *rd, yaml_node_t *root) {
     get_i64(rd, mesh, "mesh.", "virtual_stages", 1, 1 << 16, &v);
     get_i64(rd, mesh, "mesh.", "zero", 0, 3, &v);
     get_str(rd, mesh, "mesh.", "schedule");
+    m->tp = (int)deg[0];
     if (rd->rc == TRI_OK && deg[0] * deg[1] * deg[2] != world)
         fail(rd, line_of(mesh), "mesh: tp %lld x pp %lld x dp %lld is not world %lld",
              (long long)deg[0], (long long)deg[1], (long long)deg[2], (long long)world);
@@ -267,7 +269,7 @@ static void parse_header(reader *rd, yaml_node_t *root) {
     get_int(rd, model, w, "n_head", 1, 1 << 16, &m->n_head);
     get_int(rd, model, w, "d_model", 1, 1 << 20, &m->d_model);
     get_int(rd, model, w, "seq_len", 1, 1 << 24, &m->seq_len);
-    get_int(rd, model, w, "vocab_size", 1, INT_MAX, &m->vocab_size);
+    get_int(rd, model, w, "vocab_size", 1, 1 << 30, &m->vocab_size);
     get_int(rd, model, w, "vocab_pad_to", 1, 1 << 20, &m->vocab_pad_to);
     if (rd->rc != TRI_OK) return;
     // Fields that must agree (each is written from the same state).
@@ -370,11 +372,13 @@ static void parse_files(reader *rd, yaml_node_t *root) {
     m->file_bytes = xcalloc((size_t)n, sizeof(int64_t));
     for (int i = 0; i < n && rd->rc == TRI_OK; i++) {
         yaml_node_t *f = seq_item(rd->d, seq, i);
-        const char *name = get_str(rd, f, "files: ", "name");
+        char what[96];
         snprintf(m->files[i], sizeof m->files[i], "rank_%05d.bin", i);
+        snprintf(what, sizeof what, "files: entry %d (%s): ", i, m->files[i]);
+        const char *name = get_str(rd, f, what, "name");
         if (name && strcmp(name, m->files[i]))
             fail(rd, line_of(f), "files: entry %d is '%.80s', not %s", i, name, m->files[i]);
-        get_i64(rd, f, "files: ", "bytes", 0, MAX_FILE_BYTES, &m->file_bytes[i]);
+        get_i64(rd, f, what, "bytes", 0, MAX_FILE_BYTES, &m->file_bytes[i]);
     }
 }
 
@@ -515,6 +519,39 @@ static int cmp_bytes(const void *a, const void *b, void *ctx) {
     return (x->offset > y->offset) - (x->offset < y->offset);
 }
 
+// The tensors are those of the model that config.model describes, with the vocabulary
+// padded for mesh.tp as the writer padded it: same names, same shapes, none more.
+static void check_tensors_match_model(reader *rd) {
+    const manifest *m = rd->m;
+    if ((int64_t)m->vocab_pad_to * m->tp > (1 << 24)) {
+        fail(rd, 0, "config.model.vocab_pad_to %d x mesh.tp %d is larger than any padding",
+             m->vocab_pad_to, m->tp);
+        return;
+    }
+    model_config mc = {.n_layer = m->n_layer, .n_head = m->n_head, .d_model = m->d_model,
+                       .seq_len = m->seq_len, .vocab_size = m->vocab_size,
+                       .vocab_pad_to = m->vocab_pad_to};
+    param_table full;
+    params_build_full(&full, &mc, m->tp);
+    if (full.n_entries != m->n_tensors)
+        fail(rd, 0, "tensors: %d listed, but config.model (n_layer %d) has %d", m->n_tensors,
+             m->n_layer, full.n_entries);
+    for (int i = 0; i < full.n_entries && rd->rc == TRI_OK; i++) {
+        const param_entry *e = &full.entries[i];
+        const int t = manifest_find_tensor(m, e->name);
+        if (t < 0)
+            fail(rd, 0, "tensors: %s is missing (config.model has it)", e->name);
+        else if (m->tensors[t].rows != e->global_rows || m->tensors[t].cols != e->global_cols)
+            fail(rd, m->tensors[t].line,
+                 "tensors: %s: shape [%lld, %lld], but config.model (d_model %d, seq_len %d, "
+                 "vocab_size %d, vocab_pad_to %d, mesh.tp %d) gives [%lld, %lld]",
+                 e->name, (long long)m->tensors[t].rows, (long long)m->tensors[t].cols,
+                 m->d_model, m->seq_len, m->vocab_size, m->vocab_pad_to, m->tp,
+                 (long long)e->global_rows, (long long)e->global_cols);
+    }
+    params_free(&full);
+}
+
 // Every (tensor, kind) that the loader may read is tiled exactly by its regions: param or
 // master (one of them), adam_m and adam_v of every tensor; every rank file is tiled exactly
 // by the regions stored in it (the writer puts them back to back), so no two regions share
@@ -652,6 +689,10 @@ tri_status manifest_read(manifest *m, const char *dir) {
                       m->path, CKPT_SEAL_KEY, sealed, crc);
             seal_bad = 1;
         }
+    } else if (rd.rc == TRI_OK && find_seal(text, n, &body, &sealed)) {
+        fail(&rd, 0, "version: 1, but the file ends with a %s line, which only version 2 on "
+                     "writes (the version was edited)",
+             CKPT_SEAL_KEY);
     } else if (rd.rc == TRI_OK) {
         LOG_INFO("checkpoint %s: format version 1 has no manifest checksum: its fields and "
                  "regions are checked, its bytes cannot be",
@@ -665,6 +706,7 @@ tri_status manifest_read(manifest *m, const char *dir) {
         parse_header(&rd, root);
         parse_tensors(&rd, root);
         parse_files(&rd, root);
+        if (rd.rc == TRI_OK) check_tensors_match_model(&rd);
         parse_regions(&rd, root);
         if (rd.rc == TRI_OK) check_regions(&rd);
         yaml_document_delete(&doc);

@@ -125,7 +125,12 @@ static tri_status lock_dir(rundir *rd, int i, const char *key, const char *dir) 
         if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
             const int e = errno;
             if (e == EWOULDBLOCK) {
+                // The holder writes its record just after it takes the lock: wait for it.
                 read_record(fd, rec, sizeof rec);
+                for (int i = 0; i < 50 && !*rec; i++) {
+                    usleep(10000);
+                    read_record(fd, rec, sizeof rec);
+                }
                 describe_holder(rec, holder, sizeof holder);
                 close(fd);
                 LOG_ERROR("%s %s is in use by %s; two runs must not write one directory", key,
