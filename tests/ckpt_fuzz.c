@@ -30,6 +30,7 @@
 #include <stdarg.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -208,24 +209,20 @@ static int run_child(const char *ckpt_dir, const char *log_path, outcome *o) {
         _exit(child(ckpt_dir, fds[1]));
     }
     close(fds[1]);
+    // The pipe ends (EOF or the outcome) when the child exits; a child still running after
+    // the bound is killed.
+    struct pollfd pfd = {fds[0], POLLIN, 0};
     int status = 0;
-    double waited = 0.0;
-    for (;;) {
-        pid_t r = waitpid(pid, &status, WNOHANG);
-        if (r == pid) break;
-        if (waited > CASE_TIMEOUT_S) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            close(fds[0]);
-            return -1000;
-        }
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
-        waited += 1e-3;
+    if (poll(&pfd, 1, (int)(CASE_TIMEOUT_S * 1000)) == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        close(fds[0]);
+        return -1000;
     }
     memset(o, 0, sizeof *o);
     ssize_t got = read(fds[0], o, sizeof *o);
     close(fds[0]);
+    waitpid(pid, &status, 0);
     if (WIFSIGNALED(status)) return -WTERMSIG(status);
     int code = WEXITSTATUS(status);
     return code == 0 && got != (ssize_t)sizeof *o ? 12 : code;
