@@ -60,10 +60,10 @@ typedef struct {
 } outcome;
 
 typedef struct {
-    char dir[512];            // the checkpoint.dir
-    int n_steps;              // its step directories, ascending
-    int steps[MAX_STEPS];     // their N
-    outcome ref[MAX_STEPS];   // what each resolves to, undamaged
+    char dir[512];          // the checkpoint.dir
+    int n_steps;            // its step directories, ascending
+    int steps[MAX_STEPS];   // their N
+    outcome ref[MAX_STEPS]; // what each resolves to, undamaged
 } base;
 
 // ---- small helpers ----
@@ -239,9 +239,24 @@ typedef struct {
     int expect_step; // latest: the step it must resolve to (-1: must be refused)
 } mutation;
 
-static const char *const odd_values[] = {
-    "-1", "0", "2147483648", "9223372036854775807", "9223372036854775808", "-9223372036854775808",
-    "1e3", "abc", "", "0x10", "null", "[1, 2]", "{a: 1}", "1.5", "~", "\"7\"", "-0", "99999999999"};
+static const char *const odd_values[] = {"-1",
+                                         "0",
+                                         "2147483648",
+                                         "9223372036854775807",
+                                         "9223372036854775808",
+                                         "-9223372036854775808",
+                                         "1e3",
+                                         "abc",
+                                         "",
+                                         "0x10",
+                                         "null",
+                                         "[1, 2]",
+                                         "{a: 1}",
+                                         "1.5",
+                                         "~",
+                                         "\"7\"",
+                                         "-0",
+                                         "99999999999"};
 
 // The value spans "key: value" of the manifest text (value up to ',', '}', ']' or the end
 // of the line; the two numbers of a "[a, b]" one by one). Fields whose edit no check can
@@ -281,7 +296,7 @@ static int find_values(const char *t, size_t n, value_span *out, int cap) {
         const int informational = !strcmp(v.key, "schedule") || !strcmp(v.key, "zero") ||
                                   !strcmp(v.key, "virtual_stages");
         const char *list = !strcmp(v.key, "crc32c")                     ? "crc32c"
-                           : !strncmp(t + line, "  - {tensor:", 12)      ? "regions"
+                           : !strncmp(t + line, "  - {tensor:", 12)     ? "regions"
                            : !strncmp(t + line, "  - {name: rank_", 16) ? "rank_0"
                            : !strncmp(t + line, "  - {name:", 10)       ? "tensors"
                            : (config_line && !checked) || informational ? ""
@@ -292,7 +307,7 @@ static int find_values(const char *t, size_t n, value_span *out, int cap) {
             continue;
         size_t s = i + 2, e = s;
         if (t[s] == '{' || t[s] == '\n') continue; // a mapping, not a value
-        if (t[s] == '[') { // the two numbers of a pair, either
+        if (t[s] == '[') {                         // the two numbers of a pair, either
             size_t comma = s;
             while (comma < n && t[comma] != ',' && t[comma] != ']') comma++;
             size_t close = comma;
@@ -324,7 +339,7 @@ static size_t line_end(const char *t, size_t n, size_t at) {
 
 // text[at, at+len) := repl.
 static char *text_splice(const char *t, size_t *n, size_t at, size_t len, const char *repl,
-                    size_t rlen) {
+                         size_t rlen) {
     char *out = malloc(*n - len + rlen + 1);
     memcpy(out, t, at);
     memcpy(out + at, repl, rlen);
@@ -362,7 +377,9 @@ static char *edit_value(char *t, size_t *n, mutation *mu) {
     case 2: snprintf(repl, sizeof repl, "%lld", x * 2 + 1); break;
     case 3: snprintf(repl, sizeof repl, "%lld", -x - 1); break;
     case 4: snprintf(repl, sizeof repl, "0%s", old); break; // the same number: a no-op edit
-    default: snprintf(repl, sizeof repl, "%s", odd_values[rnd_below(sizeof odd_values / sizeof *odd_values)]);
+    default:
+        snprintf(repl, sizeof repl, "%s",
+                 odd_values[rnd_below(sizeof odd_values / sizeof *odd_values)]);
     }
     snprintf(mu->what, sizeof mu->what, "%s: '%s' -> '%s'", v->key, old, repl);
     // A number that reads the same (07 for 7, -0 for 0) changes nothing to be named.
@@ -686,7 +703,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--work") && i + 1 < argc) work = argv[++i];
         else if (n_bases < 8 && work) load_base(&bases[n_bases++], argv[i], work);
         else {
-            fprintf(stderr, "usage: ckpt_fuzz --seed S --cases N --work DIR [--case K] CKPT_DIR...\n");
+            fprintf(stderr,
+                    "usage: ckpt_fuzz --seed S --cases N --work DIR [--case K] CKPT_DIR...\n");
             return 2;
         }
     }
@@ -703,9 +721,8 @@ int main(int argc, char **argv) {
         const int bad = ty.crashes + ty.hangs + ty.wrong + ty.unnamed + ty.wrong_code;
         printf("%s ckpt_fuzz_%s: %d cases (seed %llu): %d clean errors, %d accepted bitwise, %d "
                "crashes, %d hangs, %d wrong successes, %d unnamed, %d other exits; %.1f s\n",
-               bad ? "FAIL" : "PASS", family_names[f], ty.cases, (unsigned long long)seed,
-               ty.clean, ty.accepted, ty.crashes, ty.hangs, ty.wrong, ty.unnamed, ty.wrong_code,
-               ty.seconds);
+               bad ? "FAIL" : "PASS", family_names[f], ty.cases, (unsigned long long)seed, ty.clean,
+               ty.accepted, ty.crashes, ty.hangs, ty.wrong, ty.unnamed, ty.wrong_code, ty.seconds);
         failed += bad > 0;
     }
     return failed ? 1 : 0;

@@ -189,8 +189,8 @@ static tri_status train_loop(trainer *tr) {
             (stop || n == cfg->train.steps ||
              (cfg->checkpoint.every > 0 && n % cfg->checkpoint.every == 0)))
             ck = checkpoint_step(tr, n, samples,
-                                 cfg->checkpoint.async && !stop && n < cfg->train.steps,
-                                 ckpt_note, sizeof ckpt_note);
+                                 cfg->checkpoint.async && !stop && n < cfg->train.steps, ckpt_note,
+                                 sizeof ckpt_note);
         // A checkpoint failing at the last step must not cost the final model: it is
         // written below, and the run then ends with the checkpoint's error.
         if (ck == TRI_ERR_CKPT && n == cfg->train.steps && !stop) final_ckpt = ck;

@@ -21,8 +21,7 @@ const env_desc ENV_TABLE[ENV_COUNT] = {
     [ENV_TEST_CKPT_DELAY_MS] = {"TRIDENT_TEST_CKPT_DELAY_MS", ENV_BY_TEST_HOOK, "milliseconds", "0",
                                 "a pause after each MiB of a checkpoint rank file, so "
                                 "that a kill lands inside a write"},
-    [ENV_TEST_CKPT_ENOSPC] = {"TRIDENT_TEST_CKPT_ENOSPC", ENV_BY_TEST_HOOK, "bytes",
-                              "no limit",
+    [ENV_TEST_CKPT_ENOSPC] = {"TRIDENT_TEST_CKPT_ENOSPC", ENV_BY_TEST_HOOK, "bytes", "no limit",
                               "once the process has written this many bytes of checkpoint "
                               "files, every further checkpoint write fails with ENOSPC, as on "
                               "a full disk"},

@@ -20,9 +20,9 @@
 
 // Bounds no real checkpoint comes near; they keep every size derived from a manifest far
 // from overflowing 64 bits.
-#define MAX_DIM (INT64_C(1) << 40)          // rows or cols of a tensor
-#define MAX_NUMEL (INT64_C(1) << 48)        // elements of a tensor
-#define MAX_FILE_BYTES (INT64_C(1) << 56)   // a rank file
+#define MAX_DIM (INT64_C(1) << 40)        // rows or cols of a tensor
+#define MAX_NUMEL (INT64_C(1) << 48)      // elements of a tensor
+#define MAX_FILE_BYTES (INT64_C(1) << 56) // a rank file
 #define MAX_MANIFEST_BYTES (INT64_C(1) << 32)
 #define MAX_COUNT (1 << 26) // tensors, ranks, regions
 
@@ -82,8 +82,7 @@ typedef struct {
     tri_status rc;
 } reader;
 
-__attribute__((format(printf, 3, 4))) static void fail(reader *rd, int line, const char *fmt,
-                                                       ...) {
+__attribute__((format(printf, 3, 4))) static void fail(reader *rd, int line, const char *fmt, ...) {
     if (rd->rc != TRI_OK) return;
     char what[1024];
     va_list ap;
@@ -148,7 +147,9 @@ static const char *get_str(reader *rd, yaml_node_t *map, const char *what, const
     const char *s = scalar(n);
     if (!s || !*s)
         fail(rd, line_of(n ? n : map), "%s%s is %s", what, key,
-             !n ? "missing" : s ? "empty" : "not a scalar");
+             !n  ? "missing"
+             : s ? "empty"
+                 : "not a scalar");
     return rd->rc == TRI_OK ? s : NULL;
 }
 
@@ -178,8 +179,7 @@ static int get_int(reader *rd, yaml_node_t *map, const char *what, const char *k
     return 0;
 }
 
-static int get_u64(reader *rd, yaml_node_t *map, const char *what, const char *key,
-                   uint64_t *out) {
+static int get_u64(reader *rd, yaml_node_t *map, const char *what, const char *key, uint64_t *out) {
     if (rd->rc != TRI_OK) return -1;
     yaml_node_t *n = map_get(rd->d, map, key);
     const char *s = scalar(n);
@@ -279,20 +279,19 @@ static void parse_header(reader *rd, yaml_node_t *root) {
              "config.model.n_head: %d does not divide config.model.d_model %d", m->n_head,
              m->d_model);
     else if (seed != run_seed)
-        fail(rd, rng_line, "rng.seed: %llu, but config.run.seed is %llu",
-             (unsigned long long)seed, (unsigned long long)run_seed);
+        fail(rd, rng_line, "rng.seed: %llu, but config.run.seed is %llu", (unsigned long long)seed,
+             (unsigned long long)run_seed);
     else if (m->optim_t != m->step)
         fail(rd, line_of(map_get(rd->d, root, "optim_t")),
-             "optim_t: %d, but step is %d (one AdamW step per training step)", m->optim_t,
-             m->step);
+             "optim_t: %d, but step is %d (one AdamW step per training step)", m->optim_t, m->step);
     else if (m->samples < m->step)
         fail(rd, line_of(map_get(rd->d, root, "samples")),
              "samples: %lld, below step %d (every step takes at least one sample)",
              (long long)m->samples, m->step);
     else if (m->samples > INT64_MAX / m->seq_len || tokens != m->samples * m->seq_len)
         fail(rd, line_of(map_get(rd->d, root, "tokens")),
-             "tokens: %lld, but samples %lld x config.model.seq_len %d is %lld",
-             (long long)tokens, (long long)m->samples, m->seq_len,
+             "tokens: %lld, but samples %lld x config.model.seq_len %d is %lld", (long long)tokens,
+             (long long)m->samples, m->seq_len,
              m->samples > INT64_MAX / m->seq_len ? -1LL : (long long)(m->samples * m->seq_len));
     m->tokens = tokens;
 }
@@ -308,7 +307,8 @@ static void parse_tensors(reader *rd, yaml_node_t *root) {
     yaml_node_t *seq = map_get(rd->d, root, "tensors");
     int n = seq_count(seq);
     if (n < 1 || n > MAX_COUNT) {
-        fail(rd, line_of(seq ? seq : root), "tensors is %s", seq ? "not a list of tensors" : "missing");
+        fail(rd, line_of(seq ? seq : root), "tensors is %s",
+             seq ? "not a list of tensors" : "missing");
         return;
     }
     m->tensors = xcalloc((size_t)n, sizeof(tensor_info));
@@ -429,8 +429,8 @@ static void parse_regions(reader *rd, yaml_node_t *root) {
             fail(rd, g->line, "regions: kind '%.80s' is not param, master, adam_m or adam_v", k);
         else if (!g->elem) fail(rd, g->line, "regions: dtype '%.80s' is not f32 or bf16", dt);
         else if (g->file < 0) fail(rd, g->line, "regions: file '%.80s' is not in files", f);
-        else if (g->r.row >= ti->rows || g->r.rows > ti->rows - g->r.row ||
-                 g->r.col >= ti->cols || g->r.cols > ti->cols - g->r.col)
+        else if (g->r.row >= ti->rows || g->r.rows > ti->rows - g->r.row || g->r.col >= ti->cols ||
+                 g->r.cols > ti->cols - g->r.col)
             fail(rd, g->line,
                  "regions: %s (%s): offset [%lld, %lld] extent [%lld, %lld] lies outside its "
                  "shape [%lld, %lld]",
@@ -464,7 +464,8 @@ static int cmp_col(const void *a, const void *b, void *ctx) {
 }
 
 static int cmp_i64(const void *a, const void *b) {
-    return (*(const int64_t *)a > *(const int64_t *)b) - (*(const int64_t *)a < *(const int64_t *)b);
+    return (*(const int64_t *)a > *(const int64_t *)b) -
+           (*(const int64_t *)a < *(const int64_t *)b);
 }
 
 // The regions ix[0..n) of one (tensor, kind), sorted by row then column, cover the tensor
@@ -507,8 +508,9 @@ static void check_tiling(reader *rd, const int *ix, int n) {
     free(bounds);
     free(active);
     if (rd->rc == TRI_OK && sum != total)
-        fail(rd, ti->line, "regions: %s (%s): the regions cover %lld of its %lld elements (a "
-                           "region is missing)",
+        fail(rd, ti->line,
+             "regions: %s (%s): the regions cover %lld of its %lld elements (a "
+             "region is missing)",
              ti->name, kind, (long long)sum, (long long)total);
 }
 
@@ -528,8 +530,11 @@ static void check_tensors_match_model(reader *rd) {
              m->vocab_pad_to, m->tp);
         return;
     }
-    model_config mc = {.n_layer = m->n_layer, .n_head = m->n_head, .d_model = m->d_model,
-                       .seq_len = m->seq_len, .vocab_size = m->vocab_size,
+    model_config mc = {.n_layer = m->n_layer,
+                       .n_head = m->n_head,
+                       .d_model = m->d_model,
+                       .seq_len = m->seq_len,
+                       .vocab_size = m->vocab_size,
                        .vocab_pad_to = m->vocab_pad_to};
     param_table full;
     params_build_full(&full, &mc, m->tp);
@@ -539,15 +544,14 @@ static void check_tensors_match_model(reader *rd) {
     for (int i = 0; i < full.n_entries && rd->rc == TRI_OK; i++) {
         const param_entry *e = &full.entries[i];
         const int t = manifest_find_tensor(m, e->name);
-        if (t < 0)
-            fail(rd, 0, "tensors: %s is missing (config.model has it)", e->name);
+        if (t < 0) fail(rd, 0, "tensors: %s is missing (config.model has it)", e->name);
         else if (m->tensors[t].rows != e->global_rows || m->tensors[t].cols != e->global_cols)
             fail(rd, m->tensors[t].line,
                  "tensors: %s: shape [%lld, %lld], but config.model (d_model %d, seq_len %d, "
                  "vocab_size %d, vocab_pad_to %d, mesh.tp %d) gives [%lld, %lld]",
-                 e->name, (long long)m->tensors[t].rows, (long long)m->tensors[t].cols,
-                 m->d_model, m->seq_len, m->vocab_size, m->vocab_pad_to, m->tp,
-                 (long long)e->global_rows, (long long)e->global_cols);
+                 e->name, (long long)m->tensors[t].rows, (long long)m->tensors[t].cols, m->d_model,
+                 m->seq_len, m->vocab_size, m->vocab_pad_to, m->tp, (long long)e->global_rows,
+                 (long long)e->global_cols);
     }
     params_free(&full);
 }
@@ -565,8 +569,8 @@ static void check_regions(reader *rd) {
     qsort_r(ix, (size_t)n, sizeof(int), cmp_place, m->regions);
     for (int a = 0, b; a < n && rd->rc == TRI_OK; a = b) {
         const region *g = &m->regions[ix[a]];
-        for (b = a + 1; b < n && m->regions[ix[b]].tensor == g->tensor &&
-                        m->regions[ix[b]].kind == g->kind;
+        for (b = a + 1;
+             b < n && m->regions[ix[b]].tensor == g->tensor && m->regions[ix[b]].kind == g->kind;
              b++) {
         }
         kinds[g->tensor] |= (unsigned char)(1u << g->kind);
@@ -574,8 +578,8 @@ static void check_regions(reader *rd) {
     }
     for (int t = 0; t < m->n_tensors && rd->rc == TRI_OK; t++) {
         const int k = kinds[t], param = k & (1 << KIND_PARAM), master = k & (1 << KIND_MASTER);
-        const char *missing = !param && !master          ? "has neither param nor master regions"
-                              : param && master          ? "has both param and master regions"
+        const char *missing = !param && !master           ? "has neither param nor master regions"
+                              : param && master           ? "has both param and master regions"
                               : !(k & (1 << KIND_ADAM_M)) ? "has no adam_m regions"
                               : !(k & (1 << KIND_ADAM_V)) ? "has no adam_v regions"
                                                           : NULL;
@@ -680,8 +684,9 @@ tri_status manifest_read(manifest *m, const char *dir) {
     int seal_bad = 0;
     if (rd.rc == TRI_OK && m->version >= 2) {
         if (!find_seal(text, n, &body, &sealed))
-            fail(&rd, 0, "no '%s: 0x...' line at its end (the file is truncated or was not "
-                         "written by trident)",
+            fail(&rd, 0,
+                 "no '%s: 0x...' line at its end (the file is truncated or was not "
+                 "written by trident)",
                  CKPT_SEAL_KEY);
         else if ((crc = crc32c_update(0, text, body)) != sealed) {
             LOG_ERROR("checkpoint %s: checksum mismatch: its last line records %s 0x%08x, its "
@@ -690,8 +695,9 @@ tri_status manifest_read(manifest *m, const char *dir) {
             seal_bad = 1;
         }
     } else if (rd.rc == TRI_OK && find_seal(text, n, &body, &sealed)) {
-        fail(&rd, 0, "version: 1, but the file ends with a %s line, which only version 2 on "
-                     "writes (the version was edited)",
+        fail(&rd, 0,
+             "version: 1, but the file ends with a %s line, which only version 2 on "
+             "writes (the version was edited)",
              CKPT_SEAL_KEY);
     } else if (rd.rc == TRI_OK) {
         LOG_INFO("checkpoint %s: format version 1 has no manifest checksum: its fields and "

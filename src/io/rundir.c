@@ -117,8 +117,7 @@ static tri_status lock_dir(rundir *rd, int i, const char *key, const char *dir) 
     for (int attempt = 0; attempt < 10; attempt++) {
         int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
         if (fd < 0) {
-            LOG_ERROR("%s %s: cannot create the lock file %s: %s", key, dir, path,
-                      strerror(errno));
+            LOG_ERROR("%s %s: cannot create the lock file %s: %s", key, dir, path, strerror(errno));
             LOG_HINT("%s must be a directory this run can write", key);
             return TRI_ERR_CKPT;
         }
@@ -133,8 +132,8 @@ static tri_status lock_dir(rundir *rd, int i, const char *key, const char *dir) 
                 }
                 describe_holder(rec, holder, sizeof holder);
                 close(fd);
-                LOG_ERROR("%s %s is in use by %s; two runs must not write one directory", key,
-                          dir, holder);
+                LOG_ERROR("%s %s is in use by %s; two runs must not write one directory", key, dir,
+                          holder);
                 LOG_HINT("wait for that run to end or stop it, or give this run another %s; "
                          "the lock (%s) is released when that process exits",
                          key, path);
@@ -165,8 +164,7 @@ static tri_status lock_dir(rundir *rd, int i, const char *key, const char *dir) 
         holder_record(rec, sizeof rec);
         if (ftruncate(fd, 0) != 0 || pwrite(fd, rec, strlen(rec), 0) != (ssize_t)strlen(rec) ||
             fsync(fd) != 0) {
-            LOG_ERROR("%s %s: cannot write the lock file %s: %s", key, dir, path,
-                      strerror(errno));
+            LOG_ERROR("%s %s: cannot write the lock file %s: %s", key, dir, path, strerror(errno));
             LOG_HINT("check free space and permissions of %s", key);
             close(fd);
             return TRI_ERR_CKPT;
@@ -242,8 +240,7 @@ static int count_checkpoints(const char *dir) {
     if (!d) return 0;
     int n = 0;
     struct dirent *de;
-    while ((de = readdir(d)))
-        n += !strncmp(de->d_name, "step_", 5) && strlen(de->d_name) == 13;
+    while ((de = readdir(d))) n += !strncmp(de->d_name, "step_", 5) && strlen(de->d_name) == 13;
     closedir(d);
     return n;
 }
@@ -281,7 +278,8 @@ static void check_space(const run_config *cfg, uint64_t ckpt_bytes, uint64_t mod
         human_bytes(each, sizeof each, (double)ckpt_bytes);
         human_bytes(mb, sizeof mb, (double)model_bytes);
         if (which == 1)
-            snprintf(what, sizeof what, "%d checkpoint%s of %s (checkpoint.keep %d and the one "
+            snprintf(what, sizeof what,
+                     "%d checkpoint%s of %s (checkpoint.keep %d and the one "
                      "being written)%s%s",
                      copies, copies == 1 ? "" : "s", each, cfg->checkpoint.keep,
                      shared ? " and model.bin, " : "", shared ? mb : "");
@@ -379,7 +377,8 @@ void rundir_close(rundir *rd) {
                     strcmp(de->d_name, RUNDIR_LOCK_FILE))
                     only_lock = 0;
             if (d) closedir(d);
-            if (rd->created[i] && only_lock && unlink(path) == 0) remove_created(rd->dir[i], rd->created[i]);
+            if (rd->created[i] && only_lock && unlink(path) == 0)
+                remove_created(rd->dir[i], rd->created[i]);
             else if (ftruncate(rd->fd[i], 0) == 0) {
                 fsync(rd->fd[i]);
             }

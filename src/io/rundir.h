@@ -21,9 +21,9 @@ typedef struct {
 } rundir_plan;
 
 typedef struct {
-    int n;           // directories locked (0 on ranks other than 0)
-    int fd[2];       // their lock files, open and flock'ed
-    char *dir[2];    // the directories
+    int n;            // directories locked (0 on ranks other than 0)
+    int fd[2];        // their lock files, open and flock'ed
+    char *dir[2];     // the directories
     char *created[2]; // the topmost directory this run created for each, or NULL
 } rundir;
 
