@@ -237,6 +237,7 @@ typedef struct {
     char file[64];
     char field[64];
     int expect_step; // latest: the step it must resolve to (-1: must be refused)
+    int unchanged;   // the damage left every byte as it was
 } mutation;
 
 static const char *const odd_values[] = {"-1",
@@ -405,9 +406,21 @@ static char *edit_lines(char *t, size_t *n, mutation *mu, int regions_only) {
     }
     const int last = count - 1; // the seal line stays last
     int a = first + rnd_below(last - first), b = first + rnd_below(last - first);
+    // Issue 15's case, half the time among region lines: a region replaced by another of
+    // the same tensor and kind (another rank's part), which a count of elements passes.
+    int same_tensor = regions_only && (rnd() & 1);
+    if (same_tensor) {
+        const char *comma = strchr(strchr(t + starts[a], ',') + 1, ',');
+        const size_t key = (size_t)(comma - (t + starts[a]));
+        int others[1 << 12], n_others = 0;
+        for (int i = first; i < last && n_others < (1 << 12); i++)
+            if (i != a && !strncmp(t + starts[i], t + starts[a], key)) others[n_others++] = i;
+        if (n_others) b = others[rnd_below(n_others)];
+        else same_tensor = 0;
+    }
     size_t a0 = starts[a], a1 = line_end(t, *n, a0), b0 = starts[b], b1 = line_end(t, *n, b0);
     char *line_b = strndup(t + b0, b1 - b0), *out;
-    switch (rnd_below(3)) {
+    switch (same_tensor ? 1 : rnd_below(3)) {
     case 0:
         snprintf(mu->what, sizeof mu->what, "line %d deleted", a + 1);
         out = text_splice(t, n, a0, a1 - a0, "", 0);
@@ -430,6 +443,7 @@ static void damage_manifest(const char *step_dir, family fam, mutation *mu) {
     snprintf(mu->file, sizeof mu->file, "manifest.yaml");
     size_t n;
     char *t = read_file(path, &n), *out = NULL;
+    const size_t n0 = n;
     const int op = rnd_below(fam == FAM_RESEALED ? 2 : 5);
     if (op == 0) out = edit_value(t, &n, mu);
     else if (op == 1) out = edit_lines(t, &n, mu, fam == FAM_RESEALED);
@@ -446,6 +460,7 @@ static void damage_manifest(const char *step_dir, family fam, mutation *mu) {
     } else {
         out = edit_lines(t, &n, mu, 0);
     }
+    mu->unchanged = n == n0 && !memcmp(out, t, n);
     free(t);
     if (fam == FAM_RESEALED) out = reseal(out, &n);
     write_file(path, out, n);
@@ -634,7 +649,10 @@ static void run_case(const base *bases, int n_bases, family fam, uint64_t seed, 
         const outcome *ref = NULL;
         for (int i = 0; i < bs->n_steps; i++)
             if (bs->steps[i] == mu.expect_step) ref = &bs->ref[i];
-        if (ref && outcome_equal(&o, ref)) ty->accepted++;
+        // A manifest with a byte changed must be refused: the seal covers every byte.
+        if (fam == FAM_MANIFEST && !mu.unchanged)
+            ty->wrong++, verdict = "wrong success (an edited manifest accepted past its seal)";
+        else if (ref && outcome_equal(&o, ref)) ty->accepted++;
         else ty->wrong++, verdict = "wrong success (accepted, not the checkpoint's state)";
     } else if (code == 4) {
         // A refusal must name the file (the manifest, the rank file, or latest and the
