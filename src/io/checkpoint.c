@@ -1,6 +1,7 @@
 // checkpoint.c: writing checkpoints (see checkpoint.h), and what reading shares with it
 // (checkpoint_internal.h). The format is DESIGN.md's; the manifest is YAML written with
-// printf and read with libyaml (checkpoint_read.c).
+// printf, sealed with its checksum, and read and checked with libyaml
+// (checkpoint_manifest.c).
 #include "io/checkpoint_internal.h"
 
 #include <dirent.h>

@@ -14,8 +14,12 @@
 // the training loop is blocked when checkpoint.async is on), then writes
 // <dir>/step_N.tmp/rank_R.bin and its index rank_R.idx and fsyncs them, in a background
 // thread or inline. When every rank has finished (ckpt_commit, collective), rank 0 merges
-// the indexes into manifest.yaml, fsyncs it, renames step_N.tmp to step_N, replaces
-// `latest` by rename and removes all but the `checkpoint.keep` newest complete checkpoints.
+// the indexes into manifest.yaml, seals it with its CRC-32C (its last line), fsyncs it,
+// renames step_N.tmp to step_N, replaces `latest` by rename and removes all but the
+// `checkpoint.keep` newest complete checkpoints.
+//
+// Reading checks the manifest whole (seal, fields, regions tiling every tensor and rank
+// file) before a byte of a rank file is read, and each region's CRC as it is read.
 #pragma once
 #include "compute/backend.h"
 #include "comm/comm.h"

@@ -1,5 +1,7 @@
-// checkpoint_read.c: reading checkpoints (see checkpoint.h): the manifest, the regions a
-// rank needs on any layout, resume, and the whole model for export and sampling.
+// checkpoint_read.c: reading checkpoints (see checkpoint.h): which checkpoint to resume
+// (`latest`, or the newest complete one when it is damaged), the regions a rank needs on
+// any layout, resume, the whole model for export and sampling, and checking a whole
+// checkpoint. The manifest is read and checked by checkpoint_manifest.c.
 #include "io/checkpoint_internal.h"
 
 #include <dirent.h>
