@@ -20,8 +20,10 @@ wait_for() {
     for i in $(seq 400); do "$@" && return 0; sleep 0.05; done
     return 1
 }
-STEPS=20
-R=(--set train.steps=$STEPS --set checkpoint.every=5 --set log.every=1 --set data.eval_every=0)
+# One thread per run: the runs here are short and often share the machine.
+STEPS=15
+R=(--set train.steps=$STEPS --set checkpoint.every=5 --set log.every=1 --set data.eval_every=0
+   --set system.threads=1)
 # A run slowed down by its checkpoints (0.2 s each), so that a second one meets it running.
 SLOW=(env TRIDENT_TEST_CKPT_DELAY_MS=200)
 $T train $CFG "${R[@]}" --set run.out_dir=$W/ref --set checkpoint.dir=$W/cref >$W/ref.log 2>&1 ||
@@ -64,7 +66,7 @@ else fail rundir_lock_released_clean "$(cat $W/a/.trident.lock 2>&1)"; fi
 
 # --- two runs started at once on one directory: one runs as alone, one is refused ---------
 # (each at least 2 s long, so that they meet whatever the load of the machine)
-SLOW=(env TRIDENT_TEST_CKPT_DELAY_MS=500)
+SLOW=(env TRIDENT_TEST_CKPT_DELAY_MS=700)
 "${SLOW[@]}" $T train $CFG "${R[@]}" --set run.out_dir=$W/s --set checkpoint.dir=$W/cs >$W/s1.log 2>&1 &
 p1=$!
 "${SLOW[@]}" $T train $CFG "${R[@]}" --set run.out_dir=$W/s --set checkpoint.dir=$W/cs >$W/s2.log 2>&1 &
@@ -112,18 +114,18 @@ unusable rundir_probe_unwritable "checkpoint.dir /sys/kernel: cannot create" \
     --set run.out_dir=$W/p_out --set checkpoint.dir=/sys/kernel
 
 # --- a full disk (ENOSPC injected): exit 4 naming the file, the previous checkpoint kept -----
-# A checkpoint of this run is about 445 kB: the third one (step 15) does not fit in 1 MB.
-TRIDENT_TEST_CKPT_ENOSPC=1000000 $T train $CFG "${R[@]}" --set run.out_dir=$W/f \
+# A checkpoint of this run is about 445 kB: the second one (step 10) does not fit in 600 kB.
+TRIDENT_TEST_CKPT_ENOSPC=600000 $T train $CFG "${R[@]}" --set run.out_dir=$W/f \
     --set checkpoint.dir=$W/cf >$W/f1.log 2>&1
 rc=$?
 latest=$(cat $W/cf/latest 2>/dev/null)
 kept=$(test -f $W/cf/$latest/manifest.yaml && echo yes) # pruned by the resumed run later
 $T train $CFG "${R[@]}" --set run.out_dir=$W/f --set checkpoint.dir=$W/cf >$W/f2.log 2>&1
 rc2=$?
-if [ $rc = 4 ] && grep -q "cannot write $W/cf/step_00000015.tmp/rank_00000.bin: No space left on device" $W/f1.log &&
-    [ "$latest" = step_00000010 ] && [ "$kept" = yes ] && [ $rc2 = 0 ] &&
-    grep -q "resumed from $W/cf/step_00000010" $W/f2.log && out=$(alone f); then
-    pass "rundir_enospc_injected: exit 4 naming the rank file, step 10 kept, resumed: $out"
+if [ $rc = 4 ] && grep -q "cannot write $W/cf/step_00000010.tmp/rank_00000.bin: No space left on device" $W/f1.log &&
+    [ "$latest" = step_00000005 ] && [ "$kept" = yes ] && [ $rc2 = 0 ] &&
+    grep -q "resumed from $W/cf/step_00000005" $W/f2.log && out=$(alone f); then
+    pass "rundir_enospc_injected: exit 4 naming the rank file, step 5 kept, resumed: $out"
 else fail rundir_enospc_injected "exit $rc then $rc2, latest '$latest': $(grep -h error $W/f1.log $W/f2.log | head -2)"; fi
 
 # --- the last checkpoint fails: the final model is written anyway, then exit 4 -------------
