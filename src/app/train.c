@@ -246,13 +246,14 @@ static tri_status train_loop(trainer *tr) {
     }
     TRI_CHECK(save_model(tr));
     if (final_ckpt != TRI_OK) {
-        if (tr->li->rank == 0)
+        if (tr->li->rank == 0) {
             LOG_ERROR("the checkpoint of the last step (%d) was not written (see above); the "
                       "final model was written to %s/model.bin",
                       cfg->train.steps, cfg->run.out_dir);
-        LOG_HINT("the newest complete checkpoint in %s is kept; free space in checkpoint.dir "
-                 "before resuming from it",
-                 cfg->checkpoint.dir);
+            LOG_HINT("the newest complete checkpoint in %s is kept; free space in "
+                     "checkpoint.dir before resuming from it",
+                     cfg->checkpoint.dir);
+        }
         return final_ckpt;
     }
     char val[64] = "";

@@ -36,7 +36,8 @@ const env_desc ENV_TABLE[ENV_COUNT] = {
     [ENV_PMIX_NAMESPACE] = {"PMIX_NAMESPACE", ENV_BY_LAUNCHER, "set by the launcher",
                             "a process started alone is a world of one",
                             "a PMIx launcher started this process: a failing PMIx_Init is "
-                            "then an error (exit 5), not a world of one"},
+                            "then an error (exit 5), not a world of one; also the job named "
+                            "in lock files when SLURM_JOB_ID is unset"},
     [ENV_PMIX_RANK] = {"PMIX_RANK", ENV_BY_LAUNCHER, "set by the launcher",
                        "a process started alone is a world of one", "as PMIX_NAMESPACE"},
     [ENV_SLURM_JOB_ID] = {"SLURM_JOB_ID", ENV_BY_LAUNCHER, "set by Slurm",
