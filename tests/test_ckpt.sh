@@ -25,7 +25,7 @@ $T train $CFG "${ONE[@]}" --set run.out_dir=$W/r10 --set checkpoint.dir=$W/c10 \
 if out=$(same_steps $W/r20 $W/r10) && cmp -s $W/r20/model.bin $W/r10/model.bin &&
     grep -q "resumed from $W/c20/step_00000010: step 10" $W/r10.log; then pass "ckpt_resume_bitwise_1proc $out"
 else fail ckpt_resume_bitwise_1proc "$out $(tail -2 $W/r10.log | tr '\n' ' ')"; fi
-nodir() { grep -v '^    out_dir:\|^    dir:\|^    async:' "$1"; }
+nodir() { grep -v '^    out_dir:\|^    dir:\|^    async:\|^manifest_crc32c:' "$1"; } # the seal covers those lines
 if cmp -s $W/c20/step_00000010/rank_00000.bin $W/c20s/step_00000010/rank_00000.bin &&
     cmp -s <(nodir $W/c20/step_00000020/manifest.yaml) <(nodir $W/c20s/step_00000020/manifest.yaml); then
     pass ckpt_async_equals_sync
@@ -157,6 +157,97 @@ EXTRA="--set model.d_model=64" damaged ckpt_other_model \
     "tensor wte is \[256, 32\] in the checkpoint but \[256, 64\] in this model" true
 damaged ckpt_no_manifest "is not a checkpoint (no manifest.yaml" rm $W/bad/manifest.yaml
 
+# --- edited manifests (issue 15): the seal, every field's range and the regions' tiling ------
+# manifest_tool FILE reseal|v1: seals FILE again after an edit (a version 2 manifest's last line
+# is the CRC-32C of the bytes before it), or makes it a version 1 manifest (no seal line).
+manifest_tool() {
+    /usr/bin/python3 - "$1" "$2" <<'PY'
+import sys
+path, what = sys.argv[1], sys.argv[2]
+table = []
+for i in range(256):
+    c = i
+    for _ in range(8):
+        c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+    table.append(c)
+def crc32c(data):
+    c = 0xFFFFFFFF
+    for b in data:
+        c = table[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+lines = open(path, 'rb').read().splitlines(keepends=True)
+if lines[-1].startswith(b'manifest_crc32c:'):
+    lines = lines[:-1]
+body = b''.join(lines)
+if what == 'v1':
+    body = body.replace(b'\nversion: 2\n', b'\nversion: 1\n')
+else:
+    body += b'manifest_crc32c: 0x%08x\n' % crc32c(body)
+open(path, 'wb').write(body)
+PY
+}
+damaged ckpt_manifest_step_negative "manifest.yaml:4: step: -3 is out of range" \
+    sed -i 's/^step: 10$/step: -3/' $W/bad/manifest.yaml
+damaged ckpt_manifest_samples_edited "tokens: 2560, but samples 88 x config.model.seq_len" \
+    sed -i 's/^samples: 80$/samples: 88/' $W/bad/manifest.yaml
+damaged ckpt_manifest_optim_t_edited "manifest.yaml:7: optim_t: 7, but step is 10" \
+    sed -i 's/^optim_t: 10$/optim_t: 7/' $W/bad/manifest.yaml
+damaged ckpt_manifest_truncated "no 'manifest_crc32c: 0x...' line at its end" truncate -s 5000 $W/bad/manifest.yaml
+damaged ckpt_manifest_newer_version "format version '3': this trident reads versions 1 to 2" \
+    sed -i 's/^version: 2$/version: 3/' $W/bad/manifest.yaml
+v1_edit() { manifest_tool $W/bad/manifest.yaml v1 && sed -i 's/^step: 10$/step: 12/' $W/bad/manifest.yaml; }
+damaged ckpt_manifest_v1_edited "optim_t: 10, but step is 12" v1_edit
+# A version 1 checkpoint (as trident wrote them before the seal) still resumes, bitwise.
+rm -rf $W/v1 $W/rv1 && cp -r $W/c20/step_00000010 $W/v1 && manifest_tool $W/v1/manifest.yaml v1
+mkdir -p $W/rv1 && cp $W/r20/metrics.jsonl $W/rv1/
+$T train $CFG "${ONE[@]}" --set run.out_dir=$W/rv1 --set checkpoint.dir=$W/cv1 --set checkpoint.resume=$W/v1 >$W/rv1.log 2>&1
+if out=$(same_steps $W/r20 $W/rv1) && cmp -s $W/r20/model.bin $W/rv1/model.bin &&
+    grep -q "format version 1 has no manifest checksum" $W/rv1.log && grep -q "^version: 1$" $W/v1/manifest.yaml; then
+    pass "ckpt_version1_resumes_bitwise $out"
+else fail ckpt_version1_resumes_bitwise "$out $(grep -h error $W/rv1.log | head -2)"; fi
+# Issue 15's tp2 case: one region line copied over another and the manifest sealed again, so
+# that only the tiling check can see it: refused before a byte is read, on any layout.
+rm -rf $W/dup $W/rdup && cp -r $W/cm/step_00000010 $W/dup
+/usr/bin/python3 - $W/dup/manifest.yaml <<'PY'
+import sys
+lines = open(sys.argv[1]).read().splitlines(keepends=True)
+qkv = [i for i, l in enumerate(lines) if 'tensor: h0.qkvw, kind: param' in l]
+lines[qkv[1]] = lines[qkv[0]]  # another rank's rows of h0.qkvw replaced by the first's
+open(sys.argv[1], 'w').write(''.join(lines))
+PY
+manifest_tool $W/dup/manifest.yaml reseal
+$T train $CFG "${ONE[@]}" --set run.out_dir=$W/rdup --set checkpoint.dir=$W/cdup --set checkpoint.resume=$W/dup >$W/dup.log 2>&1
+rc=$?
+if [ $rc = 4 ] && grep -q "manifest.yaml:[0-9]*: regions: h0.qkvw (param): rows .* overlap the region of line" $W/dup.log &&
+    [ ! -e $W/cdup ] && ! grep -q "^step " $W/dup.log; then pass "ckpt_tp2_duplicated_region: $(grep -m1 -o 'regions: .*' $W/dup.log)"
+else fail ckpt_tp2_duplicated_region "exit $rc: $(grep -h error $W/dup.log | head -2)"; fi
+
+# --- a damaged `latest` (issue 15): the newest complete checkpoint, said why, bitwise --------
+for how in empty deleted loop; do
+    rm -rf $W/lat $W/rlat && mkdir -p $W/lat $W/rlat && cp -r $W/c20/step_00000010 $W/lat/
+    cp $W/r20/metrics.jsonl $W/rlat/ # steps 1-20 of the full run: 11-20 are written again
+    case $how in
+    empty) : >$W/lat/latest ;;
+    deleted) ;;
+    loop) ln -s latest $W/lat/latest ;;
+    esac
+    $T train $CFG "${ONE[@]}" --set run.out_dir=$W/rlat --set checkpoint.dir=$W/lat >$W/lat.log 2>&1
+    if out=$(same_steps $W/r20 $W/rlat) && cmp -s $W/r20/model.bin $W/rlat/model.bin &&
+        grep -q "warning: checkpoint $W/lat: latest .*; using the newest complete checkpoint, $W/lat/step_00000010" $W/lat.log &&
+        grep -q "resumed from $W/lat/step_00000010: step 10" $W/lat.log; then
+        pass "ckpt_latest_${how}_resumes_newest $out"
+    else fail ckpt_latest_${how}_resumes_newest "$out $(grep -h 'warning\|error' $W/lat.log | head -2)"; fi
+done
+# Step directories, none complete, no latest: exit 4, never a fresh start over them.
+rm -rf $W/inc $W/rinc && mkdir -p $W/inc $W/rinc && cp -r $W/c20/step_00000010 $W/inc/ && rm $W/inc/step_00000010/manifest.yaml
+echo keep >$W/rinc/metrics.jsonl
+$T train $CFG "${ONE[@]}" --set run.out_dir=$W/rinc --set checkpoint.dir=$W/inc >$W/inc.log 2>&1
+rc=$?
+if [ $rc = 4 ] && grep -q "checkpoint.dir $W/inc holds 1 step_N directory but no complete checkpoint" $W/inc.log &&
+    [ "$(cat $W/rinc/metrics.jsonl)" = keep ] && [ "$(ls $W/inc | tr '\n' ' ')" = "step_00000010 " ]; then
+    pass ckpt_incomplete_checkpoints_no_fresh_start
+else fail ckpt_incomplete_checkpoints_no_fresh_start "exit $rc: $(grep -h error $W/inc.log | head -2)"; fi
+
 # --- kill -9 at random moments while checkpoints are being written --------------------
 KILL=(--set train.steps=12 --set checkpoint.every=1 --set checkpoint.keep=2 --set log.every=1
       --set data.eval_every=0 --set model.d_model=128 --set model.n_layer=4)
@@ -175,7 +266,8 @@ for i in 1 2 3 4 5; do
     detail="$detail [kill $i: latest '${latest}', $(ls $W/ckill 2>/dev/null | grep -c tmp) tmp]"
 done
 $T train $CFG "${KILL[@]}" --set run.out_dir=$W/kill --set checkpoint.dir=$W/ckill >$W/kill.final.log 2>&1
-if [ $killed_ok = 5 ] && [ $mid_write -ge 1 ] && out=$(same_steps $W/kref $W/kill) && cmp -s $W/kref/model.bin $W/kill/model.bin; then
+if [ $killed_ok = 5 ] && [ $mid_write -ge 1 ] && out=$(same_steps $W/kref $W/kill) && cmp -s $W/kref/model.bin $W/kill/model.bin &&
+    grep -q "checkpoint.dir $W/ckill: taking over the lock of pid" $W/kill.final.log; then
     pass "ckpt_kill9_during_writes $detail; resumed to the end: $out"
 else fail ckpt_kill9_during_writes "$detail $out $(tail -2 $W/kill.final.log | tr '\n' ' ')"; fi
 

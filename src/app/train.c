@@ -74,18 +74,19 @@ static double peak_rss_bytes(void) {
     return getrusage(RUSAGE_SELF, &ru) == 0 ? 1024.0 * (double)ru.ru_maxrss : 0.0;
 }
 
-// Writes model.bin where the llm.c format fits (llmc_save_wanted): rank 0 writes it tensor by
+// Writes model.bin where the llm.c format fits (llmc_save_wanted), or with `force` whatever its
+// size (the last checkpoint failed: model.bin is then the run's only output): rank 0 writes it tensor by
 // tensor, each assembled over the model-parallel group of dp replica 0 in pieces of at most
 // MODEL_SAVE_PIECE_BYTES (model_gather_rows), so that every rank holds two pieces (the piece
 // and its staging), never the model: plan.h's host_save_bytes. Under ZeRO-3 every dp replica
 // takes part (the pieces' parameters are gathered over dp). Collective over the world: every
 // rank returns the same status, and rank 0 reports the largest peak resident memory of all.
-static tri_status save_model(trainer *tr) {
+static tri_status save_model(trainer *tr, int force) {
     const run_config *cfg = tr->cfg;
     model *m = &tr->model;
     param_table full;
     params_build_full(&full, &cfg->model, cfg->parallel.tp);
-    const int wanted = llmc_save_wanted(&full, cfg);
+    const int wanted = force || llmc_save_wanted(&full, cfg);
     const int zero3 = zero_layout_of(tr->zero)->stage == 3, writer = tr->li->rank == 0;
     char path[4096];
     snprintf(path, sizeof path, "%s/model.bin", cfg->run.out_dir);
@@ -278,7 +279,7 @@ static tri_status finish_stopped(trainer *tr, const loop_state *ls) {
         TRI_CHECK(checkpoint_step(tr, n, samples, 0, note, sizeof note));
         LOG_INFO("step %5d/%d%s", n, cfg->train.steps, note);
     }
-    if (complete) TRI_CHECK(save_model(tr));
+    if (complete) TRI_CHECK(save_model(tr, 0));
     // A metrics write that failed after the boundary (the stop checkpoint's line): rank 0
     // exits 4 too.
     if (tr->li->rank == 0 && metrics_stops_run(&tr->metrics)) tr->metrics_lost = 1;
@@ -329,6 +330,7 @@ static tri_status train_loop(trainer *tr) {
     double first_loss = NAN, last_loss = NAN, last_val = NAN, total_s = 0.0;
     int stop = 0;
     loop_state ls = {tr->start.step, -1, 0};
+    tri_status final_ckpt = TRI_OK; // of the last step's checkpoint
     // Start-up is over: from here the step boundaries and evaluation batches poll for a
     // stop, and the comm timeout bounds every wait.
     stop_startup_end();
@@ -359,15 +361,20 @@ static tri_status train_loop(trainer *tr) {
         ls.done_steps = n;
         const int64_t samples = tr->start.samples +
                                 (int64_t)(n - tr->start.step) * cfg->train.global_batch;
-        TRI_CHECK(step_boundary(tr, &stop));
         char ckpt_note[96] = "";
-        if (tr->ckpt && (stop || n == cfg->train.steps ||
-                         (cfg->checkpoint.every > 0 && n % cfg->checkpoint.every == 0))) {
-            TRI_CHECK(checkpoint_step(tr, n, samples,
-                                      cfg->checkpoint.async && !stop && n < cfg->train.steps,
-                                      ckpt_note, sizeof ckpt_note));
-            ls.ckpt_step = n;
+        tri_status ck = step_boundary(tr, &stop);
+        if (ck == TRI_OK && tr->ckpt &&
+            (stop || n == cfg->train.steps ||
+             (cfg->checkpoint.every > 0 && n % cfg->checkpoint.every == 0))) {
+            ck = checkpoint_step(tr, n, samples,
+                                 cfg->checkpoint.async && !stop && n < cfg->train.steps, ckpt_note,
+                                 sizeof ckpt_note);
+            if (ck == TRI_OK) ls.ckpt_step = n;
         }
+        // A checkpoint failing at the last step must not cost the final model: it is
+        // written below, and the run then ends with the checkpoint's error.
+        if (ck == TRI_ERR_CKPT && n == cfg->train.steps && !stop) final_ckpt = ck;
+        else TRI_CHECK(ck);
         int logged = n == 1 || n % cfg->log.every == 0 || n == cfg->train.steps || stop;
         if (!logged && ckpt_note[0]) LOG_INFO("step %5d/%d%s", n, cfg->train.steps, ckpt_note);
         if (logged) log_step(tr, n, samples, loss, lr, norm, dt, waited, ckpt_note);
@@ -380,7 +387,7 @@ static tri_status train_loop(trainer *tr) {
     }
     if (stop) return finish_stopped(tr, &ls);
     // The final model even when metrics were lost at the last step: training is complete.
-    TRI_CHECK(save_model(tr));
+    TRI_CHECK(save_model(tr, final_ckpt != TRI_OK));
     tri_status metrics_rc = tr->li->rank == 0 ? metrics_close(&tr->metrics) : TRI_OK;
     if (tr->metrics_lost) metrics_rc = TRI_ERR_CKPT;
     char val[64] = "", lost[640] = "";
@@ -399,6 +406,17 @@ static tri_status train_loop(trainer *tr) {
                  tr->metrics.path);
     } else if (lost[0]) {
         LOG_WARN("%s (log.metrics_required is false: the run is otherwise complete)", lost);
+    }
+    if (final_ckpt != TRI_OK) {
+        if (tr->li->rank == 0) {
+            LOG_ERROR("the checkpoint of the last step (%d) was not written (see above); the "
+                      "final model was written to %s/model.bin",
+                      cfg->train.steps, cfg->run.out_dir);
+            LOG_HINT("the newest complete checkpoint in %s is kept; free space in "
+                     "checkpoint.dir before resuming from it",
+                     cfg->checkpoint.dir);
+        }
+        return final_ckpt;
     }
     // Metrics lost after the last step boundary: rank 0 alone knows, and exits 4 (the
     // launcher reports the job's worst exit code).

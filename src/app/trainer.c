@@ -4,14 +4,15 @@
 // optimizer carve), the initial parameters, a resumed checkpoint and the run record.
 #include "app/trainer_internal.h"
 
-#include <errno.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "base/stop.h"
 #include "compute/backend_select.h"
 #include "config/config_layout.h"
+#include "io/llmc.h"
 #include "io/model_init.h"
+#include "io/rundir.h"
 #include "plan/plan.h"
 
 // The backend's practical matmul rate, measured once (about 0.1 s) as the MFU denominator
@@ -69,6 +70,22 @@ ckpt_state trainer_checkpoint_view(trainer *tr) {
                         .rank = tr->li->rank,
                         .world = tr->li->world,
                         .tp_rank = tr->coord.tp};
+}
+
+// Locks and probes run.out_dir and checkpoint.dir (io/rundir.h) before anything is read
+// from them or written to them: a second run on one of them, or an unusable one, ends here.
+static tri_status open_dirs(trainer *tr) {
+    ckpt_state view = trainer_checkpoint_view(tr);
+    param_table full;
+    params_build_full(&full, &tr->cfg->model, tr->cfg->parallel.tp);
+    const rundir_plan plan = {
+        .checkpoint_rank_bytes = tr->cfg->checkpoint.dir ? ckpt_rank_bytes(&view) : 0,
+        // model.bin (llm.c), where the final save writes one
+        .model_bytes = llmc_save_wanted(&full, tr->cfg) ? 1024 + 4 * (uint64_t)full.global_numel
+                                                        : 0,
+    };
+    params_free(&full);
+    return rundir_open(&tr->dirs, tr->cfg, tr->cm, tr->li->rank, tr->li->local_rank, &plan);
 }
 
 // Resumes per checkpoint.resume (before anything is written), and prepares the writer.
@@ -166,24 +183,18 @@ static tri_status startup_boundary(trainer *tr, const char *next_phase) {
     return TRI_OK;
 }
 
-// Rank 0 creates run.out_dir and opens metrics.jsonl; every rank learns the outcome (one
+// Rank 0 opens metrics.jsonl (and the TensorBoard events); every rank learns the outcome (one
 // all-reduce), so that an error there ends every rank, and whether the resumed step's
 // evaluation is missing from the kept lines (then the loop runs it before the first step).
 static tri_status open_outputs(trainer *tr, const char *extra_json) {
     const run_config *cfg = tr->cfg;
     double shared[2] = {TRI_OK, 0}; // status, evaluation to repeat
-    if (tr->li->rank == 0) {
-        if (make_dirs(cfg->run.out_dir) != 0) {
-            LOG_ERROR("cannot create directory %s: %s", cfg->run.out_dir, strerror(errno));
-            LOG_HINT("check run.out_dir");
-            shared[0] = TRI_ERR_CONFIG;
-        } else {
-            shared[0] = metrics_open(&tr->metrics, cfg, tr->cm->world_size, tr->be->name,
-                                     tr->cm->name, extra_json, tr->resumed ? tr->start.step : -1);
-            shared[1] = tr->metrics.resumed_eval_miss;
-            if (shared[0] == TRI_OK && cfg->log.tensorboard)
-                shared[0] = tb_open(&tr->tb, cfg->log.tensorboard, tr->start.step + 1);
-        }
+    if (tr->li->rank == 0) {        // run.out_dir exists: rundir_open made and probed it
+        shared[0] = metrics_open(&tr->metrics, cfg, tr->cm->world_size, tr->be->name, tr->cm->name,
+                                 extra_json, tr->resumed ? tr->start.step : -1);
+        shared[1] = tr->metrics.resumed_eval_miss;
+        if (shared[0] == TRI_OK && cfg->log.tensorboard)
+            shared[0] = tb_open(&tr->tb, cfg->log.tensorboard, tr->start.step + 1);
     }
     if (tr->li->world > 1)
         TRI_CHECK(
@@ -234,6 +245,8 @@ tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     TRI_CHECK(sched_build(&tr->sched, cfg->parallel.schedule, pp, v, tr->n_micro, tr->coord.pp));
     TRI_CHECK(sched_build_forward(&tr->eval_sched, pp, pp == 1 ? 1 : v, tr->n_micro, tr->coord.pp));
     TRI_CHECK(create_model(tr));
+    TRI_CHECK(startup_boundary(tr, "directories"));
+    TRI_CHECK(open_dirs(tr));
     TRI_CHECK(startup_boundary(tr, "resume"));
     TRI_CHECK(open_checkpoints(tr));
     TRI_CHECK(startup_boundary(tr, "metrics"));
@@ -258,6 +271,7 @@ void trainer_free(trainer *tr) {
     ckpt_writer_free(tr->ckpt);
     metrics_free(&tr->metrics);
     tb_close(&tr->tb);
+    rundir_close(&tr->dirs); // after the last write into them
     executor_free(&tr->exec);
     if (tr->be) {
         optim_free(tr->optim);

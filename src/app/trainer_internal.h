@@ -14,6 +14,7 @@
 #include "io/data.h"
 #include "io/metrics.h"
 #include "io/tensorboard.h"
+#include "io/rundir.h"
 #include "model/model.h"
 #include "parallel/executor.h"
 #include "parallel/optim.h"
@@ -41,6 +42,7 @@ typedef struct {
     int step;       // the optimizer step being run (0-based), for the batch loader
     int eval_batch; // the evaluation batch being run
     double flops_per_token, peak_flops;
+    rundir dirs;         // run.out_dir and checkpoint.dir, locked (rank 0)
     ckpt_writer *ckpt;   // NULL without checkpoint.dir
     ckpt_progress start; // where training starts: zero, or the resumed checkpoint's
     int resumed;

@@ -30,6 +30,10 @@ const env_desc ENV_TABLE[ENV_COUNT] = {
                                      "metrics.jsonl acts as if its file system were full once it "
                                      "holds this many bytes: a line written past it is cut "
                                      "short and fails with ENOSPC"},
+    [ENV_TEST_CKPT_ENOSPC] = {"TRIDENT_TEST_CKPT_ENOSPC", ENV_BY_TEST_HOOK, "bytes", "no limit",
+                              "once the process has written this many bytes of checkpoint "
+                              "files, every further checkpoint write fails with ENOSPC, as on "
+                              "a full disk"},
     [ENV_BLAS_REEXEC] = {"TRIDENT_BLAS_REEXEC", ENV_BY_INTERNAL, "1", "not restarted yet",
                          "set before trident restarts itself with OPENBLAS_CORETYPE, so that "
                          "it restarts at most once"},
@@ -41,9 +45,14 @@ const env_desc ENV_TABLE[ENV_COUNT] = {
     [ENV_PMIX_NAMESPACE] = {"PMIX_NAMESPACE", ENV_BY_LAUNCHER, "set by the launcher",
                             "a process started alone is a world of one",
                             "a PMIx launcher started this process: a failing PMIx_Init is "
-                            "then an error (exit 5), not a world of one"},
+                            "then an error (exit 5), not a world of one; also the job named "
+                            "in lock files when SLURM_JOB_ID is unset"},
     [ENV_PMIX_RANK] = {"PMIX_RANK", ENV_BY_LAUNCHER, "set by the launcher",
                        "a process started alone is a world of one", "as PMIX_NAMESPACE"},
+    [ENV_SLURM_JOB_ID] = {"SLURM_JOB_ID", ENV_BY_LAUNCHER, "set by Slurm",
+                          "the job is named by PMIX_NAMESPACE, if any",
+                          "the job id written into the lock files of run.out_dir and "
+                          "checkpoint.dir, so that a refused run names the job holding them"},
     [ENV_OPENBLAS_NUM_THREADS] = {"OPENBLAS_NUM_THREADS", ENV_BY_LIBRARY, "N", "all cores",
                                   "OpenBLAS's own thread pool, started when it loads; trident "
                                   "computes with OpenMP and sets OpenBLAS to 1 thread, so the "

@@ -1,6 +1,7 @@
 // checkpoint.c: writing checkpoints (see checkpoint.h), and what reading shares with it
 // (checkpoint_internal.h). The format is DESIGN.md's; the manifest is YAML written with
-// printf and read with libyaml (checkpoint_read.c).
+// printf, sealed with its checksum, and read and checked with libyaml
+// (checkpoint_manifest.c).
 #include "io/checkpoint_internal.h"
 
 #include <dirent.h>
@@ -100,17 +101,50 @@ static int fsync_path(const char *path) {
     return rc;
 }
 
+// Test hook TRIDENT_TEST_CKPT_ENOSPC=N: once this process has written N bytes of checkpoint
+// files (rank files, indexes, manifest, latest), every further write fails with ENOSPC, as
+// on a file system that has filled up (tests/test_rundir.sh, where no tmpfs can be mounted).
+static atomic_llong g_written;
+
+static size_t enospc_allowed(size_t n) {
+    static long long limit = -2; // -2: not read yet; -1: no limit
+    if (limit == -2) limit = env_get(ENV_TEST_CKPT_ENOSPC) ? env_int(ENV_TEST_CKPT_ENOSPC, 0) : -1;
+    if (limit < 0) return n;
+    long long before = atomic_fetch_add(&g_written, (long long)n);
+    return before + (long long)n <= limit ? n : before >= limit ? 0 : (size_t)(limit - before);
+}
+
 static int write_all(int fd, const void *buf, size_t n) {
     const char *p = buf;
-    while (n) {
-        ssize_t w = write(fd, p, n);
+    const size_t allowed = enospc_allowed(n);
+    for (size_t left = allowed; left;) {
+        ssize_t w = write(fd, p, left);
         if (w < 0) {
             if (errno == EINTR) continue;
             return -1;
         }
-        p += w, n -= (size_t)w;
+        p += w, left -= (size_t)w;
+    }
+    if (allowed < n) {
+        errno = ENOSPC;
+        return -1;
     }
     return 0;
+}
+
+// Creates (or replaces) `path` with the n bytes of data, then a second part (may be empty),
+// and fsyncs it. 0, or -1 with errno set.
+static int write_file(const char *path, const void *data, size_t n, const void *more,
+                      size_t n_more) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return -1;
+    if (write_all(fd, data, n) != 0 || write_all(fd, more, n_more) != 0 || fsync(fd) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return close(fd);
 }
 
 // rm -r of a directory of plain files (a checkpoint's).
@@ -128,9 +162,15 @@ static int remove_dir(const char *path) {
     return rmdir(path);
 }
 
-static int is_step_name(const char *name, int *step) {
-    int len = 0;
-    return sscanf(name, "step_%8d%n", step, &len) == 1 && len == 13 && name[len] == '\0';
+int ckpt_is_step_name(const char *name, int *step) {
+    if (strncmp(name, "step_", 5) || strlen(name) != 13) return 0;
+    int v = 0;
+    for (int i = 5; i < 13; i++) {
+        if (name[i] < '0' || name[i] > '9') return 0;
+        v = v * 10 + (name[i] - '0');
+    }
+    *step = v;
+    return 1;
 }
 
 // ---- the writer ----
@@ -200,12 +240,12 @@ static tri_status write_rank_files(ckpt_writer *w) {
     }
     if (fsync(fd) != 0 || close(fd) != 0) goto io_error;
 
+    // The index: one line per region, after the data it describes is on disk.
     pathf(idx_path, "%s/rank_%05d.idx", w->tmp, w->s.rank);
-    FILE *idx = fopen(idx_path, "w");
-    if (!idx) {
-        pathf(path, "%s", idx_path);
-        goto io_error;
-    }
+    char *text = NULL;
+    size_t len = 0;
+    FILE *idx = open_memstream(&text, &len);
+    if (!idx) goto io_error;
     size_t off = 0;
     for (int i = 0; i < w->n_spans; i++) {
         const span *sp = &w->spans[i];
@@ -217,9 +257,9 @@ static tri_status write_rank_files(ckpt_writer *w) {
                          sp->hi - w->s.pt->entries[sp->entry].offset, write_idx_line, &c);
         off += (sp->hi - sp->lo) * sizeof(float);
     }
-    int bad = fflush(idx) != 0; // flush, then sync: in this order
-    bad |= ferror(idx) || fsync(fileno(idx)) != 0;
-    if (fclose(idx) != 0 || bad) {
+    int bad = fclose(idx) != 0 || write_file(idx_path, text, len, NULL, 0) != 0;
+    free(text);
+    if (bad) {
         pathf(path, "%s", idx_path);
         goto io_error;
     }
@@ -269,6 +309,16 @@ tri_status ckpt_writer_create(ckpt_writer **out, const ckpt_state *s) {
     return TRI_OK;
 }
 
+uint64_t ckpt_rank_bytes(const ckpt_state *s) {
+    const int n = stored_spans(s, NULL);
+    span *spans = xcalloc((size_t)n + 1, sizeof(span));
+    stored_spans(s, spans);
+    uint64_t bytes = 0;
+    for (int i = 0; i < n; i++) bytes += (spans[i].hi - spans[i].lo) * sizeof(float);
+    free(spans);
+    return bytes;
+}
+
 int ckpt_pending(const ckpt_writer *w) { return w && w->pending; }
 int ckpt_write_done(const ckpt_writer *w) { return w && w->pending && atomic_load(&w->done); }
 
@@ -285,7 +335,10 @@ static tri_status write_manifest(ckpt_writer *w) {
     const run_config *cfg = s->cfg;
     char path[PATH_BYTES], tmp_path[PATH_BYTES];
     path_join(path, w->tmp, "manifest.yaml");
-    FILE *f = fopen(path, "w");
+    // Composed in memory, sealed with its checksum, then written and synced.
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
     if (!f) goto io_error;
     const ckpt_progress *p = &w->progress;
     fprintf(f, "# trident checkpoint: every region of the rank files, in global coordinates\n");
@@ -319,6 +372,7 @@ static tri_status write_manifest(ckpt_writer *w) {
         if (stat(rp, &st) != 0) {
             pathf(path, "%s", rp);
             fclose(f);
+            free(text);
             goto io_error;
         }
         fprintf(f, "  - {name: %s, bytes: %lld}\n", name, (long long)st.st_size);
@@ -327,19 +381,24 @@ static tri_status write_manifest(ckpt_writer *w) {
     for (int r = 0; r < s->world; r++) {
         pathf(tmp_path, "%s/rank_%05d.idx", w->tmp, r);
         FILE *idx = fopen(tmp_path, "r");
-        if (!idx) {
-            pathf(path, "%s", tmp_path);
-            fclose(f);
-            goto io_error;
-        }
         char buf[65536];
         size_t n;
-        while ((n = fread(buf, 1, sizeof buf, idx)) > 0) fwrite(buf, 1, n, f);
+        while (idx && (n = fread(buf, 1, sizeof buf, idx)) > 0) fwrite(buf, 1, n, f);
+        if (!idx || ferror(idx)) {
+            pathf(path, "%s", tmp_path);
+            if (idx) fclose(idx);
+            fclose(f);
+            free(text);
+            goto io_error;
+        }
         fclose(idx);
     }
-    int bad = fflush(f) != 0; // flush, then sync: in this order
-    bad |= ferror(f) || fsync(fileno(f)) != 0;
-    if (fclose(f) != 0 || bad) goto io_error;
+    char seal[64];
+    int bad = fclose(f) != 0;
+    if (!bad) manifest_seal(text, len, seal, sizeof seal);
+    bad = bad || write_file(path, text, len, seal, strlen(seal)) != 0;
+    free(text);
+    if (bad) goto io_error;
     for (int r = 0; r < s->world; r++) {
         pathf(tmp_path, "%s/rank_%05d.idx", w->tmp, r);
         unlink(tmp_path);
@@ -366,15 +425,13 @@ static tri_status write_manifest(ckpt_writer *w) {
     const char *base = strrchr(w->final, '/') + 1;
     path_join(tmp_path, w->dir, "latest.tmp");
     path_join(path, w->dir, "latest");
-    FILE *l = fopen(tmp_path, "w");
-    if (!l) {
+    char line[64];
+    snprintf(line, sizeof line, "%s\n", base);
+    if (write_file(tmp_path, line, strlen(line), NULL, 0) != 0) {
         pathf(path, "%s", tmp_path);
         goto io_error;
     }
-    fprintf(l, "%s\n", base);
-    bad = fflush(l) != 0;
-    bad |= fsync(fileno(l)) != 0;
-    if (fclose(l) != 0 || bad || rename(tmp_path, path) != 0) goto io_error;
+    if (rename(tmp_path, path) != 0) goto io_error;
     fsync_path(w->dir);
     pathf(tmp_path, "%s.old", w->final);
     remove_dir(tmp_path);
@@ -404,7 +461,7 @@ static void prune(ckpt_writer *w) {
             if (strcmp(p, w->tmp) != 0) remove_dir(p);
             continue;
         }
-        if (!is_step_name(de->d_name, &step)) continue;
+        if (!ckpt_is_step_name(de->d_name, &step)) continue;
         if (n == cap) steps = realloc(steps, (size_t)(cap = cap ? 2 * cap : 16) * sizeof(int));
         steps[n++] = step;
     }

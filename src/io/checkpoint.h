@@ -14,8 +14,12 @@
 // the training loop is blocked when checkpoint.async is on), then writes
 // <dir>/step_N.tmp/rank_R.bin and its index rank_R.idx and fsyncs them, in a background
 // thread or inline. When every rank has finished (ckpt_commit, collective), rank 0 merges
-// the indexes into manifest.yaml, fsyncs it, renames step_N.tmp to step_N, replaces
-// `latest` by rename and removes all but the `checkpoint.keep` newest complete checkpoints.
+// the indexes into manifest.yaml, seals it with its CRC-32C (its last line), fsyncs it,
+// renames step_N.tmp to step_N, replaces `latest` by rename and removes all but the
+// `checkpoint.keep` newest complete checkpoints.
+//
+// Reading checks the manifest whole (seal, fields, regions tiling every tensor and rank
+// file) before a byte of a rank file is read, and each region's CRC as it is read.
 #pragma once
 #include "compute/backend.h"
 #include "comm/comm.h"
@@ -46,6 +50,9 @@ typedef struct {
 typedef struct ckpt_writer ckpt_writer;
 
 tri_status ckpt_writer_create(ckpt_writer **out, const ckpt_state *s);
+// The bytes of this rank's file in each checkpoint (its stored regions); their sum over the
+// ranks is a checkpoint's size, less the manifest (io/rundir.h checks the free space).
+uint64_t ckpt_rank_bytes(const ckpt_state *s);
 // Collective over the world. Waits for (and commits) an earlier checkpoint still being
 // written, copies this rank's state to host memory, then writes it: in a background thread
 // when `async`, else before returning (committed too). *blocked_s: seconds the caller was
@@ -63,8 +70,11 @@ tri_status ckpt_commit(ckpt_writer *w);
 void ckpt_writer_free(ckpt_writer *w);
 
 // The checkpoint directory that checkpoint.resume names: "" when training starts fresh
-// (resume none; auto with no checkpoint.dir or no `latest` in it). TRI_ERR_CKPT when a
-// named checkpoint does not exist.
+// (resume none; auto with no checkpoint.dir, or one that holds no checkpoint). From a
+// checkpoint.dir: the checkpoint `latest` names, or, when `latest` is damaged (missing,
+// empty, unreadable, naming no complete checkpoint), the newest complete step_N with a
+// warning saying why. TRI_ERR_CKPT when a named checkpoint does not exist, and when step_N
+// directories exist but none is complete: never a fresh start over checkpoints.
 tri_status ckpt_resolve_resume(const run_config *cfg, char *path, size_t n);
 
 // Collective: restores parameters, Adam moments and progress from the checkpoint directory
@@ -73,8 +83,15 @@ tri_status ckpt_resolve_resume(const run_config *cfg, char *path, size_t n);
 tri_status ckpt_load(const char *path, const ckpt_state *s, ckpt_progress *p);
 
 // Whether `path` is a checkpoint directory (holds manifest.yaml) or a checkpoint.dir
-// (holds `latest`); in the second case `resolved` gets the newest checkpoint's path.
+// holding a complete checkpoint; in the second case `resolved` gets the one `latest` names,
+// or the newest complete one when `latest` is damaged (a warning says why).
 int ckpt_is_checkpoint(const char *path, char *resolved, size_t n);
+
+// Checks a whole checkpoint without loading it (one process, no comm): the manifest (its
+// checksum, every field, the regions' tiling), the rank files' sizes and every region's
+// CRC. *p gets its progress. TRI_ERR_CKPT, with the file and field named, when anything is
+// wrong.
+tri_status ckpt_verify(const char *path, ckpt_progress *p);
 
 // The whole model of a checkpoint, tensor by tensor (one process, no comm): open fills the
 // model keys of `cfg` (which holds config_defaults()) from the manifest and builds `full`

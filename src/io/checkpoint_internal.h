@@ -1,6 +1,7 @@
-// checkpoint_internal.h: what the checkpoint writer (checkpoint.c) and reader
-// (checkpoint_read.c) share: the kinds of stored state, regions as rectangles of global
-// tensors, the spans of a rank's state in device memory, paths and the agreement of ranks.
+// checkpoint_internal.h: what the checkpoint writer (checkpoint.c), the manifest's reader and
+// checker (checkpoint_manifest.c) and the loader (checkpoint_read.c) share: the kinds of
+// stored state, regions as rectangles of global tensors, the spans of a rank's state in
+// device memory, the manifest as read, paths and the agreement of ranks.
 #pragma once
 #include <stdarg.h>
 #include <stdio.h>
@@ -9,7 +10,11 @@
 
 #define CKPT_FORMAT "trident-checkpoint"
 #define PATH_BYTES 4352 // every path buffer here; checkpoint.dir is limited to 4000 bytes
-#define CKPT_VERSION 1
+// The manifest's format version. 1: the first format. 2: version 1 with a last line
+// `manifest_crc32c: 0x........`, the CRC-32C of every byte before that line. A reader takes
+// every version from 1 to CKPT_VERSION and refuses any other, naming it.
+#define CKPT_VERSION 2
+#define CKPT_SEAL_KEY "manifest_crc32c"
 
 typedef enum { KIND_PARAM = 0, KIND_MASTER, KIND_ADAM_M, KIND_ADAM_V, KIND_COUNT } ckpt_kind;
 extern const char *const ckpt_kind_names[KIND_COUNT]; // "param", "master", "adam_m", "adam_v"
@@ -42,6 +47,62 @@ span ckpt_piece_span(const ckpt_state *s, const zero_piece *pc, ckpt_kind kind, 
 
 // Every rank's status, agreed: the worst (largest) code over the world.
 tri_status ckpt_agree(comm *cm, tri_status rc);
+
+// "step_%08d" exactly (a complete checkpoint's directory name); *step gets N.
+int ckpt_is_step_name(const char *name, int *step);
+
+// ---- the manifest (checkpoint_manifest.c) ----
+
+// One stored region: a rectangle of (tensor, kind) at a byte offset of a rank file.
+typedef struct {
+    int tensor; // index into the manifest's tensors
+    ckpt_kind kind;
+    int elem; // bytes per element: 4 (f32) or 2 (bf16)
+    rect r;
+    int file;
+    uint64_t offset;
+    uint32_t crc;
+    int line; // of manifest.yaml, for messages
+} region;
+
+typedef struct {
+    char name[32];
+    int64_t rows, cols;
+    int line; // of manifest.yaml
+} tensor_info;
+
+// A manifest that manifest_read() has checked: every field in range, every (tensor, kind)
+// tiled exactly once by its regions (param or master, adam_m, adam_v for each tensor), each
+// rank file tiled exactly by the regions in it. What it has not checked: the rank files on
+// disk (ckpt_check_files) and the regions' CRCs (read as they are loaded).
+typedef struct {
+    char dir[PATH_BYTES], path[PATH_BYTES]; // the checkpoint, its manifest.yaml
+    int version;
+    int tp; // mesh.tp of the writer (its vocabulary padding)
+    int step, optim_t;
+    int64_t samples, tokens;
+    int n_layer, n_head, d_model, seq_len, vocab_size, vocab_pad_to;
+    tensor_info *tensors;
+    int *by_name; // tensor indexes sorted by name
+    int n_tensors;
+    char (*files)[64];
+    int64_t *file_bytes;
+    int n_files;
+    region *regions;
+    int n_regions;
+} manifest;
+
+// Reads and checks <dir>/manifest.yaml. Errors name the file, the line and the field, and
+// are TRI_ERR_CKPT; on an error `m` holds nothing to free.
+tri_status manifest_read(manifest *m, const char *dir);
+void manifest_free(manifest *m);
+// The index of tensor `name` in m->tensors, or -1.
+int manifest_find_tensor(const manifest *m, const char *name);
+// The seal of version 2 for the manifest text `text` (n bytes, every line ended by '\n'):
+// the line "manifest_crc32c: 0x........\n" (into `line`, at least 32 bytes) that follows it.
+void manifest_seal(const char *text, size_t n, char *line, size_t cap);
+
+// ---- paths ----
 
 // snprintf into a PATH_BYTES buffer (paths are bounded by the checkpoint.dir limit).
 __attribute__((format(printf, 2, 3))) static inline void pathf(char *out, const char *fmt, ...) {

@@ -1,13 +1,15 @@
-// checkpoint_read.c: reading checkpoints (see checkpoint.h): the manifest, the regions a
-// rank needs on any layout, resume, and the whole model for export and sampling.
+// checkpoint_read.c: reading checkpoints (see checkpoint.h): which checkpoint to resume
+// (`latest`, or the newest complete one when it is damaged), the regions a rank needs on
+// any layout, resume, the whole model for export and sampling, and checking a whole
+// checkpoint. The manifest is read and checked by checkpoint_manifest.c.
 #include "io/checkpoint_internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <yaml.h>
 
 #include "base/bf16.h"
 #include "base/crc32c.h"
@@ -45,246 +47,11 @@ static int needed_spans(const ckpt_state *s, span *out) {
     return n;
 }
 
-static int read_text(const char *path, char *buf, size_t n) {
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    size_t got = fread(buf, 1, n - 1, f);
-    fclose(f);
-    buf[got] = '\0';
-    while (got && (buf[got - 1] == '\n' || buf[got - 1] == ' ')) buf[--got] = '\0';
-    return 0;
-}
-
-// ---- reading: the manifest ----
-
-typedef struct {
-    int tensor; // index into the manifest's tensors
-    ckpt_kind kind;
-    int elem; // bytes per element: 4 (f32) or 2 (bf16)
-    rect r;
-    int file;
-    uint64_t offset;
-    uint32_t crc;
-} region;
-
-typedef struct {
-    char name[32];
-    int64_t rows, cols;
-} tensor_info;
-
-typedef struct {
-    char dir[PATH_BYTES], path[PATH_BYTES]; // the checkpoint, its manifest.yaml
-    int step, optim_t;
-    int64_t samples, tokens;
-    int n_layer, n_head, d_model, seq_len, vocab_size, vocab_pad_to;
-    tensor_info *tensors;
-    int n_tensors;
-    char (*files)[64];
-    int64_t *file_bytes;
-    int n_files;
-    region *regions;
-    int n_regions;
-} manifest;
-
-static void manifest_free(manifest *m) {
-    free(m->tensors);
-    free(m->files);
-    free(m->file_bytes);
-    free(m->regions);
-    memset(m, 0, sizeof *m);
-}
-
-static yaml_node_t *map_get(yaml_document_t *d, yaml_node_t *map, const char *key) {
-    if (!map || map->type != YAML_MAPPING_NODE) return NULL;
-    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
-         p++) {
-        yaml_node_t *k = yaml_document_get_node(d, p->key);
-        if (k && k->type == YAML_SCALAR_NODE && !strcmp((char *)k->data.scalar.value, key))
-            return yaml_document_get_node(d, p->value);
-    }
-    return NULL;
-}
-
-static const char *scalar(yaml_node_t *n) {
-    return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
-}
-
-static int get_i64(yaml_document_t *d, yaml_node_t *map, const char *key, int64_t *out) {
-    const char *s = scalar(map_get(d, map, key));
-    if (!s) return -1;
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 0);
-    if (errno || end == s || *end) return -1;
-    *out = v;
-    return 0;
-}
-
-static int get_int(yaml_document_t *d, yaml_node_t *map, const char *key, int *out) {
-    int64_t v;
-    if (get_i64(d, map, key, &v) || v < INT32_MIN || v > INT32_MAX) return -1;
-    *out = (int)v;
-    return 0;
-}
-
-// A flow sequence of two integers.
-static int get_pair(yaml_document_t *d, yaml_node_t *map, const char *key, int64_t *a, int64_t *b) {
-    yaml_node_t *n = map_get(d, map, key);
-    if (!n || n->type != YAML_SEQUENCE_NODE ||
-        n->data.sequence.items.top - n->data.sequence.items.start != 2)
-        return -1;
-    const char *x = scalar(yaml_document_get_node(d, n->data.sequence.items.start[0]));
-    const char *y = scalar(yaml_document_get_node(d, n->data.sequence.items.start[1]));
-    if (!x || !y) return -1;
-    *a = strtoll(x, NULL, 10), *b = strtoll(y, NULL, 10);
-    return 0;
-}
-
-static int seq_len_of(yaml_node_t *n) {
-    return n && n->type == YAML_SEQUENCE_NODE
-               ? (int)(n->data.sequence.items.top - n->data.sequence.items.start)
-               : -1;
-}
-
-static int find_tensor(const manifest *m, const char *name) {
-    for (int i = 0; i < m->n_tensors; i++)
-        if (!strcmp(m->tensors[i].name, name)) return i;
-    return -1;
-}
-
-static tri_status bad_manifest(const manifest *m, yaml_node_t *n, const char *what) {
-    LOG_ERROR("checkpoint %s:%d: %s", m->path, n ? (int)n->start_mark.line + 1 : 1, what);
-    LOG_HINT("the manifest is damaged or not written by trident; resume from an older checkpoint "
-             "(checkpoint.resume: PATH) or start fresh (checkpoint.resume: none)");
-    return TRI_ERR_CKPT;
-}
-
-static tri_status parse_regions(manifest *m, yaml_document_t *d, yaml_node_t *seq) {
-    m->n_regions = seq_len_of(seq);
-    if (m->n_regions < 0) return bad_manifest(m, seq, "'regions' is not a list");
-    m->regions = xcalloc((size_t)m->n_regions + 1, sizeof(region));
-    for (int i = 0; i < m->n_regions; i++) {
-        yaml_node_t *n = yaml_document_get_node(d, seq->data.sequence.items.start[i]);
-        region *g = &m->regions[i];
-        const char *t = scalar(map_get(d, n, "tensor")), *k = scalar(map_get(d, n, "kind"));
-        const char *dt = scalar(map_get(d, n, "dtype")), *f = scalar(map_get(d, n, "file"));
-        int64_t off, crc;
-        if (!t || !k || !dt || !f || get_pair(d, n, "offset", &g->r.row, &g->r.col) ||
-            get_pair(d, n, "extent", &g->r.rows, &g->r.cols) ||
-            get_i64(d, n, "byte_offset", &off) || get_i64(d, n, "crc32c", &crc))
-            return bad_manifest(m, n,
-                                "a region lacks tensor, kind, dtype, offset, extent, file, "
-                                "byte_offset or crc32c");
-        g->offset = (uint64_t)off, g->crc = (uint32_t)crc;
-        g->tensor = find_tensor(m, t);
-        g->kind = KIND_COUNT;
-        for (int q = 0; q < KIND_COUNT; q++)
-            if (!strcmp(k, ckpt_kind_names[q])) g->kind = (ckpt_kind)q;
-        g->elem = !strcmp(dt, "f32") ? 4 : !strcmp(dt, "bf16") ? 2 : 0;
-        g->file = -1;
-        for (int q = 0; q < m->n_files; q++)
-            if (!strcmp(m->files[q], f)) g->file = q;
-        const tensor_info *ti = g->tensor >= 0 ? &m->tensors[g->tensor] : NULL;
-        if (!ti || g->kind == KIND_COUNT || !g->elem || g->file < 0 || g->r.row < 0 ||
-            g->r.col < 0 || g->r.rows < 1 || g->r.cols < 1 || g->r.row + g->r.rows > ti->rows ||
-            g->r.col + g->r.cols > ti->cols ||
-            g->offset + (uint64_t)(g->r.rows * g->r.cols * g->elem) >
-                (uint64_t)m->file_bytes[g->file])
-            return bad_manifest(m, n,
-                                "a region names an unknown tensor, kind, dtype or file, or lies "
-                                "outside its tensor or file");
-    }
-    return TRI_OK;
-}
-
-// Reads <dir>/manifest.yaml.
-static tri_status manifest_read(manifest *m, const char *dir) {
-    memset(m, 0, sizeof *m);
-    pathf(m->dir, "%s", dir);
-    pathf(m->path, "%s/manifest.yaml", dir);
-    FILE *f = fopen(m->path, "r");
-    if (!f) {
-        LOG_ERROR("checkpoint %s: cannot read %s: %s", dir, m->path, strerror(errno));
-        LOG_HINT("a checkpoint directory holds manifest.yaml and rank_*.bin; a directory without "
-                 "the manifest is incomplete (a write that did not finish)");
-        return TRI_ERR_CKPT;
-    }
-    yaml_parser_t parser;
-    yaml_document_t doc;
-    yaml_parser_initialize(&parser);
-    yaml_parser_set_input_file(&parser, f);
-    int ok = yaml_parser_load(&parser, &doc);
-    fclose(f);
-    if (!ok) {
-        LOG_ERROR("checkpoint %s:%zu: YAML error: %s", m->path, parser.problem_mark.line + 1,
-                  parser.problem ? parser.problem : "unreadable");
-        yaml_parser_delete(&parser);
-        return bad_manifest(m, NULL, "the manifest is not valid YAML");
-    }
-    yaml_parser_delete(&parser);
-    tri_status rc = TRI_OK;
-    yaml_node_t *root = yaml_document_get_root_node(&doc);
-    const char *format = scalar(map_get(&doc, root, "format"));
-    int version = 0;
-    yaml_node_t *model = map_get(&doc, map_get(&doc, root, "config"), "model");
-    yaml_node_t *tensors = map_get(&doc, root, "tensors"), *files = map_get(&doc, root, "files");
-    if (!format || strcmp(format, CKPT_FORMAT) || get_int(&doc, root, "version", &version)) {
-        rc = bad_manifest(m, root, "not a trident checkpoint manifest (format/version missing)");
-        goto done;
-    }
-    if (version != CKPT_VERSION) {
-        LOG_ERROR("checkpoint %s: format version %d; this trident reads version %d", m->path,
-                  version, CKPT_VERSION);
-        rc = TRI_ERR_CKPT;
-        goto done;
-    }
-    if (get_int(&doc, root, "step", &m->step) || get_i64(&doc, root, "samples", &m->samples) ||
-        get_i64(&doc, root, "tokens", &m->tokens) || get_int(&doc, root, "optim_t", &m->optim_t) ||
-        get_int(&doc, model, "n_layer", &m->n_layer) ||
-        get_int(&doc, model, "n_head", &m->n_head) ||
-        get_int(&doc, model, "d_model", &m->d_model) ||
-        get_int(&doc, model, "seq_len", &m->seq_len) ||
-        get_int(&doc, model, "vocab_size", &m->vocab_size) ||
-        get_int(&doc, model, "vocab_pad_to", &m->vocab_pad_to) || seq_len_of(tensors) < 1 ||
-        seq_len_of(files) < 1) {
-        rc = bad_manifest(m, root,
-                          "step, samples, tokens, optim_t, config.model, tensors or files "
-                          "missing");
-        goto done;
-    }
-    m->n_tensors = seq_len_of(tensors);
-    m->tensors = xcalloc((size_t)m->n_tensors, sizeof(tensor_info));
-    for (int i = 0; i < m->n_tensors && rc == TRI_OK; i++) {
-        yaml_node_t *n = yaml_document_get_node(&doc, tensors->data.sequence.items.start[i]);
-        const char *name = scalar(map_get(&doc, n, "name"));
-        if (!name || strlen(name) >= sizeof m->tensors[i].name ||
-            get_pair(&doc, n, "shape", &m->tensors[i].rows, &m->tensors[i].cols))
-            rc = bad_manifest(m, n, "a tensor lacks name or shape");
-        else snprintf(m->tensors[i].name, sizeof m->tensors[i].name, "%s", name);
-    }
-    m->n_files = seq_len_of(files);
-    m->files = xcalloc((size_t)m->n_files, sizeof *m->files);
-    m->file_bytes = xcalloc((size_t)m->n_files, sizeof(int64_t));
-    for (int i = 0; i < m->n_files && rc == TRI_OK; i++) {
-        yaml_node_t *n = yaml_document_get_node(&doc, files->data.sequence.items.start[i]);
-        const char *name = scalar(map_get(&doc, n, "name"));
-        if (!name || strchr(name, '/') || strlen(name) >= sizeof m->files[i] ||
-            get_i64(&doc, n, "bytes", &m->file_bytes[i]))
-            rc = bad_manifest(m, n, "a file lacks name or bytes");
-        else snprintf(m->files[i], sizeof m->files[i], "%s", name);
-    }
-    if (rc == TRI_OK) rc = parse_regions(m, &doc, map_get(&doc, root, "regions"));
-done:
-    yaml_document_delete(&doc);
-    if (rc != TRI_OK) manifest_free(m);
-    return rc;
-}
-
 // Every tensor of `pt` must be in the manifest with the same global shape.
 static tri_status check_shapes(const manifest *m, const param_table *pt) {
     for (int i = 0; i < pt->n_entries; i++) {
         const param_entry *e = &pt->entries[i];
-        int t = find_tensor(m, e->name);
+        int t = manifest_find_tensor(m, e->name);
         // The vocabulary's padding (vocab_pad_to * tp rows) may differ between layouts:
         // only the real rows must agree.
         const int vocab = e->split == SPLIT_VOCAB;
@@ -418,7 +185,7 @@ static tri_status load_span(loader *ld, const param_table *pt, const param_entry
     const manifest *m = ld->m;
     ld->n_need = 0, ld->filled = 0, ld->dst = dst;
     ckpt_entry_rects(pt, e, lo, hi, collect_rect, ld);
-    int t = find_tensor(m, e->name);
+    int t = manifest_find_tensor(m, e->name);
     // Padded vocabulary rows past the checkpoint's padding are zero, as they always are.
     memset(dst, 0, (hi - lo) * sizeof(float));
     for (int q = 0; q < ld->n_need; q++) {
@@ -468,32 +235,122 @@ static void loader_free(loader *ld) {
     free(ld->need_at);
 }
 
-// ---- resume ----
+// ---- finding the checkpoint to resume ----
+
+// Why <dir>/latest cannot be followed, or NULL when it names a complete checkpoint (its
+// name goes to `name`, 256 bytes). `why` holds the reason's text.
+static const char *latest_damage(const char *dir, char *name, char *why, size_t n) {
+    char p[PATH_BYTES];
+    path_join(p, dir, "latest");
+    FILE *f = fopen(p, "r");
+    if (!f) {
+        if (errno == ENOENT) snprintf(why, n, "is missing");
+        else snprintf(why, n, "cannot be read (%s)", strerror(errno));
+        return why;
+    }
+    struct stat st;
+    size_t got = 0;
+    if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode)) got = fread(name, 1, 255, f);
+    else snprintf(why, n, "is not a file");
+    fclose(f);
+    if (!S_ISREG(st.st_mode)) return why;
+    name[got] = '\0';
+    while (got && (name[got - 1] == '\n' || name[got - 1] == ' ')) name[--got] = '\0';
+    int step;
+    struct stat ms;
+    if (!got) snprintf(why, n, "is empty");
+    else if (!ckpt_is_step_name(name, &step))
+        snprintf(why, n, "holds '%.40s', not the name of a step_N directory", name);
+    else if (pathf(p, "%s/%s/manifest.yaml", dir, name), stat(p, &ms) != 0)
+        snprintf(why, n, "names %.40s, which has no manifest.yaml", name);
+    else return NULL;
+    return why;
+}
+
+// The checkpoint of checkpoint.dir `dir` to read: the one `latest` names, or, when `latest`
+// is damaged (missing, empty, unreadable, a symlink loop, not a step name, naming no
+// complete checkpoint) but complete step_N directories exist, the newest of them, with a
+// warning that says why. 0 when there is none; *incomplete counts step_N directories
+// without manifest.yaml.
+static int find_checkpoint(const char *dir, char *resolved, size_t n, int *incomplete) {
+    char name[256], why[256];
+    *incomplete = 0;
+    if (!latest_damage(dir, name, why, sizeof why)) {
+        snprintf(resolved, n, "%s/%s", dir, name);
+        return 1;
+    }
+    int newest = -1, newest_incomplete = -1, step;
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        if (!ckpt_is_step_name(de->d_name, &step)) continue;
+        char p[PATH_BYTES];
+        struct stat st;
+        pathf(p, "%s/%s/manifest.yaml", dir, de->d_name);
+        if (stat(p, &st) == 0) {
+            if (step > newest) newest = step;
+        } else {
+            ++*incomplete;
+            if (step > newest_incomplete) newest_incomplete = step;
+        }
+    }
+    if (d) closedir(d);
+    if (newest < 0) {
+        if (strcmp(why, "is missing") || *incomplete)
+            LOG_WARN("checkpoint %s: latest %s, and no step_N directory holds a complete "
+                     "checkpoint",
+                     dir, why);
+        return 0;
+    }
+    snprintf(resolved, n, "%s/step_%08d", dir, newest);
+    char skipped[128] = "";
+    if (newest_incomplete > newest)
+        snprintf(skipped, sizeof skipped, " (step_%08d and newer have no manifest.yaml)",
+                 newest_incomplete);
+    LOG_WARN("checkpoint %s: latest %s; using the newest complete checkpoint, %s%s", dir, why,
+             resolved, skipped);
+    return 1;
+}
 
 int ckpt_is_checkpoint(const char *path, char *resolved, size_t n) {
-    char p[PATH_BYTES], name[256];
+    char p[PATH_BYTES];
     struct stat st;
     pathf(p, "%s/manifest.yaml", path);
     if (stat(p, &st) == 0) {
         snprintf(resolved, n, "%s", path);
         return 1;
     }
-    pathf(p, "%s/latest", path);
-    if (read_text(p, name, sizeof name) == 0 && name[0]) {
-        snprintf(resolved, n, "%s/%s", path, name);
-        return 1;
-    }
-    return 0;
+    int incomplete;
+    return find_checkpoint(path, resolved, n, &incomplete);
 }
 
 tri_status ckpt_resolve_resume(const run_config *cfg, char *path, size_t n) {
     const char *resume = cfg->checkpoint.resume;
     path[0] = '\0';
     if (!resume || !strcmp(resume, "none")) return TRI_OK;
-    const char *where = !strcmp(resume, "auto") ? cfg->checkpoint.dir : resume;
+    const int automatic = !strcmp(resume, "auto");
+    const char *where = automatic ? cfg->checkpoint.dir : resume;
     if (!where) return TRI_OK; // auto without a checkpoint.dir
-    if (ckpt_is_checkpoint(where, path, n)) return TRI_OK;
-    if (!strcmp(resume, "auto")) return TRI_OK; // nothing written yet: a fresh start
+    char p[PATH_BYTES];
+    struct stat st;
+    pathf(p, "%s/manifest.yaml", where);
+    if (stat(p, &st) == 0) {
+        snprintf(path, n, "%s", where);
+        return TRI_OK;
+    }
+    int incomplete;
+    if (find_checkpoint(where, path, n, &incomplete)) return TRI_OK;
+    // Never a fresh start over checkpoints: it would overwrite them and metrics.jsonl.
+    if (incomplete) {
+        LOG_ERROR("%s %s holds %d step_N director%s but no complete checkpoint (none has "
+                  "manifest.yaml): not starting from step 0 over them",
+                  automatic ? "checkpoint.dir" : "checkpoint.resume:", where, incomplete,
+                  incomplete == 1 ? "y" : "ies");
+        LOG_HINT("set checkpoint.resume to one of them (the message says what is wrong with it), "
+                 "move them away, or start from step 0 over them with checkpoint.resume: none");
+        return TRI_ERR_CKPT;
+    }
+    if (automatic) return TRI_OK; // nothing written yet: a fresh start
     LOG_ERROR("checkpoint.resume: %s is not a checkpoint (no manifest.yaml, no latest in it)",
               resume);
     LOG_HINT("give a checkpoint directory (checkpoint.dir/step_N) or a checkpoint.dir holding "
@@ -508,6 +365,15 @@ static tri_status load_rank(const char *path, const ckpt_state *s, manifest *m) 
     tri_status rc = manifest_read(m, path);
     if (rc == TRI_OK) rc = stop_poll(); // a stop request during the parse (base/stop.h)
     if (rc == TRI_OK) rc = check_shapes(m, s->pt);
+    // The one model key that no tensor shape shows.
+    if (rc == TRI_OK && m->n_head != s->cfg->model.n_head) {
+        LOG_ERROR("checkpoint %s: config.model.n_head is %d in the checkpoint but %d in this run",
+                  m->path, m->n_head, s->cfg->model.n_head);
+        LOG_HINT("resume it with model.n_head: %d (the same weights split into other heads "
+                 "would be another model)",
+                 m->n_head);
+        rc = TRI_ERR_CKPT;
+    }
     if (rc == TRI_OK && s->rank == 0) rc = check_files(m);
     log_unmute(mute);
     rc = ckpt_agree(s->cm, rc);
@@ -570,14 +436,19 @@ tri_status ckpt_model_open(const char *path, run_config *cfg, param_table *full,
         return rc;
     }
     const manifest *m = &r->m;
+    // The model's tensors are those of the manifest (manifest_read), and those are tiled by
+    // regions inside rank files of the sizes checked here: the table built below is on disk.
+    if ((rc = check_files(m)) != TRI_OK) {
+        manifest_free(&r->m);
+        free(r);
+        return rc;
+    }
     cfg->model.n_layer = m->n_layer, cfg->model.n_head = m->n_head;
     cfg->model.d_model = m->d_model, cfg->model.seq_len = m->seq_len;
     cfg->model.vocab_size = m->vocab_size, cfg->model.vocab_pad_to = m->vocab_pad_to;
     cfg->parallel.tp = cfg->parallel.pp = cfg->parallel.virtual_stages = 1;
     params_build_full(full, &cfg->model, 1);
-    rc = check_shapes(m, full);
-    if (rc == TRI_OK) rc = check_files(m);
-    if (rc != TRI_OK) {
+    if ((rc = check_shapes(m, full)) != TRI_OK) {
         manifest_free(&r->m);
         params_free(full);
         free(r);
@@ -610,4 +481,17 @@ void ckpt_model_close(ckpt_model_reader *r) {
     loader_free(&r->ld);
     manifest_free(&r->m);
     free(r);
+}
+
+tri_status ckpt_verify(const char *path, ckpt_progress *p) {
+    manifest m;
+    TRI_CHECK(manifest_read(&m, path));
+    tri_status rc = check_files(&m);
+    loader ld;
+    loader_init(&ld, &m);
+    for (int i = 0; i < m.n_regions && rc == TRI_OK; i++) rc = read_region(&ld, &m.regions[i]);
+    loader_free(&ld);
+    if (rc == TRI_OK) *p = (ckpt_progress){m.step, m.samples, m.tokens, m.optim_t};
+    manifest_free(&m);
+    return rc;
 }

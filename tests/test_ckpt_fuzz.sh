@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The checkpoint fuzzer (tests/ckpt_fuzz.c says what each family damages and what each case
+# must end in) on three checkpoint.dirs: one process (fp32), tp 2 on two ranks (two rank
+# files, column and row splits) and one process in bf16 (fp32 master weights), two
+# checkpoints each.
+#   FUZZ_CASES=N (default 150: cases per family)   FUZZ_SEED=S (default 1)
+# e.g. FUZZ_CASES=5000 FUZZ_SEED=7 bash tests/test_ckpt_fuzz.sh for a long run.
+set -u
+source "$(dirname "$0")/lib.sh"
+
+C=(--set data.eval_every=0 --set log.every=1 --set system.threads=1)
+$T train $CFG "${C[@]}" --set train.steps=10 --set checkpoint.every=5 --set run.out_dir=$W/rA \
+    --set checkpoint.dir=$W/A >$W/A.log 2>&1 || fail ckpt_fuzz_base_fp32 "$(tail -2 $W/A.log)"
+"${MPIRUN[@]}" -np 2 $T train $CFG "${C[@]}" --set train.steps=4 --set checkpoint.every=2 \
+    --set parallel.tp=2 --set run.out_dir=$W/rB --set checkpoint.dir=$W/B >$W/B.log 2>&1 ||
+    fail ckpt_fuzz_base_tp2 "$(tail -2 $W/B.log)"
+$T train $CFG "${C[@]}" --set train.steps=2 --set checkpoint.every=1 --set train.precision=bf16 \
+    --set run.out_dir=$W/rC --set checkpoint.dir=$W/C >$W/C.log 2>&1 ||
+    fail ckpt_fuzz_base_bf16 "$(tail -2 $W/C.log)"
+# Thousands of small files are written and removed: in memory where there is a tmpfs.
+work=$(mktemp -d -p /dev/shm 2>/dev/null || mktemp -d -p $W)
+trap 'rm -rf "$W" "$work"' EXIT
+t0=$SECONDS
+build/tests/ckpt_fuzz --seed "${FUZZ_SEED:-1}" --cases "${FUZZ_CASES:-150}" --work "$work" \
+    $W/A $W/B $W/C || fails=$((fails + 1))
+echo "checkpoint fuzzer: $((SECONDS - t0)) s; $fails failed"
+[ $fails = 0 ]
