@@ -60,7 +60,9 @@ void mem_specs_add(mem_specs *s, const char *name, mem_kind kind, size_t bytes, 
 
 void mem_specs_totals(const mem_specs *s, uint64_t total[MEM_KIND_COUNT]) {
     memset(total, 0, MEM_KIND_COUNT * sizeof(uint64_t));
-    for (int i = 0; i < s->n; i++) total[s->items[i].kind] += mem_round(s->items[i].bytes);
+    for (int i = 0; i < s->n; i++)
+        total[s->items[i].kind] = sat_add_u64(total[s->items[i].kind],
+                                              mem_round(s->items[i].bytes));
 }
 
 void mem_specs_free(mem_specs *s) {

@@ -29,8 +29,10 @@ typedef enum {
 // "param_bytes", "grad_bytes", ... (the run record's and the planner's names)
 const char *mem_kind_name(mem_kind k);
 
-// bytes rounded up to whole granules.
+// bytes rounded up to whole granules; SIZE_MAX stays SIZE_MAX (a saturated size,
+// base/checked.h).
 static inline size_t mem_round(size_t bytes) {
+    if (bytes > SIZE_MAX - (MEM_GRANULE - 1)) return SIZE_MAX;
     return (bytes + MEM_GRANULE - 1) / MEM_GRANULE * MEM_GRANULE;
 }
 
@@ -52,7 +54,8 @@ typedef struct {
 } mem_specs;
 
 void mem_specs_add(mem_specs *s, const char *name, mem_kind kind, size_t bytes, void *dst);
-// Bytes per kind as the arenas hold them: every spec rounded to whole granules.
+// Bytes per kind as the arenas hold them: every spec rounded to whole granules (a saturating
+// sum: UINT64_MAX means "more than 64 bits hold").
 void mem_specs_totals(const mem_specs *s, uint64_t total[MEM_KIND_COUNT]);
 void mem_specs_free(mem_specs *s);
 

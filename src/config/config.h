@@ -86,6 +86,24 @@ tri_status config_load(run_config *cfg, const char *path, int n_set, char **sets
 // interleaved micro-batches % pp. Prints violations; TRI_ERR_CONFIG on any.
 tri_status config_resolve_world(run_config *cfg, int world);
 
+// Size limits (README "Config reference", "Sizes"). A config whose sizes pass them is refused
+// by config_load / config_resolve_world (exit 2, the key and the bytes named) before anything
+// is built: every count the code keeps in an int fits it, and no rank needs more than
+//   CONFIG_RANK_BYTES_MAX    bytes of buffers (parameters, gradients, optimizer state,
+//                            activations, workspaces: the planner's per-rank total; far past
+//                            any device, and past the memory of the largest single hosts);
+//   CONFIG_RANK_ENTRIES_MAX  parameter tensors in one rank's table (12 per layer: about
+//                            87,000 layers on one pipeline rank; each costs host memory in
+//                            every process and in the planner).
+#define CONFIG_RANK_BYTES_MAX ((uint64_t)16 << 40) // 16 TiB
+#define CONFIG_RANK_ENTRIES_MAX (1 << 20)
+
+// The size rules that need no world size (those config_load applies), for a config whose
+// keys are otherwise valid, with the tp and pp it holds: 0 when within them; else 1, and
+// `why` (when not NULL) holds the first message. What callers that change a loaded config's
+// layout (plan --search) ask before they build tables for it.
+int config_size_problem(const run_config *cfg, char *why, size_t n);
+
 // Micro-batches per optimizer step for each dp replica: global_batch / (micro_batch * dp).
 int config_micro_batches(const run_config *cfg);
 

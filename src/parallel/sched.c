@@ -147,6 +147,13 @@ static tri_status check_supported(schedule_kind schedule, int pp, int v, int m) 
                   v, m);
         return TRI_ERR_CONFIG;
     }
+    if ((int64_t)m * v > SCHED_MAX_PAIRS) {
+        LOG_ERROR("train.global_batch: %d micro-batches per step through %d chunks make %lld "
+                  "(micro-batch, chunk) pairs per step, more than the %d a schedule holds; "
+                  "raise train.micro_batch or lower global_batch",
+                  m, v, (long long)m * v, SCHED_MAX_PAIRS);
+        return TRI_ERR_CONFIG;
+    }
     if (schedule == SCHEDULE_INTERLEAVED) {
         if (v < 2) {
             LOG_ERROR("parallel.virtual_stages: schedule interleaved needs 2 or more (got %d); "
@@ -214,6 +221,17 @@ tri_status sched_build(sched_table *st, schedule_kind schedule, int pp, int virt
     free(bwd);
     assign_slots(st, 0);
     return TRI_OK;
+}
+
+int64_t sched_max_in_flight(schedule_kind schedule, int pp, int virtual_stages, int m, int rank) {
+    TRI_ASSERT(pp >= 1 && rank >= 0 && rank < pp && virtual_stages >= 1 && m >= 1);
+    const int64_t n = (int64_t)m * virtual_stages; // pairs of the rank
+    if (schedule == SCHEDULE_GPIPE) return n;      // every pair is held at the last forward
+    // 1F1B and interleaved hold their warm-up forwards plus the one in the steady state.
+    const int64_t warmup = schedule == SCHEDULE_1F1B
+                               ? pp - rank - 1
+                               : (int64_t)(pp - rank - 1) * 2 + (int64_t)(virtual_stages - 1) * pp;
+    return warmup + 1 < n ? warmup + 1 : n;
 }
 
 tri_status sched_build_forward(sched_table *st, int pp, int virtual_stages, int m, int rank) {
