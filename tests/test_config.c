@@ -4,79 +4,7 @@
 #include "config/config.h"
 #include "testlib.h"
 
-#include <fcntl.h>
-#include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-static char g_dir[256];
-static int g_files;
-static char *g_err; // stderr of the last captured call
-
-// Writes `text` to a new file in the temp directory; returns its path (malloc'd).
-static char *write_yaml(const char *text) {
-    char *path = malloc(strlen(g_dir) + 32);
-    sprintf(path, "%s/c%03d.yaml", g_dir, g_files++);
-    FILE *f = fopen(path, "w");
-    fputs(text, f);
-    fclose(f);
-    return path;
-}
-
-static int capture_begin(void) {
-    char path[300];
-    snprintf(path, sizeof path, "%s/stderr.txt", g_dir);
-    fflush(stderr);
-    int saved = dup(2);
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-    dup2(fd, 2);
-    close(fd);
-    return saved;
-}
-
-static void capture_end(int saved) {
-    char path[300];
-    snprintf(path, sizeof path, "%s/stderr.txt", g_dir);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    FILE *f = fopen(path, "r");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    free(g_err);
-    g_err = calloc((size_t)n + 1, 1);
-    if (fread(g_err, 1, (size_t)n, f) != (size_t)n) g_err[0] = '\0';
-    fclose(f);
-}
-
-static tri_status load_path(run_config *cfg, const char *path, int n_set, char **sets) {
-    config_defaults(cfg); // as main.c does: config_load parses over the defaults
-    int saved = capture_begin();
-    tri_status rc = config_load(cfg, path, n_set, sets);
-    capture_end(saved);
-    return rc;
-}
-
-// Loads `yaml` with the given --set arguments (NULL-terminated varargs list).
-static tri_status load_text(run_config *cfg, const char *yaml, char **sets) {
-    char *path = write_yaml(yaml);
-    int n = 0;
-    while (sets && sets[n]) n++;
-    tri_status rc = load_path(cfg, path, n, sets);
-    free(path);
-    return rc;
-}
-#define SETS(...) ((char *[]){__VA_ARGS__, NULL})
-
-static tri_status resolve(run_config *cfg, int world) {
-    int saved = capture_begin();
-    tri_status rc = config_resolve_world(cfg, world);
-    capture_end(saved);
-    return rc;
-}
-
-static int has(const char *needle) { return g_err && strstr(g_err, needle) != NULL; }
+#include "config_harness.h"
 
 static int count_lines(const char *s) {
     int n = 0;
@@ -694,12 +622,6 @@ static void test_files(void) {
 // ---------------------------------------------------------------------------------------
 // World size
 
-static tri_status load_ok(run_config *cfg, char **sets) {
-    tri_status rc = load_text(cfg, "", sets);
-    if (rc != TRI_OK) printf("  (setup load failed: %s)\n", g_err);
-    return rc;
-}
-
 static void test_world(void) {
     run_config cfg;
     if (load_ok(&cfg, SETS("parallel.tp=2", "parallel.pp=2")) == TRI_OK) {
@@ -775,11 +697,7 @@ static void test_world(void) {
 }
 
 int main(void) {
-    snprintf(g_dir, sizeof g_dir, "/tmp/trident_test_config_XXXXXX");
-    if (!mkdtemp(g_dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    if (harness_init("test_config")) return 1;
     test_defaults();
     test_empty_file();
     test_full_file();
@@ -796,10 +714,7 @@ int main(void) {
     test_set();
     test_files();
     test_world();
-    free(g_err);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0) printf("note: could not remove %s\n", g_dir);
+    harness_done();
     printf("%d passed, %d failed\n", test_passes_, test_failures_);
     TEST_EXIT();
 }
