@@ -385,6 +385,49 @@ static void test_types(void) {
                "stderr: %s", g_err);
 }
 
+// One rule for tags and quotes across every key type (config_values_internal.h): a written
+// tag sets the type, else quotes make a string, else the key's type reads the text.
+static void test_tags_and_quotes(void) {
+    run_config cfg;
+    tri_status rc = load_text(&cfg,
+                              "model: {n_layer: !!str 5, n_head: !!int \"2\"}\n"
+                              "parallel: {zero: !!float 1, tp: !foo 1}\n"
+                              "checkpoint: {async: \"true\"}\n"
+                              "run: {name: !!int 5}\n",
+                              NULL);
+    TEST_CHECK(rc == TRI_ERR_CONFIG &&
+                   has(":1: model.n_layer: expected an integer, got the string \"5\" (tagged "
+                       "!!str)") &&
+                   !has("model.n_head") &&
+                   has(":2: parallel.zero: expected an integer, got 1 (tagged !!float)") &&
+                   has("parallel.tp: expected an integer, got 1 (tagged !foo); the tags a config "
+                       "reads are") &&
+                   has(":3: checkpoint.async: expected true or false, got the string \"true\"") &&
+                   has(":4: run.name: expected a string, got 5 (tagged !!int)") &&
+                   has("5 errors in"),
+               "tags and quotes: a tag or quotes that do not fit the key are refused", "stderr: %s",
+               g_err);
+    rc = load_text(&cfg,
+                   "model: {n_head: !!int \"2\", init_from: !!str null}\n"
+                   "parallel: {dp: \"auto\", schedule: \"1f1b\"}\n"
+                   "optim: {lr: !!int 1, min_lr: !!float 0.5}\n"
+                   "checkpoint: {async: !!bool false, dir: !!null \"\"}\n"
+                   "run: {name: 123}\n",
+                   NULL);
+    int ok = rc == TRI_OK && cfg.model.n_head == 2 && streq(cfg.model.init_from, "null") &&
+             cfg.parallel.dp == DP_AUTO && cfg.parallel.schedule == SCHEDULE_1F1B &&
+             cfg.optim.lr == 1.0 && cfg.optim.min_lr == 0.5 && cfg.checkpoint.async == 0 &&
+             !cfg.checkpoint.dir && streq(cfg.run.name, "123");
+    TEST_CHECK(ok, "tags and quotes: what fits is accepted (dp: \"auto\", schedule: \"1f1b\")",
+               "rc %d stderr: %s", rc, g_err);
+    if (rc == TRI_OK) config_free(&cfg);
+    rc = load_text(&cfg, "", SETS("parallel.dp=\"auto\"", "model.n_layer=!!str 4"));
+    TEST_CHECK(rc == TRI_ERR_CONFIG && !has("parallel.dp") &&
+                   has("--set model.n_layer=!!str 4: model.n_layer: expected an integer, got the "
+                       "string \"4\" (tagged !!str)"),
+               "tags and quotes: the same rule for --set", "stderr: %s", g_err);
+}
+
 static void test_enums(void) {
     static const struct {
         const char *set, *want;
@@ -707,6 +750,7 @@ int main(void) {
     test_print_json();
     test_unknown_keys();
     test_types();
+    test_tags_and_quotes();
     test_enums();
     test_ranges();
     test_rules();

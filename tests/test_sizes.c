@@ -3,11 +3,12 @@
 // against the table params_build makes, over shapes, tp, pp, virtual stages and stages; the
 // config's size rules on the reproducers of the issue (each refused with the key and the
 // bytes named, where the old code overflowed an int and wrote past a buffer) and on their
-// neighbours that must still pass; the schedule's closed-form slots at an m no table is
-// built for.
+// neighbours that must still pass; the nesting limit of YAML input (configs, --set values,
+// manifests); the schedule's closed-form slots at an m no table is built for.
 #include <limits.h>
 
 #include "base/checked.h"
+#include "base/yaml_limit.h"
 #include "config_harness.h"
 #include "model/params.h"
 #include "parallel/sched.h"
@@ -47,6 +48,10 @@ static void test_params_size(void) {
                                                .seq_len = 7,
                                                .vocab_size = Vs[vi],
                                                .vocab_pad_to = 8};
+                            // The whole model as exports lay it out (tp 1, the run's padding).
+                            param_table full;
+                            params_build_full(&full, &mc, tp);
+                            params_free(&full);
                             for (int r = 0; r < pp; r++) {
                                 model_shard sh = {tp, tp - 1, pp, r, v};
                                 params_size ps;
@@ -192,6 +197,62 @@ static void test_rules(void) {
     }
 }
 
+// YAML nested past the limit (base/yaml_limit.h) is refused at once, in the file, in a --set
+// value and in what the manifest reader loads; libyaml alone took 25 s for 100,000 levels.
+static void test_depth(void) {
+    const int n = 200000;
+    char *deep = malloc(2 * (size_t)n + 64);
+    size_t len = (size_t)sprintf(deep, "model: {n_layer: ");
+    for (int i = 0; i < n; i++) deep[len++] = '[';
+    for (int i = 0; i < n; i++) deep[len++] = ']';
+    strcpy(deep + len, "}\n");
+    run_config cfg;
+    double t0 = time_now_s();
+    tri_status rc = load_text(&cfg, deep, NULL);
+    double dt = time_now_s() - t0;
+    TEST_CHECK(rc == TRI_ERR_CONFIG && has(":1: YAML nested deeper than 64 levels") && dt < 2,
+               "YAML nested 200,000 levels: refused at once", "rc %d in %.2f s: %s", rc, dt, g_err);
+    rc = load_text(&cfg, "model: {n_layer: [[[[1]]]]}\n", NULL);
+    TEST_CHECK(rc == TRI_ERR_CONFIG && has("model.n_layer: expected an integer, got a list"),
+               "YAML nested a few levels: the key's message", "stderr: %s", g_err);
+    char *set = malloc(2 * 1000 + 32);
+    len = (size_t)sprintf(set, "model.n_layer=");
+    for (int i = 0; i < 1000; i++) set[len++] = '{';
+    for (int i = 0; i < 1000; i++) set[len++] = '}';
+    set[len] = '\0';
+    rc = load_text(&cfg, "", SETS(set));
+    TEST_CHECK(rc == TRI_ERR_CONFIG &&
+                   has("model.n_layer: the value is YAML nested deeper than 64 levels"),
+               "a --set value nested deeper than the limit", "stderr: %s", g_err);
+    // The manifest reader's loader (src/io/checkpoint_read.c uses it).
+    char *path = write_yaml(deep);
+    FILE *f = fopen(path, "r");
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    t0 = time_now_s();
+    int ok = ylimit_load_file(&parser, f, &doc);
+    dt = time_now_s() - t0;
+    TEST_CHECK(!ok && parser.problem && strstr(parser.problem, "deeper than 64") && dt < 2,
+               "ylimit_load_file refuses deep YAML at once", "ok %d problem %s in %.2f s", ok,
+               parser.problem ? parser.problem : "-", dt);
+    yaml_parser_delete(&parser);
+    fclose(f);
+    f = fopen(path, "w");
+    fputs("a: [1, {b: 2}]\n", f);
+    fclose(f);
+    f = fopen(path, "r");
+    ok = ylimit_load_file(&parser, f, &doc);
+    yaml_node_t *root = ok ? yaml_document_get_root_node(&doc) : NULL;
+    TEST_CHECK(ok && root && root->type == YAML_MAPPING_NODE, "ylimit_load_file loads shallow YAML",
+               "ok %d", ok);
+    if (ok) yaml_document_delete(&doc);
+    yaml_parser_delete(&parser);
+    fclose(f);
+    free(path);
+    free(set);
+    free(deep);
+}
+
 static void test_sched_closed_form(void) {
     // The slots of a table no one builds: gpipe holds every pair, 1f1b pp - rank.
     const int m = 1 << 24;
@@ -207,6 +268,7 @@ int main(void) {
     test_checked();
     test_params_size();
     test_rules();
+    test_depth();
     test_sched_closed_form();
     harness_done();
     TEST_EXIT();

@@ -11,6 +11,7 @@
 
 #include "base/bf16.h"
 #include "base/crc32c.h"
+#include "base/yaml_limit.h"
 
 // The spans this rank must fill on load: every parameter it holds (its shards under
 // ZeRO-3), and the moments (and, in mixed precision, the master weights) of all its pieces.
@@ -210,9 +211,7 @@ static tri_status manifest_read(manifest *m, const char *dir) {
     }
     yaml_parser_t parser;
     yaml_document_t doc;
-    yaml_parser_initialize(&parser);
-    yaml_parser_set_input_file(&parser, f);
-    int ok = yaml_parser_load(&parser, &doc);
+    int ok = ylimit_load_file(&parser, f, &doc); // nesting limited (base/yaml_limit.h)
     fclose(f);
     if (!ok) {
         LOG_ERROR("checkpoint %s:%zu: YAML error: %s", m->path, parser.problem_mark.line + 1,

@@ -77,10 +77,11 @@ static int layer_entry_shape(const layer_entry_spec *s, int64_t C, int64_t *rows
     return *rows >= 0 && *cols >= 0; // C < 2^31: the products fit
 }
 
-int params_size_of(const model_config *mc, const model_shard *sh, params_size *out) {
+// params_size_of with the vocabulary padded to Vp rows (params_build_full pads for the tp of
+// a run, not for its own tp of 1).
+static int size_of(const model_config *mc, const model_shard *sh, int64_t Vp, params_size *out) {
     memset(out, 0, sizeof *out);
     const int64_t L = mc->n_layer, C = mc->d_model, T = mc->seq_len;
-    const int64_t Vp = model_padded_vocab_ll(mc, sh->tp);
     const int tp = sh->tp, pp = sh->pp;
     const int first = sh->pp_rank == 0, last = sh->pp_rank == pp - 1;
     TRI_ASSERT(L >= 1 && C >= 1 && T >= 1 && tp >= 1 && pp >= 1 && sh->virtual_stages >= 1);
@@ -112,6 +113,10 @@ int params_size_of(const model_config *mc, const model_shard *sh, params_size *o
     return 0;
 }
 
+int params_size_of(const model_config *mc, const model_shard *sh, params_size *out) {
+    return size_of(mc, sh, model_padded_vocab_ll(mc, sh->tp), out);
+}
+
 // The table of shard `sh` with the vocabulary padded to Vp rows.
 static void build(param_table *pt, const model_config *mc, const model_shard *sh, int Vp) {
     const int L = mc->n_layer, C = mc->d_model, T = mc->seq_len;
@@ -120,7 +125,7 @@ static void build(param_table *pt, const model_config *mc, const model_shard *sh
     // The config's rules keep every size in range (config_resolve_world); a table past them
     // is a caller's bug, caught here before anything is allocated.
     params_size size;
-    TRI_ASSERT(params_size_of(mc, sh, &size) == 0 && size.entries <= INT_MAX);
+    TRI_ASSERT(size_of(mc, sh, Vp, &size) == 0 && size.entries <= INT_MAX);
     memset(pt, 0, sizeof *pt);
     pt->n_layer = L;
     pt->layer_entries = PARAM_PER_LAYER;
