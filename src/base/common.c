@@ -102,15 +102,29 @@ void tri_out_of_host_memory(size_t bytes, const char *what) {
     tri_abort_job(TRI_ERR_INTERNAL);
 }
 
+// TRIDENT_TEST_HOST_ALLOC_LIMIT (a test hook): allocations past it fail. Read once; 0: none.
+static size_t test_alloc_limit(void) {
+    static int read;
+    static size_t limit;
+    if (!read) {
+        const char *v = env_get(ENV_TEST_HOST_ALLOC_LIMIT);
+        limit = v ? (size_t)strtoull(v, NULL, 10) : 0;
+        read = 1;
+    }
+    return limit;
+}
+
 void *xmalloc_for(size_t bytes, const char *what) {
-    void *p = malloc(bytes ? bytes : 1);
+    const size_t limit = test_alloc_limit();
+    void *p = limit && bytes > limit ? NULL : malloc(bytes ? bytes : 1);
     if (!p) tri_out_of_host_memory(bytes, what);
     return p;
 }
 
 void *xcalloc_for(size_t count, size_t size, const char *what) {
-    void *p = calloc(count ? count : 1, size ? size : 1);
-    if (!p) tri_out_of_host_memory(sat_mul_size(count, size), what);
+    const size_t limit = test_alloc_limit(), bytes = sat_mul_size(count, size);
+    void *p = limit && bytes > limit ? NULL : calloc(count ? count : 1, size ? size : 1);
+    if (!p) tri_out_of_host_memory(bytes, what);
     return p;
 }
 

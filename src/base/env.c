@@ -21,6 +21,10 @@ const env_desc ENV_TABLE[ENV_COUNT] = {
     [ENV_TEST_CKPT_DELAY_MS] = {"TRIDENT_TEST_CKPT_DELAY_MS", ENV_BY_TEST_HOOK, "milliseconds", "0",
                                 "a pause after each MiB of a checkpoint rank file, so "
                                 "that a kill lands inside a write"},
+    [ENV_TEST_HOST_ALLOC_LIMIT] = {"TRIDENT_TEST_HOST_ALLOC_LIMIT", ENV_BY_TEST_HOOK, "bytes",
+                                   "no limit",
+                                   "a host allocation (xmalloc and friends) of more than this "
+                                   "many bytes fails as out of host memory does"},
     [ENV_BLAS_REEXEC] = {"TRIDENT_BLAS_REEXEC", ENV_BY_INTERNAL, "1", "not restarted yet",
                          "set before trident restarts itself with OPENBLAS_CORETYPE, so that "
                          "it restarts at most once"},

@@ -65,6 +65,14 @@ static tri_status launch_get_int(launch_info *li, const pmix_proc_t *proc, const
     return TRI_OK;
 }
 
+// base/common.h's abort hook for a job of several processes: PMIx_Abort asks the launcher
+// (mpirun, srun --mpi=pmix) to end every process of the job with `code`, so that a rank that
+// cannot go on (out of memory) does not leave the others waiting in a collective.
+static void launch_abort_job(int code) {
+    PMIx_Abort(code, "trident: a rank ended the job (see its error above)", NULL, 0);
+    _exit(code); // PMIx_Abort returned (no server): this process at least
+}
+
 static void launch_set_singleton(launch_info *li) {
     li->rank = 0;
     li->world = 1;
@@ -124,6 +132,7 @@ tri_status launch_init(launch_info *li) {
     li->world = (int)world;
     li->local_rank = (int)local_rank;
     li->local_size = (int)local_size;
+    if (li->world > 1) tri_set_abort_hook(launch_abort_job);
     LOG_DEBUG("launch: pmix namespace %s rank %d of %d, local %d of %d on %s", me->nspace, li->rank,
               li->world, li->local_rank, li->local_size, li->host);
     return TRI_OK;
@@ -183,6 +192,7 @@ tri_status launch_fence(launch_info *li) {
 
 void launch_finalize(launch_info *li) {
     if (li->impl) {
+        tri_set_abort_hook(NULL);
         pmix_status_t rc = PMIx_Finalize(NULL, 0);
         if (rc != PMIX_SUCCESS)
             LOG_WARN("PMIx_Finalize on rank %d: %s", li->rank, PMIx_Error_string(rc));

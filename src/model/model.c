@@ -221,7 +221,7 @@ tri_status model_create(model *m, const model_config *mc, const model_layout *ml
     m->att_state_bytes = attn_state_bytes(ml->attn_state, (size_t)d->B, (size_t)d->T,
                                           (size_t)d->NH_local);
     m->n_slots = ml->n_slots;
-    m->slots = xcalloc((size_t)ml->n_slots, sizeof(model_acts));
+    m->slots = xcalloc_for((size_t)ml->n_slots, sizeof(model_acts), "the activation slots' table");
     if (m->bf16) {
         m->pstage_off = xcalloc((size_t)m->table.n_entries, sizeof(size_t));
         params_stage_layout(&m->table, m->pstage_off, 0);

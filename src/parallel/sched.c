@@ -110,7 +110,7 @@ static void emit(builder *b, const sched_pair *fwd, const sched_pair *bwd, int n
 static void assign_slots(sched_table *st, int forward_only) {
     const int n = st->micro_batches * st->virtual_stages;
     const int last_stage = st->pp * st->virtual_stages - 1;
-    int *slot_of = xmalloc((size_t)n * sizeof *slot_of);
+    int *slot_of = xmalloc_for((size_t)n * sizeof *slot_of, "a pipeline schedule table");
     int *release = xmalloc((size_t)n * sizeof *release), n_release = 0; // slots sent from
     char *busy = xcalloc((size_t)n, 1);
     for (int i = 0; i < n; i++) slot_of[i] = -1;
@@ -200,7 +200,8 @@ tri_status sched_build(sched_table *st, schedule_kind schedule, int pp, int virt
     TRI_CHECK(check_supported(schedule, pp, virtual_stages, m));
     const int v = virtual_stages, n = m * v;
     *st = (sched_table){.pp = pp, .virtual_stages = v, .micro_batches = m, .rank = rank};
-    sched_pair *fwd = xmalloc((size_t)n * sizeof *fwd), *bwd = xmalloc((size_t)n * sizeof *bwd);
+    sched_pair *fwd = xmalloc_for((size_t)n * sizeof *fwd, "a pipeline schedule table");
+    sched_pair *bwd = xmalloc_for((size_t)n * sizeof *bwd, "a pipeline schedule table");
     pair_orders(pp, v, m, fwd, bwd);
     builder b = {.st = st};
     int warmup;
