@@ -242,6 +242,7 @@ static void replay(plan_comm *out, const layout *lo, const stage_tables *st, int
 // step end) does not grow with m: so each count is affine in m, and the step between the
 // two replays divides exactly (asserted; tests/test_plan.c compares with full replays).
 static uint64_t extrapolate(uint64_t c1, uint64_t c2, int64_t m1, int64_t m2, int64_t m) {
+    if (c2 == UINT64_MAX) return UINT64_MAX; // saturated (count): past 64 bits already
     TRI_ASSERT(c2 >= c1 && (c2 - c1) % (uint64_t)(m2 - m1) == 0);
     return sat_add_u64(c1, sat_mul_u64((c2 - c1) / (uint64_t)(m2 - m1), (uint64_t)(m - m1)));
 }
