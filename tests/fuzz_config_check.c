@@ -9,6 +9,7 @@
 // signal for a child a signal ended, or -1 for one still running after the bound (killed).
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #define main trident_cli_main
 #include "app/main.c"
