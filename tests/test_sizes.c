@@ -10,6 +10,7 @@
 #include "base/checked.h"
 #include "base/yaml_limit.h"
 #include "config_harness.h"
+#include "model/model.h"
 #include "model/params.h"
 #include "parallel/sched.h"
 #include "testlib.h"
@@ -162,6 +163,11 @@ static void test_rules(void) {
     TEST_CHECK(rc == TRI_ERR_CONFIG && has("parallel.schedule: pipeline stage 0 of 1 would hold") &&
                    has("activation_bytes 309 TB") && has("gpipe keeps the activations of all"),
                "gpipe's slots past the limit", "rc %d: %s", rc, g_err);
+    rc = check_tiny(SETS("parallel.schedule=gpipe", "train.global_batch=4194304",
+                         "train.micro_batch=1", "model.d_model=8", "model.n_head=1"),
+                    1);
+    TEST_CHECK(rc == TRI_ERR_CONFIG && has("more than the 1048576 activation slots"),
+               "gpipe's slots past MODEL_MAX_SLOTS", "rc %d: %s", rc, g_err);
     rc = check_tiny(SETS("train.global_batch=16777216", "train.micro_batch=1", "model.d_model=4096",
                          "model.n_head=32"),
                     1);

@@ -259,8 +259,17 @@ void config_check_rank_memory(config_ctx *c, const run_config *cfg, int dp) {
     int stages[3];
     const int n = distinct_stages(pp, stages);
     for (int i = 0; i < n; i++) {
-        const int n_slots = (int)sched_max_in_flight(cfg->parallel.schedule, pp, v, (int)m,
-                                                     stages[i]);
+        const int64_t slots = sched_max_in_flight(cfg->parallel.schedule, pp, v, (int)m, stages[i]);
+        if (slots > MODEL_MAX_SLOTS) {
+            config_report_key(c, K_PAR_SCHEDULE, K_TRAIN_GLOBAL_BATCH,
+                              "schedule %s keeps %lld (micro-batch, chunk) pairs of a step in "
+                              "flight on pipeline stage %d, more than the %d activation slots "
+                              "a rank holds; use schedule 1f1b, or lower train.global_batch",
+                              config_schedule_name(cfg->parallel.schedule), (long long)slots,
+                              stages[i], MODEL_MAX_SLOTS);
+            return;
+        }
+        const int n_slots = (int)slots;
         uint64_t mem[MEM_KIND_COUNT], total = 0;
         config_rank_memory(&rc, 0, stages[i], 0, n_slots, attn, mem);
         for (int k = 0; k < MEM_KIND_COUNT; k++) total = sat_add_u64(total, mem[k]);

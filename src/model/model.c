@@ -220,6 +220,7 @@ tri_status model_create(model *m, const model_config *mc, const model_layout *ml
     m->recompute = ml->recompute == RECOMPUTE_FULL;
     m->att_state_bytes = attn_state_bytes(ml->attn_state, (size_t)d->B, (size_t)d->T,
                                           (size_t)d->NH_local);
+    TRI_ASSERT(ml->n_slots >= 1 && ml->n_slots <= MODEL_MAX_SLOTS); // config_sizes.c
     m->n_slots = ml->n_slots;
     m->slots = xcalloc_for((size_t)ml->n_slots, sizeof(model_acts), "the activation slots' table");
     if (m->bf16) {
