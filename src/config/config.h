@@ -76,14 +76,16 @@ void config_defaults(run_config *cfg);
 
 // Parses `path` over the defaults, then applies `n_set` overrides "a.b=c" (YAML scalar
 // syntax for the value), then validates everything that does not depend on the world
-// size. On any violation prints every one to stderr ("CONFIG:LINE: key.path: problem")
+// size, the size rules among it (CONFIG_RANK_BYTES_MAX below). On any violation prints every one to stderr ("CONFIG:LINE: key.path: problem")
 // and returns TRI_ERR_CONFIG. A missing or unreadable file is TRI_ERR_CONFIG too.
 // cfg must hold config_defaults() (or an earlier config); on error it is config_free()d.
 tri_status config_load(run_config *cfg, const char *path, int n_set, char **sets);
 
 // Resolves parallel.dp (auto -> world / (tp*pp)) and checks the rules that need the world
 // size: world == tp*pp*dp, global_batch % (micro_batch*dp), micro-batches >= pp for 1f1b,
-// interleaved micro-batches % pp. Prints violations; TRI_ERR_CONFIG on any.
+// interleaved micro-batches % pp, and the size rules of a rank's buffers (at most
+// CONFIG_RANK_BYTES_MAX, summed from the specs the trainer carves). Prints violations;
+// TRI_ERR_CONFIG on any.
 tri_status config_resolve_world(run_config *cfg, int world);
 
 // Size limits (README "Config reference", "Sizes"). A config whose sizes pass them is refused

@@ -70,11 +70,10 @@ static int64_t local_numel_of(int64_t rows, int64_t cols, param_split split, int
     return ck_mul_i64(rows, cols, &n) ? n : -1;
 }
 
-// A layer entry's global shape for d_model C, or 0 when it passes INT64_MAX.
-static int layer_entry_shape(const layer_entry_spec *s, int64_t C, int64_t *rows, int64_t *cols) {
+// A layer entry's global shape for d_model C (C < 2^31: 4 * C fits in 64 bits).
+static void layer_entry_shape(const layer_entry_spec *s, int64_t C, int64_t *rows, int64_t *cols) {
     *cols = s->cols_c ? (int64_t)s->cols_c * C : 1;
     *rows = (int64_t)s->rows_c * C;
-    return *rows >= 0 && *cols >= 0; // C < 2^31: the products fit
 }
 
 // params_size_of with the vocabulary padded to Vp rows (params_build_full pads for the tp of
