@@ -77,7 +77,7 @@ endif
 LIB_OBJS := $(filter-out $(BUILD)/obj/app/main.o,$(OBJS))
 TEST_SRCS := $(sort $(wildcard tests/test_*.c))
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
-TEST_TOOLS := $(BUILD)/tests/ref_dump $(BUILD)/tests/ckpt_fuzz
+TEST_TOOLS := $(BUILD)/tests/ref_dump $(BUILD)/tests/ckpt_fuzz $(BUILD)/tests/fuzz_config_check
 # GPU tests (tests/gpu/): built with every CUDA build, so that CI catches their compile and
 # link errors; run only by `make test-gpu`, on a machine with a GPU (never by `make test`).
 GPU_TEST_SRCS := $(sort $(wildcard tests/gpu/test_*.c))

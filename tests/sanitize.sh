@@ -53,6 +53,10 @@ check sample_ckpt 0 $T sample $W/ck --tokens 16
 check export_llmc 0 $T export $W/ck --format llmc --out $W/e.bin
 check export_safetensors 0 $T export $W/ck --format safetensors --out $W/e.safetensors
 check check_bad_key 2 $T check $CFG --set model.n_layers=3
+# issue 15 defect 1: a layer count whose products pass an int, refused before any buffer
+check plan_huge_layers 2 $T plan $CFG --world 1 --set model.n_layer=357913942
+check train_huge_width 2 $T train $CFG "${COMMON[@]}" --set run.out_dir=$W/huge --set model.d_model=1073741824 \
+    --set model.n_head=1
 check train_bad_data 3 $T train $CFG "${COMMON[@]}" --set run.out_dir=$W/bad --set "data.train=$W/none_*.bin"
 
 export ASAN_OPTIONS=$SAN_NO_LEAKS

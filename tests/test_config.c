@@ -5,79 +5,9 @@
 #include "config/config_keys_internal.h" // K_COUNT: the keys printed
 #include "testlib.h"
 
-#include <fcntl.h>
+#include "config_harness.h"
+#include <limits.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-static char g_dir[256];
-static int g_files;
-static char *g_err; // stderr of the last captured call
-
-// Writes `text` to a new file in the temp directory; returns its path (malloc'd).
-static char *write_yaml(const char *text) {
-    char *path = malloc(strlen(g_dir) + 32);
-    sprintf(path, "%s/c%03d.yaml", g_dir, g_files++);
-    FILE *f = fopen(path, "w");
-    fputs(text, f);
-    fclose(f);
-    return path;
-}
-
-static int capture_begin(void) {
-    char path[300];
-    snprintf(path, sizeof path, "%s/stderr.txt", g_dir);
-    fflush(stderr);
-    int saved = dup(2);
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-    dup2(fd, 2);
-    close(fd);
-    return saved;
-}
-
-static void capture_end(int saved) {
-    char path[300];
-    snprintf(path, sizeof path, "%s/stderr.txt", g_dir);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    FILE *f = fopen(path, "r");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    free(g_err);
-    g_err = calloc((size_t)n + 1, 1);
-    if (fread(g_err, 1, (size_t)n, f) != (size_t)n) g_err[0] = '\0';
-    fclose(f);
-}
-
-static tri_status load_path(run_config *cfg, const char *path, int n_set, char **sets) {
-    config_defaults(cfg); // as main.c does: config_load parses over the defaults
-    int saved = capture_begin();
-    tri_status rc = config_load(cfg, path, n_set, sets);
-    capture_end(saved);
-    return rc;
-}
-
-// Loads `yaml` with the given --set arguments (NULL-terminated varargs list).
-static tri_status load_text(run_config *cfg, const char *yaml, char **sets) {
-    char *path = write_yaml(yaml);
-    int n = 0;
-    while (sets && sets[n]) n++;
-    tri_status rc = load_path(cfg, path, n, sets);
-    free(path);
-    return rc;
-}
-#define SETS(...) ((char *[]){__VA_ARGS__, NULL})
-
-static tri_status resolve(run_config *cfg, int world) {
-    int saved = capture_begin();
-    tri_status rc = config_resolve_world(cfg, world);
-    capture_end(saved);
-    return rc;
-}
-
-static int has(const char *needle) { return g_err && strstr(g_err, needle) != NULL; }
 
 static int count_lines(const char *s) {
     int n = 0;
@@ -455,9 +385,62 @@ static void test_types(void) {
     TEST_CHECK(rc == TRI_ERR_CONFIG && has("run.name: must not be null") &&
                    has("checkpoint.resume: must not be empty"),
                "null and empty strings where a value is needed", "stderr: %s", g_err);
+    {
+        static char text[PATH_MAX + 64];
+        int n = snprintf(text, sizeof text, "log: {tensorboard: ");
+        memset(text + n, 'a', PATH_MAX);
+        snprintf(text + n + PATH_MAX, sizeof text - n - PATH_MAX, "}\n");
+        rc = load_text(&cfg, text, NULL);
+        TEST_CHECK(rc == TRI_ERR_CONFIG &&
+                       has("log.tensorboard: is 4096 bytes long; a path holds at most 4095"),
+                   "a path longer than the OS takes", "stderr: %.300s", g_err);
+    }
     rc = load_text(&cfg, "run: {seed: 1}\n---\nrun: {seed: 2}\n", NULL);
     TEST_CHECK(rc == TRI_ERR_CONFIG && has(":3: a second YAML document"), "a second YAML document",
                "stderr: %s", g_err);
+}
+
+// One rule for tags and quotes across every key type (config_values_internal.h): a written
+// tag sets the type, else quotes make a string, else the key's type reads the text.
+static void test_tags_and_quotes(void) {
+    run_config cfg;
+    tri_status rc = load_text(&cfg,
+                              "model: {n_layer: !!str 5, n_head: !!int \"2\"}\n"
+                              "parallel: {zero: !!float 1, tp: !foo 1}\n"
+                              "checkpoint: {async: \"true\"}\n"
+                              "run: {name: !!int 5}\n",
+                              NULL);
+    TEST_CHECK(rc == TRI_ERR_CONFIG &&
+                   has(":1: model.n_layer: expected an integer, got the string \"5\" (tagged "
+                       "!!str)") &&
+                   !has("model.n_head") &&
+                   has(":2: parallel.zero: expected an integer, got 1 (tagged !!float)") &&
+                   has("parallel.tp: expected an integer, got 1 (tagged !foo); the tags a config "
+                       "reads are") &&
+                   has(":3: checkpoint.async: expected true or false, got the string \"true\"") &&
+                   has(":4: run.name: expected a string, got 5 (tagged !!int)") &&
+                   has("5 errors in"),
+               "tags and quotes: a tag or quotes that do not fit the key are refused", "stderr: %s",
+               g_err);
+    rc = load_text(&cfg,
+                   "model: {n_head: !!int \"2\", init_from: !!str null}\n"
+                   "parallel: {dp: \"auto\", schedule: \"1f1b\"}\n"
+                   "optim: {lr: !!int 1, min_lr: !!float 0.5}\n"
+                   "checkpoint: {async: !!bool false, dir: !!null \"\"}\n"
+                   "run: {name: 123}\n",
+                   NULL);
+    int ok = rc == TRI_OK && cfg.model.n_head == 2 && streq(cfg.model.init_from, "null") &&
+             cfg.parallel.dp == DP_AUTO && cfg.parallel.schedule == SCHEDULE_1F1B &&
+             cfg.optim.lr == 1.0 && cfg.optim.min_lr == 0.5 && cfg.checkpoint.async == 0 &&
+             !cfg.checkpoint.dir && streq(cfg.run.name, "123");
+    TEST_CHECK(ok, "tags and quotes: what fits is accepted (dp: \"auto\", schedule: \"1f1b\")",
+               "rc %d stderr: %s", rc, g_err);
+    if (rc == TRI_OK) config_free(&cfg);
+    rc = load_text(&cfg, "", SETS("parallel.dp=\"auto\"", "model.n_layer=!!str 4"));
+    TEST_CHECK(rc == TRI_ERR_CONFIG && !has("parallel.dp") &&
+                   has("--set model.n_layer=!!str 4: model.n_layer: expected an integer, got the "
+                       "string \"4\" (tagged !!str)"),
+               "tags and quotes: the same rule for --set", "stderr: %s", g_err);
 }
 
 static void test_enums(void) {
@@ -698,12 +681,6 @@ static void test_files(void) {
 // ---------------------------------------------------------------------------------------
 // World size
 
-static tri_status load_ok(run_config *cfg, char **sets) {
-    tri_status rc = load_text(cfg, "", sets);
-    if (rc != TRI_OK) printf("  (setup load failed: %s)\n", g_err);
-    return rc;
-}
-
 static void test_world(void) {
     run_config cfg;
     if (load_ok(&cfg, SETS("parallel.tp=2", "parallel.pp=2")) == TRI_OK) {
@@ -779,11 +756,7 @@ static void test_world(void) {
 }
 
 int main(void) {
-    snprintf(g_dir, sizeof g_dir, "/tmp/trident_test_config_XXXXXX");
-    if (!mkdtemp(g_dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    if (harness_init("test_config")) return 1;
     test_defaults();
     test_empty_file();
     test_full_file();
@@ -793,6 +766,7 @@ int main(void) {
     test_print_json();
     test_unknown_keys();
     test_types();
+    test_tags_and_quotes();
     test_enums();
     test_ranges();
     test_rules();
@@ -800,10 +774,7 @@ int main(void) {
     test_set();
     test_files();
     test_world();
-    free(g_err);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0) printf("note: could not remove %s\n", g_dir);
+    harness_done();
     printf("%d passed, %d failed\n", test_passes_, test_failures_);
     TEST_EXIT();
 }

@@ -220,7 +220,90 @@ static void check_flops_and_scale(void) {
                "device_table", "lookup failed");
 }
 
+// Past its replay limit plan_compute replays two smaller micro-batch counts and extrapolates
+// the communication (plan.c): the same numbers, field for field, as replaying every call of
+// the step, over schedules, pipeline depths, virtual stages, micro-batch counts (each
+// residue mod pp), ZeRO stages and gathers, tp with and without sequence parallelism, and
+// recompute. Also the memory (the slots from sched_max_in_flight).
+static int replay_case(schedule_kind sched, int pp, int v, int m, int tp, int sp, int dp, int zero,
+                       int gather, int recompute, char *why, size_t n) {
+    run_config c;
+    config_defaults(&c);
+    c.model.n_layer = 24, c.model.d_model = 16, c.model.n_head = 2;
+    c.model.seq_len = 8, c.model.vocab_size = 64, c.model.vocab_pad_to = 16;
+    c.parallel.tp = tp, c.parallel.pp = pp, c.parallel.dp = dp, c.parallel.virtual_stages = v;
+    c.parallel.schedule = sched, c.parallel.zero = zero, c.parallel.sequence_parallel = sp;
+    c.parallel.zero3_gather = (zero3_gather_kind)gather;
+    c.parallel.recompute = (recompute_kind)recompute;
+    c.parallel.bucket_mb = 0.002; // several buckets per chunk
+    c.train.micro_batch = 1, c.train.global_batch = m * dp;
+    TRI_ASSERT(config_resolve_world(&c, tp * pp * dp) == TRI_OK);
+    plan_device d = device("h100", tp * pp * dp);
+    plan_result full, ext;
+    plan_set_replay_limit(1 << 30);
+    TRI_ASSERT(plan_compute(&full, &c, &d) == TRI_OK);
+    plan_set_replay_limit(1);
+    TRI_ASSERT(plan_compute(&ext, &c, &d) == TRI_OK);
+    plan_set_replay_limit(0);
+    int ok = 1;
+    for (int r = 0; r < pp && ok; r++) {
+        const plan_stage *a = &full.stages[r], *b = &ext.stages[r];
+        ok = !memcmp(&a->comm, &b->comm, sizeof a->comm) && a->n_slots == b->n_slots &&
+             !memcmp(a->mem, b->mem, sizeof a->mem) && a->t_compute == b->t_compute;
+        if (!ok)
+            snprintf(why, n,
+                     "%s pp %d v %d m %d tp %d sp %d dp %d zero %d gather %d recompute %d: "
+                     "stage %d differs (pp bytes %llu vs %llu, dp bytes %llu vs %llu)",
+                     config_schedule_name(sched), pp, v, m, tp, sp, dp, zero, gather, recompute, r,
+                     (unsigned long long)plan_group_bytes(a, COMM_GROUP_PP),
+                     (unsigned long long)plan_group_bytes(b, COMM_GROUP_PP),
+                     (unsigned long long)plan_group_bytes(a, COMM_GROUP_DP),
+                     (unsigned long long)plan_group_bytes(b, COMM_GROUP_DP));
+    }
+    plan_free(&full);
+    plan_free(&ext);
+    config_free(&c);
+    return ok;
+}
+
+static void check_replay_extrapolation(void) {
+    const schedule_kind scheds[] = {SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED};
+    const struct {
+        int dp, zero, gather;
+    } zs[] = {{1, 0, 0}, {2, 0, 0}, {2, 1, 0}, {2, 2, 0}, {2, 3, 0}, {2, 3, 1}};
+    int cases = 0, bad = 0;
+    char first[400] = "";
+    for (int si = 0; si < 3; si++)
+        for (int pp = 1; pp <= 4; pp++)
+            for (int v = 1; v <= 3; v++) {
+                const schedule_kind s = scheds[si];
+                if ((s == SCHEDULE_INTERLEAVED) != (v > 1) && !(s == SCHEDULE_GPIPE && v > 1))
+                    continue;
+                if ((v > 1 && pp == 1) || 24 % (pp * v)) continue;
+                // Past m2 = 2 pp + m % pp (plan.c), every residue mod pp, and one far out.
+                const int ms[] = {3 * pp, 3 * pp + 1, 4 * pp + pp - 1, 7 * pp + 2, 97};
+                for (int mi = 0; mi < 5; mi++) {
+                    const int m = ms[mi];
+                    if (s == SCHEDULE_INTERLEAVED && m % pp) continue;
+                    for (int zi = 0; zi < 6; zi++)
+                        for (int tpsp = 0; tpsp < 3; tpsp++)
+                            for (int rc = 0; rc < 2; rc++) {
+                                char why[400];
+                                const int tp = tpsp ? 2 : 1, sp = tpsp == 2;
+                                cases++;
+                                if (!replay_case(s, pp, v, m, tp, sp, zs[zi].dp, zs[zi].zero,
+                                                 zs[zi].gather, rc, why, sizeof why) &&
+                                    !bad++)
+                                    snprintf(first, sizeof first, "%s", why);
+                            }
+                }
+            }
+    TEST_CHECK(!bad && cases > 1000, "plan_replay_extrapolation_equals_full_replay",
+               "%d of %d cases differ; first: %s", bad, cases, first);
+}
+
 int main(void) {
+    check_replay_extrapolation();
     check_textbook();
     check_zero_formulas();
     check_bubbles();

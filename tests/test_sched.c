@@ -367,6 +367,13 @@ static int run_case(sim_case *c) {
     for (int r = 0; r < c->pp && ok; r++)
         ok = check_pairs(c, r, pos[r], slot[r]) && check_runs(c, r) &&
              check_slots(c, r, pos[r], slot[r]);
+    // The closed form the planner and the config's size rules use instead of a table.
+    for (int r = 0; r < c->pp && ok && !c->forward_only; r++) {
+        const int64_t closed = sched_max_in_flight(c->schedule, c->pp, c->v, c->m, r);
+        if (closed != c->t[r].max_in_flight)
+            ok = fail(c, "rank %d: sched_max_in_flight %lld, table %d", r, (long long)closed,
+                      c->t[r].max_in_flight);
+    }
     if (ok) ok = simulate(c);
     for (int r = 0; r < built; r++) sched_free(&c->t[r]);
     return ok;
@@ -461,9 +468,13 @@ int main(void) {
         schedule_kind s;
         int pp, v, m;
     } bad[] = {
-        {SCHEDULE_1F1B, 4, 2, 8},        {SCHEDULE_INTERLEAVED, 4, 1, 8},
-        {SCHEDULE_INTERLEAVED, 4, 2, 6}, {SCHEDULE_INTERLEAVED, 1, 2, 4},
-        {SCHEDULE_GPIPE, 1, 2, 4},       {SCHEDULE_GPIPE, 2, 1, 0},
+        {SCHEDULE_1F1B, 4, 2, 8},
+        {SCHEDULE_INTERLEAVED, 4, 1, 8},
+        {SCHEDULE_INTERLEAVED, 4, 2, 6},
+        {SCHEDULE_INTERLEAVED, 1, 2, 4},
+        {SCHEDULE_GPIPE, 1, 2, 4},
+        {SCHEDULE_GPIPE, 2, 1, 0},
+        {SCHEDULE_GPIPE, 2, 4, SCHED_MAX_PAIRS / 2}, // past SCHED_MAX_PAIRS: refused unbuilt
     };
     int rejected = 0, n_bad = (int)(sizeof bad / sizeof *bad);
     fflush(stdout);

@@ -82,7 +82,7 @@ static int parse_config_args(int argc, char **argv, config_args *ca, int allow_w
             ca->sets[ca->n_sets++] = (char *)v;
         } else if (allow_world && !strcmp(argv[i], "--world")) {
             long w;
-            if (i + 1 >= argc || parse_long(argv[++i], &w) || w < 1 || w > 1 << 20)
+            if (i + 1 >= argc || parse_long(argv[++i], &w) || w < 1 || w > PLAN_MAX_WORLD)
                 return usage_error("--world needs a positive integer", "");
             ca->world = (int)w;
         } else if (argv[i][0] == '-') {

@@ -2,6 +2,7 @@
 #include "base/common.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <string.h>
 #include <time.h>
@@ -9,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/checked.h"
 #include "base/env.h"
 
 static log_level g_level = LOG_LEVEL_INFO;
@@ -82,27 +84,61 @@ void log_unmute(int token) {
     close(token);
 }
 
-void *xmalloc(size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "trident: out of host memory allocating %zu bytes\n", bytes);
-        abort();
+static void (*g_abort_hook)(int code);
+
+void tri_set_abort_hook(void (*hook)(int code)) { g_abort_hook = hook; }
+
+void tri_abort_job(int code) {
+    fflush(stdout);
+    fflush(stderr);
+    if (g_abort_hook) g_abort_hook(code);
+    exit(code); // no hook, or it returned
+}
+
+void tri_out_of_host_memory(size_t bytes, const char *what) {
+    // No allocation here: the message is formatted on the stack.
+    LOG_ERROR("out of host memory: %zu bytes (%.3g GB)%s%s could not be allocated", bytes,
+              (double)bytes / 1e9, what ? " for " : "", what ? what : "");
+    LOG_HINT("the process's memory limit (ulimit -v, the job's memory request) or the node's "
+             "memory is too small for this run; `trident plan CONFIG` shows what a rank holds");
+    tri_abort_job(TRI_ERR_INTERNAL);
+}
+
+// TRIDENT_TEST_HOST_ALLOC_LIMIT (a test hook): allocations past it fail. Read once; 0: none.
+static size_t test_alloc_limit(void) {
+    static int read;
+    static size_t limit;
+    if (!read) {
+        const char *v = env_get(ENV_TEST_HOST_ALLOC_LIMIT);
+        limit = v ? (size_t)strtoull(v, NULL, 10) : 0;
+        read = 1;
     }
+    return limit;
+}
+
+void *xmalloc_for(size_t bytes, const char *what) {
+    const size_t limit = test_alloc_limit();
+    void *p = limit && bytes > limit ? NULL : malloc(bytes ? bytes : 1);
+    if (!p) tri_out_of_host_memory(bytes, what);
     return p;
 }
 
-void *xcalloc(size_t count, size_t size) {
-    void *p = calloc(count ? count : 1, size ? size : 1);
-    if (!p) {
-        fprintf(stderr, "trident: out of host memory allocating %zu x %zu bytes\n", count, size);
-        abort();
-    }
+void *xcalloc_for(size_t count, size_t size, const char *what) {
+    const size_t limit = test_alloc_limit(), bytes = sat_mul_size(count, size);
+    void *p = limit && bytes > limit ? NULL : calloc(count ? count : 1, size ? size : 1);
+    if (!p) tri_out_of_host_memory(bytes, what);
     return p;
 }
+
+void *xmalloc(size_t bytes) { return xmalloc_for(bytes, NULL); }
+
+void *xcalloc(size_t count, size_t size) { return xcalloc_for(count, size, NULL); }
 
 void *xgrow(void *items, int n, int *cap, size_t elem) {
     if (n < *cap) return items;
-    const int grown = *cap >= 8 ? 2 * *cap : 16;
+    // Callers bound their counts (an int n); the doubling must not pass INT_MAX either.
+    const int grown = *cap >= 8 ? (*cap <= INT_MAX / 2 ? 2 * *cap : INT_MAX) : 16;
+    TRI_ASSERT(grown > n);
     char *bigger = xcalloc((size_t)grown, elem);
     if (n) memcpy(bigger, items, (size_t)n * elem);
     free(items);

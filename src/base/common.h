@@ -80,10 +80,22 @@ void log_hint(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
         }                                                                                          \
     } while (0)
 
-// Allocation that cannot fail silently: out of host memory is an internal error.
+// Allocation that cannot fail silently. Out of host memory ends the process with exit 1
+// (TRI_ERR_INTERNAL, DESIGN.md "CLI") after a message naming the bytes and, in the _for
+// forms, what they were for ("the parameter table"); in a multi-rank job the abort hook (set
+// by the comm layer once MPI runs: MPI_Abort) ends every rank, so none waits on this one.
 void *xmalloc(size_t bytes);
 void *xcalloc(size_t count, size_t size);
+void *xmalloc_for(size_t bytes, const char *what);
+void *xcalloc_for(size_t count, size_t size, const char *what);
 char *xstrdup(const char *s);
+// The message and the exit of a failed host allocation of `bytes` for `what` (NULL: not
+// known); does not return.
+void tri_out_of_host_memory(size_t bytes, const char *what) __attribute__((noreturn));
+// How a fatal error ends the process: hook(TRI_ERR_...) when set (the comm layer's, which
+// takes every rank of the job down), else exit(code). NULL restores exit.
+void tri_set_abort_hook(void (*hook)(int code));
+void tri_abort_job(int code) __attribute__((noreturn));
 // A growable array with room for one more element: `items` (n used, *cap allocated, elem
 // bytes each), reallocated to twice its capacity (at least 16) when full; the new room is
 // zeroed. Returns the array to use from now on.

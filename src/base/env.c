@@ -34,6 +34,10 @@ const env_desc ENV_TABLE[ENV_COUNT] = {
                               "once the process has written this many bytes of checkpoint "
                               "files, every further checkpoint write fails with ENOSPC, as on "
                               "a full disk"},
+    [ENV_TEST_HOST_ALLOC_LIMIT] = {"TRIDENT_TEST_HOST_ALLOC_LIMIT", ENV_BY_TEST_HOOK, "bytes",
+                                   "no limit",
+                                   "a host allocation (xmalloc and friends) of more than this "
+                                   "many bytes fails as out of host memory does"},
     [ENV_BLAS_REEXEC] = {"TRIDENT_BLAS_REEXEC", ENV_BY_INTERNAL, "1", "not restarted yet",
                          "set before trident restarts itself with OPENBLAS_CORETYPE, so that "
                          "it restarts at most once"},

@@ -65,7 +65,7 @@ static tri_status local_copy(comm *c, comm_group_id g, comm_op_id op, const void
                              size_t bytes) {
     if (send == recv) return TRI_OK;
     if (c->iface->local_copy) return c->iface->local_copy(c, g, op, send, recv, bytes);
-    memmove(recv, send, bytes);
+    if (bytes) memmove(recv, send, bytes); // an empty block may have NULL ends
     return TRI_OK;
 }
 

@@ -179,6 +179,14 @@ static void report_phase(const char *phase, char *out, size_t n) {
         snprintf(out + strlen(out), n - strlen(out), " (ranks from %d on not asked)", asked);
 }
 
+// base/common.h's abort hook for a job of several processes: PMIx_Abort asks the launcher
+// (mpirun, srun --mpi=pmix) to end every process of the job with `code`, so that a rank that
+// cannot go on (out of memory) does not leave the others waiting in a collective.
+static void launch_abort_job(int code) {
+    PMIx_Abort(code, "trident: a rank ended the job (see its error above)", NULL, 0);
+    _exit(code); // PMIx_Abort returned (no server): this process at least
+}
+
 static void launch_set_singleton(launch_info *li) {
     li->rank = 0;
     li->world = 1;
@@ -243,6 +251,7 @@ tri_status launch_init(launch_info *li) {
     g_world = li->world;
     const stop_peer_hooks hooks = {announce_phase, report_phase};
     stop_set_peer_hooks(&hooks);
+    if (li->world > 1) tri_set_abort_hook(launch_abort_job);
     LOG_DEBUG("launch: pmix namespace %s rank %d of %d, local %d of %d on %s", me->nspace, li->rank,
               li->world, li->local_rank, li->local_size, li->host);
     return TRI_OK;
@@ -317,6 +326,7 @@ tri_status launch_fence(launch_info *li) {
 
 void launch_finalize(launch_info *li) {
     if (li->impl) {
+        tri_set_abort_hook(NULL);
         pmix_status_t rc = PMIx_Finalize(NULL, 0);
         if (rc != PMIX_SUCCESS)
             LOG_WARN("PMIx_Finalize on rank %d: %s", li->rank, PMIx_Error_string(rc));

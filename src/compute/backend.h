@@ -16,6 +16,7 @@
 // fallbacks both backends share (ggml's ggml_backend_tensor_set pattern, backend.c); the
 // table entries behind them are what a backend implements.
 #pragma once
+#include "base/checked.h"
 #include "base/common.h"
 #include "base/dtype.h"
 
@@ -47,9 +48,11 @@ typedef enum {
     ATTN_STATE_LSE = 1,   // each row's log-sum-exp, (B, NH, T) floats (flash-style kernels: CUDA)
 } attn_state_kind;
 
-// Bytes of that state for B sequences of T tokens over NH heads.
+// Bytes of that state for B sequences of T tokens over NH heads; saturating (base/checked.h):
+// T * T passes 64 bits for T values an int holds, and the config's size rules must see that.
 static inline size_t attn_state_bytes(attn_state_kind kind, size_t B, size_t T, size_t NH) {
-    return B * NH * T * (kind == ATTN_STATE_PROBS ? T : 1) * sizeof(float);
+    return sat_mul_size(sat_mul3_size(B, NH, T),
+                        sat_mul_size(kind == ATTN_STATE_PROBS ? T : 1, sizeof(float)));
 }
 
 typedef struct backend backend;

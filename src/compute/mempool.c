@@ -11,12 +11,11 @@ tri_status mem_pool_create(mem_pool *p, backend *be, const uint64_t size[MEM_KIN
         if (!size[k]) continue;
         p->base[k] = be->alloc(be, p->size[k]);
         if (!p->base[k]) {
-            LOG_ERROR("out of %s memory: %s needs %zu bytes", be->name, mem_kind_name((mem_kind)k),
-                      p->size[k]);
+            LOG_ERROR("out of %s memory: %s needs %zu bytes (%.3g GB)", be->name,
+                      mem_kind_name((mem_kind)k), p->size[k], (double)p->size[k] / 1e9);
             LOG_HINT("`trident plan CONFIG --world N` shows each kind; lower train.micro_batch, "
                      "raise parallel.zero, or use parallel.recompute: full");
-            mem_pool_free(p);
-            return TRI_ERR_INTERNAL;
+            tri_abort_job(TRI_ERR_INTERNAL); // every rank: see mempool.h
         }
     }
     return TRI_OK;
@@ -60,7 +59,9 @@ void mem_specs_add(mem_specs *s, const char *name, mem_kind kind, size_t bytes, 
 
 void mem_specs_totals(const mem_specs *s, uint64_t total[MEM_KIND_COUNT]) {
     memset(total, 0, MEM_KIND_COUNT * sizeof(uint64_t));
-    for (int i = 0; i < s->n; i++) total[s->items[i].kind] += mem_round(s->items[i].bytes);
+    for (int i = 0; i < s->n; i++)
+        total[s->items[i].kind] = sat_add_u64(total[s->items[i].kind],
+                                              mem_round(s->items[i].bytes));
 }
 
 void mem_specs_free(mem_specs *s) {
@@ -78,7 +79,7 @@ tri_status mem_specs_carve(const mem_specs *s, mem_pool *p, backend *be) {
                       mem_kind_name(sp->kind));
             LOG_HINT("`trident plan CONFIG --world N` shows each kind; lower train.micro_batch, "
                      "raise parallel.zero, or use parallel.recompute: full");
-            return TRI_ERR_INTERNAL;
+            tri_abort_job(TRI_ERR_INTERNAL); // every rank: see mempool.h
         }
         *(void **)sp->dst = ptr;
     }

@@ -29,8 +29,10 @@ typedef enum {
 // "param_bytes", "grad_bytes", ... (the run record's and the planner's names)
 const char *mem_kind_name(mem_kind k);
 
-// bytes rounded up to whole granules.
+// bytes rounded up to whole granules; SIZE_MAX stays SIZE_MAX (a saturated size,
+// base/checked.h).
 static inline size_t mem_round(size_t bytes) {
+    if (bytes > SIZE_MAX - (MEM_GRANULE - 1)) return SIZE_MAX;
     return (bytes + MEM_GRANULE - 1) / MEM_GRANULE * MEM_GRANULE;
 }
 
@@ -52,7 +54,8 @@ typedef struct {
 } mem_specs;
 
 void mem_specs_add(mem_specs *s, const char *name, mem_kind kind, size_t bytes, void *dst);
-// Bytes per kind as the arenas hold them: every spec rounded to whole granules.
+// Bytes per kind as the arenas hold them: every spec rounded to whole granules (a saturating
+// sum: UINT64_MAX means "more than 64 bits hold").
 void mem_specs_totals(const mem_specs *s, uint64_t total[MEM_KIND_COUNT]);
 void mem_specs_free(mem_specs *s);
 
@@ -65,6 +68,11 @@ typedef struct {
 } mem_pool;
 
 // One zero-filled arena per kind of `size` bytes (kinds of size 0 get none).
+//
+// Out of memory is fatal, as for host memory (base/common.h): the message names the memory
+// kind and the bytes (or the buffer), then tri_abort_job ends the process with exit 1, and in
+// a job of several processes every one of them, so that no rank waits on one that cannot
+// go on. mem_pool_create and mem_specs_carve therefore return TRI_OK or do not return.
 tri_status mem_pool_create(mem_pool *p, backend *be, const uint64_t size[MEM_KIND_COUNT]);
 void mem_pool_free(mem_pool *p);
 
@@ -75,8 +83,9 @@ void *mem_take(mem_pool *p, backend *be, mem_kind kind, size_t bytes);
 // Gives back what mem_take returned: a no-op for a pool (its arenas go all at once).
 void mem_give(mem_pool *p, backend *be, void *ptr);
 
-// Every spec of `s` that has a dst, in order: *dst = mem_take(...). TRI_ERR_INTERNAL (logged,
-// naming the buffer) when one cannot be had. mem_specs_give returns them (no pool: to the
+// Every spec of `s` that has a dst, in order: *dst = mem_take(...); one that cannot be had
+// (an arena too small for it: a planner bug; the backend out of memory) ends the job as
+// mem_pool_create does, the buffer named. mem_specs_give returns them (no pool: to the
 // backend) and clears each *dst.
 tri_status mem_specs_carve(const mem_specs *s, mem_pool *p, backend *be);
 void mem_specs_give(const mem_specs *s, mem_pool *p, backend *be);

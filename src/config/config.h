@@ -79,15 +79,35 @@ void config_defaults(run_config *cfg);
 
 // Parses `path` over the defaults, then applies `n_set` overrides "a.b=c" (YAML scalar
 // syntax for the value), then validates everything that does not depend on the world
-// size. On any violation prints every one to stderr ("CONFIG:LINE: key.path: problem")
+// size, the size rules among it (CONFIG_RANK_BYTES_MAX below). On any violation prints every one to stderr ("CONFIG:LINE: key.path: problem")
 // and returns TRI_ERR_CONFIG. A missing or unreadable file is TRI_ERR_CONFIG too.
 // cfg must hold config_defaults() (or an earlier config); on error it is config_free()d.
 tri_status config_load(run_config *cfg, const char *path, int n_set, char **sets);
 
 // Resolves parallel.dp (auto -> world / (tp*pp)) and checks the rules that need the world
 // size: world == tp*pp*dp, global_batch % (micro_batch*dp), micro-batches >= pp for 1f1b,
-// interleaved micro-batches % pp. Prints violations; TRI_ERR_CONFIG on any.
+// interleaved micro-batches % pp, and the size rules of a rank's buffers (at most
+// CONFIG_RANK_BYTES_MAX, summed from the specs the trainer carves). Prints violations;
+// TRI_ERR_CONFIG on any.
 tri_status config_resolve_world(run_config *cfg, int world);
+
+// Size limits (README "Config reference", "Sizes"). A config whose sizes pass them is refused
+// by config_load / config_resolve_world (exit 2, the key and the bytes named) before anything
+// is built: every count the code keeps in an int fits it, and no rank needs more than
+//   CONFIG_RANK_BYTES_MAX    bytes of buffers (parameters, gradients, optimizer state,
+//                            activations, workspaces: the planner's per-rank total; far past
+//                            any device, and past the memory of the largest single hosts);
+//   CONFIG_RANK_ENTRIES_MAX  parameter tensors in one rank's table (12 per layer: about
+//                            87,000 layers on one pipeline rank; each costs host memory in
+//                            every process and in the planner).
+#define CONFIG_RANK_BYTES_MAX ((uint64_t)16 << 40) // 16 TiB
+#define CONFIG_RANK_ENTRIES_MAX (1 << 20)
+
+// The size rules that need no world size (those config_load applies), for a config whose
+// keys are otherwise valid, with the tp and pp it holds: 0 when within them; else 1, and
+// `why` (when not NULL) holds the first message. What callers that change a loaded config's
+// layout (plan --search) ask before they build tables for it.
+int config_size_problem(const run_config *cfg, char *why, size_t n);
 
 // Micro-batches per optimizer step for each dp replica: global_batch / (micro_batch * dp).
 int config_micro_batches(const run_config *cfg);

@@ -4,7 +4,9 @@
 
 int config_micro_batches(const run_config *cfg) {
     TRI_ASSERT(cfg->parallel.dp >= 1); // resolved by config_resolve_world
-    return cfg->train.global_batch / (cfg->train.micro_batch * cfg->parallel.dp);
+    // In 64 bits: micro_batch * dp divides global_batch once resolved, but is a product of
+    // two keys.
+    return (int)(cfg->train.global_batch / ((int64_t)cfg->train.micro_batch * cfg->parallel.dp));
 }
 
 int config_padded_vocab(const run_config *cfg) {

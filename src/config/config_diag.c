@@ -86,6 +86,23 @@ void config_report_total(config_ctx *c) {
     c->cap_msgs = 0;
 }
 
+void config_report_discard(config_ctx *c, char *first, size_t n) {
+    if (first && n) {
+        first[0] = '\0';
+        if (c->n_errors) {
+            const char *text = c->msgs[0].text, *colon = strstr(text, ": ");
+            snprintf(first, n, "%s", colon ? colon + 2 : text);
+            size_t len = strlen(first);
+            if (len && first[len - 1] == '\n') first[len - 1] = '\0';
+        }
+    }
+    for (int i = 0; i < c->n_errors; i++) free(c->msgs[i].text);
+    free(c->msgs);
+    c->msgs = NULL;
+    c->cap_msgs = 0;
+    c->n_errors = 0;
+}
+
 // ---------------------------------------------------------------------------------------
 // Did you mean
 

@@ -31,6 +31,16 @@ typedef struct {
 
 static inline int config_loc_known(config_loc loc) { return loc.line > 0 || loc.set_index >= 0; }
 
+// Whether none of the keys was rejected: a rule runs only then (one mistake, one message).
+static inline int config_keys_ok(const config_ctx *c, const key_id *keys, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (c->bad[keys[i]]) return 0;
+    return 1;
+}
+#define KEYS_OK(c, ...)                                                                            \
+    config_keys_ok((c), (const key_id[]){__VA_ARGS__},                                             \
+                   sizeof((key_id[]){__VA_ARGS__}) / sizeof(key_id))
+
 void config_ctx_init(config_ctx *c, const char *path, char **sets);
 // "WHERE: key.path: message"; each call counts one error.
 void config_report(config_ctx *c, config_loc loc, const char *key_path, const char *fmt, ...)
@@ -42,6 +52,9 @@ void config_report_key(config_ctx *c, key_id k, key_id alt, const char *fmt, ...
 // rest), then "N errors in FILE; fix them and run again", and frees them. Must follow
 // any config_report when n_errors > 0.
 void config_report_total(config_ctx *c);
+// Frees the messages without printing them, after copying the first (its text without the
+// "WHERE: " prefix and newline) into first[n] when first is not NULL.
+void config_report_discard(config_ctx *c, char *first, size_t n);
 
 // The closest of `names` (NULL-terminated) to `typed`, or NULL when none is close.
 const char *config_closest_name(const char *typed, const char *const *names);

@@ -6,8 +6,12 @@
 // one way (lowest first):
 //   config_keys     the key table, enum value names, a key's field, path and range text
 //   config_derived  quantities derived from keys (micro-batches per step, padded vocabulary)
+//   config_layout   what the modules take (mesh, model layout, ZeRO config) and the sum of
+//                   their buffer specs for one rank (config_layout.h, public)
 //   config_print    the resolved config as YAML or JSON; the shortest exact text of a number
 //   config_diag     messages: collection with their origin, sorting, "did you mean"
+//   config_values   one YAML value into one key: tags, quotes, the key's type
+//   config_sizes    what the keys imply for ints, the parameter table and a rank's buffers
 //   config_rules    ranges of single keys, rules between keys, rules of the world size
 //   config_parse    defaults, the YAML file (libyaml), --set overrides, config_load
 // Parsing, --set, defaults, printing, range checks and "did you mean" all walk the table;

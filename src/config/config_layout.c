@@ -1,6 +1,8 @@
 // config_layout.c: see config_layout.h.
 #include "config/config_layout.h"
 
+#include "parallel/optim.h"
+
 mesh config_mesh(const run_config *cfg) {
     TRI_ASSERT(cfg->parallel.dp >= 1); // resolved
     return (mesh){.tp = cfg->parallel.tp, .dp = cfg->parallel.dp, .pp = cfg->parallel.pp};
@@ -37,4 +39,30 @@ zero_config config_zero_config(const run_config *cfg, int dp_rank) {
                          .param_dtype = cfg->train.precision,
                          .grad_dtype = cfg->train.grad_dtype,
                          .reduce_dtype = cfg->train.reduce_dtype};
+}
+
+void config_rank_memory_of(const run_config *cfg, const param_table *pt, const zero_layout *zl,
+                           int tp_rank, int pp_rank, int dp_rank, int n_slots, attn_state_kind attn,
+                           uint64_t mem[MEM_KIND_COUNT]) {
+    mem_specs s = {0};
+    const model_layout ml = config_model_layout(cfg, tp_rank, pp_rank, n_slots, attn);
+    const zero_config zc = config_zero_config(cfg, dp_rank);
+    model_buffers(&s, &cfg->model, &ml, pt, NULL);
+    zero_buffers(&s, &zc, zl, pt, NULL);
+    optim_buffers(&s, zl, zc.param_dtype, NULL);
+    mem_specs_totals(&s, mem);
+    mem_specs_free(&s);
+}
+
+void config_rank_memory(const run_config *cfg, int tp_rank, int pp_rank, int dp_rank, int n_slots,
+                        attn_state_kind attn, uint64_t mem[MEM_KIND_COUNT]) {
+    param_table pt;
+    zero_layout zl;
+    const model_shard sh = config_model_shard(cfg, tp_rank, pp_rank);
+    params_build(&pt, &cfg->model, &sh);
+    const zero_config zc = config_zero_config(cfg, dp_rank);
+    zero_layout_build(&zl, &zc, &pt);
+    config_rank_memory_of(cfg, &pt, &zl, tp_rank, pp_rank, dp_rank, n_slots, attn, mem);
+    zero_layout_free(&zl);
+    params_free(&pt);
 }

@@ -9,18 +9,10 @@
 #include <limits.h>
 
 #include "config/config_print_internal.h"
+#include "config/config_sizes_internal.h"
 
 // ---------------------------------------------------------------------------------------
 // Ranges and rules
-
-#define KEYS_OK(c, ...)                                                                            \
-    keys_ok((c), (const key_id[]){__VA_ARGS__}, sizeof((key_id[]){__VA_ARGS__}) / sizeof(key_id))
-
-static int keys_ok(const config_ctx *c, const key_id *keys, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (c->bad[keys[i]]) return 0;
-    return 1;
-}
 
 static int in_range(const key_desc *d, double v) {
     int above = d->lo_open ? v > d->lo : v >= d->lo;
@@ -191,6 +183,7 @@ void config_check_rules(config_ctx *c, const run_config *cfg) {
                           "choose a global_batch that is a multiple of %d",
                           gb, mb, mb);
     }
+    config_check_sizes(c, cfg); // after the shape rules: the sizes assume them
 }
 
 // ---------------------------------------------------------------------------------------
@@ -228,6 +221,7 @@ tri_status config_resolve_world(run_config *cfg, int world) {
     } else {
         dp = world_dp(&c, cfg, world);
         if (dp > 0) check_batch_split(&c, cfg, dp);
+        if (dp > 0 && !c.n_errors) config_check_rank_memory(&c, cfg, dp);
         if (cfg->system.comm == COMM_SELF && world > 1)
             config_report_key(&c, K_SYS_COMM, K_COUNT,
                               "comm self runs a single process, but the world has %d ranks; use "

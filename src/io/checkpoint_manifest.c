@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <yaml.h>
 
+#include "base/yaml_limit.h"
+
 #include "base/crc32c.h"
 #include "model/params.h"
 
@@ -634,10 +636,16 @@ out:
     return buf;
 }
 
-// The YAML document of the manifest's bytes.
-// TODO(issue 15, item 9): the YAML depth cap of the config reader goes here, so that a
-// manifest nested 100,000 levels deep is refused before libyaml builds it.
+// The YAML document of the manifest's bytes, nested at most YLIMIT_MAX_DEPTH levels (a
+// manifest nested 100,000 levels deep is refused before libyaml builds it: base/yaml_limit.h).
 static int load_yaml(const char *text, size_t n, yaml_document_t *doc, const manifest *m) {
+    size_t deep_line = 0;
+    if (ylimit_depth_exceeds((const unsigned char *)text, n, YLIMIT_MAX_DEPTH, &deep_line)) {
+        LOG_ERROR("checkpoint %s:%zu: nested deeper than " YLIMIT_MAX_DEPTH_TEXT " levels; a "
+                  "manifest trident writes nests 5",
+                  m->path, deep_line);
+        return 0;
+    }
     yaml_parser_t parser;
     yaml_parser_initialize(&parser);
     yaml_parser_set_input_string(&parser, (const unsigned char *)text, n);

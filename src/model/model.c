@@ -12,13 +12,23 @@
 // A row-parallel bias is added once, by tp rank 0, before the reduction.
 #include "model/model_internal.h"
 
+#include <limits.h>
 #include <string.h>
+
+#include "base/checked.h"
+
+// Narrows a size the config's rules keep in int range (config_rules.c: rows per micro-batch,
+// 4 * d_model and the padded vocabulary at most INT_MAX); past it is a caller's bug.
+static int dim_int(int64_t v) {
+    TRI_ASSERT(v >= 0 && v <= INT_MAX);
+    return (int)v;
+}
 
 static void set_dims(model_dims *d, const model_config *mc, const model_layout *ml) {
     const model_shard *sh = &ml->shard;
     d->L = mc->n_layer, d->C = mc->d_model, d->NH = mc->n_head;
     d->HS = d->C / d->NH, d->T = mc->seq_len, d->B = ml->micro_batch;
-    d->V = mc->vocab_size, d->Vp = model_padded_vocab(mc, sh->tp);
+    d->V = mc->vocab_size, d->Vp = dim_int(model_padded_vocab_ll(mc, sh->tp));
     d->tp = sh->tp, d->tp_rank = sh->tp_rank;
     d->sp = ml->sequence_parallel && d->tp > 1;
     d->pp = sh->pp, d->pp_rank = sh->pp_rank;
@@ -26,13 +36,13 @@ static void set_dims(model_dims *d, const model_config *mc, const model_layout *
     d->Lc = d->L / (d->pp * d->chunks);
     d->has_embed = d->pp_rank == 0;
     d->has_head = d->pp_rank == d->pp - 1;
-    d->N = d->B * d->T;
+    d->N = dim_int((int64_t)d->B * d->T);
     d->N_local = d->sp ? d->N / d->tp : d->N;
     d->row0 = d->sp ? d->tp_rank * d->N_local : 0;
     d->NH_local = d->NH / d->tp;
     d->C_local = d->C / d->tp;
-    d->C3_local = 3 * d->C_local;
-    d->C4_local = 4 * d->C_local;
+    d->C3_local = dim_int(3 * (int64_t)d->C_local);
+    d->C4_local = dim_int(4 * (int64_t)d->C_local);
     d->Vp_local = d->Vp / d->tp;
     d->vocab_start = d->tp_rank * d->Vp_local;
 }
@@ -67,12 +77,17 @@ const model_wide MODEL_WIDE[ACT_WIDE] = {
 static size_t mm16_numel(const model_dims *d) {
     const size_t N = (size_t)d->N, C = (size_t)d->C;
     size_t widest = 4 * (size_t)d->C_local > C ? 4 * (size_t)d->C_local : C;
-    size_t n = N * widest, h = model_head_chunk_rows(N) * (C + (size_t)d->Vp_local);
+    size_t n = sat_mul_size(N, widest);
+    size_t h = sat_mul_size(model_head_chunk_rows(N), C + (size_t)d->Vp_local);
     return d->has_head && h > n ? h : n;
 }
 
 // The field of `m` that a spec fills, or NULL when only sizing.
 #define DST(field) (m ? (void *)&(field) : NULL)
+// A buffer's bytes as a saturating product (base/checked.h): the config's size rules sum
+// these specs to refuse a layout too large for any rank, so they must not wrap first.
+#define SZ(a, b, c) sat_mul3_size((size_t)(a), (size_t)(b), (size_t)(c))
+#define SZ4(a, b, c, e) sat_mul_size(SZ(a, b, c), (size_t)(e))
 
 // One activation slot (`a` points into m, or is NULL when sizing): `layers` layers (Lc; 1
 // for the recompute and bf16 work activations) with everything the backward reads, or with
@@ -87,20 +102,20 @@ static void slot_buffers(mem_specs *s, const model_dims *d, size_t att_bytes, in
 #define ADD(name, bytes, field)                                                                    \
     mem_specs_add(s, name, MEM_ACTIVATION, bytes, m ? (void *)&a->field : NULL)
     if (!layers) {
-        ADD("activation.residual", ((size_t)d->Lc + 1) * Nl * C * f, residual);
-        ADD("activation.dres", Nl * C * f, dres);
+        ADD("activation.residual", SZ4((size_t)d->Lc + 1, Nl, C, f), residual);
+        ADD("activation.dres", SZ(Nl, C, f), dres);
         ADD("activation.inputs", N * sizeof(int), inputs);
         ADD("activation.targets", N * sizeof(int), targets);
     } else {
         if (!(work && !recompute)) {
-            ADD("activation.residual", (L + 1) * Nl * C * f, residual);
-            ADD("activation.residual2", L * Nl * C * f, residual2);
-            ADD("activation.ln1_mean", L * Nl * f, ln1_mean);
-            ADD("activation.ln1_rstd", L * Nl * f, ln1_rstd);
-            ADD("activation.ln2_mean", L * Nl * f, ln2_mean);
-            ADD("activation.ln2_rstd", L * Nl * f, ln2_rstd);
-            ADD("activation.att_state", L * att_bytes, att_state);
-            ADD("activation.dres", Nl * C * f, dres);
+            ADD("activation.residual", SZ4(L + 1, Nl, C, f), residual);
+            ADD("activation.residual2", SZ4(L, Nl, C, f), residual2);
+            ADD("activation.ln1_mean", SZ(L, Nl, f), ln1_mean);
+            ADD("activation.ln1_rstd", SZ(L, Nl, f), ln1_rstd);
+            ADD("activation.ln2_mean", SZ(L, Nl, f), ln2_mean);
+            ADD("activation.ln2_rstd", SZ(L, Nl, f), ln2_rstd);
+            ADD("activation.att_state", sat_mul_size(L, att_bytes), att_state);
+            ADD("activation.dres", SZ(Nl, C, f), dres);
             ADD("activation.inputs", N * sizeof(int), inputs);
             ADD("activation.targets", N * sizeof(int), targets);
         }
@@ -109,23 +124,38 @@ static void slot_buffers(mem_specs *s, const model_dims *d, size_t att_bytes, in
         const int as16 = bf16 && !work;
         for (int k = 0; k < ACT_WIDE; k++) {
             const model_wide *w = &MODEL_WIDE[k];
-            const size_t numel = L * N * model_wide_cols(d, k);
+            const size_t elem = as16 ? sizeof(uint16_t) : f;
             mem_specs_add(s, as16 ? w->name16 : w->name, MEM_ACTIVATION,
-                          numel * (as16 ? sizeof(uint16_t) : f),
+                          SZ4(L, N, model_wide_cols(d, k), elem),
                           m ? (char *)a + (as16 ? w->bf16 : w->f32) : NULL);
         }
     }
     if (head) {
-        ADD("activation.lnf", N * C * f, lnf);
+        ADD("activation.lnf", SZ(N, C, f), lnf);
         ADD("activation.lnf_mean", Nl * f, lnf_mean);
         ADD("activation.lnf_rstd", Nl * f, lnf_rstd);
-        ADD("activation.logits", N * (size_t)d->Vp_local * f, logits);
+        ADD("activation.logits", SZ(N, d->Vp_local, f), logits);
         ADD("activation.rowmax", N * f, rowmax);
         ADD("activation.sumexp", N * f, sumexp);
         ADD("activation.target_logit", N * f, target_logit);
         ADD("activation.losses", N * f, losses);
     }
 #undef ADD
+}
+
+// Sizing (m NULL): the n_slots identical slots as one spec, so that the planner's cost does
+// not grow with the slots (gpipe holds m * v of them). The bytes are the n_slots-fold sum of
+// one slot's specs, each rounded to granules as the arena carves them, so the totals equal
+// n_slots separate slots'.
+static void sized_slots(mem_specs *s, const model_dims *d, size_t att, int n_slots, int recompute,
+                        int bf16) {
+    mem_specs one = {0};
+    uint64_t kinds[MEM_KIND_COUNT];
+    slot_buffers(&one, d, att, recompute ? 0 : d->Lc, d->has_head, 0, bf16, recompute, NULL, NULL);
+    mem_specs_totals(&one, kinds);
+    mem_specs_free(&one);
+    mem_specs_add(s, "activation.slots", MEM_ACTIVATION,
+                  sat_mul_size((size_t)kinds[MEM_ACTIVATION], (size_t)n_slots), NULL);
 }
 
 void model_buffers(mem_specs *s, const model_config *mc, const model_layout *ml,
@@ -137,35 +167,38 @@ void model_buffers(mem_specs *s, const model_config *mc, const model_layout *ml,
     const size_t N = (size_t)d.N, C = (size_t)d.C, f = sizeof(float);
     const size_t att = attn_state_bytes(ml->attn_state, (size_t)d.B, (size_t)d.T,
                                         (size_t)d.NH_local);
-    for (int k = 0; k < ml->n_slots; k++)
+    if (!m && ml->n_slots > 0) sized_slots(s, &d, att, ml->n_slots, recompute, bf16);
+    for (int k = 0; m && k < ml->n_slots; k++)
         slot_buffers(s, &d, att, recompute ? 0 : d.Lc, d.has_head, 0, bf16, recompute, m,
-                     m ? &m->slots[k] : NULL);
+                     &m->slots[k]);
     if (recompute || bf16)
         slot_buffers(s, &d, att, 1, 0, 1, bf16, recompute, m, m ? &m->work : NULL);
     if (recompute && bf16) { // the widest activation, rounded through bf16 in place
-        const size_t widest = N * (size_t)(d.C4_local > d.C ? d.C4_local : d.C);
-        mem_specs_add(s, "activation.round16", MEM_ACTIVATION, widest * sizeof(uint16_t),
+        const size_t widest = (size_t)(d.C4_local > d.C ? d.C4_local : d.C);
+        mem_specs_add(s, "activation.round16", MEM_ACTIVATION, SZ(N, widest, sizeof(uint16_t)),
                       DST(m->round16));
     }
     // Scratch. bf16: the fp32 staging of the parameters the ops other than the matmuls read;
     // bf16 gradients: the fp32 staging the backward accumulates every gradient into.
     if (bf16)
-        mem_specs_add(s, "scratch.param_stage", MEM_SCRATCH, params_stage_layout(pt, NULL, 0) * f,
-                      DST(m->stage));
+        mem_specs_add(s, "scratch.param_stage", MEM_SCRATCH,
+                      sat_mul_size(params_stage_layout(pt, NULL, 0), f), DST(m->stage));
     if (g16)
-        mem_specs_add(s, "scratch.grad_stage", MEM_SCRATCH, params_stage_layout(pt, NULL, 1) * f,
-                      DST(m->gstage));
-    mem_specs_add(s, "scratch.dln", MEM_SCRATCH, N * C * f, DST(m->dln));
-    mem_specs_add(s, "scratch.dqkv", MEM_SCRATCH, N * (size_t)d.C3_local * f, DST(m->dqkv));
-    mem_specs_add(s, "scratch.datty", MEM_SCRATCH, N * (size_t)d.C_local * f, DST(m->datty));
-    mem_specs_add(s, "scratch.dfch", MEM_SCRATCH, N * (size_t)d.C4_local * f, DST(m->dfch));
-    if (d.sp) mem_specs_add(s, "scratch.rows_full", MEM_SCRATCH, N * C * f, DST(m->rows_full));
+        mem_specs_add(s, "scratch.grad_stage", MEM_SCRATCH,
+                      sat_mul_size(params_stage_layout(pt, NULL, 1), f), DST(m->gstage));
+    mem_specs_add(s, "scratch.dln", MEM_SCRATCH, SZ(N, C, f), DST(m->dln));
+    mem_specs_add(s, "scratch.dqkv", MEM_SCRATCH, SZ(N, d.C3_local, f), DST(m->dqkv));
+    mem_specs_add(s, "scratch.datty", MEM_SCRATCH, SZ(N, d.C_local, f), DST(m->datty));
+    mem_specs_add(s, "scratch.dfch", MEM_SCRATCH, SZ(N, d.C4_local, f), DST(m->dfch));
+    if (d.sp) mem_specs_add(s, "scratch.rows_full", MEM_SCRATCH, SZ(N, C, f), DST(m->rows_full));
     if (d.has_head)
         mem_specs_add(s, "scratch.loss_acc", MEM_SCRATCH, sizeof(double), DST(m->loss_acc));
     if (bf16)
-        mem_specs_add(s, "scratch.mm16", MEM_SCRATCH, mm16_numel(&d) * sizeof(uint16_t),
-                      DST(m->mm16));
+        mem_specs_add(s, "scratch.mm16", MEM_SCRATCH,
+                      sat_mul_size(mm16_numel(&d), sizeof(uint16_t)), DST(m->mm16));
 }
+#undef SZ4
+#undef SZ
 #undef DST
 
 // ---- lifecycle ----
@@ -187,8 +220,9 @@ tri_status model_create(model *m, const model_config *mc, const model_layout *ml
     m->recompute = ml->recompute == RECOMPUTE_FULL;
     m->att_state_bytes = attn_state_bytes(ml->attn_state, (size_t)d->B, (size_t)d->T,
                                           (size_t)d->NH_local);
+    TRI_ASSERT(ml->n_slots >= 1 && ml->n_slots <= MODEL_MAX_SLOTS); // config_sizes.c
     m->n_slots = ml->n_slots;
-    m->slots = xcalloc((size_t)ml->n_slots, sizeof(model_acts));
+    m->slots = xcalloc_for((size_t)ml->n_slots, sizeof(model_acts), "the activation slots' table");
     if (m->bf16) {
         m->pstage_off = xcalloc((size_t)m->table.n_entries, sizeof(size_t));
         params_stage_layout(&m->table, m->pstage_off, 0);

@@ -20,6 +20,12 @@
 
 typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_FULL = 1 } recompute_kind;
 
+// The most activation slots a rank holds: beyond their device memory, each costs host memory
+// (its model_acts and its buffer specs, about 1 kB) and its specs count in an int. Only gpipe
+// with a huge global batch asks for more (it holds every micro-batch at once); the config's
+// size rules refuse that.
+#define MODEL_MAX_SLOTS (1 << 20)
+
 // How one rank runs the model: the part it holds, the micro-batch, how many micro-batches
 // are in flight at once (the schedule's bound), activation recompute and the precision.
 // With model_config, everything the model's buffers depend on.

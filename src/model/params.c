@@ -1,8 +1,11 @@
 // params.c: the parameter table and its counter-based initialisation.
 #include "model/params.h"
 
+#include <limits.h>
 #include <math.h>
 #include <string.h>
+
+#include "base/checked.h"
 
 static void add_entry(param_table *pt, int *n, const char *name, int ndim, int64_t rows,
                       int64_t cols, param_split split, int row_blocks, int layer, param_init init,
@@ -31,19 +34,105 @@ static int holds_layer(const model_config *mc, const model_shard *sh, int l) {
     return (l / Lc) % sh->pp == sh->pp_rank; // virtual stage l / Lc = c * pp + r
 }
 
+// A transformer layer's entries, in table order: shape (rows_c * C, cols_c * C; cols_c 0 is
+// one column), split, row blocks, init (std: 1 the layer's, 2 the residual projections').
+// The table (build) and its closed-form sizes (params_size_of) both read this list.
+typedef struct {
+    const char *suffix;
+    int ndim, rows_c, cols_c;
+    param_split split;
+    int row_blocks;
+    param_init init;
+    int std_kind; // 0: none, 1: std, 2: proj_std
+} layer_entry_spec;
+
+static const layer_entry_spec LAYER_SPEC[PARAM_PER_LAYER] = {
+    [PARAM_LN1W] = {"ln1w", 1, 1, 0, SPLIT_REPLICATED, 1, INIT_ONES, 0},
+    [PARAM_LN1B] = {"ln1b", 1, 1, 0, SPLIT_REPLICATED, 1, INIT_ZEROS, 0},
+    [PARAM_QKVW] = {"qkvw", 2, 3, 1, SPLIT_ROWS, 3, INIT_NORMAL, 1},
+    [PARAM_QKVB] = {"qkvb", 1, 3, 0, SPLIT_ROWS, 3, INIT_ZEROS, 0},
+    [PARAM_ATTPROJW] = {"attprojw", 2, 1, 1, SPLIT_COLS, 1, INIT_NORMAL, 2},
+    [PARAM_ATTPROJB] = {"attprojb", 1, 1, 0, SPLIT_REPLICATED, 1, INIT_ZEROS, 0},
+    [PARAM_LN2W] = {"ln2w", 1, 1, 0, SPLIT_REPLICATED, 1, INIT_ONES, 0},
+    [PARAM_LN2B] = {"ln2b", 1, 1, 0, SPLIT_REPLICATED, 1, INIT_ZEROS, 0},
+    [PARAM_FCW] = {"fcw", 2, 4, 1, SPLIT_ROWS, 1, INIT_NORMAL, 1},
+    [PARAM_FCB] = {"fcb", 1, 4, 0, SPLIT_ROWS, 1, INIT_ZEROS, 0},
+    [PARAM_FCPROJW] = {"fcprojw", 2, 1, 4, SPLIT_COLS, 1, INIT_NORMAL, 2},
+    [PARAM_FCPROJB] = {"fcprojb", 1, 1, 0, SPLIT_REPLICATED, 1, INIT_ZEROS, 0},
+};
+
+// Elements of one tp rank's share of a (rows, cols) tensor split `split` over tp ranks; -1
+// when the product passes INT64_MAX.
+static int64_t local_numel_of(int64_t rows, int64_t cols, param_split split, int tp) {
+    if (split == SPLIT_ROWS || split == SPLIT_VOCAB) rows /= tp;
+    else if (split == SPLIT_COLS) cols /= tp;
+    int64_t n;
+    return ck_mul_i64(rows, cols, &n) ? n : -1;
+}
+
+// A layer entry's global shape for d_model C (C < 2^31: 4 * C fits in 64 bits).
+static void layer_entry_shape(const layer_entry_spec *s, int64_t C, int64_t *rows, int64_t *cols) {
+    *cols = s->cols_c ? (int64_t)s->cols_c * C : 1;
+    *rows = (int64_t)s->rows_c * C;
+}
+
+// params_size_of with the vocabulary padded to Vp rows (params_build_full pads for the tp of
+// a run, not for its own tp of 1).
+static int size_of(const model_config *mc, const model_shard *sh, int64_t Vp, params_size *out) {
+    memset(out, 0, sizeof *out);
+    const int64_t L = mc->n_layer, C = mc->d_model, T = mc->seq_len;
+    const int tp = sh->tp, pp = sh->pp;
+    const int first = sh->pp_rank == 0, last = sh->pp_rank == pp - 1;
+    TRI_ASSERT(L >= 1 && C >= 1 && T >= 1 && tp >= 1 && pp >= 1 && sh->virtual_stages >= 1);
+    int64_t layer_local = 0, layer_global = 0, n;
+    for (int k = 0; k < PARAM_PER_LAYER; k++) {
+        int64_t rows, cols;
+        layer_entry_shape(&LAYER_SPEC[k], C, &rows, &cols);
+        const int64_t local = local_numel_of(rows, cols, LAYER_SPEC[k].split, tp);
+        if (local < 0 || !ck_add_i64(layer_local, local, &layer_local) ||
+            !ck_mul_i64(rows, cols, &n) || !ck_add_i64(layer_global, n, &layer_global))
+            return -1;
+    }
+    // Layers held: all of them without pipelining, else v chunks of L / (pp * v).
+    const int64_t held = pp == 1 ? L : L / ((int64_t)pp * sh->virtual_stages) * sh->virtual_stages;
+    const int64_t wte_local = local_numel_of(Vp, C, SPLIT_VOCAB, tp), wpe = T * C;
+    int64_t local = 0, global = 0;
+    if (wte_local < 0 || !ck_mul_i64(held, layer_local, &local)) return -1;
+    if (first && !ck_add_i64(local, wte_local, &local)) return -1;
+    if (first && !ck_add_i64(local, wpe, &local)) return -1;
+    if (last && !ck_add_i64(local, 2 * C, &local)) return -1;
+    if (last && !first && !ck_add_i64(local, wte_local, &local)) return -1;
+    if (!ck_mul_i64(Vp, C, &n) || !ck_mul_i64(L, layer_global, &global) ||
+        !ck_add_i64(global, n, &global) || !ck_add_i64(global, wpe + 2 * C, &global))
+        return -1;
+    out->entries = (first ? 2 : 0) + held * PARAM_PER_LAYER + (last ? 2 : 0) + (last && !first);
+    out->layers = held;
+    out->local_numel = local;
+    out->global_numel = global;
+    return 0;
+}
+
+int params_size_of(const model_config *mc, const model_shard *sh, params_size *out) {
+    return size_of(mc, sh, model_padded_vocab_ll(mc, sh->tp), out);
+}
+
 // The table of shard `sh` with the vocabulary padded to Vp rows.
 static void build(param_table *pt, const model_config *mc, const model_shard *sh, int Vp) {
     const int L = mc->n_layer, C = mc->d_model, T = mc->seq_len;
     const int tp = sh->tp, tp_rank = sh->tp_rank, pp = sh->pp, pp_rank = sh->pp_rank;
     const int first = pp_rank == 0, last = pp_rank == pp - 1;
+    // The config's rules keep every size in range (config_resolve_world); a table past them
+    // is a caller's bug, caught here before anything is allocated.
+    params_size size;
+    TRI_ASSERT(size_of(mc, sh, Vp, &size) == 0 && size.entries <= INT_MAX);
     memset(pt, 0, sizeof *pt);
     pt->n_layer = L;
     pt->layer_entries = PARAM_PER_LAYER;
     pt->tp = tp, pt->tp_rank = tp_rank;
     pt->pp = pp, pt->pp_rank = pp_rank;
     pt->virtual_stages = pp == 1 ? 1 : sh->virtual_stages;
-    pt->entries = xcalloc((size_t)(3 + L * PARAM_PER_LAYER + 2), sizeof(param_entry));
-    pt->layer_first = xcalloc((size_t)L, sizeof(int));
+    pt->entries = xcalloc_for((size_t)size.entries, sizeof(param_entry), "the parameter table");
+    pt->layer_first = xcalloc_for((size_t)L, sizeof(int), "the parameter table");
     pt->wte = pt->wpe = pt->lnfw = pt->lnfb = -1;
 
     const double std = 0.02, proj_std = 0.02 / sqrt(2.0 * L); // residual projections
@@ -59,23 +148,17 @@ static void build(param_table *pt, const model_config *mc, const model_shard *sh
         pt->layer_first[l] = -1;
         if (pp > 1 && !holds_layer(mc, sh, l)) continue;
         pt->layer_first[l] = n;
-        char name[32];
-#define LAYER_ENTRY(suffix, ndim, rows, cols, split, blocks, init, s)                              \
-    snprintf(name, sizeof name, "h%d." suffix, l);                                                 \
-    add_entry(pt, &n, name, ndim, rows, cols, split, blocks, l, init, s)
-        LAYER_ENTRY("ln1w", 1, C, 1, SPLIT_REPLICATED, 1, INIT_ONES, 0);
-        LAYER_ENTRY("ln1b", 1, C, 1, SPLIT_REPLICATED, 1, INIT_ZEROS, 0);
-        LAYER_ENTRY("qkvw", 2, 3 * C, C, SPLIT_ROWS, 3, INIT_NORMAL, std);
-        LAYER_ENTRY("qkvb", 1, 3 * C, 1, SPLIT_ROWS, 3, INIT_ZEROS, 0);
-        LAYER_ENTRY("attprojw", 2, C, C, SPLIT_COLS, 1, INIT_NORMAL, proj_std);
-        LAYER_ENTRY("attprojb", 1, C, 1, SPLIT_REPLICATED, 1, INIT_ZEROS, 0);
-        LAYER_ENTRY("ln2w", 1, C, 1, SPLIT_REPLICATED, 1, INIT_ONES, 0);
-        LAYER_ENTRY("ln2b", 1, C, 1, SPLIT_REPLICATED, 1, INIT_ZEROS, 0);
-        LAYER_ENTRY("fcw", 2, 4 * C, C, SPLIT_ROWS, 1, INIT_NORMAL, std);
-        LAYER_ENTRY("fcb", 1, 4 * C, 1, SPLIT_ROWS, 1, INIT_ZEROS, 0);
-        LAYER_ENTRY("fcprojw", 2, C, 4 * C, SPLIT_COLS, 1, INIT_NORMAL, proj_std);
-        LAYER_ENTRY("fcprojb", 1, C, 1, SPLIT_REPLICATED, 1, INIT_ZEROS, 0);
-#undef LAYER_ENTRY
+        for (int k = 0; k < PARAM_PER_LAYER; k++) {
+            const layer_entry_spec *s = &LAYER_SPEC[k];
+            char name[32];
+            int64_t rows, cols;
+            snprintf(name, sizeof name, "h%d.%s", l, s->suffix);
+            layer_entry_shape(s, C, &rows, &cols);
+            add_entry(pt, &n, name, s->ndim, rows, cols, s->split, s->row_blocks, l, s->init,
+                      s->std_kind == 1   ? std
+                      : s->std_kind == 2 ? proj_std
+                                         : 0);
+        }
     }
     if (last) {
         pt->lnfw = n;
@@ -89,6 +172,7 @@ static void build(param_table *pt, const model_config *mc, const model_shard *sh
             pt->entries[pt->wte].valid_rows = mc->vocab_size;
         }
     }
+    TRI_ASSERT(n == size.entries);
     pt->n_entries = n;
 
     size_t offset = 0;
@@ -107,10 +191,9 @@ static void build(param_table *pt, const model_config *mc, const model_shard *sh
         e->offset = offset;
         offset += (size_t)e->local_numel;
     }
+    TRI_ASSERT(offset == (size_t)size.local_numel);
     pt->local_numel = offset;
-    // The whole model's size, whatever this rank holds.
-    pt->global_numel = (int64_t)Vp * C + (int64_t)T * C + 2 * (int64_t)C +
-                       (int64_t)L * (12 * (int64_t)C * C + 13 * (int64_t)C);
+    pt->global_numel = size.global_numel; // the whole model's size, whatever this rank holds
 }
 
 void params_build(param_table *pt, const model_config *mc, const model_shard *sh) {

@@ -76,7 +76,21 @@ typedef struct {
     int64_t global_numel;     // elements of the whole model, padding included
 } param_table;
 
-// Builds the table of the model `mc` as the shard `sh` holds it.
+// What params_build would make of (mc, sh), in closed form and 64-bit checked arithmetic,
+// without building anything: how a caller (the config's size rules) bounds a table before
+// asking for it. Assumes the shapes the config's rules ensure (tp divides the split
+// dimensions, pp * virtual_stages divides n_layer).
+typedef struct {
+    int64_t entries;      // table entries (n_entries)
+    int64_t layers;       // transformer layers held
+    int64_t local_numel;  // elements of the shard (local_numel)
+    int64_t global_numel; // elements of the whole model, padding included (global_numel)
+} params_size;
+// 0, or -1 when a count passes INT64_MAX (*out is then partial).
+int params_size_of(const model_config *mc, const model_shard *sh, params_size *out);
+
+// Builds the table of the model `mc` as the shard `sh` holds it. Its sizes must fit
+// (params_size_of: entries at most INT_MAX), else this asserts.
 void params_build(param_table *pt, const model_config *mc, const model_shard *sh);
 // The whole model in one table (tp = 1, every layer): the layout of exports, with the
 // vocabulary padded as a run on vocab_tp ranks pads it (model_padded_vocab).

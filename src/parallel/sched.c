@@ -110,7 +110,7 @@ static void emit(builder *b, const sched_pair *fwd, const sched_pair *bwd, int n
 static void assign_slots(sched_table *st, int forward_only) {
     const int n = st->micro_batches * st->virtual_stages;
     const int last_stage = st->pp * st->virtual_stages - 1;
-    int *slot_of = xmalloc((size_t)n * sizeof *slot_of);
+    int *slot_of = xmalloc_for((size_t)n * sizeof *slot_of, "a pipeline schedule table");
     int *release = xmalloc((size_t)n * sizeof *release), n_release = 0; // slots sent from
     char *busy = xcalloc((size_t)n, 1);
     for (int i = 0; i < n; i++) slot_of[i] = -1;
@@ -145,6 +145,13 @@ static tri_status check_supported(schedule_kind schedule, int pp, int v, int m) 
         LOG_ERROR("parallel.virtual_stages (%d) and the micro-batches per step (%d) must be "
                   ">= 1",
                   v, m);
+        return TRI_ERR_CONFIG;
+    }
+    if ((int64_t)m * v > SCHED_MAX_PAIRS) {
+        LOG_ERROR("train.global_batch: %d micro-batches per step through %d chunks make %lld "
+                  "(micro-batch, chunk) pairs per step, more than the %d a schedule holds; "
+                  "raise train.micro_batch or lower global_batch",
+                  m, v, (long long)m * v, SCHED_MAX_PAIRS);
         return TRI_ERR_CONFIG;
     }
     if (schedule == SCHEDULE_INTERLEAVED) {
@@ -193,7 +200,8 @@ tri_status sched_build(sched_table *st, schedule_kind schedule, int pp, int virt
     TRI_CHECK(check_supported(schedule, pp, virtual_stages, m));
     const int v = virtual_stages, n = m * v;
     *st = (sched_table){.pp = pp, .virtual_stages = v, .micro_batches = m, .rank = rank};
-    sched_pair *fwd = xmalloc((size_t)n * sizeof *fwd), *bwd = xmalloc((size_t)n * sizeof *bwd);
+    sched_pair *fwd = xmalloc_for((size_t)n * sizeof *fwd, "a pipeline schedule table");
+    sched_pair *bwd = xmalloc_for((size_t)n * sizeof *bwd, "a pipeline schedule table");
     pair_orders(pp, v, m, fwd, bwd);
     builder b = {.st = st};
     int warmup;
@@ -214,6 +222,17 @@ tri_status sched_build(sched_table *st, schedule_kind schedule, int pp, int virt
     free(bwd);
     assign_slots(st, 0);
     return TRI_OK;
+}
+
+int64_t sched_max_in_flight(schedule_kind schedule, int pp, int virtual_stages, int m, int rank) {
+    TRI_ASSERT(pp >= 1 && rank >= 0 && rank < pp && virtual_stages >= 1 && m >= 1);
+    const int64_t n = (int64_t)m * virtual_stages; // pairs of the rank
+    if (schedule == SCHEDULE_GPIPE) return n;      // every pair is held at the last forward
+    // 1F1B and interleaved hold their warm-up forwards plus the one in the steady state.
+    const int64_t warmup = schedule == SCHEDULE_1F1B
+                               ? pp - rank - 1
+                               : (int64_t)(pp - rank - 1) * 2 + (int64_t)(virtual_stages - 1) * pp;
+    return warmup + 1 < n ? warmup + 1 : n;
 }
 
 tri_status sched_build_forward(sched_table *st, int pp, int virtual_stages, int m, int rank) {

@@ -72,6 +72,11 @@ typedef struct {
     int forward_only; // sched_build_forward's: no backward, no gradient
 } sched_table;
 
+// The most (micro-batch, chunk) pairs a table holds, m * virtual_stages: each pair has at
+// most 6 actions, so that n_actions stays an int. sched_build refuses more, and so do the
+// config's rules (train.global_batch), before anything is built.
+#define SCHED_MAX_PAIRS (1 << 28)
+
 // Builds rank `rank`'s list for `schedule` over `pp` stages, `virtual_stages` chunks per
 // rank and `m` micro-batches:
 //   gpipe        all forwards, then all backwards; any v (pp >= 2 when v > 1) and m.
@@ -88,6 +93,11 @@ typedef struct {
 // Returns TRI_ERR_CONFIG, with a message naming the key, for any other combination.
 tri_status sched_build(sched_table *st, schedule_kind schedule, int pp, int virtual_stages, int m,
                        int rank);
+// max_in_flight of sched_build's table for these arguments, without building it: the peaks
+// above in closed form (tests/test_sched.c checks it against every table it simulates). The
+// planner and the config's size rules use it, so that their cost does not grow with m.
+// Needs a supported combination (sched_build's).
+int64_t sched_max_in_flight(schedule_kind schedule, int pp, int virtual_stages, int m, int rank);
 // The forward-only table of evaluation: gpipe's forward half (the same order of pairs, the
 // same receive posted in the run before each forward), where a pair holds its slot from
 // its first action through its SEND_ACT's run (through its FWD on the last virtual stage):

@@ -159,7 +159,9 @@ static tri_status finish_reductions(zero_state *z, int keep) {
     zero_reductions *r = &z->red;
     int done = 0;
     for (; r->n - done > keep; done++) TRI_CHECK(finish_reduction(z, r->fifo[done]));
-    memmove(r->fifo, r->fifo + done, (size_t)(r->n - done) * sizeof(int));
+    // fifo is NULL without buckets (dp 1): memmove of NULL is undefined even for 0 bytes.
+    if (done > 0 && r->n > done)
+        memmove(r->fifo, r->fifo + done, (size_t)(r->n - done) * sizeof(int));
     r->n -= done;
     return TRI_OK;
 }

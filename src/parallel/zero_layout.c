@@ -53,7 +53,7 @@ static void pieces_of_range(zero_layout *zl, const param_table *pt, int first, i
 // each bucket (their pieces); the shards lie one after the other in the shard arrays.
 static void define_buckets(zero_layout *zl, const param_table *pt, double bucket_mb) {
     const size_t dp = (size_t)zl->dp;
-    zl->buckets = xcalloc((size_t)pt->n_entries, sizeof(zero_bucket));
+    zl->buckets = xcalloc_for((size_t)pt->n_entries, sizeof(zero_bucket), "the ZeRO layout");
     zl->bucket_of_entry = xcalloc((size_t)pt->n_entries, sizeof(int));
     size_t arena = 0;
     for (int i = 0; i < pt->n_entries;) {
@@ -93,7 +93,8 @@ void zero_layout_build(zero_layout *zl, const zero_config *zc, const param_table
     if (zl->stage > 0)
         zl->capacity = (pt->local_numel + (size_t)dp - 1) / (size_t)dp * (size_t)dp +
                        (zl->stage >= 2 ? (size_t)dp : 0);
-    zl->pieces = xcalloc((size_t)pt->n_entries, sizeof(zero_piece)); // at most one per entry
+    zl->pieces = xcalloc_for((size_t)pt->n_entries, sizeof(zero_piece), // at most one per entry
+                             "the ZeRO layout");
     if (zl->stage == 0) {
         for (int i = 0; i < pt->n_entries; i++) {
             const param_entry *e = &pt->entries[i];

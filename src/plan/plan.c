@@ -6,6 +6,8 @@
 
 #include <string.h>
 
+#include "base/checked.h"
+
 #include "compute/mempool.h"
 #include "config/config_layout.h"
 #include "model/model.h"
@@ -59,37 +61,17 @@ typedef struct {
 // ---------------------------------------------------------------------------------------
 // Memory: the specs the rank's model, ZeRO layer and optimizer carve.
 
-static void specs_memory(const run_config *cfg, const param_table *pt, const zero_layout *zl,
-                         int tp_rank, int pp_rank, int dp_rank, int n_slots, attn_state_kind attn,
-                         uint64_t mem[MEM_KIND_COUNT]) {
-    mem_specs s = {0};
-    const model_layout ml = config_model_layout(cfg, tp_rank, pp_rank, n_slots, attn);
-    const zero_config zc = config_zero_config(cfg, dp_rank);
-    model_buffers(&s, &cfg->model, &ml, pt, NULL);
-    zero_buffers(&s, &zc, zl, pt, NULL);
-    optim_buffers(&s, zl, zc.param_dtype, NULL);
-    mem_specs_totals(&s, mem);
-    mem_specs_free(&s);
-}
-
 void plan_rank_memory(const run_config *cfg, int tp_rank, int pp_rank, int dp_rank, int n_slots,
                       attn_state_kind attn, uint64_t mem[MEM_KIND_COUNT]) {
-    param_table pt;
-    zero_layout zl;
-    const model_shard sh = config_model_shard(cfg, tp_rank, pp_rank);
-    params_build(&pt, &cfg->model, &sh);
-    const zero_config zc = config_zero_config(cfg, dp_rank);
-    zero_layout_build(&zl, &zc, &pt);
-    specs_memory(cfg, &pt, &zl, tp_rank, pp_rank, dp_rank, n_slots, attn, mem);
-    zero_layout_free(&zl);
-    params_free(&pt);
+    config_rank_memory(cfg, tp_rank, pp_rank, dp_rank, n_slots, attn, mem);
 }
 
 static void stage_memory(plan_stage *s, const layout *lo, const stage_tables *st) {
     s->rank_params = (int64_t)st->pt->local_numel;
-    specs_memory(lo->cfg, st->pt, &st->zl, 0, s->pp_rank, 0, s->n_slots, lo->dev->attn, s->mem);
+    config_rank_memory_of(lo->cfg, st->pt, &st->zl, 0, s->pp_rank, 0, s->n_slots, lo->dev->attn,
+                          s->mem);
     s->mem_total = 0;
-    for (int k = 0; k < MEM_KIND_COUNT; k++) s->mem_total += s->mem[k];
+    for (int k = 0; k < MEM_KIND_COUNT; k++) s->mem_total = sat_add_u64(s->mem_total, s->mem[k]);
     s->host_startup = plan_host_startup_bytes(lo->cfg, st->pt);
 }
 
@@ -101,7 +83,8 @@ static void stage_memory(plan_stage *s, const layout *lo, const stage_tables *st
 typedef struct {
     const layout *lo;
     const stage_tables *st;
-    plan_stage *s;
+    plan_comm *comm; // where the calls are counted
+    int m;           // micro-batches of the replayed table
     int group_size[COMM_GROUP_COUNT];
     int *gathered; // zero3_gather step: (chunks) gathered since the last update
     plan_phase phase;
@@ -110,8 +93,8 @@ typedef struct {
 // The comm layer (comm.h) counts nothing for a group of one.
 static void count(rank_step *r, comm_group_id g, comm_op_id op, uint64_t bytes) {
     if (r->group_size[g] <= 1) return;
-    r->s->comm.bytes[r->phase][g][op] += bytes;
-    r->s->comm.calls[r->phase][g][op] += 1;
+    r->comm->bytes[r->phase][g][op] = sat_add_u64(r->comm->bytes[r->phase][g][op], bytes);
+    r->comm->calls[r->phase][g][op] += 1;
 }
 
 // model_tp_reduce_rows: an all-reduce of N*C, or under SP a reduce-scatter leaving Nl*C.
@@ -179,7 +162,7 @@ static void backward(rank_step *r, int chunk, int micro) {
     for (int k = 0; k < zl->n_buckets; k++) {
         const zero_bucket *b = &zl->buckets[k];
         if (b->chunk != chunk) continue;
-        if (zl->stage == 0 && micro == lo->m - 1)
+        if (zl->stage == 0 && micro == r->m - 1)
             count(r, COMM_GROUP_DP, COMM_OP_ALL_REDUCE, b->numel * lo->es.reduce);
         else if (zl->stage >= 2)
             count(r, COMM_GROUP_DP, COMM_OP_REDUCE_SCATTER, b->padded * lo->es.reduce);
@@ -222,10 +205,13 @@ static void step_end(rank_step *r) {
         count(r, COMM_GROUP_DP, COMM_OP_ALL_GATHER, zl->buckets[k].padded * lo->es.param);
 }
 
-static void stage_comm(plan_stage *s, const layout *lo, const stage_tables *st,
-                       const sched_table *sched) {
-    rank_step r = {.lo = lo, .st = st, .s = s, .phase = PLAN_PHASE_SCHEDULE};
-    const int first = s->pp_rank == 0, last = s->pp_rank == lo->pp - 1;
+// One training step of pipeline rank pp_rank replayed from its table `sched` into *out.
+static void replay(plan_comm *out, const layout *lo, const stage_tables *st, int pp_rank,
+                   const sched_table *sched) {
+    memset(out, 0, sizeof *out);
+    rank_step r = {
+        .lo = lo, .st = st, .comm = out, .m = sched->micro_batches, .phase = PLAN_PHASE_SCHEDULE};
+    const int first = pp_rank == 0, last = pp_rank == lo->pp - 1;
     r.group_size[COMM_GROUP_TP] = lo->tp;
     r.group_size[COMM_GROUP_DP] = lo->dp;
     r.group_size[COMM_GROUP_PP] = lo->pp;
@@ -248,6 +234,30 @@ static void stage_comm(plan_stage *s, const layout *lo, const stage_tables *st,
     }
     step_end(&r);
     free(r.gathered);
+}
+
+// c(m) = c1 + (c2 - c1) / (m2 - m1) * (m - m1), for the counts of two replays at m1 < m2 <
+// m. Every pair (micro-batch, chunk) of a table makes the same calls whatever the order
+// (its passes, gathers, bucket reductions, sends and receives), and what happens once per
+// step (ZeRO-0's reductions after the last micro-batch, zero3_gather step's gathers, the
+// step end) does not grow with m: so each count is affine in m, and the step between the
+// two replays divides exactly (asserted; tests/test_plan.c compares with full replays).
+static uint64_t extrapolate(uint64_t c1, uint64_t c2, int64_t m1, int64_t m2, int64_t m) {
+    if (c2 == UINT64_MAX) return UINT64_MAX; // saturated (count): past 64 bits already
+    TRI_ASSERT(c2 >= c1 && (c2 - c1) % (uint64_t)(m2 - m1) == 0);
+    return sat_add_u64(c1, sat_mul_u64((c2 - c1) / (uint64_t)(m2 - m1), (uint64_t)(m - m1)));
+}
+
+static void stage_comm_extrapolated(plan_stage *s, const plan_comm *c1, const plan_comm *c2, int m1,
+                                    int m2, int m) {
+    for (int ph = 0; ph < PLAN_PHASE_COUNT; ph++)
+        for (int g = 0; g < COMM_GROUP_COUNT; g++)
+            for (int op = 0; op < COMM_OP_COUNT; op++) {
+                s->comm.bytes[ph][g][op] = extrapolate(c1->bytes[ph][g][op], c2->bytes[ph][g][op],
+                                                       m1, m2, m);
+                s->comm.calls[ph][g][op] = extrapolate(c1->calls[ph][g][op], c2->calls[ph][g][op],
+                                                       m1, m2, m);
+            }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -356,15 +366,19 @@ static void stage_time(plan_stage *s, const layout *lo, const stage_tables *st, 
 
 // What plan_compute builds, kept for the next layout that shares it (plan_search walks
 // layouts so that consecutive ones do): the parameter tables of the first, middle and last
-// stage depend on the model, tp, pp and v; the schedules on (schedule, pp, v, m). The ZeRO
-// layouts and the model's dims, cheap beside them, are built for each layout.
+// stage depend on the model, tp, pp and v; the schedules on (schedule, pp, v, m), at most
+// two micro-batch counts at a time (the two replays of an extrapolation). The ZeRO layouts
+// and the model's dims, cheap beside them, are built for each layout.
+typedef struct {
+    int key[4];          // schedule, pp, v, m; pp 0: empty
+    sched_table *scheds; // (pp) one per pipeline rank
+} sched_set;
+
 struct plan_cache {
     double table_key[9];
     param_table kinds[3]; // first, middle, last stage
     int built[3];
-    int sched_key[4];
-    sched_table *scheds; // (n_scheds) one per pipeline rank
-    int n_scheds;
+    sched_set sets[2];
 };
 
 plan_cache *plan_cache_create(void) { return xcalloc(1, sizeof(plan_cache)); }
@@ -374,17 +388,17 @@ static void cache_drop_tables(plan_cache *c) {
         if (c->built[k]) params_free(&c->kinds[k]), c->built[k] = 0;
 }
 
-static void cache_drop_scheds(plan_cache *c) {
-    for (int r = 0; r < c->n_scheds; r++) sched_free(&c->scheds[r]);
-    free(c->scheds);
-    c->scheds = NULL, c->n_scheds = 0;
-    memset(c->sched_key, 0, sizeof c->sched_key); // matches no layout (pp >= 1)
+static void set_drop(sched_set *set) {
+    for (int r = 0; set->scheds && r < set->key[1]; r++) sched_free(&set->scheds[r]);
+    free(set->scheds);
+    memset(set, 0, sizeof *set); // matches no layout (pp >= 1)
 }
 
 void plan_cache_free(plan_cache *c) {
     if (!c) return;
     cache_drop_tables(c);
-    cache_drop_scheds(c);
+    set_drop(&c->sets[0]);
+    set_drop(&c->sets[1]);
     free(c);
 }
 
@@ -416,16 +430,50 @@ static const param_table *cached_table(plan_cache *c, const layout *lo, int r) {
     return &c->kinds[kind];
 }
 
-static tri_status cached_scheds(plan_cache *c, const layout *lo) {
-    const int key[4] = {(int)lo->cfg->parallel.schedule, lo->pp, lo->v, lo->m};
-    if (c->scheds && !memcmp(key, c->sched_key, sizeof key)) return TRI_OK;
-    cache_drop_scheds(c);
-    c->scheds = xcalloc((size_t)lo->pp, sizeof(sched_table));
-    for (; c->n_scheds < lo->pp; c->n_scheds++)
-        TRI_CHECK(sched_build(&c->scheds[c->n_scheds], lo->cfg->parallel.schedule, lo->pp, lo->v,
-                              lo->m, c->n_scheds));
-    memcpy(c->sched_key, key, sizeof key);
+// Every pipeline rank's table for m micro-batches, from the cache or built into the set that
+// is not `keep` (the other replay of an extrapolation).
+static tri_status cached_scheds(plan_cache *c, const layout *lo, int m, const sched_set *keep,
+                                const sched_set **out) {
+    const int key[4] = {(int)lo->cfg->parallel.schedule, lo->pp, lo->v, m};
+    for (int i = 0; i < 2; i++)
+        if (c->sets[i].scheds && !memcmp(key, c->sets[i].key, sizeof key))
+            return *out = &c->sets[i], TRI_OK;
+    sched_set *set = &c->sets[0] == keep ? &c->sets[1] : &c->sets[0];
+    set_drop(set);
+    set->scheds = xcalloc((size_t)lo->pp, sizeof(sched_table));
+    memcpy(set->key, key, sizeof key);
+    for (int r = 0; r < lo->pp; r++) {
+        tri_status rc = sched_build(&set->scheds[r], lo->cfg->parallel.schedule, lo->pp, lo->v, m,
+                                    r);
+        if (rc != TRI_OK) {
+            set_drop(set);
+            return rc;
+        }
+    }
+    *out = set;
     return TRI_OK;
+}
+
+// Up to this many micro-batches per step a step is replayed call by call; beyond, two smaller
+// counts are replayed and the counts extrapolated (stage_comm_extrapolated), so that the
+// planner's time and memory do not grow with m.
+#define PLAN_REPLAY_DEFAULT 64
+static int g_replay_limit = PLAN_REPLAY_DEFAULT;
+
+int plan_set_replay_limit(int max_m) {
+    const int old = g_replay_limit;
+    g_replay_limit = max_m > 0 ? max_m : PLAN_REPLAY_DEFAULT;
+    return old;
+}
+
+// The micro-batch counts to replay for m: m itself, or m1 < m2 < m of m's residue mod pp
+// (interleaved needs a multiple of pp, 1f1b at least pp; gpipe's last group of micro-batches
+// is m mod pp) when m is past the replay limit. Returns how many (1 or 2).
+static int replay_counts(const layout *lo, int out[2]) {
+    const int m = lo->m, m1 = lo->pp + m % lo->pp, m2 = m1 + lo->pp;
+    if (m <= g_replay_limit || m <= m2) return out[0] = m, 1;
+    out[0] = m1, out[1] = m2;
+    return 2;
 }
 
 // The tables of every stage kind for this layout: the cached parameter table, the ZeRO layout
@@ -462,7 +510,11 @@ tri_status plan_compute_cached(plan_result *p, const run_config *cfg, const plan
                  .zero = dp > 1 ? cfg->parallel.zero : 0,
                  .recompute = cfg->parallel.recompute == RECOMPUTE_FULL,
                  .m = config_micro_batches(cfg)};
-    TRI_CHECK(cached_scheds(cache, &lo));
+    int replay_m[2];
+    const int n_replays = replay_counts(&lo, replay_m);
+    const sched_set *sets[2] = {NULL, NULL};
+    TRI_CHECK(cached_scheds(cache, &lo, replay_m[0], NULL, &sets[0]));
+    if (n_replays == 2) TRI_CHECK(cached_scheds(cache, &lo, replay_m[1], sets[0], &sets[1]));
 
     p->dev = *dev;
     p->world = lo.world, p->tp = tp, p->pp = pp, p->dp = dp, p->virtual_stages = lo.v;
@@ -484,9 +536,16 @@ tri_status plan_compute_cached(plan_result *p, const run_config *cfg, const plan
         plan_stage *s = &p->stages[r];
         p->n_params = st->pt->global_numel;
         s->pp_rank = r;
-        s->n_slots = cache->scheds[r].max_in_flight;
+        s->n_slots = (int)sched_max_in_flight(cfg->parallel.schedule, pp, lo.v, lo.m, r);
         stage_memory(s, &lo, st);
-        stage_comm(s, &lo, st, &cache->scheds[r]);
+        if (n_replays == 1) {
+            replay(&s->comm, &lo, st, r, &sets[0]->scheds[r]);
+        } else {
+            plan_comm c1, c2;
+            replay(&c1, &lo, st, r, &sets[0]->scheds[r]);
+            replay(&c2, &lo, st, r, &sets[1]->scheds[r]);
+            stage_comm_extrapolated(s, &c1, &c2, replay_m[0], replay_m[1], lo.m);
+        }
         stage_time(s, &lo, st, p->peak_flops * dev->efficiency);
         double micro = (s->t_compute + s->t_comm[PLAN_PHASE_SCHEDULE]) / lo.m;
         t_micro = micro > t_micro ? micro : t_micro;

@@ -96,7 +96,8 @@ typedef struct {
 } plan_result;
 
 // Plans the layout of `cfg`, which config_resolve_world has resolved, on `dev`. Builds only
-// tables (parameters, schedules, buckets): nothing proportional to the model is allocated.
+// tables (parameters, schedules of at most a few pp micro-batches, buckets): nothing
+// proportional to the model or to the micro-batches per step is allocated.
 tri_status plan_compute(plan_result *p, const run_config *cfg, const plan_device *dev);
 void plan_free(plan_result *p);
 // The same, keeping the tables it builds in `cache` for the next call with the same model,
@@ -109,9 +110,10 @@ tri_status plan_compute_cached(plan_result *p, const run_config *cfg, const plan
                                plan_cache *cache);
 
 // The arenas of the rank at (tp_rank, pp_rank, dp_rank) of `cfg` (resolved) with n_slots
-// activation slots, on a backend whose attention keeps `attn`: the sums of model_buffers,
-// zero_buffers and optim_buffers, byte for byte what that rank's model, ZeRO layer and
-// optimizer carve (the trainer sizes its arenas with it).
+// activation slots, on a backend whose attention keeps `attn`: config_layout.h's
+// config_rank_memory, the sums of model_buffers, zero_buffers and optim_buffers, byte for
+// byte what that rank's model, ZeRO layer and optimizer carve (the trainer sizes its arenas
+// with it).
 void plan_rank_memory(const run_config *cfg, int tp_rank, int pp_rank, int dp_rank, int n_slots,
                       attn_state_kind attn, uint64_t mem[MEM_KIND_COUNT]);
 
@@ -122,6 +124,11 @@ void plan_rank_memory(const run_config *cfg, int tp_rank, int pp_rank, int dp_ra
 // runtime's own.
 uint64_t plan_host_startup_bytes(const run_config *cfg, const param_table *pt);
 uint64_t plan_host_save_bytes(const run_config *cfg, const param_table *pt, size_t piece_elems);
+// plan_compute replays a step's schedule call by call up to max_m micro-batches per step
+// (default 64); beyond, it replays two smaller counts and extrapolates the communication,
+// which is affine in m, so that planning costs the same for any global batch. The tests set
+// it to compare the two (<= 0: the default). Returns the previous limit.
+int plan_set_replay_limit(int max_m);
 
 // Model state of a stage: param + grad + master + adam bytes.
 uint64_t plan_model_state_bytes(const plan_stage *s);
@@ -140,6 +147,9 @@ typedef struct {
     int top;            // --top N: layouts the search lists (default 15)
     int world_given;    // --world was passed (else the config's tp * pp * dp, dp auto as 1)
 } plan_options;
+
+// The largest world `trident check` and `plan` take (--world, or the config's tp * pp * dp).
+#define PLAN_MAX_WORLD (1 << 20)
 
 // Takes the planner's own options (--device, --json, --search, --top) out of argv, leaving
 // CONFIG, --world and --set for the arguments `trident check` parses. TRI_ERR_CONFIG on a

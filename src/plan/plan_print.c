@@ -411,8 +411,16 @@ tri_status plan_parse_options(int *argc, char **argv, plan_options *po) {
 tri_status plan_run(run_config *cfg, int world, const plan_options *po) {
     const char *name = po->device ? po->device : plan_device_default(cfg);
     if (!po->world_given) { // the config's own layout
-        const int dp = cfg->parallel.dp == DP_AUTO ? 1 : cfg->parallel.dp;
-        world = cfg->parallel.tp * cfg->parallel.pp * dp;
+        const long long dp = cfg->parallel.dp == DP_AUTO ? 1 : cfg->parallel.dp;
+        const long long ranks = (long long)cfg->parallel.tp * cfg->parallel.pp * dp;
+        if (ranks > PLAN_MAX_WORLD) { // as --world
+            LOG_ERROR("parallel.tp * parallel.pp * parallel.dp (%d * %d * %lld) is %lld ranks, "
+                      "more than the %d trident plans",
+                      cfg->parallel.tp, cfg->parallel.pp, dp, ranks, PLAN_MAX_WORLD);
+            LOG_HINT("lower parallel.tp, pp or dp in %s", cfg->source_path);
+            return TRI_ERR_CONFIG;
+        }
+        world = (int)ranks;
     }
     plan_device dev;
     if (plan_device_lookup(name, world, &dev)) {

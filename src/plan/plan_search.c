@@ -136,6 +136,14 @@ static void search_tp_pp(search_state *s, run_config *c, const plan_device *dev,
         return;
     }
     c->parallel.dp = dp;
+    // The size rules of config_load for this tp and pp (a layout of the search can hold far
+    // more per rank than the config's own): past them, nothing of it is built.
+    char why[400];
+    c->train.micro_batch = 1;
+    if (config_size_problem(c, why, sizeof why)) {
+        add_reason(s, "tp %d, pp %d, dp %d: %s", tp, pp, dp, why);
+        return;
+    }
     const int per_replica = gb / dp;
     layout_row least = {0};
     int fit = 0;
@@ -149,9 +157,12 @@ static void search_tp_pp(search_state *s, run_config *c, const plan_device *dev,
             for (int mb = 1; mb <= per_replica; mb++) {
                 const int m = per_replica / mb;
                 if (per_replica % mb || (scheds[k] != SCHEDULE_GPIPE && m < pp) ||
-                    (scheds[k] == SCHEDULE_INTERLEAVED && m % pp))
+                    (scheds[k] == SCHEDULE_INTERLEAVED && m % pp) ||
+                    (int64_t)m * v > SCHED_MAX_PAIRS)
                     continue;
                 c->train.micro_batch = mb;
+                if (config_size_problem(c, NULL, 0)) continue; // its rows pass an int
+
                 search_options(s, c, dev, &fit, &least);
             }
         }
