@@ -77,7 +77,8 @@ endif
 LIB_OBJS := $(filter-out $(BUILD)/obj/app/main.o,$(OBJS))
 TEST_SRCS := $(sort $(wildcard tests/test_*.c))
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
-TEST_TOOLS := $(BUILD)/tests/ref_dump
+# Tools of the tests: ref_dump (test_reference.sh), fork_tokenize (tests/fuzz_tokenizer.py).
+TEST_TOOLS := $(BUILD)/tests/ref_dump $(BUILD)/tests/fork_tokenize
 # GPU tests (tests/gpu/): built with every CUDA build, so that CI catches their compile and
 # link errors; run only by `make test-gpu`, on a machine with a GPU (never by `make test`).
 GPU_TEST_SRCS := $(sort $(wildcard tests/gpu/test_*.c))
@@ -103,6 +104,13 @@ $(BUILD)/trident: $(OBJS)
 
 $(BUILD)/tests/%: tests/%.c $(LIB_OBJS) | $(BUILD)/tests
 	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(LIB_OBJS) -o $@ $(LDLIBS)
+
+# fork_tokenize links only what `tokenize` uses: a fork of it is cheap, with no CUDA or MPI
+# library mapped (tests/fork_tokenize.c).
+TOKENIZE_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,src/app/tokenize.c src/io/data.c \
+	src/io/json.c $(wildcard src/io/tokenizer*.c) $(wildcard src/base/*.c))
+$(BUILD)/tests/fork_tokenize: tests/fork_tokenize.c $(TOKENIZE_OBJS) | $(BUILD)/tests
+	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(TOKENIZE_OBJS) -o $@ -lm -fopenmp $(SAN_FLAGS)
 
 $(BUILD)/tests/gpu/%: tests/gpu/%.c $(LIB_OBJS) | $(BUILD)/tests/gpu
 	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(LIB_OBJS) -o $@ $(LDLIBS)

@@ -16,6 +16,8 @@ declare -A need=(
     [python3-torch]=/usr/lib/python3/dist-packages/torch/__init__.py
     [python3-numpy]=/usr/lib/python3/dist-packages/numpy/__init__.py
     [python3-yaml]=/usr/lib/python3/dist-packages/yaml/__init__.py
+    # tests/test_tokenize.sh makes a venv (build/venv) for Hugging Face tokenizers from PyPI
+    [python3-venv]=/usr/share/doc/python3-venv
     # a one-node Slurm for tests/test_slurm.sh (scripts/slurm/local-cluster.sh)
     [munge]=/usr/sbin/munged
     [slurmctld]=/usr/sbin/slurmctld

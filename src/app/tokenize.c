@@ -387,7 +387,10 @@ static tri_status tokenize_inputs(tokenize_state *st, int threads) {
     if (rc == TRI_OK) rc = shard_flush(st, &train);
     if (rc == TRI_OK) rc = shard_flush(st, &val);
     if (rc == TRI_OK && train.tokens + val.tokens == 0) {
-        LOG_ERROR("tokenize: the inputs hold no document (empty files and blank lines only)");
+        LOG_ERROR("tokenize: the input%s (%s%s) hold%s no document: empty files and blank "
+                  "lines only",
+                  st->n_files > 1 ? "s" : "", st->files[0].path, st->n_files > 1 ? ", ..." : "",
+                  st->n_files > 1 ? "" : "s");
         LOG_HINT("check the INPUT paths");
         rc = TRI_ERR_DATA;
     }

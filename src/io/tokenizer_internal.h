@@ -91,7 +91,7 @@ struct tokenizer {
     int n_added;
     tok_added_set plain, normalized; // non-normalized tokens match first, as tokenizers does
     // Decoding: id -> bytes (offsets into dec_pool; dec_len < 0 when the id has no token).
-    int64_t *dec_off;
+    uint32_t *dec_off; // the pool holds at most the file's size (< 1 GiB)
     int32_t *dec_len;
     uint8_t *dec_pool;
 };

@@ -9,7 +9,9 @@
 
 #include "io/json.h"
 
-enum { JSON_MAX_DEPTH = 64, MAX_IDS = 1 << 24 };
+// Token ids are below MAX_IDS (2,097,152; the largest vocabularies in use have ~256k): the
+// decoding table holds 8 bytes per id.
+enum { JSON_MAX_DEPTH = 64, MAX_IDS = 1 << 21 };
 #define MAX_FILE_BYTES ((int64_t)1 << 30)
 
 // Reports one problem of the file: "error: FILE: FIELD: message" and a HINT.
@@ -24,7 +26,9 @@ static tri_status load_fail(const char *path, const char *field, const char *hin
     va_end(ap);
     if (field) LOG_ERROR("%s: %s: %s", path, field, msg);
     else LOG_ERROR("%s: %s", path, msg);
-    if (hint) LOG_HINT("%s", hint);
+    LOG_HINT("%s", hint ? hint
+                        : "the file must be a tokenizer.json as Hugging Face tokenizers writes "
+                          "it (README \"Tokenizing your text\")");
     return TRI_ERR_CONFIG;
 }
 
@@ -51,7 +55,7 @@ typedef struct {
     tokenizer *tk;
     tok_strmap vocab_json; // JSON spelling -> id, for merges and added tokens
     uint64_t vocab_count;  // distinct entries: tokenizers' model.get_vocab_size()
-    int64_t *dec_src;      // per id: index into dec_strs of its text, or -1
+    int32_t *dec_src;      // per id: index into dec_strs of its text, or -1
     const char **dec_strs; // the texts of ids (JSON spellings), dec_cap allocated
     size_t *dec_lens;
     size_t n_dec, dec_cap;
@@ -77,7 +81,7 @@ static void set_text(loader *ld, uint32_t id, const char *s, size_t len) {
     TRI_ASSERT(ld->n_dec < ld->dec_cap && id < ld->tk->n_ids);
     ld->dec_strs[ld->n_dec] = s;
     ld->dec_lens[ld->n_dec] = len;
-    ld->dec_src[id] = (int64_t)ld->n_dec++;
+    ld->dec_src[id] = (int32_t)ld->n_dec++;
 }
 
 static tri_status read_vocab(loader *ld, const json_value *vocab) {
@@ -93,7 +97,7 @@ static tri_status read_vocab(loader *ld, const json_value *vocab) {
         const json_member *m = &vocab->u.object.members[i];
         uint64_t id;
         if (!json_uint(m->value, MAX_IDS - 1, &id))
-            return load_fail(ld->path, "model.vocab", "token ids are integers from 0 to 16777215",
+            return load_fail(ld->path, "model.vocab", "token ids are integers from 0 to 2097151",
                              "the id of \"%.60s\" (line %d) is not an integer from 0 to %d", m->key,
                              m->value->line, MAX_IDS - 1);
         if (id > max_id) max_id = id;
@@ -103,7 +107,7 @@ static tri_status read_vocab(loader *ld, const json_value *vocab) {
     }
     if (n == 0) return load_fail(ld->path, "model.vocab", HINT_KIND, "is empty");
     tk->n_ids = (uint32_t)max_id + 1;
-    ld->dec_src = xmalloc((size_t)tk->n_ids * sizeof(int64_t));
+    ld->dec_src = xmalloc((size_t)tk->n_ids * sizeof(int32_t));
     for (uint32_t i = 0; i < tk->n_ids; i++) ld->dec_src[i] = -1;
     ld->dec_cap = n;
     ld->dec_strs = xmalloc(n * sizeof(char *));
@@ -437,11 +441,11 @@ static void build_decoder(loader *ld) {
     size_t total = 0;
     for (size_t i = 0; i < ld->n_dec; i++) total += ld->dec_lens[i];
     tk->dec_pool = xmalloc(total + 1);
-    tk->dec_off = xmalloc((size_t)tk->n_ids * sizeof(int64_t));
+    tk->dec_off = xmalloc((size_t)tk->n_ids * sizeof(uint32_t));
     tk->dec_len = xmalloc((size_t)tk->n_ids * sizeof(int32_t));
     size_t used = 0;
     for (uint32_t id = 0; id < tk->n_ids; id++) {
-        tk->dec_off[id] = (int64_t)used;
+        tk->dec_off[id] = (uint32_t)used;
         tk->dec_len[id] = -1;
         if (ld->dec_src[id] < 0) continue;
         const char *s = ld->dec_strs[ld->dec_src[id]];
@@ -498,7 +502,7 @@ static tri_status read_tokenizer(loader *ld, const json_value *root) {
     uint32_t n_ids = tk->n_ids;
     for (int i = 0; i < tk->n_added; i++)
         if (tk->added[i].id >= n_ids) n_ids = tk->added[i].id + 1;
-    ld->dec_src = realloc(ld->dec_src, (size_t)n_ids * sizeof(int64_t));
+    ld->dec_src = realloc(ld->dec_src, (size_t)n_ids * sizeof(int32_t));
     TRI_ASSERT(ld->dec_src);
     for (uint32_t id = tk->n_ids; id < n_ids; id++) ld->dec_src[id] = -1;
     tk->n_ids = n_ids;
