@@ -84,7 +84,8 @@ TEST_TOOLS := $(BUILD)/tests/ref_dump $(BUILD)/tests/fork_tokenize
 GPU_TEST_SRCS := $(sort $(wildcard tests/gpu/test_*.c))
 GPU_TEST_BINS := $(GPU_TEST_SRCS:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
 
-.PHONY: all deps deps-check run test test-asan test-full test-gpu clean data format format-check
+.PHONY: all deps deps-check run test test-asan test-full test-gpu test-perf clean data format \
+	format-check
 all: $(BUILD)/trident data $(if $(filter 1,$(BUILD_CUDA)),$(GPU_TEST_BINS))
 
 deps:
@@ -154,6 +155,11 @@ test-asan: deps
 
 # What CI runs besides make test: the suites that do not fit its 10 minutes.
 test-full: test-asan
+
+# Speed measurements, never run by `make test` (which asserts no timing): the tokenizer
+# against Hugging Face tokenizers (scripts/bench-tokenize.sh [THREADS] [MB]).
+test-perf: all
+	@scripts/bench-tokenize.sh
 
 # The GPU checks (issue 9): each op on CUDA against the CPU backend, and a training run on
 # each backend; tests/gpu/run.sh says what runs. Needs a CUDA build and a GPU.

@@ -156,6 +156,10 @@ printf '{"text": "ok"}\n{"text": "a",}\n' >$W/bad.jsonl
 expect err_jsonl_syntax 3 "bad.jsonl:2: not a JSON object: line 1, column 14" tok $FX --out $W/e/e $W/bad.jsonl
 printf '{"text": "ok"}\n\n{"body": "a"}\n' >$W/notext.jsonl
 expect err_jsonl_no_text 3 "notext.jsonl:3: the line is an object without a \"text\" string \(found missing\)" tok $FX --out $W/e/e $W/notext.jsonl
+# a bad line after a first shard was written: the shard goes too
+{ for i in $(seq 6000); do echo '{"text": "In the beginning God created the heaven and the earth."}'; done; echo '{"text": 1}'; } >$W/late.jsonl
+expect err_late_line_removes 3 "removed the [0-9]+ shard\(s\) written before the error" tok $FX --out $W/e/e --shard-tokens 1000 --val-fraction 0 $W/late.jsonl
+grep -q "late.jsonl:6001: .*(found a number)" $W/out && pass err_late_line_named || fail err_late_line_named "$(head -1 $W/out)"
 expect err_output 4 "cannot create the output directory '/proc/trident-no/dir'" tok $FX --out /proc/trident-no/dir/x data/kjv.txt
 ls $W/e 2>/dev/null | grep -q . && fail err_no_output_left "$(ls $W/e)" || pass err_no_output_left
 

@@ -321,6 +321,22 @@ static void print_summary(const tokenize_state *st, const shard_out *train, cons
     printf("  tokenizer: \"%s\"\n", opt->tokenizer);
 }
 
+// After an error: the shards this run wrote go, so that a rerun does not find them (and
+// no half-made data set looks like a whole one).
+static void remove_shards(const tokenize_state *st, const shard_out *train, const shard_out *val) {
+    const shard_out *outs[2] = {train, val};
+    int removed = 0;
+    for (int i = 0; i < 2; i++) {
+        for (int k = 0; k < outs[i]->shards; k++) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s_%s_%0*d.bin", st->opt->out, outs[i]->split,
+                     outs[i]->width, k);
+            removed += unlink(path) == 0;
+        }
+    }
+    if (removed) LOG_WARN("tokenize: removed the %d shard(s) written before the error", removed);
+}
+
 static tri_status tokenize_inputs(tokenize_state *st, int threads) {
     const tokenize_options *opt = st->opt;
     // A shard-name width that sorts every shard this input can make: each token but the
@@ -395,6 +411,7 @@ static tri_status tokenize_inputs(tokenize_state *st, int threads) {
         rc = TRI_ERR_DATA;
     }
     if (rc == TRI_OK) print_summary(st, &train, &val, n_docs, time_now_s() - t0, threads);
+    else remove_shards(st, &train, &val);
     for (int i = 0; i < tasks_cap; i++) tok_ids_free(&tasks[i].out);
     for (int i = 0; i < threads; i++) tok_encoder_free(enc[i]), json_doc_free(docs[i]);
     free(enc);
