@@ -148,7 +148,7 @@ test: deps
 SAN_BUILD := build-san
 test-asan: deps
 	@$(MAKE) --no-print-directory SAN=1 USE_CUDA=0 BUILD=$(SAN_BUILD) $(SAN_BUILD)/trident \
-		$(TEST_SRCS:tests/%.c=$(SAN_BUILD)/tests/%) data
+		$(TEST_SRCS:tests/%.c=$(SAN_BUILD)/tests/%) $(SAN_BUILD)/tests/fork_tokenize data
 	@bash tests/sanitize.sh $(SAN_BUILD) | tee $(SAN_BUILD)/sanitize.log; \
 		echo "$$(grep -c '^PASS ' $(SAN_BUILD)/sanitize.log) passed, $$(grep -c '^FAIL ' $(SAN_BUILD)/sanitize.log) failed"; \
 		grep -q "^PASS " $(SAN_BUILD)/sanitize.log && ! grep -q "^FAIL " $(SAN_BUILD)/sanitize.log

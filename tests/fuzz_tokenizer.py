@@ -13,9 +13,9 @@ a CUDA build of trident each time).
                   the first invalid UTF-8, else exit 0
 
 Each case asserts the exit code (what an independent check of the input in Python says it
-must be, where it can tell: Python's json module, str.encode), the file named, no signal and
-a run under the time bound. Prints per family one PASS/FAIL line with: cases, clean errors,
-successes, crashes (signals), hangs, wrong successes (a bad input accepted), wrong refusals
+must be, where it can tell: Python's json module, str.encode), the file named with a HINT,
+no signal, no sanitizer report (in a SAN=1 build) and a run under the time bound. Prints per family one PASS/FAIL line with: cases, clean errors,
+successes, crashes (signals, sanitizer reports), hangs, wrong successes (a bad input accepted), wrong refusals
 (a good input refused or a bad one with the wrong code or message), and the slowest case.
 """
 import json
@@ -100,9 +100,11 @@ def run(stats, args, want_rc, must_name, case):
     if dt > stats.slowest:
         stats.slowest, stats.slowest_case = dt, case
     allowed = want_rc if isinstance(want_rc, set) else {want_rc}
-    if rc < 0:
-        stats.crashes += 1
-        stats.note('signal %d' % -rc, case)
+    if rc < 0 or 'Sanitizer' in err or 'runtime error:' in err:
+        stats.crashes += 1  # a signal, or a sanitizer's report (make test-asan)
+        stats.note('signal %d' % -rc if rc < 0 else 'sanitizer report', '%s: %s' % (
+            case, next((ln for ln in err.splitlines() if 'ERROR' in ln or 'runtime error' in ln),
+                       '')))
     elif rc not in allowed:
         if rc == 0:
             stats.wrong_ok += 1

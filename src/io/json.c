@@ -321,7 +321,7 @@ static json_value *parse_container(parser *ps, json_value *v, int depth) {
         }
     }
     size_t n = ps->doc->stack_n - base;
-    void **items = ps->doc->stack + base;
+    void **items = ps->doc->stack ? ps->doc->stack + base : NULL;
     if (is_object) {
         v->type = JSON_OBJECT;
         json_member *members = arena_alloc(ps->doc, (n ? n : 1) * sizeof(json_member));
@@ -330,7 +330,7 @@ static json_value *parse_container(parser *ps, json_value *v, int depth) {
     } else {
         v->type = JSON_ARRAY;
         json_value **arr = arena_alloc(ps->doc, (n ? n : 1) * sizeof(json_value *));
-        memcpy(arr, items, n * sizeof(json_value *));
+        if (n) memcpy(arr, items, n * sizeof(json_value *)); // items is NULL before a push
         v->u.array.items = arr, v->u.array.n = n;
     }
     ps->doc->stack_n = base;
