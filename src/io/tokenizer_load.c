@@ -334,6 +334,8 @@ static tri_status read_added(loader *ld, const json_value *list) {
                          json_type_name(list));
     tk->added = xcalloc(list->u.array.n + 1, sizeof(tok_added));
     uint64_t next_id = ld->vocab_count; // tokenizers' AddedVocabulary::add_tokens
+    int moved = 0;                      // tokens whose "id" is not the one tokenizers gives
+    char first_moved[200] = "";
     for (size_t i = 0; i < list->u.array.n; i++) {
         const json_value *t = list->u.array.items[i], *c = json_get(t, "content");
         char field[64];
@@ -367,11 +369,11 @@ static tri_status read_added(loader *ld, const json_value *list) {
             id = (int64_t)next_id++;
         }
         uint64_t json_id;
-        if (json_uint(json_get(t, "id"), UINT32_MAX, &json_id) && json_id != (uint64_t)id)
-            LOG_WARN("%s: %s: \"%.40s\" has id %llu in the file, but tokenizers gives it %lld "
-                     "(the vocabulary's id or the next free one); trident uses %lld",
-                     ld->path, field, a.content, (unsigned long long)json_id, (long long)id,
-                     (long long)id);
+        if (json_uint(json_get(t, "id"), UINT32_MAX, &json_id) && json_id != (uint64_t)id &&
+            moved++ == 0)
+            snprintf(first_moved, sizeof first_moved,
+                     "%s: \"%.40s\" has id %llu in the file, tokenizers gives it %lld", field,
+                     a.content, (unsigned long long)json_id, (long long)id);
         a.id = (uint32_t)id;
         int slot = tk->n_added;
         for (int k = 0; k < tk->n_added; k++)
@@ -380,6 +382,11 @@ static tri_status read_added(loader *ld, const json_value *list) {
         else tk->n_added++;
         tk->added[slot] = a;
     }
+    if (moved)
+        LOG_WARN("%s: %d added token(s) with another id than tokenizers assigns them (the "
+                 "vocabulary's id, or the next free one), which trident uses as tokenizers "
+                 "does; the first: %s",
+                 ld->path, moved, first_moved);
     return TRI_OK;
 }
 
