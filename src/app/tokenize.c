@@ -245,8 +245,20 @@ static tri_status shard_add(const tokenize_state *st, shard_out *w, const tok_id
     for (size_t i = 0; i < ids->n;) {
         size_t room = (size_t)st->opt->shard_tokens - w->buf.n;
         size_t take = ids->n - i < room ? ids->n - i : room;
-        for (size_t k = 0; k < take; k++) tok_ids_push(&w->buf, ids->ids[i + k]);
-        i += take;
+        if (w->buf.n + take > w->buf.cap) { // grows to at most one shard
+            w->buf.cap = w->buf.n + take > 2 * w->buf.cap ? w->buf.n + take : 2 * w->buf.cap;
+            if (w->buf.cap > (size_t)st->opt->shard_tokens)
+                w->buf.cap = (size_t)st->opt->shard_tokens;
+            uint32_t *grown = realloc(w->buf.ids, w->buf.cap * sizeof(uint32_t));
+            if (!grown) {
+                LOG_ERROR("tokenize: out of host memory for a shard of %zu tokens", w->buf.cap);
+                LOG_HINT("pass a smaller --shard-tokens");
+                return TRI_ERR_INTERNAL;
+            }
+            w->buf.ids = grown;
+        }
+        memcpy(w->buf.ids + w->buf.n, ids->ids + i, take * sizeof(uint32_t));
+        w->buf.n += take, i += take;
         if (w->buf.n == (size_t)st->opt->shard_tokens) TRI_CHECK(shard_flush(st, w));
     }
     return TRI_OK;
