@@ -3,7 +3,7 @@
 #
 #   1. parity with Hugging Face tokenizers (tests/tokenize_parity.py), in a venv made here
 #      (build/venv, python3 -m venv --system-site-packages, with tokenizers from PyPI; kept
-#      for the next run: the first install takes about 10 s)
+#      for the next run: the first install takes 10-50 s, as the machine is loaded)
 #   2. the shards: format, end-of-text tokens, shard sizes and names, val split, uint32,
 #      the byte-level round trip (decoding gives back the input), on a small tokenizer
 #      written by tests/tokenize_fixture.py
@@ -109,6 +109,11 @@ then pass shards_sizes_and_val_fraction; else fail shards_sizes_and_val_fraction
 if cmp -s <(decode $FX $W/k/kjv train val) <(printf '<|endoftext|>'; cat data/kjv.txt); then
     pass shards_roundtrip_kjv
 else fail shards_roundtrip_kjv "train + val do not decode to data/kjv.txt"; fi
+# The shards do not depend on the thread count (the text is cut into pieces on the way).
+expect shards_one_thread 0 "train" tok $FX --out $W/k1/kjv --shard-tokens 100000 --threads 1 data/kjv.txt
+if diff -q <(cat $W/k/kjv_*.bin | sha256sum) <(cat $W/k1/kjv_*.bin | sha256sum) >/dev/null; then
+    pass shards_same_on_1_and_2_threads
+else fail shards_same_on_1_and_2_threads "the shards differ"; fi
 printf 'one\n' >$W/one.txt
 printf 'two\n' >$W/two.txt
 : >$W/empty.txt
