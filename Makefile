@@ -77,13 +77,17 @@ endif
 LIB_OBJS := $(filter-out $(BUILD)/obj/app/main.o,$(OBJS))
 TEST_SRCS := $(sort $(wildcard tests/test_*.c))
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
-TEST_TOOLS := $(BUILD)/tests/ref_dump $(BUILD)/tests/ckpt_fuzz $(BUILD)/tests/fuzz_config_check
+# Tools of the tests: ref_dump (test_reference.sh), ckpt_fuzz (test_ckpt_fuzz.sh),
+# fuzz_config_check (tests/fuzz_config.py), fork_tokenize (tests/fuzz_tokenizer.py).
+TEST_TOOLS := $(BUILD)/tests/ref_dump $(BUILD)/tests/ckpt_fuzz $(BUILD)/tests/fuzz_config_check \
+              $(BUILD)/tests/fork_tokenize
 # GPU tests (tests/gpu/): built with every CUDA build, so that CI catches their compile and
 # link errors; run only by `make test-gpu`, on a machine with a GPU (never by `make test`).
 GPU_TEST_SRCS := $(sort $(wildcard tests/gpu/test_*.c))
 GPU_TEST_BINS := $(GPU_TEST_SRCS:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
 
-.PHONY: all deps deps-check run test test-asan test-full test-gpu clean data format format-check
+.PHONY: all deps deps-check run test test-asan test-full test-gpu test-perf clean data format \
+	format-check
 all: $(BUILD)/trident data $(if $(filter 1,$(BUILD_CUDA)),$(GPU_TEST_BINS))
 
 deps:
@@ -103,6 +107,13 @@ $(BUILD)/trident: $(OBJS)
 
 $(BUILD)/tests/%: tests/%.c $(LIB_OBJS) | $(BUILD)/tests
 	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(LIB_OBJS) -o $@ $(LDLIBS)
+
+# fork_tokenize links only what `tokenize` uses: a fork of it is cheap, with no CUDA or MPI
+# library mapped (tests/fork_tokenize.c); libyaml for base/yaml_limit.c.
+TOKENIZE_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,src/app/tokenize.c src/io/data.c \
+	src/io/json.c $(wildcard src/io/tokenizer*.c) $(wildcard src/base/*.c))
+$(BUILD)/tests/fork_tokenize: tests/fork_tokenize.c $(TOKENIZE_OBJS) | $(BUILD)/tests
+	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(TOKENIZE_OBJS) -o $@ -lyaml -lm -fopenmp $(SAN_FLAGS)
 
 $(BUILD)/tests/gpu/%: tests/gpu/%.c $(LIB_OBJS) | $(BUILD)/tests/gpu
 	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(LIB_OBJS) -o $@ $(LDLIBS)
@@ -139,13 +150,18 @@ test: deps
 SAN_BUILD := build-san
 test-asan: deps
 	@$(MAKE) --no-print-directory SAN=1 USE_CUDA=0 BUILD=$(SAN_BUILD) $(SAN_BUILD)/trident \
-		$(TEST_SRCS:tests/%.c=$(SAN_BUILD)/tests/%) data
+		$(TEST_SRCS:tests/%.c=$(SAN_BUILD)/tests/%) $(SAN_BUILD)/tests/fork_tokenize data
 	@bash tests/sanitize.sh $(SAN_BUILD) | tee $(SAN_BUILD)/sanitize.log; \
 		echo "$$(grep -c '^PASS ' $(SAN_BUILD)/sanitize.log) passed, $$(grep -c '^FAIL ' $(SAN_BUILD)/sanitize.log) failed"; \
 		grep -q "^PASS " $(SAN_BUILD)/sanitize.log && ! grep -q "^FAIL " $(SAN_BUILD)/sanitize.log
 
 # What CI runs besides make test: the suites that do not fit its 10 minutes.
 test-full: test-asan
+
+# Speed measurements, never run by `make test` (which asserts no timing): the tokenizer
+# against Hugging Face tokenizers (scripts/bench-tokenize.sh [THREADS] [MB]).
+test-perf: all
+	@scripts/bench-tokenize.sh
 
 # The GPU checks (issue 9): each op on CUDA against the CPU backend, and a training run on
 # each backend; tests/gpu/run.sh says what runs. Needs a CUDA build and a GPU.

@@ -17,7 +17,7 @@ declare -A need=(
     [python3-numpy]=/usr/lib/python3/dist-packages/numpy/__init__.py
     [python3-yaml]=/usr/lib/python3/dist-packages/yaml/__init__.py
     [python3-matplotlib]=/usr/lib/python3/dist-packages/matplotlib/__init__.py # scripts/plot.py
-    [python3-venv]=/usr/share/doc/python3-venv/copyright # tests/test_tensorboard.sh: a venv for PyPI tensorboard
+    [python3-venv]=/usr/share/doc/python3-venv/copyright # scripts/venv.sh: PyPI references of the tests
     # a one-node Slurm for tests/test_slurm.sh (scripts/slurm/local-cluster.sh)
     [munge]=/usr/sbin/munged
     [slurmctld]=/usr/sbin/slurmctld

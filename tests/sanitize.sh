@@ -58,6 +58,10 @@ check plan_huge_layers 2 $T plan $CFG --world 1 --set model.n_layer=357913942
 check train_huge_width 2 $T train $CFG "${COMMON[@]}" --set run.out_dir=$W/huge --set model.d_model=1073741824 \
     --set model.n_head=1
 check train_bad_data 3 $T train $CFG "${COMMON[@]}" --set run.out_dir=$W/bad --set "data.train=$W/none_*.bin"
+# tokenize's readers: the seeded fuzzers (each case fails on a sanitizer report in its stderr)
+/usr/bin/python3 tests/tokenize_fixture.py $W/tokenizer.json
+check tokenize_kjv 0 $T tokenize --tokenizer $W/tokenizer.json --out $W/tok/kjv --threads 2 data/kjv.txt
+check tokenize_fuzz 0 /usr/bin/python3 tests/fuzz_tokenizer.py $B/tests/fork_tokenize $W/fuzz --cases 100
 
 export ASAN_OPTIONS=$SAN_NO_LEAKS
 check train_tp2_pp2 0 "${MPISAN[@]}" -np 4 $T train $CFG "${COMMON[@]}" --set parallel.tp=2 \

@@ -92,7 +92,7 @@ mkdir -p $W/eBdump && build/tests/ref_dump $W/eB.yaml $W/eBdump 1 >$W/eBdump.log
 /usr/bin/python3 tests/st_gpt2.py $W/eB.safetensors $W/eB.bin $W/eBdump 4 2>&1 |
     sed 's/^PASS /PASS ckpt_export_/; s/^FAIL /FAIL ckpt_export_/'
 [ "${PIPESTATUS[0]}" = 0 ] || fails=$((fails + 1))
-if $T sample $W/cC --tokens 8 --prompt "And" >$W/s.log 2>&1; then pass ckpt_sample
+if $T sample $W/cC --tokens 8 >$W/s.log 2>&1; then pass ckpt_sample # (vocabulary 250, no tokenizer: no prompt)
 else fail ckpt_sample "$(tail -2 $W/s.log)"; fi
 
 # --- checkpoint.keep ----------------------------------------------------------------------

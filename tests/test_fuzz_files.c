@@ -181,8 +181,9 @@ static int run_job(const job *j) {
     if (j->consumer <= 1)
         return (int)export_run(j->path, j->consumer ? "safetensors" : "llmc", j->out);
     if (j->consumer == 2) {
-        sample_options o = {
-            .run_or_file = j->path, .prompt = "ab", .tokens = 2, .seed = 1, .threads = 1};
+        // No prompt: one is refused (exit 2) for a vocabulary that is not byte-level when no
+        // tokenizer is known, before the file's weights are read.
+        sample_options o = {.run_or_file = j->path, .tokens = 2, .seed = 1, .threads = 1};
         return (int)sample_run(&o);
     }
     run_config cfg;

@@ -17,10 +17,16 @@
 static char g_dir[256];
 static char g_err[16384];
 
-// A path in the test's directory (kept for the test's life).
+// A path in the test's directory (kept for the test's life: one slot per call site).
 static const char *path_in(const char *name) {
-    char *p = malloc(512);
-    snprintf(p, 512, "%s/%s", g_dir, name);
+    static char paths[16][512];
+    static int used;
+    if (used == 16) {
+        fprintf(stderr, "test_llmc: more than 16 paths; enlarge path_in's table\n");
+        exit(1);
+    }
+    char *p = paths[used++];
+    snprintf(p, sizeof paths[0], "%s/%s", g_dir, name);
     return p;
 }
 static char g_err_path[512];

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/test_tensorboard.sh: watching a run (README "Watching a run").
 #   - log.tensorboard read back by TensorBoard's own reader (PyPI tensorboard, installed here
-#     into a venv, build/venv-tb, kept for the next run) equals metrics.jsonl, scalar for
+#     into build/venv-tb by scripts/venv.sh, kept for the next run) equals metrics.jsonl, scalar for
 #     scalar (tests/tb_check.py), for one process, a pipelined 2-rank run and a run resumed
 #     twice (from an older checkpoint, whose later steps it rewrites, then with the resume
 #     command the end of the run prints);
@@ -10,21 +10,11 @@
 #     sample, export and resume commands run as printed;
 #   - scripts/plot.py draws a resumed run and two runs to PNGs of the size asked for.
 source "$(dirname "$0")/lib.sh"
-VENV=${TRIDENT_TB_VENV:-build/venv-tb}
 COMMON=(--set train.steps=12 --set log.every=2 --set data.eval_every=4 --set system.threads=1)
 
-# TensorBoard in a venv over Debian's python3 (numpy comes from the system), made once; the
-# lock keeps two test runs of one tree from building it at the same time.
-mkdir -p "$(dirname "$VENV")"
-if ! (
-    flock 9
-    "$VENV/bin/python" -c "import tensorboard" 2>/dev/null && exit 0
-    rm -rf "$VENV"
-    /usr/bin/python3 -m venv --system-site-packages "$VENV" &&
-        "$VENV/bin/pip" install -q --disable-pip-version-check tensorboard
-) 9>"$VENV.lock" >$W/venv.log 2>&1; then
-    fail tb_venv "could not install PyPI's tensorboard into $VENV: $(tail -3 $W/venv.log | tr '\n' ' ')"
-    echo "HINT: this test needs python3-venv and access to PyPI (pip install tensorboard)"
+# TensorBoard in a venv over Debian's python3 (scripts/venv.sh: made once, kept in build/)
+if ! VENV=$(scripts/venv.sh tb tensorboard==2.21.0 2>$W/venv.log); then
+    fail tb_venv "$(head -c 600 $W/venv.log | tr '\n' ' ')"
     exit 1
 fi
 echo "tensorboard $("$VENV/bin/python" -c 'import tensorboard; print(tensorboard.__version__)') in $VENV"

@@ -14,6 +14,7 @@
 #include "io/metrics.h"
 #include "plan/plan.h"
 #include "app/sample.h"
+#include "app/tokenize.h"
 #include "app/train.h"
 
 #define TRIDENT_VERSION_STRING "trident 0.1.0"
@@ -27,7 +28,11 @@ static void usage(FILE *f) {
         "  trident plan CONFIG [--world N] [--device NAME] [--set ...] [--json] [--search [--top N]]\n"
         "                                                memory, communication, bubble, step time\n"
         "  trident sample SOURCE [--prompt TEXT] [--tokens N] [--temperature T] [--seed S]\n"
+        "                 [--threads N] [--tokenizer tokenizer.json]\n"
         "  trident export SOURCE --format llmc|safetensors --out FILE\n"
+        "  trident tokenize --tokenizer tokenizer.json --out PREFIX [--val-fraction F]\n"
+        "                   [--shard-tokens N] [--threads N] [--eot TOKEN] INPUT...\n"
+        "                                                text or JSON lines into token shards\n"
         "  trident comm-test [--world-shape tp,pp,dp] [--bytes MIN:MAX] [--iters N] [--timeout S]\n"
         "                                                every collective on every group, checked\n"
         "  trident --help | --version\n"
@@ -167,6 +172,8 @@ static int cmd_sample(int argc, char **argv) {
         double d;
         if (!strcmp(a, "--prompt") && has_value) {
             opt.prompt = argv[++i];
+        } else if (!strcmp(a, "--tokenizer") && has_value) {
+            opt.tokenizer = argv[++i];
         } else if (!strcmp(a, "--tokens") && has_value) {
             if (parse_long(argv[++i], &l) || l < 0)
                 return usage_error("--tokens needs a count >= 0, got %s", argv[i]);
@@ -234,5 +241,6 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);
     if (!strcmp(cmd, "export")) return cmd_export(argc - 2, argv + 2);
     if (!strcmp(cmd, "comm-test")) return commtest_main(argc - 2, argv + 2);
+    if (!strcmp(cmd, "tokenize")) return tokenize_main(argc - 2, argv + 2);
     return usage_error("unknown command %s", cmd);
 }

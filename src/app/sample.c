@@ -11,6 +11,9 @@
 #include "comm/comm.h"
 #include "config/config.h"
 #include "io/export.h"
+#include "io/json.h"
+#include "io/run_record.h"
+#include "io/tokenizer.h"
 #include "model/model.h"
 #include "parallel/zero.h"
 
@@ -36,10 +39,64 @@ static int pick_token(const float *logits, int V, double temperature, uint64_t *
     return best;
 }
 
-static void emit(int token, int byte_level) {
-    if (byte_level) putchar(token);
-    else printf("<%d>", token);
+// Writes a generated token: its bytes (tokenizer), the byte itself (byte-level model) or
+// <id>. Returns 0 when the tokenizer has no token of that id (nothing is written).
+static int emit(int token, int byte_level, const tokenizer *tk) {
+    int known = 1;
+    if (tk) {
+        size_t len;
+        const uint8_t *bytes = tokenizer_decode(tk, (uint32_t)token, &len);
+        if (bytes) fwrite(bytes, 1, len, stdout);
+        known = bytes != NULL;
+    } else if (byte_level) {
+        putchar(token);
+    } else {
+        printf("<%d>", token);
+    }
     fflush(stdout);
+    return known;
+}
+
+// The tokenizer to use: --tokenizer, else the one recorded with the run (data.tokenizer).
+// *tk stays NULL when there is none.
+static tri_status open_tokenizer(const sample_options *opt, tokenizer **tk) {
+    *tk = NULL;
+    char recorded[4096];
+    const char *path = opt->tokenizer;
+    if (!path &&
+        run_record_config_string(opt->run_or_file, "data", "tokenizer", recorded, sizeof recorded))
+        path = recorded;
+    if (!path) return TRI_OK;
+    tri_status rc = tokenizer_load(path, tk);
+    if (rc != TRI_OK && !opt->tokenizer)
+        LOG_HINT("%s is the run's data.tokenizer; pass --tokenizer FILE to use another", path);
+    return rc;
+}
+
+// The context a sample starts from: [end of text] + the prompt's ids (the last T of them).
+static tri_status encode_prompt(const tokenizer *tk, const char *prompt, int V, tok_ids *ids) {
+    size_t bad;
+    if (!json_utf8_valid((const uint8_t *)prompt, strlen(prompt), &bad)) {
+        LOG_ERROR("sample: --prompt is not valid UTF-8 (byte %zu)", bad);
+        LOG_HINT("pass the prompt as UTF-8 text");
+        return TRI_ERR_CONFIG;
+    }
+    int64_t eot = tokenizer_default_eot(tk);
+    if (eot >= 0) tok_ids_push(ids, (uint32_t)eot);
+    tok_encoder *enc = tok_encoder_new(tk);
+    tok_encode(enc, prompt, strlen(prompt), ids);
+    tok_encoder_free(enc);
+    if (ids->n == 0) tok_ids_push(ids, 0);
+    for (size_t i = 0; i < ids->n; i++) {
+        if (ids->ids[i] >= (uint32_t)V) {
+            LOG_ERROR("sample: the tokenizer gives token id %u, outside the model's vocabulary "
+                      "of %d",
+                      ids->ids[i], V);
+            LOG_HINT("use the tokenizer the model was trained with (--tokenizer FILE)");
+            return TRI_ERR_CONFIG;
+        }
+    }
+    return TRI_OK;
 }
 
 // Refuses a model whose sampling would not fit this machine's memory (a crafted or odd file
@@ -78,13 +135,30 @@ tri_status sample_run(const sample_options *opt) {
     const run_config *cfg = &src.cfg;
     const int T = cfg->model.seq_len, V = cfg->model.vocab_size;
     const int byte_level = V == 256;
+    const char *prompt = opt->prompt ? opt->prompt : "";
+    tokenizer *tk = NULL;
+    tok_ids prompt_ids = {0};
+    tri_status rc = open_tokenizer(opt, &tk);
+    if (rc == TRI_OK && tk) rc = encode_prompt(tk, prompt, V, &prompt_ids);
+    if (rc == TRI_OK && !tk && !byte_level && *prompt) {
+        LOG_ERROR("sample: the model's vocabulary (%d) is not byte-level and no tokenizer is "
+                  "known, so the prompt cannot be encoded",
+                  V);
+        LOG_HINT("pass --tokenizer tokenizer.json (or set data.tokenizer in the run's config)");
+        rc = TRI_ERR_CONFIG;
+    }
+    if (rc != TRI_OK) {
+        tok_ids_free(&prompt_ids);
+        tokenizer_free(tk);
+        export_close(&src);
+        return rc;
+    }
 
     backend *be = NULL;
     comm *cm = NULL;
     model m;
     memset(&m, 0, sizeof m);
     zero_state *store = NULL;
-    tri_status rc;
     TRI_CHECK_GOTO(comm_self_create(&cm, NULL), rc, done);
     TRI_CHECK_GOTO(backend_cpu_create(&be, opt->threads), rc, done);
     // One process, one micro-batch of one sequence, fp32: the model, and a ZeRO layer of one
@@ -112,9 +186,11 @@ tri_status sample_run(const sample_options *opt) {
 
     int *context = xcalloc((size_t)T, sizeof(int));
     float *logits = xmalloc((size_t)m.d.Vp_local * sizeof(float));
-    int n = 0;
-    const char *prompt = opt->prompt ? opt->prompt : "";
-    if (byte_level) {
+    int n = 0, unknown = 0;
+    if (tk) {
+        size_t skip = prompt_ids.n > (size_t)T ? prompt_ids.n - (size_t)T : 0;
+        for (size_t i = skip; i < prompt_ids.n; i++) context[n++] = (int)prompt_ids.ids[i];
+    } else if (byte_level) {
         for (const unsigned char *p = (const unsigned char *)prompt; *p; p++) {
             if (n == T) { // keep the last T bytes of a long prompt
                 memmove(context, context + 1, (size_t)(T - 1) * sizeof(int));
@@ -122,17 +198,15 @@ tri_status sample_run(const sample_options *opt) {
             }
             context[n++] = *p;
         }
-    } else if (*prompt) {
-        LOG_WARN("the model's vocabulary (%d) is not byte-level; the prompt is ignored", V);
     }
     if (n == 0) context[n++] = byte_level ? '\n' : 0;
-    if (byte_level) fputs(prompt, stdout);
+    if (byte_level || tk) fputs(prompt, stdout);
     uint64_t rng = opt->seed;
     for (int i = 0; i < opt->tokens; i++) {
         TRI_CHECK_GOTO(model_forward(&m, 0, 0, context, NULL), rc, free_buffers);
         model_logits_row(&m, 0, n - 1, logits);
         int token = pick_token(logits, V, opt->temperature, &rng);
-        emit(token, byte_level);
+        unknown += !emit(token, byte_level, tk);
         if (n == T) {
             memmove(context, context + 1, (size_t)(T - 1) * sizeof(int));
             n--;
@@ -140,11 +214,18 @@ tri_status sample_run(const sample_options *opt) {
         context[n++] = token;
     }
     putchar('\n');
+    if (unknown)
+        LOG_WARN("sample: %d generated token(s) have ids the tokenizer has no token for (the "
+                 "model's vocabulary %d is larger than the tokenizer's %u); nothing was written "
+                 "for them",
+                 unknown, V, tokenizer_n_ids(tk));
     rc = TRI_OK;
 free_buffers:
     free(context);
     free(logits);
 done:
+    tok_ids_free(&prompt_ids);
+    tokenizer_free(tk);
     zero_free(store);
     model_free(&m);
     if (be) be->destroy(be);

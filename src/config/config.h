@@ -51,6 +51,7 @@ typedef struct {
         char *train;
         char *val;
         int eval_every, eval_batches;
+        char *tokenizer; // the tokenizer.json that made the shards (null: none recorded)
     } data;
     struct {
         char *dir;

@@ -92,6 +92,7 @@ const key_desc CONFIG_KEYS[K_COUNT] = {
     STR_KEY(K_DATA_VAL, data, val, 0, "data/kjv_val_*.bin"),
     INT_KEY(K_DATA_EVAL_EVERY, data, eval_every, 0, NO_MAX, 200),
     INT_KEY(K_DATA_EVAL_BATCHES, data, eval_batches, 1, NO_MAX, 20),
+    STR_KEY(K_DATA_TOKENIZER, data, tokenizer, 1, NULL), // recorded for `trident sample`
     STR_KEY(K_CKPT_DIR, checkpoint, dir, 1, NULL),
     INT_KEY(K_CKPT_EVERY, checkpoint, every, 0, NO_MAX, 500),
     INT_KEY(K_CKPT_KEEP, checkpoint, keep, 1, NO_MAX, 3),

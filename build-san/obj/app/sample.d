@@ -1,12 +1,14 @@
 build-san/obj/app/sample.o: src/app/sample.c src/app/sample.h \
- src/base/common.h src/compute/backend.h src/base/dtype.h src/comm/comm.h \
- src/comm/launch.h src/config/config.h src/model/model.h \
- src/compute/mempool.h src/model/model_config.h src/model/params.h \
- src/parallel/optim.h src/parallel/zero.h src/parallel/sched.h \
- src/io/export.h src/io/llmc.h
+ src/base/common.h src/compute/backend.h src/base/checked.h \
+ src/base/dtype.h src/comm/comm.h src/comm/launch.h src/config/config.h \
+ src/model/model.h src/compute/mempool.h src/model/model_config.h \
+ src/model/params.h src/parallel/optim.h src/parallel/zero.h \
+ src/parallel/sched.h src/io/export.h src/io/checkpoint.h src/io/llmc.h \
+ src/io/json.h src/io/run_record.h src/io/tokenizer.h
 src/app/sample.h:
 src/base/common.h:
 src/compute/backend.h:
+src/base/checked.h:
 src/base/dtype.h:
 src/comm/comm.h:
 src/comm/launch.h:
@@ -19,4 +21,8 @@ src/parallel/optim.h:
 src/parallel/zero.h:
 src/parallel/sched.h:
 src/io/export.h:
+src/io/checkpoint.h:
 src/io/llmc.h:
+src/io/json.h:
+src/io/run_record.h:
+src/io/tokenizer.h:

@@ -1,11 +1,13 @@
 build-san/obj/app/trainer.o: src/app/trainer.c src/app/trainer_internal.h \
  src/comm/launch.h src/base/common.h src/comm/mesh.h src/comm/comm.h \
- src/base/dtype.h src/compute/backend.h src/compute/mempool.h \
- src/config/config.h src/model/model.h src/model/model_config.h \
- src/model/params.h src/parallel/optim.h src/parallel/zero.h \
- src/parallel/sched.h src/io/checkpoint.h src/io/data.h src/io/metrics.h \
- src/parallel/executor.h src/compute/backend_select.h \
- src/config/config_layout.h src/io/model_init.h src/plan/plan.h
+ src/base/dtype.h src/compute/backend.h src/base/checked.h \
+ src/compute/mempool.h src/config/config.h src/model/model.h \
+ src/model/model_config.h src/model/params.h src/parallel/optim.h \
+ src/parallel/zero.h src/parallel/sched.h src/io/checkpoint.h \
+ src/io/data.h src/io/metrics.h src/io/tensorboard.h src/io/rundir.h \
+ src/parallel/executor.h src/base/stop.h src/compute/backend_select.h \
+ src/config/config_layout.h src/io/llmc.h src/io/model_init.h \
+ src/plan/plan.h
 src/app/trainer_internal.h:
 src/comm/launch.h:
 src/base/common.h:
@@ -13,6 +15,7 @@ src/comm/mesh.h:
 src/comm/comm.h:
 src/base/dtype.h:
 src/compute/backend.h:
+src/base/checked.h:
 src/compute/mempool.h:
 src/config/config.h:
 src/model/model.h:
@@ -24,8 +27,12 @@ src/parallel/sched.h:
 src/io/checkpoint.h:
 src/io/data.h:
 src/io/metrics.h:
+src/io/tensorboard.h:
+src/io/rundir.h:
 src/parallel/executor.h:
+src/base/stop.h:
 src/compute/backend_select.h:
 src/config/config_layout.h:
+src/io/llmc.h:
 src/io/model_init.h:
 src/plan/plan.h:

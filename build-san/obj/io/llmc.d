@@ -1,8 +1,9 @@
 build-san/obj/io/llmc.o: src/io/llmc.c src/io/llmc.h src/base/common.h \
  src/config/config.h src/base/dtype.h src/comm/comm.h src/comm/launch.h \
- src/compute/backend.h src/model/model.h src/compute/mempool.h \
- src/model/model_config.h src/model/params.h src/parallel/optim.h \
- src/parallel/zero.h src/parallel/sched.h src/base/bf16.h
+ src/compute/backend.h src/base/checked.h src/model/model.h \
+ src/compute/mempool.h src/model/model_config.h src/model/params.h \
+ src/parallel/optim.h src/parallel/zero.h src/parallel/sched.h \
+ src/base/bf16.h
 src/io/llmc.h:
 src/base/common.h:
 src/config/config.h:
@@ -10,6 +11,7 @@ src/base/dtype.h:
 src/comm/comm.h:
 src/comm/launch.h:
 src/compute/backend.h:
+src/base/checked.h:
 src/model/model.h:
 src/compute/mempool.h:
 src/model/model_config.h:

@@ -1,8 +1,9 @@
 build-san/obj/io/metrics.o: src/io/metrics.c src/io/metrics.h \
  src/comm/comm.h src/base/common.h src/base/dtype.h src/comm/launch.h \
- src/config/config.h src/compute/backend.h src/model/model.h \
- src/compute/mempool.h src/model/model_config.h src/model/params.h \
- src/parallel/optim.h src/parallel/zero.h src/parallel/sched.h
+ src/config/config.h src/compute/backend.h src/base/checked.h \
+ src/model/model.h src/compute/mempool.h src/model/model_config.h \
+ src/model/params.h src/parallel/optim.h src/parallel/zero.h \
+ src/parallel/sched.h src/base/env.h
 src/io/metrics.h:
 src/comm/comm.h:
 src/base/common.h:
@@ -10,6 +11,7 @@ src/base/dtype.h:
 src/comm/launch.h:
 src/config/config.h:
 src/compute/backend.h:
+src/base/checked.h:
 src/model/model.h:
 src/compute/mempool.h:
 src/model/model_config.h:
@@ -17,3 +19,4 @@ src/model/params.h:
 src/parallel/optim.h:
 src/parallel/zero.h:
 src/parallel/sched.h:
+src/base/env.h:

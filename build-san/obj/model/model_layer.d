@@ -1,8 +1,8 @@
 build-san/obj/model/model_layer.o: src/model/model_layer.c \
  src/model/model_internal.h src/model/model.h src/comm/comm.h \
  src/base/common.h src/base/dtype.h src/comm/launch.h \
- src/compute/backend.h src/compute/mempool.h src/model/model_config.h \
- src/model/params.h
+ src/compute/backend.h src/base/checked.h src/compute/mempool.h \
+ src/model/model_config.h src/model/params.h
 src/model/model_internal.h:
 src/model/model.h:
 src/comm/comm.h:
@@ -10,6 +10,7 @@ src/base/common.h:
 src/base/dtype.h:
 src/comm/launch.h:
 src/compute/backend.h:
+src/base/checked.h:
 src/compute/mempool.h:
 src/model/model_config.h:
 src/model/params.h:

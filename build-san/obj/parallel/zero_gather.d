@@ -1,8 +1,8 @@
 build-san/obj/parallel/zero_gather.o: src/parallel/zero_gather.c \
  src/parallel/zero_internal.h src/parallel/zero.h src/comm/comm.h \
  src/base/common.h src/base/dtype.h src/comm/launch.h \
- src/compute/mempool.h src/compute/backend.h src/model/model.h \
- src/model/model_config.h src/model/params.h
+ src/compute/mempool.h src/compute/backend.h src/base/checked.h \
+ src/model/model.h src/model/model_config.h src/model/params.h
 src/parallel/zero_internal.h:
 src/parallel/zero.h:
 src/comm/comm.h:
@@ -11,6 +11,7 @@ src/base/dtype.h:
 src/comm/launch.h:
 src/compute/mempool.h:
 src/compute/backend.h:
+src/base/checked.h:
 src/model/model.h:
 src/model/model_config.h:
 src/model/params.h:

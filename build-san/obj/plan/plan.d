@@ -1,9 +1,9 @@
 build-san/obj/plan/plan.o: src/plan/plan.c src/plan/plan.h \
  src/comm/comm.h src/base/common.h src/base/dtype.h src/comm/launch.h \
- src/compute/mempool.h src/compute/backend.h src/config/config.h \
- src/model/model.h src/model/model_config.h src/model/params.h \
- src/parallel/optim.h src/parallel/zero.h src/parallel/sched.h \
- src/config/config_layout.h src/comm/mesh.h
+ src/compute/mempool.h src/compute/backend.h src/base/checked.h \
+ src/config/config.h src/model/model.h src/model/model_config.h \
+ src/model/params.h src/parallel/optim.h src/parallel/zero.h \
+ src/parallel/sched.h src/config/config_layout.h src/comm/mesh.h
 src/plan/plan.h:
 src/comm/comm.h:
 src/base/common.h:
@@ -11,6 +11,7 @@ src/base/dtype.h:
 src/comm/launch.h:
 src/compute/mempool.h:
 src/compute/backend.h:
+src/base/checked.h:
 src/config/config.h:
 src/model/model.h:
 src/model/model_config.h:

@@ -1,0 +1,27 @@
+build-san/obj/config/config_sizes.o: src/config/config_sizes.c \
+ src/config/config_sizes_internal.h src/config/config_diag_internal.h \
+ src/config/config_keys_internal.h src/config/config.h src/base/common.h \
+ src/base/dtype.h src/comm/comm.h src/comm/launch.h src/compute/backend.h \
+ src/base/checked.h src/model/model.h src/compute/mempool.h \
+ src/model/model_config.h src/model/params.h src/parallel/optim.h \
+ src/parallel/zero.h src/parallel/sched.h src/config/config_layout.h \
+ src/comm/mesh.h
+src/config/config_sizes_internal.h:
+src/config/config_diag_internal.h:
+src/config/config_keys_internal.h:
+src/config/config.h:
+src/base/common.h:
+src/base/dtype.h:
+src/comm/comm.h:
+src/comm/launch.h:
+src/compute/backend.h:
+src/base/checked.h:
+src/model/model.h:
+src/compute/mempool.h:
+src/model/model_config.h:
+src/model/params.h:
+src/parallel/optim.h:
+src/parallel/zero.h:
+src/parallel/sched.h:
+src/config/config_layout.h:
+src/comm/mesh.h:

@@ -1,0 +1,23 @@
+build-san/obj/io/run_record.o: src/io/run_record.c src/io/run_record.h \
+ src/base/common.h src/io/checkpoint.h src/compute/backend.h \
+ src/base/checked.h src/base/dtype.h src/comm/comm.h src/comm/launch.h \
+ src/config/config.h src/model/model.h src/compute/mempool.h \
+ src/model/model_config.h src/model/params.h src/parallel/optim.h \
+ src/parallel/zero.h src/parallel/sched.h src/io/json.h
+src/io/run_record.h:
+src/base/common.h:
+src/io/checkpoint.h:
+src/compute/backend.h:
+src/base/checked.h:
+src/base/dtype.h:
+src/comm/comm.h:
+src/comm/launch.h:
+src/config/config.h:
+src/model/model.h:
+src/compute/mempool.h:
+src/model/model_config.h:
+src/model/params.h:
+src/parallel/optim.h:
+src/parallel/zero.h:
+src/parallel/sched.h:
+src/io/json.h:

@@ -1,0 +1,24 @@
+build-san/tests/test_llmc: tests/test_llmc.c src/app/sample.h \
+ src/base/common.h src/base/bf16.h src/io/llmc.h src/config/config.h \
+ src/base/dtype.h src/comm/comm.h src/comm/launch.h src/compute/backend.h \
+ src/base/checked.h src/model/model.h src/compute/mempool.h \
+ src/model/model_config.h src/model/params.h src/parallel/optim.h \
+ src/parallel/zero.h src/parallel/sched.h tests/testlib.h
+src/app/sample.h:
+src/base/common.h:
+src/base/bf16.h:
+src/io/llmc.h:
+src/config/config.h:
+src/base/dtype.h:
+src/comm/comm.h:
+src/comm/launch.h:
+src/compute/backend.h:
+src/base/checked.h:
+src/model/model.h:
+src/compute/mempool.h:
+src/model/model_config.h:
+src/model/params.h:
+src/parallel/optim.h:
+src/parallel/zero.h:
+src/parallel/sched.h:
+tests/testlib.h:
