@@ -2,6 +2,8 @@
 // sections, keys and enum values (config_diag_internal.h).
 #include "config/config_diag_internal.h"
 
+#include "base/suggest.h"
+
 #include <stdarg.h>
 #include <string.h>
 #include <strings.h>
@@ -106,52 +108,32 @@ void config_report_discard(config_ctx *c, char *first, size_t n) {
 // ---------------------------------------------------------------------------------------
 // Did you mean
 
-// Optimal string alignment distance (Levenshtein plus adjacent transpositions), so that
-// the usual typo "n_haed" is one edit from "n_head".
-static int edit_distance(const char *a, const char *b) {
-    enum { MAXLEN = 64 };
-    size_t la = strlen(a), lb = strlen(b);
-    if (la >= MAXLEN || lb >= MAXLEN) return MAXLEN;
-    int d[MAXLEN + 1][MAXLEN + 1];
-    for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
-    for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
-    for (size_t i = 1; i <= la; i++) {
-        for (size_t j = 1; j <= lb; j++) {
-            int cost = a[i - 1] != b[j - 1];
-            int best = d[i - 1][j - 1] + cost;
-            if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
-            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
-            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
-                d[i - 2][j - 2] + 1 < best)
-                best = d[i - 2][j - 2] + 1;
-            d[i][j] = best;
-        }
-    }
-    return d[la][lb];
-}
+// Other names in use for a value (compared ignoring case): offered by "did you mean" where
+// the key takes that value, never accepted as the value itself (a config names a value one
+// way, which the run record and the checkpoint's manifest then repeat).
+static const struct {
+    const char *alias, *value;
+} VALUE_ALIASES[] = {
+    // clang-format off
+    {"bfloat16", "bf16"}, {"bfloat", "bf16"}, {"fp16", "bf16"}, {"float16", "bf16"},
+    {"half", "bf16"}, {"f16", "bf16"},
+    {"float32", "fp32"}, {"f32", "fp32"}, {"float", "fp32"}, {"single", "fp32"},
+    {"interleaved-1f1b", "interleaved"}, {"interleaved_1f1b", "interleaved"},
+    {"1f1b-interleaved", "interleaved"}, {"vpp", "interleaved"},
+    {"true", "full"}, {"yes", "full"}, {"on", "full"},
+    {"false", "none"}, {"no", "none"}, {"off", "none"},
+    {"none", "constant"}, {"off", "constant"}, {"cos", "cosine"},
+    {"gpu", "cuda"}, {"host", "cpu"}, {"openmpi", "mpi"},
+    // clang-format on
+};
 
-// How close `typed` is to `cand`: the edit distance when it is a plausible typo (at most
-// 2, or one is a prefix of the other), else -1.
-static int closeness(const char *typed, const char *cand) {
-    int dist = edit_distance(typed, cand);
-    if (dist <= 2 && dist < (int)strlen(typed)) return dist; // "lr" is not a typo of "tp"
-    size_t lt = strlen(typed), lc = strlen(cand);
-    if (lt >= 2 && (!strncasecmp(typed, cand, lt) || !strncasecmp(cand, typed, lc))) return dist;
-    return -1;
-}
-
-// The closest of the names in `names` (NULL-terminated), or NULL when none is close.
-const char *config_closest_name(const char *typed, const char *const *names) {
-    const char *best = NULL;
-    int best_d = 0, tied = 0;
-    for (int i = 0; names[i]; i++) {
-        int d = strcasecmp(typed, names[i]) ? closeness(typed, names[i]) : 0;
-        if (d < 0 || (best && d > best_d)) continue;
-        tied = best && d == best_d;
-        if (!tied) best = names[i], best_d = d;
+const char *config_suggest_value(const char *typed, const char *const *names) {
+    for (size_t a = 0; a < sizeof VALUE_ALIASES / sizeof VALUE_ALIASES[0]; a++) {
+        if (strcasecmp(typed, VALUE_ALIASES[a].alias)) continue;
+        for (int i = 0; names[i]; i++)
+            if (!strcmp(names[i], VALUE_ALIASES[a].value)) return names[i];
     }
-    // A tie ("fp16": fp32 or bf16?) would be a guess; the caller lists the choices instead.
-    return tied ? NULL : best;
+    return suggest_closest(typed, names);
 }
 
 // The key of `section` closest to `typed`; failing that, the one key of that exact name in
@@ -160,7 +142,7 @@ int config_suggest_key(const char *section, const char *typed) {
     int best = -1, best_d = 0, tied = 0;
     for (int k = 0; k < K_COUNT; k++) {
         if (section && strcmp(CONFIG_KEYS[k].section, section)) continue;
-        int d = closeness(typed, CONFIG_KEYS[k].key);
+        int d = suggest_closeness(typed, CONFIG_KEYS[k].key);
         if (d < 0 || (best >= 0 && d > best_d)) continue;
         tied = best >= 0 && d == best_d;
         if (!tied) best = k, best_d = d;
@@ -179,7 +161,7 @@ static const char *suggest_section(const char *typed) {
         if (k == 0 || strcmp(CONFIG_KEYS[k].section, CONFIG_KEYS[k - 1].section))
             sections[n++] = CONFIG_KEYS[k].section;
     sections[n] = NULL;
-    return config_closest_name(typed, sections);
+    return suggest_closest(typed, sections);
 }
 
 // Appends "a, b, c" (the keys of `section`, or every section when NULL) to buf.

@@ -56,8 +56,9 @@ void config_report_total(config_ctx *c);
 // "WHERE: " prefix and newline) into first[n] when first is not NULL.
 void config_report_discard(config_ctx *c, char *first, size_t n);
 
-// The closest of `names` (NULL-terminated) to `typed`, or NULL when none is close.
-const char *config_closest_name(const char *typed, const char *const *names);
+// The value of `names` (NULL-terminated) that `typed` means: one it is another name for
+// ("bfloat16": bf16), else the closest by edit distance; NULL when none is close.
+const char *config_suggest_value(const char *typed, const char *const *names);
 // The key of `section` (NULL: any) closest to `typed`, else a key of exactly that name in
 // another section; -1 when nothing fits.
 int config_suggest_key(const char *section, const char *typed);

@@ -206,7 +206,7 @@ static int set_enum(config_ctx *c, run_config *cfg, key_id k, const scalar_view 
         }
     }
     char extra[96] = "";
-    const char *s = named ? config_closest_name(v->text, names) : NULL;
+    const char *s = named ? config_suggest_value(v->text, names) : NULL;
     if (s) snprintf(extra, sizeof extra, "; did you mean %s?", s);
     return report_type(c, k, v, extra), 0;
 }
@@ -235,7 +235,12 @@ static int set_str(config_ctx *c, run_config *cfg, key_id k, const scalar_view *
     if (d->names) {
         int i = 0;
         while (d->names[i] && strcmp(d->names[i], v->text)) i++;
-        if (!d->names[i]) return report_type(c, k, v, ""), 0;
+        if (!d->names[i]) {
+            char extra[96] = "";
+            const char *s = config_suggest_value(v->text, d->names);
+            if (s) snprintf(extra, sizeof extra, "; did you mean %s?", s);
+            return report_type(c, k, v, extra), 0;
+        }
     }
     config_set_string(cfg, k, v->text);
     return 1;
