@@ -43,25 +43,22 @@ const char *const CT_OP_NAMES[CT_COUNT] = {
 };
 
 typedef struct {
-    int tp, pp, dp, shape_set;
-    size_t min_bytes, max_bytes;
+    struct {
+        int tp, pp, dp, set; // set: --world-shape given (else world x 1 x 1)
+    } shape;
+    struct {
+        size_t min, max;
+    } bytes;
     int iters;
     double timeout_s;
-    int stall_rank, stall_step;
-    backend_kind backend;
-    comm_kind comm;
+    int stall_rank, stall_step; // -1: none
+    int backend;                // backend_kind
+    int comm;                   // comm_kind
 } ct_options;
 
 static const float CT_POISON = -999.0f; // what a receive buffer holds before the call
 
 // ---- options ----
-
-static int ct_parse_int(const char *s, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    *out = strtol(s, &end, 10);
-    return errno || end == s || *end || *out < lo || *out > hi;
-}
 
 // "4096", "64K", "1M", "1G" (powers of 1024).
 static int ct_parse_bytes(const char *s, size_t *out) {
@@ -77,120 +74,72 @@ static int ct_parse_bytes(const char *s, size_t *out) {
     return 0;
 }
 
-static void ct_usage(FILE *f) {
-    fprintf(f, "usage: trident comm-test [--world-shape TP,PP,DP] [--bytes MIN:MAX] [--iters N]\n"
-               "                         [--timeout S] [--stall-rank R --stall-step S]\n"
-               "                         [--backend auto|cpu|cuda] [--comm auto|mpi|nccl]\n"
-               "  --world-shape  the mesh; its product must be the world (default world,1,1)\n"
-               "  --bytes        sizes from MIN to MAX, doubling (default 8:1M; K, M, G suffixes)\n"
-               "  --iters        timed runs per size (default 20)\n"
-               "  --timeout      comm timeout in seconds (default 300)\n"
-               "  --stall-rank, --stall-step  rank R stops at step S (tests the timeout)\n"
-               "  --backend      the compute backend whose memory the buffers live in, as\n"
-               "                 system.backend (default auto: CUDA where a GPU is visible)\n"
-               "  --comm         the comm backend, as system.comm (default auto: NCCL for\n"
-               "                 CUDA, MPI for the CPU; mpi on CUDA: MPI staged through host)\n");
+static int ct_parse_shape(const char *v, void *field, char *err, size_t cap) {
+    int *shape = field; // tp, pp, dp, set
+    char tail;
+    if (sscanf(v, "%d,%d,%d%c", &shape[0], &shape[1], &shape[2], &tail) == 3 && shape[0] >= 1 &&
+        shape[1] >= 1 && shape[2] >= 1) {
+        shape[3] = 1;
+        return 0;
+    }
+    snprintf(err, cap, "TP,PP,DP (three positive integers)");
+    return 1;
 }
 
-// The index of `v` in names (NULL-terminated), or -1.
-static int ct_parse_name(const char *v, const char *const *names) {
-    for (int i = 0; names[i]; i++)
-        if (!strcmp(v, names[i])) return i;
-    return -1;
+static int ct_parse_byte_range(const char *v, void *field, char *err, size_t cap) {
+    size_t *range = field; // min, max
+    const char *colon = strchr(v, ':');
+    char lo[64];
+    size_t n = colon ? (size_t)(colon - v) : strlen(v);
+    if (n >= sizeof lo) n = sizeof lo - 1;
+    memcpy(lo, v, n);
+    lo[n] = '\0';
+    if (ct_parse_bytes(lo, &range[0]) || ct_parse_bytes(colon ? colon + 1 : lo, &range[1]) ||
+        range[0] < 4 || range[1] < range[0] || range[1] > ((size_t)1 << 32)) {
+        snprintf(err, cap, "MIN:MAX with 4 <= MIN <= MAX <= 4G");
+        return 1;
+    }
+    return 0;
 }
 
-// Returns 0, or an error message (printed by rank 0 only).
-static const char *ct_parse(int argc, char **argv, ct_options *o, char *msg, size_t cap) {
-    *o = (ct_options){.min_bytes = 8,
-                      .max_bytes = 1 << 20,
-                      .iters = 20,
-                      .timeout_s = 300,
-                      .stall_rank = -1,
-                      .stall_step = -1,
-                      .backend = BACKEND_AUTO,
-                      .comm = COMM_AUTO};
-    static const char *const backends[] = {"auto", "cpu", "cuda", NULL}; // backend_kind order
-    static const char *const comms[] = {"auto", "mpi", "nccl", NULL};    // comm_kind order
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long l;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            snprintf(msg, cap, "help");
-            return msg;
-        }
-        if (!v) {
-            snprintf(msg, cap, "unknown option (or missing value) %s", a);
-            return msg;
-        }
-        i++;
-        if (!strcmp(a, "--world-shape")) {
-            if (sscanf(v, "%d,%d,%d", &o->tp, &o->pp, &o->dp) != 3 || o->tp < 1 || o->pp < 1 ||
-                o->dp < 1) {
-                snprintf(msg, cap,
-                         "--world-shape needs TP,PP,DP (three positive integers), "
-                         "got %s",
-                         v);
-                return msg;
-            }
-            o->shape_set = 1;
-        } else if (!strcmp(a, "--bytes")) {
-            const char *colon = strchr(v, ':');
-            char lo[64];
-            size_t n = colon ? (size_t)(colon - v) : strlen(v);
-            if (n >= sizeof lo) n = sizeof lo - 1;
-            memcpy(lo, v, n);
-            lo[n] = '\0';
-            if (ct_parse_bytes(lo, &o->min_bytes) ||
-                ct_parse_bytes(colon ? colon + 1 : lo, &o->max_bytes) || o->min_bytes < 4 ||
-                o->max_bytes < o->min_bytes || o->max_bytes > ((size_t)1 << 32)) {
-                snprintf(msg, cap, "--bytes needs MIN:MAX with 4 <= MIN <= MAX <= 4G, got %s", v);
-                return msg;
-            }
-        } else if (!strcmp(a, "--iters")) {
-            if (ct_parse_int(v, 1, 1000000, &l)) {
-                snprintf(msg, cap, "--iters needs a count >= 1, got %s", v);
-                return msg;
-            }
-            o->iters = (int)l;
-        } else if (!strcmp(a, "--timeout")) {
-            char *end;
-            o->timeout_s = strtod(v, &end);
-            if (end == v || *end || !(o->timeout_s > 0)) {
-                snprintf(msg, cap, "--timeout needs seconds > 0, got %s", v);
-                return msg;
-            }
-        } else if (!strcmp(a, "--stall-rank") || !strcmp(a, "--stall-step")) {
-            if (ct_parse_int(v, 0, 1 << 30, &l)) {
-                snprintf(msg, cap, "%s needs an integer >= 0, got %s", a, v);
-                return msg;
-            }
-            if (a[8] == 'r') o->stall_rank = (int)l;
-            else o->stall_step = (int)l;
-        } else if (!strcmp(a, "--backend")) {
-            int k = ct_parse_name(v, backends);
-            if (k < 0) {
-                snprintf(msg, cap, "--backend needs auto, cpu or cuda, got %s", v);
-                return msg;
-            }
-            o->backend = (backend_kind)k;
-        } else if (!strcmp(a, "--comm")) {
-            int k = ct_parse_name(v, comms);
-            if (k < 0) {
-                snprintf(msg, cap, "--comm needs auto, mpi or nccl, got %s", v);
-                return msg;
-            }
-            o->comm = (comm_kind)k;
-        } else {
-            snprintf(msg, cap, "unknown option %s", a);
-            return msg;
-        }
-    }
-    if ((o->stall_rank >= 0) != (o->stall_step >= 0)) {
-        snprintf(msg, cap, "--stall-rank and --stall-step go together");
-        return msg;
-    }
-    return NULL;
-}
+// Names in backend_kind and comm_kind order.
+static const char *const CT_BACKENDS[] = {"auto", "cpu", "cuda", NULL};
+static const char *const CT_COMMS[] = {"auto", "mpi", "nccl", NULL};
+
+static const ct_options CT_DEFAULTS = {.bytes = {8, 1 << 20},
+                                       .iters = 20,
+                                       .timeout_s = 300,
+                                       .stall_rank = -1,
+                                       .stall_step = -1,
+                                       .backend = BACKEND_AUTO,
+                                       .comm = COMM_AUTO};
+#define CO(field) offsetof(ct_options, field)
+static const cli_option CT_OPTIONS[] = {
+    {"--world-shape", "TP,PP,DP", CLI_CUSTOM, CO(shape), .parse = ct_parse_shape,
+     .help = "the mesh; its product must be the world", .def = "WORLD,1,1"},
+    {"--bytes", "MIN:MAX", CLI_CUSTOM, CO(bytes), .parse = ct_parse_byte_range,
+     .help = "message sizes from MIN to MAX, doubling (suffixes K, M, G)", .def = "8:1M"},
+    {"--iters", "N", CLI_INT, CO(iters), .lo = 1, .hi = 1000000, .help = "timed runs per size"},
+    {"--timeout", "S", CLI_NUM, CO(timeout_s), .lo = 0, .lo_open = 1, .hi = INFINITY,
+     .help = "comm timeout in seconds, as system.comm_timeout_s"},
+    {"--stall-rank", "R", CLI_INT, CO(stall_rank), .lo = 0, .hi = 1 << 30,
+     .help = "for the tests of the timeout: rank R stops at --stall-step", .def = "none"},
+    {"--stall-step", "S", CLI_INT, CO(stall_step), .lo = 0, .hi = 1 << 30,
+     .help = "the step at which --stall-rank stops", .def = "none"},
+    {"--backend", NULL, CLI_CHOICE, CO(backend), .choices = CT_BACKENDS,
+     .help = "the compute backend the buffers live in, as system.backend (auto: CUDA where a "
+             "GPU is visible)"},
+    {"--comm", NULL, CLI_CHOICE, CO(comm), .choices = CT_COMMS,
+     .help = "the comm backend, as system.comm (auto: NCCL with CUDA, else MPI; mpi with CUDA: "
+             "staged through host memory)"},
+};
+const cli_command COMMTEST_CLI = {
+    .name = "comm-test",
+    .summary = "every collective on every group of the mesh, checked and timed (nccl-tests "
+               "style)",
+    .options = CT_OPTIONS,
+    .n_options = CLI_N(CT_OPTIONS),
+};
 
 // ---- buffers and counters ----
 
@@ -615,7 +564,7 @@ static tri_status ct_run(ct_state *s, const ct_options *o, long long *total_wron
         if (s->max_size[g] > 1) continue;
         for (int op = 0; op < CT_COUNT; op++) {
             double sec;
-            const size_t ends[2] = {o->min_bytes / sizeof(float), o->max_bytes / sizeof(float)};
+            const size_t ends[2] = {o->bytes.min / sizeof(float), o->bytes.max / sizeof(float)};
             for (int e = 0; e < 2; e++)
                 TRI_CHECK(ct_row(s, (comm_group_id)g, (ct_op)op, ends[e], 0, &local_wrong, &sec));
         }
@@ -625,7 +574,8 @@ static tri_status ct_run(ct_state *s, const ct_options *o, long long *total_wron
     if (print) {
         printf("# comm-test: world %d = tp %d x pp %d x dp %d, comm %s, backend %s, iters %d, "
                "timeout %.1f s\n",
-               s->world, o->tp, o->pp, o->dp, c->name, s->be->name, o->iters, o->timeout_s);
+               s->world, o->shape.tp, o->shape.pp, o->shape.dp, c->name, s->be->name, o->iters,
+               o->timeout_s);
         if (alone[0]) printf("# groups of one rank (identity paths, checked untimed):%s\n", alone);
         printf("#\n# %10s %10s %6s %-16s %-6s %5s %11s %11s %11s %8s\n", "size(B)", "count", "type",
                "op", "group", "ranks", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
@@ -635,7 +585,7 @@ static tri_status ct_run(ct_state *s, const ct_options *o, long long *total_wron
     for (int g = 0; g < COMM_GROUP_COUNT; g++) {
         if (s->max_size[g] == 1) continue;
         for (int op = 0; op < CT_COUNT; op++) {
-            for (size_t bytes = o->min_bytes; bytes <= o->max_bytes; bytes *= 2) {
+            for (size_t bytes = o->bytes.min; bytes <= o->bytes.max; bytes *= 2) {
                 size_t elems = bytes / sizeof(float);
                 ct_shape sh = ct_row_shape(s, (comm_group_id)g, (ct_op)op, elems);
                 if (sh.count == 0) continue; // smaller than one element per rank
@@ -672,14 +622,14 @@ static tri_status ct_run(ct_state *s, const ct_options *o, long long *total_wron
     long long in_place = 0, nondet = 0, bf16 = 0, async = 0;
     for (int g = 0; g < COMM_GROUP_COUNT; g++) {
         if (s->max_size[g] == 1 || s->n_members[g] == 0) continue;
-        size_t elems = o->max_bytes / sizeof(float);
+        size_t elems = o->bytes.max / sizeof(float);
         TRI_CHECK(ct_in_place(s, (comm_group_id)g, elems / (size_t)s->max_size[g], &in_place));
         TRI_CHECK(ct_determinism(s, (comm_group_id)g, elems, &nondet));
         TRI_CHECK(ct_bf16(s, (comm_group_id)g, elems / (size_t)s->max_size[g], &bf16));
     }
     // The non-blocking forms, every group at once (groups of one included): at most 16K
     // elements per buffer, since all buffers of all groups are in flight together.
-    const size_t async_elems = o->max_bytes / sizeof(float);
+    const size_t async_elems = o->bytes.max / sizeof(float);
     TRI_CHECK(ct_async(s, async_elems < 16384 ? async_elems : 16384, &async));
     local_wrong += in_place + nondet + bf16 + async;
     int64_t extra[4] = {in_place, nondet, bf16, async};
@@ -705,33 +655,36 @@ static tri_status ct_run(ct_state *s, const ct_options *o, long long *total_wron
 }
 
 int commtest_main(int argc, char **argv) {
+    // The help needs no launch; a usage error is reported by rank 0 of the job.
+    ct_options o = CT_DEFAULTS;
+    char msg[512];
+    cli_result parsed = cli_parse(&COMMTEST_CLI, argc, argv, &o, msg, sizeof msg);
+    cli_free(&COMMTEST_CLI, &o);
+    if (parsed == CLI_HELP) {
+        cli_print_help(&COMMTEST_CLI, &CT_DEFAULTS, stdout);
+        return 0;
+    }
+    if (parsed == CLI_PARSED && (o.stall_rank >= 0) != (o.stall_step >= 0)) {
+        snprintf(msg, sizeof msg, "--stall-rank and --stall-step go together");
+        parsed = CLI_USAGE_ERROR;
+    }
     launch_info li;
     tri_status st = launch_init(&li);
     if (st != TRI_OK) return st;
-    ct_options o;
-    char msg[256];
-    int rc = 0;
-    if (ct_parse(argc, argv, &o, msg, sizeof msg)) {
-        if (!strcmp(msg, "help")) {
-            if (li.rank == 0) ct_usage(stdout);
-        } else {
-            if (li.rank == 0) {
-                fprintf(stderr, "comm-test: %s\n", msg);
-                ct_usage(stderr);
-            }
-            rc = TRI_ERR_CONFIG;
-        }
-        fflush(stdout);
+    if (parsed != CLI_PARSED) {
+        int rc = TRI_ERR_CONFIG;
+        if (li.rank == 0) rc = cli_report(&COMMTEST_CLI, msg);
         launch_finalize(&li);
         return rc;
     }
-    if (!o.shape_set) o.tp = li.world, o.pp = 1, o.dp = 1;
-    if ((long long)o.tp * o.pp * o.dp != li.world) {
+    if (!o.shape.set) o.shape.tp = li.world, o.shape.pp = 1, o.shape.dp = 1;
+    if ((long long)o.shape.tp * o.shape.pp * o.shape.dp != li.world) {
         if (li.rank == 0)
             fprintf(stderr,
                     "comm-test: --world-shape %d,%d,%d (tp,pp,dp) multiplies to %lld, but "
                     "the world has %d ranks\n",
-                    o.tp, o.pp, o.dp, (long long)o.tp * o.pp * o.dp, li.world);
+                    o.shape.tp, o.shape.pp, o.shape.dp,
+                    (long long)o.shape.tp * o.shape.pp * o.shape.dp, li.world);
         launch_finalize(&li);
         return TRI_ERR_CONFIG;
     }
@@ -747,7 +700,8 @@ int commtest_main(int argc, char **argv) {
     // NCCL's communicators belong to), then the comm, as the trainer makes them.
     comm *c = NULL;
     backend *be = NULL;
-    const mesh m = {.tp = o.tp, .dp = o.dp, .pp = o.pp};
+    int rc = 0;
+    const mesh m = {.tp = o.shape.tp, .dp = o.shape.dp, .pp = o.shape.pp};
     ct_state s = {.rank = li.rank,
                   .world = li.world,
                   .mesh = m,
@@ -756,8 +710,8 @@ int commtest_main(int argc, char **argv) {
                   .stall_step = o.stall_step};
     s.me = mesh_coord_of(&m, li.rank);
     log_set_rank(li.rank, s.me.tp, s.me.dp, s.me.pp);
-    TRI_CHECK_GOTO(backend_create_for(o.backend, li.local_rank, 1, &be), st, done);
-    TRI_CHECK_GOTO(comm_create_for(&c, &m, o.comm, &li, be, o.timeout_s), st, done);
+    TRI_CHECK_GOTO(backend_create_for((backend_kind)o.backend, li.local_rank, 1, &be), st, done);
+    TRI_CHECK_GOTO(comm_create_for(&c, &m, (comm_kind)o.comm, &li, be, o.timeout_s), st, done);
     s.c = c;
     s.be = be;
     ct_groups_init(&s);

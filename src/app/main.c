@@ -1,106 +1,168 @@
-// main.c: the trident command line (DESIGN.md "CLI"). Parses arguments, dispatches to a
-// module, and turns its status into the documented exit code.
-#include <errno.h>
+// main.c: the trident command line (DESIGN.md "CLI"). Each subcommand's arguments are one
+// table (app/cli.h) that both its parser and its --help read; main dispatches to the module
+// and turns its status into the documented exit code.
+#include <math.h>
 #include <string.h>
+#include <strings.h>
 
-#include "base/stop.h"
-#include "compute/backend.h"
+#include "app/cli.h"
 #include "app/commtest.h"
-#include "config/config.h"
-#include "config/config_layout.h"
-#include "io/export.h"
-#include "comm/launch.h"
-#include "comm/mesh.h"
-#include "io/metrics.h"
-#include "plan/plan.h"
 #include "app/sample.h"
 #include "app/tokenize.h"
 #include "app/train.h"
+#include "base/stop.h"
+#include "base/suggest.h"
+#include "comm/launch.h"
+#include "comm/mesh.h"
+#include "compute/backend.h"
+#include "config/config.h"
+#include "config/config_layout.h"
+#include "io/export.h"
+#include "io/metrics.h"
+#include "plan/plan.h"
 
 #define TRIDENT_VERSION_STRING "trident 0.1.0"
 
-static void usage(FILE *f) {
-    fprintf(
-        f,
-        "usage:\n"
-        "  trident train CONFIG [--set key=value]...     train (see checkpoint.resume)\n"
-        "  trident check CONFIG [--world N] [--set ...]  validate, print the resolved config and mesh\n"
-        "  trident plan CONFIG [--world N] [--device NAME] [--set ...] [--json] [--search [--top N]]\n"
-        "                                                memory, communication, bubble, step time\n"
-        "  trident sample SOURCE [--prompt TEXT] [--tokens N] [--temperature T] [--seed S]\n"
-        "                 [--threads N] [--tokenizer tokenizer.json]\n"
-        "  trident export SOURCE --format llmc|safetensors --out FILE\n"
-        "  trident tokenize --tokenizer tokenizer.json --out PREFIX [--val-fraction F]\n"
-        "                   [--shard-tokens N] [--threads N] [--eot TOKEN] INPUT...\n"
-        "                                                text or JSON lines into token shards\n"
-        "  trident comm-test [--world-shape tp,pp,dp] [--bytes MIN:MAX] [--iters N] [--timeout S]\n"
-        "                                                every collective on every group, checked\n"
-        "  trident --help | --version\n"
-        "\n"
-        "SOURCE is a checkpoint (checkpoint.dir/step_N, or a checkpoint.dir: its newest) of any\n"
-        "layout, a run directory (run.out_dir, holding model.bin) or an llm.c model file.\n"
-        "Exit codes: 0 ok (also stopped by a signal), 1 internal, 2 usage/config, 3 data,\n"
-        "4 checkpoint/model/output file, 5 communication or timeout, 6 non-finite loss or\n"
-        "gradients. SIGTERM, SIGUSR1 or a first SIGINT: checkpoint and exit 0 (a second\n"
-        "SIGINT: at once).\n"
-        "Environment: TRIDENT_LOG=debug|info|warn sets the log level.\n");
-}
+// ---------------------------------------------------------------------------------------
+// The tables
 
-static int usage_error(const char *fmt, const char *arg) {
-    fprintf(stderr, "trident: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n");
-    usage(stderr);
-    return TRI_ERR_CONFIG;
-}
-
-// Parses an integer or float option value; returns 0 on success.
-static int parse_long(const char *s, long *out) {
-    char *end;
-    errno = 0;
-    *out = strtol(s, &end, 10);
-    return errno || end == s || *end;
-}
-
-static int parse_double(const char *s, double *out) {
-    char *end;
-    errno = 0;
-    *out = strtod(s, &end);
-    return errno || end == s || *end;
-}
-
+// train, check and plan: CONFIG [--set k=v]... and, for check and plan, --world and the
+// planner's options.
 typedef struct {
-    const char *config;
-    char **sets;
-    int n_sets;
-    int world;
+    cli_list config; // CONFIG, exactly one
+    cli_list sets;   // --set a.b=c, applied in order after the file
+    int world;       // --world N; 0: not given
+    plan_options plan;
 } config_args;
 
-// CONFIG [--set k=v]... [--world N]: the arguments of train and check.
-static int parse_config_args(int argc, char **argv, config_args *ca, int allow_world) {
-    ca->sets = calloc((size_t)argc, sizeof(char *));
-    ca->world = 1;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--set") || !strncmp(argv[i], "--set=", 6)) {
-            const char *v = argv[i][5] == '=' ? argv[i] + 6 : (i + 1 < argc ? argv[++i] : NULL);
-            if (!v || !strchr(v, '=')) return usage_error("--set needs key.path=value", "");
-            ca->sets[ca->n_sets++] = (char *)v;
-        } else if (allow_world && !strcmp(argv[i], "--world")) {
-            long w;
-            if (i + 1 >= argc || parse_long(argv[++i], &w) || w < 1 || w > PLAN_MAX_WORLD)
-                return usage_error("--world needs a positive integer", "");
-            ca->world = (int)w;
-        } else if (argv[i][0] == '-') {
-            return usage_error("unknown option %s", argv[i]);
-        } else if (!ca->config) {
-            ca->config = argv[i];
-        } else {
-            return usage_error("unexpected argument %s", argv[i]);
-        }
+#define CA(field) offsetof(config_args, field)
+#define OPT_SET                                                                                    \
+    {                                                                                              \
+        "--set", "KEY=VALUE", CLI_LIST, CA(sets),                                                  \
+            .help =                                                                                \
+                "override a config key, e.g. --set optim.lr=3e-4 (repeatable; after the file, "    \
+                "in order)"                                                                        \
     }
-    if (!ca->config) return usage_error("missing CONFIG (a YAML run file)%s", "");
-    return 0;
-}
+#define OPT_WORLD(what, default_text)                                                              \
+    {                                                                                              \
+        "--world", "N", CLI_INT, CA(world), .lo = 1, .hi = PLAN_MAX_WORLD, .help = what,           \
+                                            .def = default_text                                    \
+    }
+#define CONFIG_ARG                                                                                 \
+    .args = "CONFIG", .args_help = "the YAML run file (configs/ holds examples)", .min_args = 1,   \
+    .max_args = 1, .args_offset = CA(config)
+
+static const config_args CONFIG_DEFAULTS = {.plan = {.top = 15}};
+
+static const cli_option TRAIN_OPTIONS[] = {OPT_SET};
+static const cli_command TRAIN_CLI = {
+    .name = "train",
+    CONFIG_ARG,
+    .summary = "train the model CONFIG describes (resuming as checkpoint.resume says)",
+    .options = TRAIN_OPTIONS,
+    .n_options = CLI_N(TRAIN_OPTIONS),
+};
+
+static const cli_option CHECK_OPTIONS[] = {
+    OPT_WORLD("the number of processes to check the layout for (resolves parallel.dp: auto)", "1"),
+    OPT_SET,
+};
+static const cli_command CHECK_CLI = {
+    .name = "check",
+    CONFIG_ARG,
+    .summary = "validate CONFIG; print the resolved config and the mesh",
+    .options = CHECK_OPTIONS,
+    .n_options = CLI_N(CHECK_OPTIONS),
+};
+
+static const cli_option PLAN_OPTIONS[] = {
+    OPT_WORLD("the number of devices to plan for",
+              "the config's tp * pp * dp, dp: auto counting as 1"),
+    {"--device", "NAME", CLI_STR, CA(plan.device),
+     .help = "the device: h100, h200, a100 or cpu (the table under README \"Planning a run\")",
+     .def = "h100 when system.backend is cuda, else cpu"},
+    {"--json", NULL, CLI_FLAG, CA(plan.json),
+     .help = "print one JSON object instead of the report"},
+    {"--search", NULL, CLI_FLAG, CA(plan.search),
+     .help = "plan every layout of the model on --world devices and rank those that fit"},
+    {"--top", "N", CLI_INT, CA(plan.top), .lo = 1, .hi = 100000,
+     .help = "the layouts --search lists"},
+    OPT_SET,
+};
+static const cli_command PLAN_CLI = {
+    .name = "plan",
+    CONFIG_ARG,
+    .summary = "memory, communication, bubble and step time of a run, before it runs",
+    .options = PLAN_OPTIONS,
+    .n_options = CLI_N(PLAN_OPTIONS),
+};
+
+typedef struct {
+    cli_list source;
+    sample_options s;
+} sample_args;
+#define SA(field) offsetof(sample_args, field)
+static const sample_args SAMPLE_DEFAULTS = {.s = {.tokens = 256, .temperature = 0.8, .seed = 1337}};
+
+#define SOURCE_HELP                                                                                \
+    "a checkpoint (checkpoint.dir/step_N, or a checkpoint.dir: its newest) of any layout, a "      \
+    "run directory (run.out_dir, holding model.bin) or an llm.c model file"
+
+static const cli_option SAMPLE_OPTIONS[] = {
+    {"--prompt", "TEXT", CLI_STR, SA(s.prompt),
+     .help = "the text to continue, encoded with the tokenizer",
+     .def = "none: the sample starts a new document"},
+    {"--tokens", "N", CLI_INT, SA(s.tokens), .lo = 0, .hi = 2147483647,
+     .help = "how many tokens to generate"},
+    {"--temperature", "T", CLI_NUM, SA(s.temperature), .lo = 0, .hi = INFINITY,
+     .help = "softmax temperature; 0 always takes the most likely token"},
+    {"--seed", "S", CLI_U64, SA(s.seed),
+     .help = "seed of the sampling: the same seed, the same text"},
+    {"--threads", "N", CLI_INT, SA(s.threads), .lo = 0, .hi = 4096,
+     .help = "compute threads; 0: every core"},
+    {"--tokenizer", "FILE", CLI_STR, SA(s.tokenizer),
+     .help = "the tokenizer.json that encodes the prompt and decodes the sample",
+     .def = "the run's data.tokenizer; without one, bytes for a vocabulary of 256, else ids"},
+};
+static const cli_command SAMPLE_CLI = {
+    .name = "sample",
+    .args = "SOURCE",
+    .args_help = SOURCE_HELP,
+    .min_args = 1,
+    .max_args = 1,
+    .args_offset = SA(source),
+    .summary = "generate text from a trained model",
+    .options = SAMPLE_OPTIONS,
+    .n_options = CLI_N(SAMPLE_OPTIONS),
+};
+
+typedef struct {
+    cli_list source;
+    int format; // index in EXPORT_FORMATS
+    const char *out;
+} export_args;
+#define EA(field) offsetof(export_args, field)
+static const char *const EXPORT_FORMATS[] = {"llmc", "safetensors", NULL};
+static const export_args EXPORT_DEFAULTS = {0};
+static const cli_option EXPORT_OPTIONS[] = {
+    {"--format", NULL, CLI_CHOICE, EA(format), .required = 1, .choices = EXPORT_FORMATS,
+     .help = "llmc: an llm.c fp32 model file; safetensors: Hugging Face GPT-2 names and layouts"},
+    {"--out", "FILE", CLI_STR, EA(out), .required = 1, .help = "the file to write"},
+};
+static const cli_command EXPORT_CLI = {
+    .name = "export",
+    .args = "SOURCE",
+    .args_help = SOURCE_HELP,
+    .min_args = 1,
+    .max_args = 1,
+    .args_offset = EA(source),
+    .summary = "convert a checkpoint or model into a model file, one tensor at a time",
+    .options = EXPORT_OPTIONS,
+    .n_options = CLI_N(EXPORT_OPTIONS),
+};
+
+// ---------------------------------------------------------------------------------------
+// The commands
 
 static int cmd_train(int argc, char **argv) {
     // Before anything that can block (PMIx, MPI): stop signals are honoured from here on, and
@@ -108,35 +170,47 @@ static int cmd_train(int argc, char **argv) {
     // (base/stop.h).
     stop_install_handlers();
     stop_startup_begin(STOP_INIT_TIMEOUT_DEFAULT_S);
-    config_args ca = {0};
+    config_args ca = CONFIG_DEFAULTS;
+    char err[512];
+    cli_result parsed = cli_parse(&TRAIN_CLI, argc, argv, &ca, err, sizeof err);
+    if (parsed == CLI_HELP) { // no launch for the help
+        cli_print_help(&TRAIN_CLI, &CONFIG_DEFAULTS, stdout);
+        cli_free(&TRAIN_CLI, &ca);
+        return 0;
+    }
     launch_info li;
     int rc = launch_init(&li);
-    if (rc) return rc;
+    if (rc) {
+        cli_free(&TRAIN_CLI, &ca);
+        return rc;
+    }
     log_set_rank(li.rank, 0, 0, 0); // the mesh coordinates follow once the config is resolved
     stop_phase("config");
-    int mute = log_mute_if_not_rank0();
-    rc = parse_config_args(argc, argv, &ca, 0);
+    int mute = log_mute_if_not_rank0(); // every rank reaches the same verdict; rank 0 says it
+    if (parsed == CLI_USAGE_ERROR) rc = cli_report(&TRAIN_CLI, err);
     run_config cfg;
     config_defaults(&cfg);
-    if (!rc) rc = config_load(&cfg, ca.config, ca.n_sets, ca.sets);
+    if (!rc) rc = config_load(&cfg, ca.config.items[0], ca.sets.n, (char **)ca.sets.items);
     log_unmute(mute);
     if (!rc) stop_startup_set_timeout(cfg.system.init_timeout_s);
     if (!rc) rc = train_run(&cfg, &li);
     config_free(&cfg);
-    free(ca.sets);
+    cli_free(&TRAIN_CLI, &ca);
     launch_finalize(&li);
     return rc;
 }
 
 static int cmd_check(int argc, char **argv) {
-    config_args ca = {0};
-    int rc = parse_config_args(argc, argv, &ca, 1);
+    config_args ca = CONFIG_DEFAULTS;
+    int rc = cli_parse_command(&CHECK_CLI, &CONFIG_DEFAULTS, argc, argv, &ca);
+    if (rc >= 0) return cli_free(&CHECK_CLI, &ca), rc;
+    const int world = ca.world ? ca.world : 1;
     run_config cfg;
     config_defaults(&cfg);
-    if (!rc) rc = config_load(&cfg, ca.config, ca.n_sets, ca.sets);
-    if (!rc) rc = config_resolve_world(&cfg, ca.world);
+    rc = config_load(&cfg, ca.config.items[0], ca.sets.n, (char **)ca.sets.items);
+    if (!rc) rc = config_resolve_world(&cfg, world);
     if (!rc) {
-        printf("# %s: valid for a world of %d\n", ca.config, ca.world);
+        printf("# %s: valid for a world of %d\n", ca.config.items[0], world);
         config_print_yaml(&cfg, stdout, 0);
         printf("# micro-batches per step per replica: %d; padded vocabulary: %d\n",
                config_micro_batches(&cfg), config_padded_vocab(&cfg));
@@ -144,79 +218,115 @@ static int cmd_check(int argc, char **argv) {
         mesh_print(&m, cfg.model.n_layer, cfg.parallel.virtual_stages, stdout);
     }
     config_free(&cfg);
-    free(ca.sets);
+    cli_free(&CHECK_CLI, &ca);
     return rc;
 }
 
-// CONFIG [--world N] [--set ...] as for check, plus the planner's own options.
 static int cmd_plan(int argc, char **argv) {
-    plan_options po;
-    config_args ca = {0};
-    int rc = plan_parse_options(&argc, argv, &po);
-    if (!rc) rc = parse_config_args(argc, argv, &ca, 1);
+    config_args ca = CONFIG_DEFAULTS;
+    int rc = cli_parse_command(&PLAN_CLI, &CONFIG_DEFAULTS, argc, argv, &ca);
+    if (rc >= 0) return cli_free(&PLAN_CLI, &ca), rc;
+    ca.plan.world_given = ca.world > 0;
     run_config cfg;
     config_defaults(&cfg);
-    if (!rc) rc = config_load(&cfg, ca.config, ca.n_sets, ca.sets);
-    if (!rc) rc = plan_run(&cfg, ca.world, &po);
+    rc = config_load(&cfg, ca.config.items[0], ca.sets.n, (char **)ca.sets.items);
+    if (!rc) rc = plan_run(&cfg, ca.world, &ca.plan);
     config_free(&cfg);
-    free(ca.sets);
+    cli_free(&PLAN_CLI, &ca);
     return rc;
 }
 
 static int cmd_sample(int argc, char **argv) {
-    sample_options opt = {.tokens = 256, .temperature = 0.8, .seed = 1337};
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        int has_value = i + 1 < argc;
-        long l;
-        double d;
-        if (!strcmp(a, "--prompt") && has_value) {
-            opt.prompt = argv[++i];
-        } else if (!strcmp(a, "--tokenizer") && has_value) {
-            opt.tokenizer = argv[++i];
-        } else if (!strcmp(a, "--tokens") && has_value) {
-            if (parse_long(argv[++i], &l) || l < 0)
-                return usage_error("--tokens needs a count >= 0, got %s", argv[i]);
-            opt.tokens = (int)l;
-        } else if (!strcmp(a, "--temperature") && has_value) {
-            if (parse_double(argv[++i], &d) || d < 0)
-                return usage_error("--temperature needs a number >= 0, got %s", argv[i]);
-            opt.temperature = d;
-        } else if (!strcmp(a, "--seed") && has_value) {
-            if (parse_long(argv[++i], &l))
-                return usage_error("--seed needs an integer, got %s", argv[i]);
-            opt.seed = (uint64_t)l;
-        } else if (!strcmp(a, "--threads") && has_value) {
-            if (parse_long(argv[++i], &l) || l < 0)
-                return usage_error("--threads needs a count >= 0, got %s", argv[i]);
-            opt.threads = (int)l;
-        } else if (a[0] == '-') {
-            return usage_error("unknown option (or missing value) %s", a);
-        } else if (!opt.run_or_file) {
-            opt.run_or_file = a;
-        } else {
-            return usage_error("unexpected argument %s", a);
-        }
+    sample_args sa = SAMPLE_DEFAULTS;
+    int rc = cli_parse_command(&SAMPLE_CLI, &SAMPLE_DEFAULTS, argc, argv, &sa);
+    if (rc < 0) {
+        sa.s.run_or_file = sa.source.items[0];
+        rc = sample_run(&sa.s);
     }
-    if (!opt.run_or_file) return usage_error("sample needs a run directory or model file%s", "");
-    return sample_run(&opt);
+    cli_free(&SAMPLE_CLI, &sa);
+    return rc;
 }
 
 static int cmd_export(int argc, char **argv) {
-    const char *src = NULL, *format = NULL, *out = NULL;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--format") && i + 1 < argc) format = argv[++i];
-        else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
-        else if (argv[i][0] == '-')
-            return usage_error("unknown option (or missing value) %s", argv[i]);
-        else if (!src) src = argv[i];
-        else return usage_error("unexpected argument %s", argv[i]);
+    export_args ea = EXPORT_DEFAULTS;
+    int rc = cli_parse_command(&EXPORT_CLI, &EXPORT_DEFAULTS, argc, argv, &ea);
+    if (rc < 0) rc = export_run(ea.source.items[0], EXPORT_FORMATS[ea.format], ea.out);
+    cli_free(&EXPORT_CLI, &ea);
+    return rc;
+}
+
+// Every subcommand, in the order `trident --help` lists them.
+static const struct {
+    const cli_command *cli;
+    int (*run)(int argc, char **argv); // the arguments after the command's name
+} COMMANDS[] = {
+    {&TRAIN_CLI, cmd_train},        {&CHECK_CLI, cmd_check},   {&PLAN_CLI, cmd_plan},
+    {&SAMPLE_CLI, cmd_sample},      {&EXPORT_CLI, cmd_export}, {&TOKENIZE_CLI, tokenize_main},
+    {&COMMTEST_CLI, commtest_main},
+};
+enum { N_COMMANDS = sizeof COMMANDS / sizeof COMMANDS[0] };
+
+// Other names people type for a subcommand; "did you mean" offers the subcommand.
+static const struct {
+    const char *alias, *command;
+} COMMAND_ALIASES[] = {
+    {"run", "train"},         {"fit", "train"},       {"generate", "sample"},
+    {"infer", "sample"},      {"convert", "export"},  {"validate", "check"},
+    {"tokenise", "tokenize"}, {"encode", "tokenize"}, {"commtest", "comm-test"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: trident COMMAND ARGUMENTS [OPTIONS]\n\ncommands:\n");
+    for (int i = 0; i < N_COMMANDS; i++) {
+        cli_print_synopsis(COMMANDS[i].cli, "  ", f);
+        fprintf(f, "      %s\n", COMMANDS[i].cli->summary);
     }
-    if (!src || !format || !out)
-        return usage_error("export needs SOURCE, --format and --out%s", "");
-    if (strcmp(format, "llmc") && strcmp(format, "safetensors"))
-        return usage_error("--format must be llmc or safetensors, got %s", format);
-    return export_run(src, format, out);
+    fprintf(f,
+            "  trident --help | --version\n"
+            "\n"
+            "`trident COMMAND --help` lists a command's arguments and options, with their\n"
+            "meaning and default.\n"
+            "SOURCE is a checkpoint (checkpoint.dir/step_N, or a checkpoint.dir: its newest) of\n"
+            "any layout, a run directory (run.out_dir, holding model.bin) or an llm.c model file.\n"
+            "Exit codes: 0 ok (also stopped by a signal), 1 internal, 2 usage/config, 3 data,\n"
+            "4 checkpoint/model/output file, 5 communication or timeout, 6 non-finite loss or\n"
+            "gradients. SIGTERM, SIGUSR1 or a first SIGINT: checkpoint and exit 0 (a second\n"
+            "SIGINT: at once).\n"
+            "Environment: TRIDENT_LOG=debug|info|warn sets the log level.\n");
+}
+
+// "unknown command trian; did you mean train?"
+static int unknown_command(const char *name) {
+    const char *names[N_COMMANDS + 1], *s = NULL;
+    for (int i = 0; i < N_COMMANDS; i++) names[i] = COMMANDS[i].cli->name;
+    names[N_COMMANDS] = NULL;
+    for (size_t a = 0; a < sizeof COMMAND_ALIASES / sizeof COMMAND_ALIASES[0] && !s; a++)
+        if (!strcasecmp(name, COMMAND_ALIASES[a].alias)) s = COMMAND_ALIASES[a].command;
+    if (!s) s = suggest_closest(name, names);
+    if (s) LOG_ERROR("trident: unknown command %s; did you mean %s?", name, s);
+    else LOG_ERROR("trident: unknown command %s", name);
+    char list[256];
+    size_t used = 0;
+    for (int i = 0; i < N_COMMANDS; i++)
+        used += (size_t)snprintf(list + used, sizeof list - used, "%s%s",
+                                 i == 0                ? ""
+                                 : i == N_COMMANDS - 1 ? " and "
+                                                       : ", ",
+                                 names[i]);
+    LOG_HINT("the commands are %s; `trident --help` shows each with its arguments", list);
+    return TRI_ERR_CONFIG;
+}
+
+// Runs subcommand `cmd` on its arguments, or says that there is no such command.
+static int dispatch(const char *cmd, int argc, char **argv) {
+    for (int i = 0; i < N_COMMANDS; i++)
+        if (!strcmp(cmd, COMMANDS[i].cli->name)) return COMMANDS[i].run(argc, argv);
+    if (cmd[0] == '-') {
+        LOG_ERROR("trident: unknown option %s before the command", cmd);
+        LOG_HINT("`trident --help` lists the commands; options go after the command");
+        return TRI_ERR_CONFIG;
+    }
+    return unknown_command(cmd);
 }
 
 int main(int argc, char **argv) {
@@ -228,6 +338,10 @@ int main(int argc, char **argv) {
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        if (argc > 2) { // `trident help COMMAND` is `trident COMMAND --help`
+            char help[] = "--help", *args[] = {help, NULL};
+            return dispatch(argv[2], 1, args);
+        }
         usage(stdout);
         return 0;
     }
@@ -235,12 +349,5 @@ int main(int argc, char **argv) {
         printf("%s\n", TRIDENT_VERSION_STRING);
         return 0;
     }
-    if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
-    if (!strcmp(cmd, "check")) return cmd_check(argc - 2, argv + 2);
-    if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
-    if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);
-    if (!strcmp(cmd, "export")) return cmd_export(argc - 2, argv + 2);
-    if (!strcmp(cmd, "comm-test")) return commtest_main(argc - 2, argv + 2);
-    if (!strcmp(cmd, "tokenize")) return tokenize_main(argc - 2, argv + 2);
-    return usage_error("unknown command %s", cmd);
+    return dispatch(cmd, argc - 2, argv + 2);
 }

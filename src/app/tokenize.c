@@ -469,80 +469,49 @@ tri_status tokenize_run(const tokenize_options *opt) {
     return rc;
 }
 
-static void tokenize_usage(FILE *f) {
-    fprintf(
-        f,
-        "usage: trident tokenize --tokenizer tokenizer.json --out PREFIX [--val-fraction F]\n"
-        "                        [--shard-tokens N] [--threads N] [--eot TOKEN] INPUT...\n"
-        "  INPUT: a text file (one document) or a .jsonl/.ndjson file (one document per line:\n"
-        "         an object with a \"text\" string)\n"
-        "  writes PREFIX_train_000.bin ... and PREFIX_val_000.bin ... (llm.c token shards)\n"
-        "  --val-fraction F   the last F of the input bytes go to val shards (default 0.05)\n"
-        "  --shard-tokens N   tokens per shard (default 100000000)\n"
-        "  --threads N        encoding threads (default 0: every core)\n"
-        "  --eot TOKEN        the token before each document (default: <|endoftext|>,\n"
-        "                     <|begin_of_text|>, <|end_of_text|>, </s> or <s>, the first found)\n");
-}
-
-static int tokenize_usage_error(const char *fmt, const char *arg) {
-    fprintf(stderr, "trident tokenize: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n");
-    tokenize_usage(stderr);
-    return TRI_ERR_CONFIG;
-}
+typedef struct {
+    cli_list inputs;
+    tokenize_options t;
+} tokenize_args;
+#define TA(field) offsetof(tokenize_args, field)
+static const tokenize_args TOKENIZE_DEFAULTS = {
+    .t = {.val_fraction = 0.05, .shard_tokens = 100000000}};
+static const cli_option TOKENIZE_OPTIONS[] = {
+    {"--tokenizer", "FILE", CLI_STR, TA(t.tokenizer), .required = 1,
+     .help = "a Hugging Face tokenizer.json of the byte-level BPE kind (GPT-2's, Llama 3's)"},
+    {"--out", "PREFIX", CLI_STR, TA(t.out), .required = 1,
+     .help = "writes PREFIX_train_000.bin ... and PREFIX_val_000.bin ... (llm.c shards)"},
+    {"--val-fraction", "F", CLI_NUM, TA(t.val_fraction), .lo = 0, .hi = 1, .hi_open = 1,
+     .help = "the last F of the input bytes go to the val shards"},
+    {"--shard-tokens", "N", CLI_I64, TA(t.shard_tokens), .lo = 1, .hi = INT32_MAX,
+     .help = "tokens per shard"},
+    {"--threads", "N", CLI_INT, TA(t.threads), .lo = 0, .hi = 4096,
+     .help = "encoding threads; 0: every core"},
+    {"--eot", "TOKEN", CLI_STR, TA(t.eot), .help = "the token put before each document",
+     .def = "the first of <|endoftext|>, <|begin_of_text|>, <|end_of_text|>, </s>, <s> it has"},
+};
+const cli_command TOKENIZE_CLI = {
+    .name = "tokenize",
+    .args = "INPUT...",
+    .args_help = "a text file (one document) or a .jsonl/.ndjson file (one document a line: an "
+                 "object with a \"text\" string)",
+    .min_args = 1,
+    .max_args = -1,
+    .args_last = 1,
+    .args_offset = TA(inputs),
+    .summary = "text or JSON lines into llm.c token shards, with a Hugging Face tokenizer",
+    .options = TOKENIZE_OPTIONS,
+    .n_options = CLI_N(TOKENIZE_OPTIONS),
+};
 
 int tokenize_main(int argc, char **argv) {
-    tokenize_options opt = {.val_fraction = 0.05, .shard_tokens = 100000000};
-    const char **inputs = xcalloc((size_t)argc + 1, sizeof(char *));
-    int rc = -1;
-    for (int i = 0; i < argc && rc < 0; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        char *end;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            tokenize_usage(stdout);
-            rc = 0;
-        } else if (a[0] == '-' && a[1] == '-' && !v) {
-            rc = tokenize_usage_error("%s needs a value", a);
-        } else if (!strcmp(a, "--tokenizer")) {
-            opt.tokenizer = argv[++i];
-        } else if (!strcmp(a, "--out")) {
-            opt.out = argv[++i];
-        } else if (!strcmp(a, "--eot")) {
-            opt.eot = argv[++i];
-        } else if (!strcmp(a, "--val-fraction")) {
-            errno = 0;
-            opt.val_fraction = strtod(argv[++i], &end);
-            if (errno || *end || end == argv[i] || !(opt.val_fraction >= 0) ||
-                !(opt.val_fraction < 1))
-                rc = tokenize_usage_error("--val-fraction needs a number in [0, 1), got %s",
-                                          argv[i]);
-        } else if (!strcmp(a, "--shard-tokens") || !strcmp(a, "--threads")) {
-            errno = 0;
-            long long x = strtoll(argv[++i], &end, 10);
-            long long max = a[2] == 's' ? INT32_MAX : 4096;
-            if (errno || *end || end == argv[i] || x < (a[2] == 's' ? 1 : 0) || x > max)
-                rc = tokenize_usage_error(a[2] == 's' ? "--shard-tokens needs a count from 1 to "
-                                                        "2147483647, got %s"
-                                                      : "--threads needs a count from 0 to "
-                                                        "4096, got %s",
-                                          argv[i]);
-            else if (a[2] == 's') opt.shard_tokens = x;
-            else opt.threads = (int)x;
-        } else if (a[0] == '-' && a[1] != '\0') {
-            rc = tokenize_usage_error("unknown option %s", a);
-        } else {
-            inputs[opt.n_inputs++] = a;
-        }
-    }
-    if (rc < 0 && (!opt.tokenizer || !opt.out || opt.n_inputs == 0))
-        rc = tokenize_usage_error("needs --tokenizer FILE, --out PREFIX and at least one "
-                                  "INPUT%s",
-                                  "");
+    tokenize_args ta = TOKENIZE_DEFAULTS;
+    int rc = cli_parse_command(&TOKENIZE_CLI, &TOKENIZE_DEFAULTS, argc, argv, &ta);
     if (rc < 0) {
-        opt.inputs = inputs;
-        rc = tokenize_run(&opt);
+        ta.t.inputs = ta.inputs.items;
+        ta.t.n_inputs = ta.inputs.n;
+        rc = tokenize_run(&ta.t);
     }
-    free(inputs);
+    cli_free(&TOKENIZE_CLI, &ta);
     return rc;
 }

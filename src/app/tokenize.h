@@ -1,6 +1,7 @@
 // tokenize.h: `trident tokenize`: text and JSON-lines files into llm.c token shards with a
 // Hugging Face byte-level BPE tokenizer (io/tokenizer.h).
 #pragma once
+#include "app/cli.h"
 #include "base/common.h"
 
 typedef struct {
@@ -18,5 +19,7 @@ typedef struct {
 // invalid UTF-8, a JSON line that is not an object with a "text" string); 4 an output shard.
 tri_status tokenize_run(const tokenize_options *opt);
 
-// `trident tokenize ARGS...`: parses the options (printing usage on an error) and runs.
+// `trident tokenize ARGS...`: parses the arguments (TOKENIZE_CLI: its options and --help)
+// and runs.
 int tokenize_main(int argc, char **argv);
+extern const cli_command TOKENIZE_CLI;

@@ -140,6 +140,7 @@ double plan_flops_per_token(const run_config *cfg);
 
 // ---- output and the command ----
 
+// The options of `trident plan` (its command-line table is in app/main.c).
 typedef struct {
     const char *device; // --device NAME; NULL: plan_device_default
     int json;           // --json: one JSON object instead of the text report
@@ -151,10 +152,6 @@ typedef struct {
 // The largest world `trident check` and `plan` take (--world, or the config's tp * pp * dp).
 #define PLAN_MAX_WORLD (1 << 20)
 
-// Takes the planner's own options (--device, --json, --search, --top) out of argv, leaving
-// CONFIG, --world and --set for the arguments `trident check` parses. TRI_ERR_CONFIG on a
-// bad value.
-tri_status plan_parse_options(int *argc, char **argv, plan_options *po);
 // `trident plan`: resolves cfg (loaded, not yet resolved) for `world` and prints the plan,
 // or with --search the ranked layouts. `world` counts only when po->world_given.
 tri_status plan_run(run_config *cfg, int world, const plan_options *po);

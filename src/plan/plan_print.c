@@ -375,39 +375,6 @@ void plan_print_json(const plan_result *p, const run_config *cfg, FILE *f) {
 // ---------------------------------------------------------------------------------------
 // The command
 
-tri_status plan_parse_options(int *argc, char **argv, plan_options *po) {
-    memset(po, 0, sizeof *po);
-    po->top = 15;
-    int kept = 0;
-    for (int i = 0; i < *argc; i++) {
-        const char *a = argv[i];
-        const int has_value = i + 1 < *argc;
-        if (!strcmp(a, "--json")) {
-            po->json = 1;
-        } else if (!strcmp(a, "--search")) {
-            po->search = 1;
-        } else if (!strcmp(a, "--device") && has_value) {
-            po->device = argv[++i];
-        } else if (!strcmp(a, "--top") && has_value) {
-            char *end;
-            long n = strtol(argv[++i], &end, 10);
-            if (*end || n < 1 || n > 100000) {
-                fprintf(stderr, "trident: --top needs a positive count, got %s\n", argv[i]);
-                return TRI_ERR_CONFIG;
-            }
-            po->top = (int)n;
-        } else if ((!strcmp(a, "--device") || !strcmp(a, "--top")) && !has_value) {
-            fprintf(stderr, "trident: %s needs a value\n", a);
-            return TRI_ERR_CONFIG;
-        } else {
-            if (!strcmp(a, "--world")) po->world_given = 1;
-            argv[kept++] = argv[i];
-        }
-    }
-    *argc = kept;
-    return TRI_OK;
-}
-
 tri_status plan_run(run_config *cfg, int world, const plan_options *po) {
     const char *name = po->device ? po->device : plan_device_default(cfg);
     if (!po->world_given) { // the config's own layout
