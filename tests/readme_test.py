@@ -9,7 +9,8 @@ short form):
       does not end in a backslash and its quotes are closed; `#` lines are comments. Lines
       `#> TEXT` right after a command are its expected output (stdout and stderr), compared
       line by line; `#> [exit N]` first says it exits N (else it must exit 0).
-  any other block needs a marker, an HTML comment on the lines right before it:
+  any other block needs a marker, an HTML comment on a line of its own right before it
+  (blank lines between are allowed):
       <!-- readme-test: output -->        the output of the last command of the previous
                                           shell block, compared
       <!-- readme-test: output CMD -->    the output of CMD (run here), compared
@@ -100,13 +101,14 @@ def parse_readme(path):
             i = j + 1
             continue
         text = lines[i].strip()
-        for mm in MARKER.finditer(text):
+        mm = MARKER.fullmatch(text)  # a marker is a line of its own (not one quoted in prose)
+        if mm:
             kind, arg = parse_marker(mm.group(1))
             if kind == 'check':
                 items.append(('check', i + 1, arg))
             else:
                 pending.append((i + 1, mm.group(1)))
-        if text and not MARKER.sub('', text).strip() == '' and pending:
+        elif text and pending:
             errors.append(f'{path}:{pending[0][0]}: marker "{pending[0][1]}" is not followed by '
                           'a fenced block')
             pending = []

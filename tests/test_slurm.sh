@@ -2,8 +2,8 @@
 # trident under Slurm: a one-node cluster on this machine (scripts/slurm/local-cluster.sh),
 # then `srun --mpi=pmix`: comm-test on 4 ranks, the PMIx layout Slurm gives each rank,
 # trident's exit code through srun, a 2-rank training run, and scripts/slurm/train.sbatch
-# submitted with sbatch (a training run, and a SIGUSR1 warning that is passed on to the
-# tasks and ends in a requeue).
+# submitted with sbatch exactly as its header says for a cluster without GPUs (a training
+# run, and a SIGUSR1 warning that is passed on to the tasks and ends in a requeue).
 # Prints PASS/FAIL lines. When Slurm cannot be installed or started here, it prints the
 # single line "SKIP slurm: <reason>" and exits 0. Every srun runs under `timeout`; the
 # cluster is always stopped at the end.
@@ -112,7 +112,25 @@ steps=$(grep -c '"type":"step"' "$W/run/metrics.jsonl" 2>/dev/null)
 if [ $rc = 0 ] && [ "${steps:-0}" = 6 ] && grep -q "mesh: world 2 " "$W/out"; then pass slurm_train_np2
 else fail slurm_train_np2 "exit $rc, ${steps:-0} step lines: $(tail_of "$W/out")"; fi
 
-# --- scripts/slurm/train.sbatch through sbatch, with this machine's sizes (no GPUs)
+# --- scripts/slurm/train.sbatch through sbatch, submitted as its header says for a cluster
+# without GPUs: its one override line, taken from the header itself (so the two cannot
+# drift), from a directory laid out as the repository root with logs/ made, as the header
+# asks. The job's logs are the script's own (logs/%x-%j.out, appended across a requeue).
+SB_LINE=$(grep -E '^#[[:space:]]+sbatch .*--gpus-per-task=0 .*scripts/slurm/train.sbatch' scripts/slurm/train.sbatch | head -n 1)
+read -ra SB_OPTS <<<"$(sed -E 's/^#[[:space:]]+sbatch (.*) scripts\/slurm\/train.sbatch.*/\1/' <<<"$SB_LINE")"
+if [ -z "$SB_LINE" ] || [ ${#SB_OPTS[@]} = 0 ]; then
+    fail slurm_sbatch_override_line "scripts/slurm/train.sbatch documents no 'sbatch ... --gpus-per-task=0 ... scripts/slurm/train.sbatch' line"
+fi
+echo "# sbatch override line of the header: ${SB_OPTS[*]}"
+ROOT=$W/root
+mkdir -p "$ROOT/logs"
+for d in build configs data scripts tests; do ln -s "$PWD/$d" "$ROOT/$d"; done
+[ -n "${TRIDENT_BIN:-}" ] && export TRIDENT=$(realpath "$T") # the script's own knob for the binary
+# submit ARGS...: runs the documented line from $ROOT; prints the job id.
+submit() {
+    (cd "$ROOT" && sbatch "${SB_OPTS[@]}" scripts/slurm/train.sbatch "$@") 2>"$W/out" |
+        sed -n 's/^Submitted batch job \([0-9]*\).*/\1/p'
+}
 # job_field ID KEY: KEY's value in `scontrol show job ID`.
 job_field() { scontrol show job "$1" -o 2>/dev/null | grep -oE "(^| )$2=[^ ]*" | head -n1 | cut -d= -f2-; }
 # wait_job ID SECONDS: until the job has ended; prints its state.
@@ -127,30 +145,26 @@ wait_job() {
     done
     echo "${s:-unknown} (still, after $2 s)"
 }
-SB=(sbatch --parsable --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --gpus-per-task=0 --time=5
-    --output="$W/%x-%j.out" --error="$W/%x-%j.err")
-id=$("${SB[@]}" --job-name=sb-train scripts/slurm/train.sbatch tests/configs/tiny.yaml \
-    --set parallel.zero=0 --set run.out_dir="$W/sbrun" 2>"$W/out")
+id=$(submit tests/configs/tiny.yaml --set parallel.zero=0 --set run.out_dir="$W/sbrun")
 if [ -z "$id" ]; then fail slurm_sbatch_train "sbatch refused the job: $(tail_of "$W/out")"
 else
     st=$(wait_job "$id" 40)
     ec=$(job_field "$id" ExitCode)
     steps=$(grep -c '"type":"step"' "$W/sbrun/metrics.jsonl" 2>/dev/null)
     if [ "$st" = COMPLETED ] && [ "$ec" = 0:0 ] && [ "${steps:-0}" = 6 ] &&
-        grep -q "trident exited with status 0" "$W/sb-train-$id.out"; then pass slurm_sbatch_train
-    else fail slurm_sbatch_train "job $id $st, exit $ec, ${steps:-0} step lines: $(tail_of "$W/sb-train-$id.out") $(tail_of "$W/sb-train-$id.err")"; fi
+        grep -q "trident exited with status 0" "$ROOT/logs/trident-$id.out"; then pass slurm_sbatch_train
+    else fail slurm_sbatch_train "job $id $st, exit $ec, ${steps:-0} step lines: $(tail_of "$ROOT/logs/trident-$id.out") $(tail_of "$ROOT/logs/trident-$id.err")"; fi
 fi
 
 # --- preemption warning: SIGUSR1 to the batch shell (as --signal=B:USR1@120 sends it) is
 # passed on to every task; trident finishes the step, writes a checkpoint and exits; the job
 # is requeued and the new run resumes from that checkpoint (checkpoint.resume: auto).
-id=$("${SB[@]}" --job-name=sb-requeue scripts/slurm/train.sbatch tests/configs/tiny.yaml \
-    --set parallel.zero=0 --set run.out_dir="$W/sbrq" --set train.steps=10000000 \
-    --set checkpoint.dir="$W/sbrq-ckpt" --set checkpoint.every=0 \
-    --set log.every=100000 --set data.eval_every=0 2>"$W/out")
+id=$(submit tests/configs/tiny.yaml --set parallel.zero=0 --set run.out_dir="$W/sbrq" \
+    --set train.steps=10000000 --set checkpoint.dir="$W/sbrq-ckpt" --set checkpoint.every=0 \
+    --set log.every=100000 --set data.eval_every=0)
 if [ -z "$id" ]; then fail slurm_sbatch_requeue "sbatch refused the job: $(tail_of "$W/out")"
 else
-    log=$W/sb-requeue-$id.out
+    log=$ROOT/logs/trident-$id.out
     for ((i = 0; i < 150; i++)); do # the tasks are training once "training tiny" is out
         grep -q "^training tiny" "$log" 2>/dev/null && break
         sleep 0.2
@@ -168,7 +182,7 @@ else
         grep -q "stopped by SIGUSR1 after step" "$log" &&
         grep -q "requeued job $id after SIGUSR1" "$log" && grep -q "^resumed from $W/sbrq-ckpt/step_" "$log"; then
         pass "slurm_sbatch_requeue_resumes $(grep -o 'stopped by SIGUSR1 after step [0-9]*' "$log")"
-    else fail slurm_sbatch_requeue_resumes "restarts '${restarts}': $(grep 'train.sbatch\|stopped\|resumed' "$log" 2>/dev/null | tr '\n' ' ' | cut -c1-400) $(tail_of "$W/sb-requeue-$id.err")"; fi
+    else fail slurm_sbatch_requeue_resumes "restarts '${restarts}': $(grep 'train.sbatch\|stopped\|resumed' "$log" 2>/dev/null | tr '\n' ' ' | cut -c1-400) $(tail_of "$ROOT/logs/trident-$id.err")"; fi
 fi
 
 echo "# slurm tests took $((SECONDS - t0)) s after the install"
