@@ -44,7 +44,6 @@ counts: commands run, outputs compared, example blocks, skipped blocks and comma
 blocks, checks. Exit 1 on any failure.
 """
 import argparse
-import difflib
 import os
 import re
 import shlex
@@ -157,8 +156,8 @@ def normalise(text, copy):
     return lines
 
 
-def matches(expected, actual):
-    """Whether actual (lines) is expected with each `...` line standing for any lines."""
+def segments(expected):
+    """expected split at its `...` lines."""
     segs, seg = [], []
     for ln in expected:
         if ln.strip() == '...':
@@ -167,27 +166,46 @@ def matches(expected, actual):
         else:
             seg.append(ln)
     segs.append(seg)
-    if len(segs) == 1:
-        return expected == actual
+    return segs
+
+
+def mismatch(expected, actual):
+    """None when actual (lines) is expected with each `...` line standing for any lines;
+    else what differs: the first README line that is not where it should be, and what the
+    output has there instead."""
+    segs = segments(expected)
     pos = 0
-    first, last, middle = segs[0], segs[-1], segs[1:-1]
-    if actual[:len(first)] != first:
-        return False
-    pos = len(first)
-    for s in middle:
-        if not s:
+    for n, seg in enumerate(segs):
+        first, last = n == 0, n == len(segs) - 1
+        if not seg:
+            if first and last and actual:
+                return f'README shows nothing, the output has "{actual[0]}"'
             continue
-        found = next((k for k in range(pos, len(actual) - len(s) + 1)
-                      if actual[k:k + len(s)] == s), None)
-        if found is None:
-            return False
-        pos = found + len(s)
-    return len(actual) - pos >= len(last) and (not last or actual[len(actual) - len(last):] == last)
-
-
-def show_diff(expected, actual):
-    diff = list(difflib.unified_diff(expected, actual, 'README', 'output', lineterm='', n=1))
-    return ' | '.join(diff[2:14])
+        if first:
+            starts = [0]
+        elif last:
+            starts = [len(actual) - len(seg)] if len(actual) - len(seg) >= pos else []
+        else:
+            starts = list(range(pos, len(actual) - len(seg) + 1))
+        whole = first and last  # no `...` at all: the output is exactly seg
+        k = next((k for k in starts if actual[k:k + len(seg)] == seg and
+                  (not whole or len(actual) == len(seg))), None)
+        if k is not None:
+            pos = k + len(seg)
+            continue
+        # The closest place: where the most leading lines are equal.
+        best, best_k = -1, pos
+        for k in starts or [pos]:
+            eq = next((j for j in range(len(seg))
+                       if k + j >= len(actual) or actual[k + j] != seg[j]), len(seg))
+            if eq > best:
+                best, best_k = eq, k
+        if best == len(seg):  # all equal: the output goes on where README stops
+            return f'the output goes on after "{seg[-1]}" with "{actual[best_k + len(seg)]}"'
+        at = best_k + best
+        got = f'"{actual[at]}"' if 0 <= at < len(actual) else 'nothing (it has ended)'
+        return f'README has "{seg[best]}" where the output has {got}'
+    return None
 
 
 def make_copy(root):
@@ -337,7 +355,7 @@ def main():
                 bad = []
                 ran = 0
                 for (text, expected, code), (rc, output) in zip(cmds, results):
-                    first = text.split('\n')[0]
+                    first = re.sub(r'\s+#\s.*$', '', text.split('\n')[0])  # shown in messages
                     if any(text.startswith(p) for p in skips):
                         n['skipped_commands'] += 1
                         continue
@@ -348,9 +366,9 @@ def main():
                         bad.append(f'`{first}` exits {rc}, not {code}: {" | ".join(got[-4:])}')
                     elif expected and not example:
                         n['compared'] += 1
-                        if not matches([e.rstrip() for e in expected], got):
-                            bad.append(f'`{first}` printed other than README says: '
-                                       f'{show_diff(expected, got)}')
+                        diff = mismatch([e.rstrip() for e in expected], got)
+                        if diff:
+                            bad.append(f'`{first}` printed other than README says: {diff}')
                     last = (first, got)
                 if example:
                     n['examples'] += 1
@@ -380,10 +398,11 @@ def main():
                     fail(where, f'file {path}: {e}')
                     continue
                 n['files'] += 1
-                if body == want:
+                diff = mismatch(body, want)
+                if not diff:
                     print(f'PASS {where} the text of {path}')
                 else:
-                    fail(where, f'differs from {path}: {show_diff(body, want)}')
+                    fail(where, f'differs from {path}: {diff}')
             elif kind == 'config':
                 cfg = os.path.join(copy, f'.readme-config-{b.line}.yaml')
                 open(cfg, 'w').write('\n'.join(body) + '\n')
@@ -413,10 +432,11 @@ def main():
                     print(f'PASS {where} example of `{source}` (not compared)')
                 else:
                     n['compared'] += 1
-                    if matches(body, got):
+                    diff = mismatch(body, got)
+                    if not diff:
                         print(f'PASS {where} output of `{source}`')
                     else:
-                        fail(where, f'output of `{source}` differs: {show_diff(body, got)}')
+                        fail(where, f'output of `{source}` differs: {diff}')
     finally:
         if keep:
             print(f'# the copy is kept: {copy}')
