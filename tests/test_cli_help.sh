@@ -70,11 +70,12 @@ for e in entries:
 if bad:
     sys.exit('; '.join(bad))
 EOF
-    if [ $? != 0 ]; then fail "help_options_$c" "$(tail -n 1 "$W/$c.py")"; continue; fi
+    py=$?
+    cut -d' ' -f1 "$W/$c.opts" >>"$W/all_options"
+    if [ $py != 0 ]; then fail "help_options_$c" "$(tail -n 1 "$W/$c.py")"; continue; fi
     n=0 unknown=""
     while read -r opt kind; do
         n=$((n + 1))
-        echo "$opt" >>"$W/all_options"
         # Alone: a value option must say it needs a value, a flag must pass the parser (the
         # command then stops at a missing argument); never "unknown option".
         timeout 20 $T "$c" "$opt" >"$W/try" 2>&1
