@@ -110,7 +110,7 @@ $(BUILD)/tests/%: tests/%.c $(LIB_OBJS) | $(BUILD)/tests
 
 # fork_tokenize links only what `tokenize` uses: a fork of it is cheap, with no CUDA or MPI
 # library mapped (tests/fork_tokenize.c); libyaml for base/yaml_limit.c.
-TOKENIZE_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,src/app/tokenize.c src/io/data.c \
+TOKENIZE_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,src/app/tokenize.c src/app/cli.c src/io/data.c \
 	src/io/json.c $(wildcard src/io/tokenizer*.c) $(wildcard src/base/*.c))
 $(BUILD)/tests/fork_tokenize: tests/fork_tokenize.c $(TOKENIZE_OBJS) | $(BUILD)/tests
 	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(TOKENIZE_OBJS) -o $@ -lyaml -lm -fopenmp $(SAN_FLAGS)
