@@ -78,9 +78,10 @@ LIB_OBJS := $(filter-out $(BUILD)/obj/app/main.o,$(OBJS))
 TEST_SRCS := $(sort $(wildcard tests/test_*.c))
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 # Tools of the tests: ref_dump (test_reference.sh), ckpt_fuzz (test_ckpt_fuzz.sh),
-# fuzz_config_check (tests/fuzz_config.py), fork_tokenize (tests/fuzz_tokenizer.py).
+# fuzz_config_check (tests/fuzz_config.py), fork_tokenize (tests/fuzz_tokenizer.py), fuzz_cli
+# (test_fuzz_cli.sh).
 TEST_TOOLS := $(BUILD)/tests/ref_dump $(BUILD)/tests/ckpt_fuzz $(BUILD)/tests/fuzz_config_check \
-              $(BUILD)/tests/fork_tokenize
+              $(BUILD)/tests/fork_tokenize $(BUILD)/tests/fuzz_cli
 # GPU tests (tests/gpu/): built with every CUDA build, so that CI catches their compile and
 # link errors; run only by `make test-gpu`, on a machine with a GPU (never by `make test`).
 GPU_TEST_SRCS := $(sort $(wildcard tests/gpu/test_*.c))
@@ -107,6 +108,12 @@ $(BUILD)/trident: $(OBJS)
 
 $(BUILD)/tests/%: tests/%.c $(LIB_OBJS) | $(BUILD)/tests
 	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(LIB_OBJS) -o $@ $(LDLIBS)
+
+# fuzz_cli links main.c as trident_main: it parses with the very tables of the binary and runs
+# `trident CMD ARGS` in forked children (tests/fuzz_cli.c).
+$(BUILD)/tests/fuzz_cli: tests/fuzz_cli.c src/app/main.c $(LIB_OBJS) | $(BUILD)/tests
+	$(CC) $(CPPFLAGS) $(CFLAGS) -Dmain=trident_main -c src/app/main.c -o $@-main.o
+	$(CC) $(CPPFLAGS) $(CFLAGS) $< $@-main.o $(LIB_OBJS) -o $@ $(LDLIBS)
 
 # fork_tokenize links only what `tokenize` uses: a fork of it is cheap, with no CUDA or MPI
 # library mapped (tests/fork_tokenize.c); libyaml for base/yaml_limit.c.

@@ -190,6 +190,7 @@ static void missing_required(const cli_command *cmd, char *err, size_t cap) {
 cli_result cli_parse(const cli_command *cmd, int argc, char **argv, void *opts, char *err,
                      size_t cap) {
     err[0] = '\0';
+    memcpy(opts, cmd->defaults, cmd->opts_size);
     cli_list *args = cmd->args ? field_of(opts, cmd->args_offset) : NULL;
     if (args) *args = (cli_list){xcalloc((size_t)argc + 1, sizeof(char *)), 0};
     for (int k = 0; k < cmd->n_options; k++)
@@ -322,7 +323,7 @@ static void default_text(const cli_option *o, const void *defaults, char *buf, s
     else if (o->kind == CLI_LIST) snprintf(buf, n, "none");
 }
 
-void cli_print_help(const cli_command *cmd, const void *defaults, FILE *f) {
+void cli_print_help(const cli_command *cmd, FILE *f) {
     cli_print_synopsis(cmd, "usage: ", f);
     fprintf(f, "\n%s\n", cmd->summary);
     int width = 10; // "-h, --help"
@@ -342,7 +343,7 @@ void cli_print_help(const cli_command *cmd, const void *defaults, FILE *f) {
     for (int k = 0; k < cmd->n_options; k++) {
         const cli_option *o = &cmd->options[k];
         option_text(o, t, sizeof t);
-        default_text(o, defaults, d, sizeof d);
+        default_text(o, cmd->defaults, d, sizeof d);
         if ((int)strlen(t) > width) fprintf(f, "  %s\n%*s", t, col, "");
         else fprintf(f, "  %-*s  ", width, t);
         if (o->required) snprintf(line, sizeof line, "%s (required)", o->help);
@@ -361,12 +362,11 @@ int cli_report(const cli_command *cmd, const char *err) {
     return TRI_ERR_CONFIG;
 }
 
-int cli_parse_command(const cli_command *cmd, const void *defaults, int argc, char **argv,
-                      void *opts) {
+int cli_parse_command(const cli_command *cmd, int argc, char **argv, void *opts) {
     char err[512];
     switch (cli_parse(cmd, argc, argv, opts, err, sizeof err)) {
     case CLI_PARSED: return -1;
-    case CLI_HELP: cli_print_help(cmd, defaults, stdout); return 0;
+    case CLI_HELP: cli_print_help(cmd, stdout); return 0;
     case CLI_USAGE_ERROR: break;
     }
     return cli_report(cmd, err);

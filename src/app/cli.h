@@ -54,13 +54,25 @@ typedef struct {
     const char *const *notes; // lines printed after the options, NULL-terminated; or NULL
     const cli_option *options;
     int n_options;
+    const void *defaults; // the options struct before parsing: the defaults the help shows
+    size_t opts_size;     // its size
 } cli_command;
+
+// A subcommand and what runs it: main.c's list, in the order `trident --help` shows them
+// (also read by tests/fuzz_cli.c, which links main.c as trident_main).
+typedef struct {
+    const cli_command *cli;
+    int (*run)(int argc, char **argv); // the arguments after the command's name
+} cli_entry;
+extern const cli_entry CLI_COMMANDS[];
+extern const int CLI_N_COMMANDS;
 
 #define CLI_N(table) ((int)(sizeof(table) / sizeof((table)[0])))
 
 typedef enum { CLI_PARSED, CLI_HELP, CLI_USAGE_ERROR } cli_result;
 
-// Parses argv (the arguments after the subcommand) into `opts`, which holds the defaults.
+// Parses argv (the arguments after the subcommand) into `opts` (cmd->opts_size bytes), which
+// it first sets to cmd->defaults.
 // Options take their value as the next argument or after '=' (--tokens=8); `--` ends the
 // options; -h and --help ask for the help. Returns CLI_USAGE_ERROR with the message in err
 // (an unknown option is named, with the closest option when one is close). Prints nothing,
@@ -69,16 +81,15 @@ cli_result cli_parse(const cli_command *cmd, int argc, char **argv, void *opts, 
                      size_t cap);
 void cli_free(const cli_command *cmd, void *opts);
 // `trident NAME --help`: the usage line, the arguments, and each option with its meaning
-// and default (from `defaults`), then the notes.
-void cli_print_help(const cli_command *cmd, const void *defaults, FILE *f);
+// and default (from cmd->defaults), then the notes.
+void cli_print_help(const cli_command *cmd, FILE *f);
 // The usage line, `lead` then "trident NAME ARGS [--opt V]...", wrapped at 88 columns
 // (continuation lines line up after "trident NAME").
 void cli_print_synopsis(const cli_command *cmd, const char *lead, FILE *f);
 // cli_parse, then on --help the help on stdout (exit 0) or on a usage error cli_report (exit
 // 2): returns -1 when the command is to run, else the exit code. For commands that run on
 // one process (a launched command reports on one rank only: see cmd_train).
-int cli_parse_command(const cli_command *cmd, const void *defaults, int argc, char **argv,
-                      void *opts);
+int cli_parse_command(const cli_command *cmd, int argc, char **argv, void *opts);
 // "error: trident NAME: ERR" and a HINT naming `trident NAME --help`, on stderr. Returns
 // TRI_ERR_CONFIG, the exit code of a usage error.
 int cli_report(const cli_command *cmd, const char *err);

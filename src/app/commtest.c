@@ -139,6 +139,8 @@ const cli_command COMMTEST_CLI = {
                "style)",
     .options = CT_OPTIONS,
     .n_options = CLI_N(CT_OPTIONS),
+    .defaults = &CT_DEFAULTS,
+    .opts_size = sizeof(ct_options),
 };
 
 // ---- buffers and counters ----
@@ -656,12 +658,12 @@ static tri_status ct_run(ct_state *s, const ct_options *o, long long *total_wron
 
 int commtest_main(int argc, char **argv) {
     // The help needs no launch; a usage error is reported by rank 0 of the job.
-    ct_options o = CT_DEFAULTS;
+    ct_options o;
     char msg[512];
     cli_result parsed = cli_parse(&COMMTEST_CLI, argc, argv, &o, msg, sizeof msg);
     cli_free(&COMMTEST_CLI, &o);
     if (parsed == CLI_HELP) {
-        cli_print_help(&COMMTEST_CLI, &CT_DEFAULTS, stdout);
+        cli_print_help(&COMMTEST_CLI, stdout);
         return 0;
     }
     if (parsed == CLI_PARSED && (o.stall_rank >= 0) != (o.stall_step >= 0)) {

@@ -61,6 +61,8 @@ static const cli_command TRAIN_CLI = {
     .summary = "train the model CONFIG describes (resuming as checkpoint.resume says)",
     .options = TRAIN_OPTIONS,
     .n_options = CLI_N(TRAIN_OPTIONS),
+    .defaults = &CONFIG_DEFAULTS,
+    .opts_size = sizeof(config_args),
 };
 
 static const cli_option CHECK_OPTIONS[] = {
@@ -73,6 +75,8 @@ static const cli_command CHECK_CLI = {
     .summary = "validate CONFIG; print the resolved config and the mesh",
     .options = CHECK_OPTIONS,
     .n_options = CLI_N(CHECK_OPTIONS),
+    .defaults = &CONFIG_DEFAULTS,
+    .opts_size = sizeof(config_args),
 };
 
 static const cli_option PLAN_OPTIONS[] = {
@@ -95,6 +99,8 @@ static const cli_command PLAN_CLI = {
     .summary = "memory, communication, bubble and step time of a run, before it runs",
     .options = PLAN_OPTIONS,
     .n_options = CLI_N(PLAN_OPTIONS),
+    .defaults = &CONFIG_DEFAULTS,
+    .opts_size = sizeof(config_args),
 };
 
 typedef struct {
@@ -134,6 +140,8 @@ static const cli_command SAMPLE_CLI = {
     .summary = "generate text from a trained model",
     .options = SAMPLE_OPTIONS,
     .n_options = CLI_N(SAMPLE_OPTIONS),
+    .defaults = &SAMPLE_DEFAULTS,
+    .opts_size = sizeof(sample_args),
 };
 
 typedef struct {
@@ -159,6 +167,8 @@ static const cli_command EXPORT_CLI = {
     .summary = "convert a checkpoint or model into a model file, one tensor at a time",
     .options = EXPORT_OPTIONS,
     .n_options = CLI_N(EXPORT_OPTIONS),
+    .defaults = &EXPORT_DEFAULTS,
+    .opts_size = sizeof(export_args),
 };
 
 // ---------------------------------------------------------------------------------------
@@ -170,11 +180,11 @@ static int cmd_train(int argc, char **argv) {
     // (base/stop.h).
     stop_install_handlers();
     stop_startup_begin(STOP_INIT_TIMEOUT_DEFAULT_S);
-    config_args ca = CONFIG_DEFAULTS;
+    config_args ca;
     char err[512];
     cli_result parsed = cli_parse(&TRAIN_CLI, argc, argv, &ca, err, sizeof err);
     if (parsed == CLI_HELP) { // no launch for the help
-        cli_print_help(&TRAIN_CLI, &CONFIG_DEFAULTS, stdout);
+        cli_print_help(&TRAIN_CLI, stdout);
         cli_free(&TRAIN_CLI, &ca);
         return 0;
     }
@@ -201,8 +211,8 @@ static int cmd_train(int argc, char **argv) {
 }
 
 static int cmd_check(int argc, char **argv) {
-    config_args ca = CONFIG_DEFAULTS;
-    int rc = cli_parse_command(&CHECK_CLI, &CONFIG_DEFAULTS, argc, argv, &ca);
+    config_args ca;
+    int rc = cli_parse_command(&CHECK_CLI, argc, argv, &ca);
     if (rc >= 0) return cli_free(&CHECK_CLI, &ca), rc;
     const int world = ca.world ? ca.world : 1;
     run_config cfg;
@@ -223,8 +233,8 @@ static int cmd_check(int argc, char **argv) {
 }
 
 static int cmd_plan(int argc, char **argv) {
-    config_args ca = CONFIG_DEFAULTS;
-    int rc = cli_parse_command(&PLAN_CLI, &CONFIG_DEFAULTS, argc, argv, &ca);
+    config_args ca;
+    int rc = cli_parse_command(&PLAN_CLI, argc, argv, &ca);
     if (rc >= 0) return cli_free(&PLAN_CLI, &ca), rc;
     ca.plan.world_given = ca.world > 0;
     run_config cfg;
@@ -237,8 +247,8 @@ static int cmd_plan(int argc, char **argv) {
 }
 
 static int cmd_sample(int argc, char **argv) {
-    sample_args sa = SAMPLE_DEFAULTS;
-    int rc = cli_parse_command(&SAMPLE_CLI, &SAMPLE_DEFAULTS, argc, argv, &sa);
+    sample_args sa;
+    int rc = cli_parse_command(&SAMPLE_CLI, argc, argv, &sa);
     if (rc < 0) {
         sa.s.run_or_file = sa.source.items[0];
         rc = sample_run(&sa.s);
@@ -248,23 +258,21 @@ static int cmd_sample(int argc, char **argv) {
 }
 
 static int cmd_export(int argc, char **argv) {
-    export_args ea = EXPORT_DEFAULTS;
-    int rc = cli_parse_command(&EXPORT_CLI, &EXPORT_DEFAULTS, argc, argv, &ea);
+    export_args ea;
+    int rc = cli_parse_command(&EXPORT_CLI, argc, argv, &ea);
     if (rc < 0) rc = export_run(ea.source.items[0], EXPORT_FORMATS[ea.format], ea.out);
     cli_free(&EXPORT_CLI, &ea);
     return rc;
 }
 
 // Every subcommand, in the order `trident --help` lists them.
-static const struct {
-    const cli_command *cli;
-    int (*run)(int argc, char **argv); // the arguments after the command's name
-} COMMANDS[] = {
+const cli_entry CLI_COMMANDS[] = {
     {&TRAIN_CLI, cmd_train},        {&CHECK_CLI, cmd_check},   {&PLAN_CLI, cmd_plan},
     {&SAMPLE_CLI, cmd_sample},      {&EXPORT_CLI, cmd_export}, {&TOKENIZE_CLI, tokenize_main},
     {&COMMTEST_CLI, commtest_main},
 };
-enum { N_COMMANDS = sizeof COMMANDS / sizeof COMMANDS[0] };
+const int CLI_N_COMMANDS = CLI_N(CLI_COMMANDS);
+enum { N_COMMANDS = CLI_N(CLI_COMMANDS) };
 
 // Other names people type for a subcommand; "did you mean" offers the subcommand.
 static const struct {
@@ -278,8 +286,8 @@ static const struct {
 static void usage(FILE *f) {
     fprintf(f, "usage: trident COMMAND ARGUMENTS [OPTIONS]\n\ncommands:\n");
     for (int i = 0; i < N_COMMANDS; i++) {
-        cli_print_synopsis(COMMANDS[i].cli, "  ", f);
-        fprintf(f, "      %s\n", COMMANDS[i].cli->summary);
+        cli_print_synopsis(CLI_COMMANDS[i].cli, "  ", f);
+        fprintf(f, "      %s\n", CLI_COMMANDS[i].cli->summary);
     }
     fprintf(f,
             "  trident --help | --version\n"
@@ -298,7 +306,7 @@ static void usage(FILE *f) {
 // "unknown command trian; did you mean train?"
 static int unknown_command(const char *name) {
     const char *names[N_COMMANDS + 1], *s = NULL;
-    for (int i = 0; i < N_COMMANDS; i++) names[i] = COMMANDS[i].cli->name;
+    for (int i = 0; i < N_COMMANDS; i++) names[i] = CLI_COMMANDS[i].cli->name;
     names[N_COMMANDS] = NULL;
     for (size_t a = 0; a < sizeof COMMAND_ALIASES / sizeof COMMAND_ALIASES[0] && !s; a++)
         if (!strcasecmp(name, COMMAND_ALIASES[a].alias)) s = COMMAND_ALIASES[a].command;
@@ -320,7 +328,7 @@ static int unknown_command(const char *name) {
 // Runs subcommand `cmd` on its arguments, or says that there is no such command.
 static int dispatch(const char *cmd, int argc, char **argv) {
     for (int i = 0; i < N_COMMANDS; i++)
-        if (!strcmp(cmd, COMMANDS[i].cli->name)) return COMMANDS[i].run(argc, argv);
+        if (!strcmp(cmd, CLI_COMMANDS[i].cli->name)) return CLI_COMMANDS[i].run(argc, argv);
     if (cmd[0] == '-') {
         LOG_ERROR("trident: unknown option %s before the command", cmd);
         LOG_HINT("`trident --help` lists the commands; options go after the command");

@@ -502,11 +502,13 @@ const cli_command TOKENIZE_CLI = {
     .summary = "text or JSON lines into llm.c token shards, with a Hugging Face tokenizer",
     .options = TOKENIZE_OPTIONS,
     .n_options = CLI_N(TOKENIZE_OPTIONS),
+    .defaults = &TOKENIZE_DEFAULTS,
+    .opts_size = sizeof(tokenize_args),
 };
 
 int tokenize_main(int argc, char **argv) {
-    tokenize_args ta = TOKENIZE_DEFAULTS;
-    int rc = cli_parse_command(&TOKENIZE_CLI, &TOKENIZE_DEFAULTS, argc, argv, &ta);
+    tokenize_args ta;
+    int rc = cli_parse_command(&TOKENIZE_CLI, argc, argv, &ta);
     if (rc < 0) {
         ta.t.inputs = ta.inputs.items;
         ta.t.n_inputs = ta.inputs.n;
