@@ -33,11 +33,12 @@ short form):
 Compared text: trailing blanks are ignored, a line `...` stands for any number of lines,
 and the path of the copy the commands run in reads as `.`. Everything else must be equal.
 
-The commands run in order, in one copy of the repository (its tracked files and the data
-shards that make built), with `build/` standing for the real build except for
-`build/trident`, a wrapper that appends `--set train.steps=1 --set data.eval_every=0` to
-every `train` (however it is started: make run, launch.sh, mpirun) and `--tokens 16` to every
-`sample`, so that a README training runs one step and a sample is short. Each shell block runs in one bash (its variables last to its end).
+The commands run in order, in one copy of the repository (the files git tracks or does
+not ignore, and what make built in data/), with `build/` standing for the real build except
+for `build/trident`, a wrapper that appends `--set train.steps=1 --set data.eval_every=0` to
+every `train` (however it is started: make run, launch.sh, mpirun) and `--tokens 16` to
+every `sample`, so that a README training runs one step and a sample is short. Each shell
+block runs in one bash (its variables last until the block ends).
 
 Prints a PASS or FAIL line per block, SKIP lines with their reasons, and at the end the
 counts: commands run, outputs compared, example blocks, skipped blocks and commands, text
@@ -219,9 +220,11 @@ def make_copy(root):
         dst = os.path.join(copy, f)
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         shutil.copy2(os.path.join(root, f), dst)
-    for f in os.listdir(os.path.join(root, 'data')):  # the shards make built (ignored by git)
-        if f.endswith('.bin') and f.startswith('kjv_'):
-            shutil.copy2(os.path.join(root, 'data', f), os.path.join(copy, 'data', f))
+    data = os.path.join(root, 'data')  # with what `make data` built there (ignored by git)
+    for f in os.listdir(data):
+        src, dst = os.path.join(data, f), os.path.join(copy, 'data', f)
+        if os.path.isfile(src) and not os.path.exists(dst):
+            shutil.copy2(src, dst)
     build = os.path.join(root, 'build')
     os.makedirs(os.path.join(copy, 'build'))
     for f in os.listdir(build):
@@ -231,9 +234,10 @@ def make_copy(root):
     with open(wrapper, 'w') as w:
         w.write('#!/bin/bash\n'
                 '# tests/readme_test.py: README trainings run one step, samples 16 tokens\n'
-                f'if [ "${{1:-}}" = train ]; then exec -a "$0" {build}/trident "$@" {TRAIN_ARGS}; fi\n'
-                f'if [ "${{1:-}}" = sample ]; then exec -a "$0" {build}/trident "$@" {SAMPLE_ARGS}; fi\n'
-                f'exec -a "$0" {build}/trident "$@"\n')
+                f'T="{build}/trident"\n'
+                f'if [ "${{1:-}}" = train ]; then exec -a "$0" "$T" "$@" {TRAIN_ARGS}; fi\n'
+                f'if [ "${{1:-}}" = sample ]; then exec -a "$0" "$T" "$@" {SAMPLE_ARGS}; fi\n'
+                'exec -a "$0" "$T" "$@"\n')
     os.chmod(wrapper, 0o755)
     # The wrapper is newer than every object, so make (`make run`) keeps it; anything make
     # would rebuild means the build is stale.
@@ -253,7 +257,8 @@ def clean_env():
 
 def run_script(script, copy, timeout=BLOCK_TIMEOUT_S):
     return subprocess.run(['bash', '-c', script], cwd=copy, env=clean_env(), timeout=timeout,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, errors='replace')
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          errors='replace')
 
 
 def run_block_commands(cmds, copy, skip_prefixes):
