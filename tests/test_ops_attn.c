@@ -122,9 +122,11 @@ static void att_fwd(backend *b, float *out, void *state, const float *qkv, int B
                     int HS) {
     backend_attention_fwd(b, out, state, operand_fp32(qkv), B, T, NH, HS);
 }
+// (O: the dout buffer stands in for it; the CPU does not read it.)
 static void att_bwd(backend *b, float *dqkv, const float *dout, const float *qkv, const void *state,
                     int B, int T, int NH, int HS) {
-    backend_attention_bwd(b, dqkv, dout, operand_fp32(qkv), state, B, T, NH, HS);
+    backend_attention_bwd(b, dqkv, dout, operand_fp32(qkv), operand_fp32(dout), state, B, T, NH,
+                          HS);
 }
 
 static float *bench_buf(backend *b, size_t n) {

@@ -58,10 +58,14 @@ static void b_att_fwd(void *p) {
     backend_attention_fwd(bench_be, x->out, x->state, bench_operand(qkv, x->dt), x->B, x->T, x->NH,
                           x->HS);
 }
+// O: out itself, or under bf16 its rounding, kept in w after the bf16 qkv.
 static void b_att_bwd(void *p) {
     bench_args *x = p;
     const float *qkv = x->dt == DTYPE_BF16 ? x->w : x->inp;
-    backend_attention_bwd(bench_be, x->dinp, x->out, bench_operand(qkv, x->dt), x->state, x->B,
+    const operand o = x->dt == DTYPE_BF16 ? operand_bf16((const uint16_t *)x->w +
+                                                         (size_t)x->B * x->T * 3 * x->NH * x->HS)
+                                          : operand_fp32(x->out);
+    backend_attention_bwd(bench_be, x->dinp, x->out, bench_operand(qkv, x->dt), o, x->state, x->B,
                           x->T, x->NH, x->HS);
 }
 static void b_ln_fwd(void *p) {
