@@ -203,19 +203,25 @@ __global__ void __launch_bounds__(FA2_THREADS)
 // ---------------------------------------------------------------------------------------
 // Dispatch
 
-template <int HS> static int fa2_fwd_enable(size_t smem_optin) {
-    if (fa2_shape<HS>::fwd_smem > smem_optin) return 0;
+// As fa2_bwd_init: clears the head size's bit when its forward needs more shared memory than
+// the device's opt-in limit per block.
+template <int HS> static tri_status fa2_fwd_enable(unsigned *heads, size_t smem_optin) {
+    if (fa2_shape<HS>::fwd_smem > smem_optin) {
+        *heads &= ~FA2_HEAD_BIT(HS);
+        return TRI_OK;
+    }
     CUDA_CHECK(cudaFuncSetAttribute(fa2_fwd_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)fa2_shape<HS>::fwd_smem));
-    return 1;
+    return TRI_OK;
 }
 
 tri_status cuda_fa2_init(cuda_ctx *x, size_t smem_optin) {
-    unsigned heads = 0;
-    heads |= fa2_fwd_enable<64>(smem_optin) ? FA2_HEAD_BIT(64) : 0;
-    heads |= fa2_fwd_enable<80>(smem_optin) ? FA2_HEAD_BIT(80) : 0;
-    heads |= fa2_fwd_enable<96>(smem_optin) ? FA2_HEAD_BIT(96) : 0;
-    heads |= fa2_fwd_enable<128>(smem_optin) ? FA2_HEAD_BIT(128) : 0;
+    unsigned heads = FA2_HEADS;
+    x->att_fa2_heads = 0;
+    TRI_CHECK(fa2_fwd_enable<64>(&heads, smem_optin));
+    TRI_CHECK(fa2_fwd_enable<80>(&heads, smem_optin));
+    TRI_CHECK(fa2_fwd_enable<96>(&heads, smem_optin));
+    TRI_CHECK(fa2_fwd_enable<128>(&heads, smem_optin));
     TRI_CHECK(fa2_bwd_init(&heads, smem_optin));
     x->att_fa2_heads = heads;
     return TRI_OK;
@@ -225,7 +231,7 @@ tri_status cuda_fa2_init(cuda_ctx *x, size_t smem_optin) {
 // kernels that fit this device, and 16-byte aligned rows of q, k, v for cp.async (row stride
 // 3 C bf16, C a multiple of 16: the base pointer decides).
 static int fa2_takes(const cuda_ctx *x, const uint16_t *qkv, int HS) {
-    if (!x->att_fa2 || HS <= 0 || HS % 16 || !(x->att_fa2_heads & FA2_HEADS & FA2_HEAD_BIT(HS)))
+    if (!x->att_fa2 || HS <= 0 || HS > 128 || HS % 16 || !(x->att_fa2_heads & FA2_HEAD_BIT(HS)))
         return 0;
     return (uintptr_t)qkv % 16 == 0;
 }
