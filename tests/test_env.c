@@ -222,10 +222,13 @@ static void test_choice(void) {
     const int empty = env_choice(id, names, 2, 0);
     env_set(id, "fa");
     const int prefix = env_choice(id, names, 2, 0);
+    env_set(id, "fa2 ");
+    const int longer = env_choice(id, names, 2, 0);
     env_unset(id);
-    TEST_CHECK(unset == 0 && v1 == 1 && fa2 == 0 && upper == -1 && empty == -1 && prefix == -1,
-               "env_choice", "unset %d, v1 %d, fa2 %d, V1 %d, \"\" %d, fa %d", unset, v1, fa2,
-               upper, empty, prefix);
+    TEST_CHECK(unset == 0 && v1 == 1 && fa2 == 0 && upper == -1 && empty == -1 && prefix == -1 &&
+                   longer == -1,
+               "env_choice", "unset %d, v1 %d, fa2 %d, V1 %d, \"\" %d, fa %d, \"fa2 \" %d", unset,
+               v1, fa2, upper, empty, prefix, longer);
 }
 
 int main(void) {
