@@ -20,7 +20,9 @@
 #        test-gpu.log   tests/gpu/run.sh: what `make test-gpu` runs (every op on CUDA against
 #                       the CPU backend, gradient checks, the training parity run)
 #        bench-ops.log  test_gpu_ops --bench: op timings at GPT-2 124M sizes (the matmuls
-#                       with fp32 and with bf16 operands), fp32 then TF32
+#                       with fp32 and with bf16 operands), fp32 then TF32; then
+#                       --bench-attn: attention per head size at T 1024 and 2048 on the FA2
+#                       kernels, then on v1 (TRIDENT_CUDA_ATTN=v1)
 #        bench-gpu.log  scripts/bench-gpu.sh: trident against PyTorch, 124M and 350M
 #        summary.txt    the pass/fail line and the benchmark table
 #    Each phase has its own time limit (GPU_CHECK_TEST_S 120, _OPS_S 60, _BENCH_S 240
@@ -115,7 +117,9 @@ phase() { # name seconds command...
 }
 phase test-gpu "${GPU_CHECK_TEST_S:-120}" tests/gpu/run.sh "$B"
 phase bench-ops "${GPU_CHECK_OPS_S:-60}" bash -c "'$B/tests/gpu/test_gpu_ops' --bench &&
-    TRIDENT_CUDA_TF32=1 '$B/tests/gpu/test_gpu_ops' --bench"
+    TRIDENT_CUDA_TF32=1 '$B/tests/gpu/test_gpu_ops' --bench &&
+    '$B/tests/gpu/test_gpu_ops' --bench-attn &&
+    TRIDENT_CUDA_ATTN=v1 '$B/tests/gpu/test_gpu_ops' --bench-attn"
 phase bench-gpu "${GPU_CHECK_BENCH_S:-240}" env STEPS="${STEPS:-8}" TRIDENT_BIN="$B/trident" \
     BENCH_OUT=/tmp/bench-gpu scripts/bench-gpu.sh
 

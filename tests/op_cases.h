@@ -45,6 +45,10 @@
 #define CASE_GELU (1u << 1)    // matmul: the MLP's GELU on the forward output and in the backward
 #define CASE_POS (1u << 2)     // embedding: positions added (and their gradient)
 #define CASE_PARAM16 (1u << 3) // adamw: the bf16 parameters written too
+// Model-sized: against the CPU backend only (tests/gpu/test_gpu_ops, and its --self-test),
+// never against the double references of tests/test_ops.c and test_ops_attn.c, whose cost
+// (T^2 HS per head in double, on every backend of those tests) make test cannot afford.
+#define CASE_TWIN_ONLY (1u << 4)
 
 #include "op_families.h"
 
@@ -151,6 +155,19 @@ static const op_case OP_CASES[] = {
     {&OP_ADAMW, {100003, 1, 1}, F32, 0, 0},
     {&OP_ADAMW, {100003, 7, 1}, F32, 0, 0},
     {&OP_ADAMW, {100003, 3, 1}, F32, CASE_PARAM16, 0},
+    // attention on bf16 q, k, v at every head size of CUDA's FA2 kernels (64, 80, 96, 128):
+    // T past a tile boundary (64-row tiles), then at model size, T = 1024 and 2048 (issue 17),
+    // against the CPU only. (Appended, so that the rows above keep their random values.)
+    {&OP_ATTENTION, {2, 150, 2, 80}, BF16, 0, 0},
+    {&OP_ATTENTION, {1, 200, 3, 96}, BF16, 0, 0},
+    {&OP_ATTENTION, {2, 1024, 2, 64}, BF16, CASE_TWIN_ONLY, 0},
+    {&OP_ATTENTION, {2, 1024, 2, 80}, BF16, CASE_TWIN_ONLY, 0},
+    {&OP_ATTENTION, {2, 1024, 2, 96}, BF16, CASE_TWIN_ONLY, 0},
+    {&OP_ATTENTION, {2, 1024, 2, 128}, BF16, CASE_TWIN_ONLY, 0},
+    {&OP_ATTENTION, {1, 2048, 2, 64}, BF16, CASE_TWIN_ONLY, 0},
+    {&OP_ATTENTION, {1, 2048, 2, 80}, BF16, CASE_TWIN_ONLY, 0},
+    {&OP_ATTENTION, {1, 2048, 2, 96}, BF16, CASE_TWIN_ONLY, 0},
+    {&OP_ATTENTION, {1, 2048, 2, 128}, BF16, CASE_TWIN_ONLY, 0},
 };
 #undef F32
 #undef BF16

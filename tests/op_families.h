@@ -369,14 +369,24 @@ static void at_declare(op_inst *c) {
                     .tol_cpu = tol_cpu));
 }
 
+// The backward reads the forward's output O as the model passes it: fp32, or under bf16 its
+// bf16 rounding.
 static void at_run(backend *b, const op_inst *c, void *const *p) {
     const int B = c->row->d[0], T = c->row->d[1], NH = c->row->d[2], HS = c->row->d[3];
     const operand qkv = {p[AT_QKV], c->row->dtype};
+    const size_t nout = (size_t)B * T * NH * HS;
     void *state = b->alloc(b, attn_state_bytes(b->attn_state, B, T, NH));
-    TRI_ASSERT(state);
+    uint16_t *out16 = c->row->dtype == DTYPE_BF16 ? b->alloc(b, nout * sizeof(uint16_t) + 8) : NULL;
+    TRI_ASSERT(state && (out16 || c->row->dtype != DTYPE_BF16));
     backend_attention_fwd(b, p[AT_OUT], state, qkv, B, T, NH, HS);
-    backend_attention_bwd(b, p[AT_DQKV], p[AT_DOUT], qkv, state, B, T, NH, HS);
+    operand out = operand_fp32(p[AT_OUT]);
+    if (out16) {
+        b->to_bf16(b, out16, p[AT_OUT], nout);
+        out = operand_bf16(out16);
+    }
+    backend_attention_bwd(b, p[AT_DQKV], p[AT_DOUT], qkv, out, state, B, T, NH, HS);
     b->free(b, state);
+    if (out16) b->free(b, out16);
 }
 
 static void at_reference(op_inst *c) {

@@ -205,10 +205,37 @@ static void test_accessors(void) {
                twelve_ok, word_ok);
 }
 
+// env_choice: the index of an exact match, the default when unset, -1 for anything else
+// (TRIDENT_CUDA_ATTN, whose CUDA reader turns -1 into exit 2).
+static void test_choice(void) {
+    const env_id id = ENV_TRIDENT_CUDA_ATTN;
+    static const char *const names[] = {"fa2", "v1"};
+    env_unset(id);
+    const int unset = env_choice(id, names, 2, 0);
+    env_set(id, "v1");
+    const int v1 = env_choice(id, names, 2, 0);
+    env_set(id, "fa2");
+    const int fa2 = env_choice(id, names, 2, 1);
+    env_set(id, "V1");
+    const int upper = env_choice(id, names, 2, 0);
+    env_set(id, "");
+    const int empty = env_choice(id, names, 2, 0);
+    env_set(id, "fa");
+    const int prefix = env_choice(id, names, 2, 0);
+    env_set(id, "fa2 ");
+    const int longer = env_choice(id, names, 2, 0);
+    env_unset(id);
+    TEST_CHECK(unset == 0 && v1 == 1 && fa2 == 0 && upper == -1 && empty == -1 && prefix == -1 &&
+                   longer == -1,
+               "env_choice", "unset %d, v1 %d, fa2 %d, V1 %d, \"\" %d, fa %d, \"fa2 \" %d", unset,
+               v1, fa2, upper, empty, prefix, longer);
+}
+
 int main(void) {
     test_no_env_calls_outside_table();
     test_table_complete();
     test_readme_lists_table();
     test_accessors();
+    test_choice();
     TEST_EXIT();
 }

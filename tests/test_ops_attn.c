@@ -2,13 +2,19 @@
 // and the --bench timing table of every op. The attention rows of the op table
 // (tests/op_cases.h) run here against the double-precision references with the policies
 // HEADS and INNER on 1, 2 and 3 threads (tests/test_ops.c runs them with AUTO); then what the
-// table does not see: the probabilities the CPU keeps as its state, and causality.
+// table does not see: the probabilities the CPU keeps as its state, and causality. Last, the
+// algorithm of the CUDA backend's FlashAttention-2 kernels as a host model (tests/fa2_model.h)
+// against the double references and finite differences, since no GPU runs here.
 //
 //   build/tests/test_ops_attn       the tests
 //   build/tests/test_ops_attn --bench [threads]
 //                                   a timing table at GPT-2 124M sizes (not a test)
+//   build/tests/test_ops_attn --fa2-defect N
+//                                   the FA2 model's checks with defect N of fa2_model.h
+//                                   built in: they must fail
 #include "compute/backend.h"
 #include "compute/backend_cpu_internal.h" // attention policy and cblas, for --bench and coverage
+#include "fa2_model.h"
 #include "op_cases.h"
 #include "testlib.h"
 
@@ -61,6 +67,110 @@ static void test_attention_state(backend *b, int B, int T, int NH, int HS, cpu_a
     b->free(b, d_qkv), b->free(b, d_out), b->free(b, d_P);
     free(qkv), free(junkP), free(qkv_d), free(ref), free(refP), free(out), free(P), free(out2);
     ((cpu_ctx *)b->ctx)->attn_policy = CPU_ATTN_AUTO;
+}
+
+// ---------------------------------------------------------------------------------------
+// The algorithm of CUDA's FlashAttention-2 kernels, on the host (tests/fa2_model.h)
+
+// Each row's lse in the kernels' units, log2 of sum_k 2^(S'_k) with S' = q k / sqrt(HS) *
+// log2(e): (B, NH, T), in double.
+static void ref_lse2(double *lse, const double *qkv, int B, int T, int NH, int HS) {
+    const int C = NH * HS;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const double *q = qkv + ((size_t)b * T + t) * 3 * C + (size_t)h * HS;
+                double mx = -INFINITY, sum = 0.0, *s = xmalloc((size_t)(t + 1) * sizeof(double));
+                for (int j = 0; j <= t; j++) {
+                    const double *k = qkv + ((size_t)b * T + j) * 3 * C + C + (size_t)h * HS;
+                    s[j] = 0.0;
+                    for (int d = 0; d < HS; d++) s[j] += q[d] * k[d];
+                    s[j] /= sqrt((double)HS);
+                    mx = fmax(mx, s[j]);
+                }
+                for (int j = 0; j <= t; j++) sum += exp(s[j] - mx);
+                lse[((size_t)b * NH + h) * T + t] = (mx + log(sum)) / log(2.0);
+                free(s);
+            }
+}
+
+// One shape through the model, fp32 (round 0: the tiling's math, to fp32 rounding) or rounding
+// as the kernels do (1: within TOL_BF16_TC, as tests/gpu holds the device to), against the
+// double references: out, lse (absolute, in units of max(1, |lse|)) and dqkv. fd: dqkv
+// against finite differences of the double forward instead, on every element (FD_ALL) or on
+// fd sampled ones. A defect (FA2_DEFECT_*) must make some of these fail (--fa2-defect).
+static void test_fa2_model(int B, int T, int NH, int HS, int round, int fd, int defect) {
+    const int C = NH * HS;
+    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    char tag[160], name[240];
+    snprintf(tag, sizeof tag, "fa2 model%s B=%d T=%d NH=%d HS=%d%s", round ? " (bf16)" : "", B, T,
+             NH, HS, defect ? " [defect]" : "");
+    float *qkv = rand_f(nqkv, -2, 2), *dout = rand_f(nout, -1, 1);
+    for (size_t i = 0; i < nqkv; i++) qkv[i] = bf16_to_f32(bf16_from_f32(qkv[i])); // bf16 q, k, v
+    double *qkv_d = to_d(qkv, nqkv), *dout_d = to_d(dout, nout);
+    double *out_d = xmalloc(nout * sizeof(double)), *dqkv_d = xmalloc(nqkv * sizeof(double));
+    double *lse_d = xmalloc(nl * sizeof(double));
+    ref_attention(out_d, NULL, qkv_d, B, T, NH, HS);
+    ref_lse2(lse_d, qkv_d, B, T, NH, HS);
+    size_t nfd = nqkv, *idx = NULL; // the elements checked against finite differences
+    if (fd > 0 && (size_t)fd < nqkv) {
+        nfd = (size_t)fd;
+        idx = xmalloc(nfd * sizeof(size_t));
+        for (size_t k = 0; k < nfd; k++)
+            idx[k] = k * (nqkv / nfd) + (size_t)(k * 7919) % (nqkv / nfd);
+    }
+    if (fd) {
+        attn_args a = {qkv_d, B, T, NH, HS};
+        fd_grad(fwd_attn, &a, nout, dout_d, qkv_d, idx, nfd, dqkv_d);
+    } else {
+        ref_attention_bwd(dqkv_d, dout_d, qkv_d, B, T, NH, HS);
+    }
+    fa2_model md = {.round_bf16 = round, .defect = defect};
+    float *out = xmalloc(nout * sizeof(float)), *lse = xmalloc(nl * sizeof(float));
+    float *o = xmalloc(nout * sizeof(float)), *dqkv = xmalloc(nqkv * sizeof(float));
+    fa2_model_fwd(&md, out, lse, qkv, B, T, NH, HS);
+    for (size_t i = 0; i < nout; i++) o[i] = round ? bf16_to_f32(bf16_from_f32(out[i])) : out[i];
+    fa2_model_bwd(&md, dqkv, dout, o, qkv, lse, B, T, NH, HS);
+    const double tol = round ? TOL_BF16_TC : TOL_CHAIN;
+    snprintf(name, sizeof name, "%s fwd out vs double", tag);
+    check_rel(name, "", out, NULL, out_d, nout, tol);
+    double e = 0.0;
+    for (size_t i = 0; i < nl; i++)
+        e = fmax(e, fabs(lse[i] - lse_d[i]) / fmax(1.0, fabs(lse_d[i])));
+    snprintf(name, sizeof name, "%s fwd lse vs double", tag);
+    TEST_CHECK(e <= TOL_CHAIN, name, "max error %.3g, tolerance %.1g", e, TOL_CHAIN);
+    snprintf(name, sizeof name, "%s bwd dqkv vs %s", tag, fd ? "finite differences" : "double");
+    if (fd) { // dqkv_d holds the nfd differences
+        float *picked = xmalloc(nfd * sizeof(float));
+        for (size_t k = 0; k < nfd; k++) picked[k] = dqkv[idx ? idx[k] : k];
+        check_rel(name, "", picked, NULL, dqkv_d, nfd, TOL_FD);
+        free(picked);
+    } else {
+        check_rel(name, "", dqkv, NULL, dqkv_d, nqkv, tol);
+    }
+    // The products the kernels issue: 2 per 16 x 16 block of the causal triangle forward (S,
+    // P V), 7 backward (S and dP in each pass, dS K, P^T dO, dS^T Q).
+    snprintf(name, sizeof name, "%s products: backward 7, forward 2 per block", tag);
+    TEST_CHECK(2 * md.bwd_products == 7 * md.fwd_products, name, "forward %lld, backward %lld",
+               md.fwd_products, md.bwd_products);
+    free(qkv), free(dout), free(qkv_d), free(dout_d), free(out_d), free(dqkv_d), free(lse_d);
+    free(out), free(lse), free(o), free(dqkv), free(idx);
+}
+
+// Every FA2 head size; T below, at and across the 64-row tiles (partial last tiles, a tile
+// whose warps lie partly and wholly past T).
+static const int FA2_SHAPES[][4] = {{1, 1, 1, 64},    {2, 37, 2, 64},  {1, 64, 1, 80},
+                                    {1, 150, 2, 80},  {1, 100, 2, 96}, {2, 129, 1, 96},
+                                    {1, 200, 1, 128}, {1, 64, 2, 128}, {1, 113, 1, 128}};
+
+static void test_fa2_models(int defect) {
+    for (size_t i = 0; i < sizeof FA2_SHAPES / sizeof FA2_SHAPES[0]; i++)
+        for (int round = 0; round < 2; round++) {
+            const int *d = FA2_SHAPES[i];
+            test_fa2_model(d[0], d[1], d[2], d[3], round, 0, defect);
+        }
+    test_fa2_model(1, 20, 1, 64, 0, FD_ALL, defect);
+    test_fa2_model(1, 70, 1, 80, 0, 400, defect);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -122,9 +232,11 @@ static void att_fwd(backend *b, float *out, void *state, const float *qkv, int B
                     int HS) {
     backend_attention_fwd(b, out, state, operand_fp32(qkv), B, T, NH, HS);
 }
+// (O: the dout buffer stands in for it; the CPU does not read it.)
 static void att_bwd(backend *b, float *dqkv, const float *dout, const float *qkv, const void *state,
                     int B, int T, int NH, int HS) {
-    backend_attention_bwd(b, dqkv, dout, operand_fp32(qkv), state, B, T, NH, HS);
+    backend_attention_bwd(b, dqkv, dout, operand_fp32(qkv), operand_fp32(dout), state, B, T, NH,
+                          HS);
 }
 
 static float *bench_buf(backend *b, size_t n) {
@@ -338,6 +450,10 @@ int main(int argc, char **argv) {
     backend_cpu_prepare_process(argv); // the OpenBLAS kernels trident itself runs with
     log_init();
     if (argc > 1 && !strcmp(argv[1], "--bench")) return bench(argc > 2 ? atoi(argv[2]) : 2);
+    if (argc > 2 && !strcmp(argv[1], "--fa2-defect")) { // the model's checks with a defect
+        test_fa2_models(atoi(argv[2]));
+        TEST_EXIT();
+    }
     // OpenMP over the heads, and the heads in turn with the GEMMs and rows split, each on 1, 2
     // and 3 threads
     backend *bs[6];
@@ -351,7 +467,8 @@ int main(int argc, char **argv) {
         tag_of[i] = tags[i];
     }
     for (size_t i = 0; i < N_OP_CASES; i++)
-        if (OP_CASES[i].op == &OP_ATTENTION) op_case_check_ref(&OP_CASES[i], i, bs, tag_of, 6);
+        if (OP_CASES[i].op == &OP_ATTENTION && !(OP_CASES[i].flags & CASE_TWIN_ONLY))
+            op_case_check_ref(&OP_CASES[i], i, bs, tag_of, 6);
     for (int i = 0; i < 3; i++) {
         backend *b = bs[i];
         snprintf(test_tag, sizeof test_tag, " t%d", i + 1);
@@ -362,5 +479,6 @@ int main(int argc, char **argv) {
         test_attention_state(b, 1, 150, 2, 8, CPU_ATTN_INNER);
     }
     for (int i = 0; i < 6; i++) bs[i]->destroy(bs[i]);
+    test_fa2_models(FA2_DEFECT_NONE);
     TEST_EXIT();
 }

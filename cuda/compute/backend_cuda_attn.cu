@@ -20,18 +20,25 @@
 // rows are padded to DP + 1 floats so that lanes reading different rows hit different banks.
 //
 // The backward is two kernels, neither with atomics (deterministic, as every op here):
-//   1. dq kernel, per block of 32 queries: a first sweep over the key tiles computes D for its
-//      rows (stored for pass 2), a second sweep accumulates dQ;
+//   1. dq kernel, per block of 32 queries: D for its rows, then a sweep over the key tiles
+//      accumulates dQ. D = rowsum(dO * O) from the forward's output (backend.h's operand),
+//      one pass over the rows; with TRIDENT_CUDA_ATTN=v1 (and on bf16 q, k, v widened, whose
+//      O is bf16) it is D = rowsum(P * dP) from a first sweep over the key tiles instead, as
+//      before the operand existed. D is stored for pass 2;
 //   2. dkv kernel, per block of 32 keys: sweeps the query tiles from the diagonal on and
 //      accumulates dK and dV.
-// This recomputes S and dP in both kernels, and twice in the first (FlashAttention-2 computes
-// them once and adds dQ with atomics, which makes results depend on timing; it also keeps
-// the output O to get D = rowsum(dO * O), which backend.h's state does not hold).
+// This recomputes S and dP in both kernels (FlashAttention-2 computes them once and adds dQ
+// with atomics, which makes results depend on timing: backend_cuda_attn_fa2_bwd.cu says more).
+//
+// Dispatch (cuda_attention_fwd / _bwd at the end): bf16 q, k, v go to the FlashAttention-2
+// kernels (backend_cuda_attn_fa2.cu) where those take them, else to the v1 tensor-core ones
+// (backend_cuda_attn_tc.cu), which fall back to these on widened values; fp32 ones come here.
 //
 // Head sizes: kernels are instantiated for DP = 32, 64, 128, 256 and run any HS <= DP with
 // the head dimension zero-padded in shared memory; larger heads are refused, and so are
 // those whose kernels need more shared memory than the device has (DP = 256 needs 194 KiB).
 #include "backend_cuda_internal.cuh"
+#include "base/env.h"
 
 #include <math.h>
 
@@ -186,7 +193,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
 template <int DP>
 __global__ void __launch_bounds__(ATT_THREADS)
     att_bwd_dq_kernel(float *dqkv, float *delta, const float *dout, const float *qkv,
-                      const float *lse, int T, int NH, int HS, float sl2, float scale) {
+                      const float *o, const float *lse, int T, int NH, int HS, float sl2,
+                      float scale) {
     constexpr int LD = DP + 1, NK = DP / 32;
     extern __shared__ float smem[];
     float *sQ = smem, *sdO = sQ + ATT_BR * LD, *sK = sdO + ATT_BR * LD, *sV = sK + ATT_BC * LD;
@@ -210,8 +218,20 @@ __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
         for (int k = 0; k < NK; k++) dq[rr][k] = 0.0f;
 
+    if (o) { // D = rowsum(dO * O): lane-strided over the head dimension, then the warp's sum
+#pragma unroll
+        for (int rr = 0; rr < ATT_RPW; rr++) {
+            const int row = row0 + rr;
+            if (row < T) {
+                const size_t at = (head + row) * C + hoff;
+                for (int d = lane; d < HS; d += 32) rd[rr] = fmaf(dout[at + d], o[at + d], rd[rr]);
+            }
+            rd[rr] = cuda_warp_sum(rd[rr]);
+            if (lane == 0 && row < T) delta[(size_t)bh * T + row] = rd[rr];
+        }
+    }
     const int kend = q0 + qn;
-    for (int sweep = 0; sweep < 2; sweep++) { // 0: D, 1: dQ
+    for (int sweep = o ? 1 : 0; sweep < 2; sweep++) { // 0: D (without o), 1: dQ
         for (int k0 = 0; k0 < kend; k0 += ATT_BC) {
             const int kn = min(ATT_BC, kend - k0);
             __syncthreads();
@@ -335,6 +355,17 @@ template <int DP> static tri_status att_enable(cuda_ctx *x, size_t smem_optin) {
 }
 
 tri_status cuda_attention_init(cuda_ctx *x, size_t smem_optin) {
+    static const char *const kernels[] = {"fa2", "v1"};
+    const int k = env_choice(ENV_TRIDENT_CUDA_ATTN, kernels, 2, 0);
+    if (k < 0) {
+        LOG_ERROR("TRIDENT_CUDA_ATTN=%s: the CUDA attention kernels are fa2 or v1",
+                  env_get(ENV_TRIDENT_CUDA_ATTN));
+        LOG_HINT("unset it for the default (fa2); v1 selects the previous kernels, to bisect "
+                 "a failing device run (README \"Environment variables\")");
+        return TRI_ERR_CONFIG;
+    }
+    x->att_fa2 = k == 0;
+    TRI_CHECK(cuda_fa2_init(x, smem_optin));
     x->att_max_hs = 0;
     TRI_CHECK(att_enable<32>(x, smem_optin));
     TRI_CHECK(att_enable<64>(x, smem_optin));
@@ -363,11 +394,12 @@ static void att_fwd_launch(cuda_ctx *x, float *out, float *lse, const float *qkv
 
 template <int DP>
 static void att_bwd_launch(cuda_ctx *x, float *dqkv, float *delta, const float *dout,
-                           const float *qkv, const float *lse, int B, int T, int NH, int HS) {
+                           const float *qkv, const float *o, const float *lse, int B, int T, int NH,
+                           int HS) {
     const float scale = 1.0f / sqrtf((float)HS), sl2 = scale * ATT_LOG2E;
     dim3 grid((T + ATT_BR - 1) / ATT_BR, B * NH);
     att_bwd_dq_kernel<DP><<<grid, ATT_THREADS, att_smem<DP>::dq, x->stream>>>(
-        dqkv, delta, dout, qkv, lse, T, NH, HS, sl2, scale);
+        dqkv, delta, dout, qkv, o, lse, T, NH, HS, sl2, scale);
     CUDA_LAUNCH_CHECK("att_bwd_dq_kernel");
     att_bwd_dkv_kernel<DP><<<grid, ATT_THREADS, att_smem<DP>::dkv, x->stream>>>(
         dqkv, dout, qkv, lse, delta, T, NH, HS, sl2, scale);
@@ -387,30 +419,44 @@ void cuda_attention_fwd_f32(backend *b, float *out, void *state, const float *qk
 }
 
 void cuda_attention_bwd_f32(backend *b, float *dqkv, const float *dout, const float *qkv,
-                            const void *state, int B, int T, int NH, int HS) {
+                            const float *o, const void *state, int B, int T, int NH, int HS) {
     cuda_ctx *x = cuda_ctx_of(b);
     if (B <= 0 || T <= 0 || NH <= 0) return;
     att_check_head(x, HS);
     const float *lse = (const float *)state;
     float *delta = (float *)cuda_scratch(x, (size_t)B * NH * T * sizeof(float));
-    if (HS <= 32) att_bwd_launch<32>(x, dqkv, delta, dout, qkv, lse, B, T, NH, HS);
-    else if (HS <= 64) att_bwd_launch<64>(x, dqkv, delta, dout, qkv, lse, B, T, NH, HS);
-    else if (HS <= 128) att_bwd_launch<128>(x, dqkv, delta, dout, qkv, lse, B, T, NH, HS);
-    else att_bwd_launch<256>(x, dqkv, delta, dout, qkv, lse, B, T, NH, HS);
+    if (HS <= 32) att_bwd_launch<32>(x, dqkv, delta, dout, qkv, o, lse, B, T, NH, HS);
+    else if (HS <= 64) att_bwd_launch<64>(x, dqkv, delta, dout, qkv, o, lse, B, T, NH, HS);
+    else if (HS <= 128) att_bwd_launch<128>(x, dqkv, delta, dout, qkv, o, lse, B, T, NH, HS);
+    else att_bwd_launch<256>(x, dqkv, delta, dout, qkv, o, lse, B, T, NH, HS);
 }
 
-// The table's entries: the kernels of the operand's dtype (backend_attention_fwd / _bwd
-// checked it is fp32 or bf16).
+// The table's entries: the kernels of the operands' dtype (backend_attention_fwd / _bwd
+// checked that q, k, v and O are both fp32 or both bf16).
 void cuda_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, int T, int NH,
                         int HS) {
-    if (qkv.dtype == DTYPE_BF16)
-        cuda_attention_fwd_bf16(b, out, state, (const uint16_t *)qkv.ptr, B, T, NH, HS);
-    else cuda_attention_fwd_f32(b, out, state, (const float *)qkv.ptr, B, T, NH, HS);
+    cuda_ctx *x = cuda_ctx_of(b);
+    if (B <= 0 || T <= 0 || NH <= 0) return;
+    if (qkv.dtype == DTYPE_BF16) {
+        const uint16_t *q16 = (const uint16_t *)qkv.ptr;
+        if (!cuda_fa2_fwd(x, out, (float *)state, q16, B, T, NH, HS))
+            cuda_attention_fwd_bf16(b, out, state, q16, B, T, NH, HS);
+    } else {
+        cuda_attention_fwd_f32(b, out, state, (const float *)qkv.ptr, B, T, NH, HS);
+    }
 }
 
-void cuda_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv, const void *state,
-                        int B, int T, int NH, int HS) {
-    if (qkv.dtype == DTYPE_BF16)
-        cuda_attention_bwd_bf16(b, dqkv, dout, (const uint16_t *)qkv.ptr, state, B, T, NH, HS);
-    else cuda_attention_bwd_f32(b, dqkv, dout, (const float *)qkv.ptr, state, B, T, NH, HS);
+void cuda_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv, operand out,
+                        const void *state, int B, int T, int NH, int HS) {
+    cuda_ctx *x = cuda_ctx_of(b);
+    if (B <= 0 || T <= 0 || NH <= 0) return;
+    if (qkv.dtype == DTYPE_BF16) {
+        const uint16_t *q16 = (const uint16_t *)qkv.ptr;
+        if (!cuda_fa2_bwd(x, dqkv, dout, q16, (const uint16_t *)out.ptr, (const float *)state, B, T,
+                          NH, HS))
+            cuda_attention_bwd_bf16(b, dqkv, dout, q16, state, B, T, NH, HS);
+    } else {
+        cuda_attention_bwd_f32(b, dqkv, dout, (const float *)qkv.ptr,
+                               x->att_fa2 ? (const float *)out.ptr : NULL, state, B, T, NH, HS);
+    }
 }

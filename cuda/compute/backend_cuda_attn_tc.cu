@@ -473,6 +473,6 @@ void cuda_attention_bwd_bf16(backend *b, float *dqkv, const float *dout, const u
         return;
     }
     float *wide = cuda_widened_copy(x, qkv, (size_t)B * T * 3 * NH * HS);
-    cuda_attention_bwd_f32(b, dqkv, dout, wide, state, B, T, NH, HS);
+    cuda_attention_bwd_f32(b, dqkv, dout, wide, NULL, state, B, T, NH, HS);
     cuda_widened_free(x, wide);
 }

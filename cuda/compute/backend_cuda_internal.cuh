@@ -3,8 +3,10 @@
 // that live in files of their own.
 //
 // Files: backend_cuda.cu (memory, creation, the function table), backend_cuda_matmul.cu
-// (cuBLASLt), backend_cuda_attn.cu (flash-style causal attention), backend_cuda_ops.cu
-// (LayerNorm, pointwise, embeddings, cross-entropy, optimizer and reductions).
+// (cuBLASLt), backend_cuda_attn.cu (flash-style causal attention: the dispatch and the fp32
+// kernels; _tc.cu the v1 bf16 kernels, _fa2.cu and _fa2_bwd.cu the FlashAttention-2 ones),
+// backend_cuda_ops.cu (LayerNorm, pointwise, embeddings, cross-entropy, optimizer and
+// reductions).
 //
 // Streams: every op of a backend is enqueued on the context's one stream (non-blocking with
 // respect to the legacy default stream), in call order, so ops see each other's results
@@ -46,9 +48,11 @@ typedef struct {
     // own, so not in mem_peak_bytes (as the CPU backend's scratch).
     void *scratch;
     size_t scratch_bytes;
-    int att_max_hs;      // largest attention head size the device's shared memory allows
-    int gelu_epilogue;   // cuBLASLt's GELU epilogues compute gelu_tanh here (probed at start)
-    double *host_result; // pinned: where sumsq's result lands for the host
+    int att_max_hs;         // largest attention head size the device's shared memory allows
+    int att_fa2;            // TRIDENT_CUDA_ATTN: 1 for the FA2 kernels (default), 0 for v1
+    unsigned att_fa2_heads; // head sizes whose FA2 kernels fit the device (bits HS / 16)
+    int gelu_epilogue;      // cuBLASLt's GELU epilogues compute gelu_tanh here (probed at start)
+    double *host_result;    // pinned: where sumsq's result lands for the host
     // alloc()/free() may come from another host thread (a checkpoint writer), hence the lock.
     std::mutex mem_lock;
     std::unordered_map<void *, size_t> *mem_sizes; // bytes of every live alloc()
@@ -115,20 +119,32 @@ int cuda_matmul_bwd(backend *b, float *dinp, float *dweight, float *dbias, opera
                     operand inp, operand weight, const float *gelu_pre, int N, int IC, int OC);
 
 // ---- attention (backend_cuda_attn.cu) ----
-// Sets x->att_max_hs from the device's opt-in shared memory per block.
+// Reads TRIDENT_CUDA_ATTN (TRI_ERR_CONFIG for a value it does not know), sets x->att_max_hs
+// from the device's opt-in shared memory per block, and readies the FA2 kernels.
 tri_status cuda_attention_init(cuda_ctx *x, size_t smem_optin);
-// The table's entries (backend.h): fp32 q, k, v here, bf16 ones in the tensor-core kernels
-// below. state: each row's log-sum-exp (ATTN_STATE_LSE).
+// The table's entries (backend.h): fp32 q, k, v here, bf16 ones in the FA2 or the v1
+// tensor-core kernels below. state: each row's log-sum-exp (ATTN_STATE_LSE).
 void cuda_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, int T, int NH,
                         int HS);
-void cuda_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv, const void *state,
-                        int B, int T, int NH, int HS);
-// The fp32 kernels (also the bf16 ops' fallback, on widened q, k, v).
+void cuda_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv, operand out,
+                        const void *state, int B, int T, int NH, int HS);
+// The fp32 kernels (also the bf16 ops' fallback, on widened q, k, v). o: the fp32 forward
+// output, from which D = rowsum(dO * O) is read, or NULL for v1's sweep over the keys.
 void cuda_attention_fwd_f32(backend *b, float *out, void *state, const float *qkv, int B, int T,
                             int NH, int HS);
 void cuda_attention_bwd_f32(backend *b, float *dqkv, const float *dout, const float *qkv,
-                            const void *state, int B, int T, int NH, int HS);
-// ---- tensor-core attention on bf16 q, k, v (backend_cuda_attn_tc.cu) ----
+                            const float *o, const void *state, int B, int T, int NH, int HS);
+// ---- FlashAttention-2 kernels on bf16 q, k, v (backend_cuda_attn_fa2.cu) ----
+// Sets x->att_fa2_heads and lets the kernels that fit use the shared memory they need.
+tri_status cuda_fa2_init(cuda_ctx *x, size_t smem_optin);
+// Each returns 1 when it ran the op: x->att_fa2 set, HS one of 64, 80, 96, 128 with kernels
+// that fit this device, and the pointers aligned as the kernels load them; else 0, and the
+// caller runs the v1 kernels.
+int cuda_fa2_fwd(cuda_ctx *x, float *out, float *lse, const uint16_t *qkv, int B, int T, int NH,
+                 int HS);
+int cuda_fa2_bwd(cuda_ctx *x, float *dqkv, const float *dout, const uint16_t *qkv,
+                 const uint16_t *o16, const float *lse, int B, int T, int NH, int HS);
+// ---- v1 tensor-core attention on bf16 q, k, v (backend_cuda_attn_tc.cu) ----
 void cuda_attention_fwd_bf16(backend *b, float *out, void *state, const uint16_t *qkv, int B, int T,
                              int NH, int HS);
 void cuda_attention_bwd_bf16(backend *b, float *dqkv, const float *dout, const uint16_t *qkv,

@@ -14,6 +14,11 @@ const env_desc ENV_TABLE[ENV_COUNT] = {
                                "fp32 matmuls (CUBLAS_COMPUTE_32F)",
                                "the CUDA backend's fp32 matmuls run in TF32 on the tensor "
                                "cores: several times faster, ~1e-3 relative error per product"},
+    [ENV_TRIDENT_CUDA_ATTN] = {"TRIDENT_CUDA_ATTN", ENV_BY_USER, "fa2|v1", "fa2",
+                               "the CUDA backend's attention kernels: fa2 (FlashAttention-2 "
+                               "structure on bf16 q, k, v; D from O) or v1, the previous ones "
+                               "(to bisect a failing device run); any other value is an error "
+                               "(exit 2)"},
     [ENV_TEST_COMM_STAGED] = {"TRIDENT_COMM_STAGED", ENV_BY_TEST_HOOK, "1",
                               "staged only under a device backend with system.comm: mpi",
                               "every MPI call is staged through host buffers on the CPU path "
@@ -77,6 +82,14 @@ int env_flag(env_id id) {
 int env_int(env_id id, int unset) {
     const char *v = env_get(id);
     return v ? atoi(v) : unset;
+}
+
+int env_choice(env_id id, const char *const *names, int n, int unset) {
+    const char *v = env_get(id);
+    if (!v) return unset;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(v, names[i])) return i;
+    return -1;
 }
 
 void env_set(env_id id, const char *value) { setenv(ENV_TABLE[id].name, value, 1); }

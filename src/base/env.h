@@ -25,6 +25,7 @@ typedef enum {
 typedef enum {
     ENV_TRIDENT_LOG,
     ENV_TRIDENT_CUDA_TF32,
+    ENV_TRIDENT_CUDA_ATTN,
     ENV_TEST_COMM_STAGED,        // TRIDENT_COMM_STAGED
     ENV_TEST_CKPT_DELAY_MS,      // TRIDENT_TEST_CKPT_DELAY_MS
     ENV_TEST_CKPT_ENOSPC,        // TRIDENT_TEST_CKPT_ENOSPC
@@ -57,6 +58,9 @@ const char *env_get(env_id id);
 int env_flag(env_id id);
 // atoi of the value, or `unset` when the variable is unset.
 int env_int(env_id id, int unset);
+// The index of the value in names[0, n) (exact match), `unset` when the variable is unset,
+// or -1 when it holds anything else: the caller names the variable and the choices.
+int env_choice(env_id id, const char *const *names, int n, int unset);
 // setenv(name, value, overwrite) and unsetenv(name).
 void env_set(env_id id, const char *value);
 void env_unset(env_id id);

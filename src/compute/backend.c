@@ -45,9 +45,9 @@ void backend_attention_fwd(backend *b, float *out, void *state, operand qkv, int
     b->attention_fwd(b, out, state, qkv, B, T, NH, HS);
 }
 
-void backend_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv,
+void backend_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv, operand out,
                            const void *state, int B, int T, int NH, int HS) {
-    static const char *const names[] = {"qkv"};
-    check_operands("attention_bwd", &qkv, names, 1);
-    b->attention_bwd(b, dqkv, dout, qkv, state, B, T, NH, HS);
+    static const char *const names[] = {"qkv", "out"};
+    check_operands("attention_bwd", (const operand[]){qkv, out}, names, 2);
+    b->attention_bwd(b, dqkv, dout, qkv, out, state, B, T, NH, HS);
 }

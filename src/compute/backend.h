@@ -142,8 +142,13 @@ struct backend {
     // and runs the fp32 op.
     void (*attention_fwd)(backend *b, float *out, void *state, operand qkv, int B, int T, int NH,
                           int HS);
-    // dqkv (B, T, 3*NH*HS) fp32, overwritten; dout (B, T, NH*HS) fp32; qkv as the forward's.
-    void (*attention_bwd)(backend *b, float *dqkv, const float *dout, operand qkv,
+    // dqkv (B, T, 3*NH*HS) fp32, overwritten; dout (B, T, NH*HS) fp32; qkv as the forward's;
+    // out: the forward's output O (B, T, NH*HS), in qkv's dtype (its bf16 rounding under
+    // bf16), so that a flash-style backward gets D = rowsum(dO * O) in one pass over dO and O
+    // instead of a sweep over the keys (FlashAttention-2's trick). The CPU keeps P and gets D
+    // as rowsum(P * dP) from the dP it computes anyway: it reads no O (the same value, exact
+    // math; its bits stay as before).
+    void (*attention_bwd)(backend *b, float *dqkv, const float *dout, operand qkv, operand out,
                           const void *state, int B, int T, int NH, int HS);
 
     // ---- embeddings ----
@@ -228,5 +233,5 @@ void backend_matmul_bwd(backend *b, float *dinp, float *dweight, float *dbias, o
                         operand inp, operand weight, const float *gelu_pre, int N, int IC, int OC);
 void backend_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, int T, int NH,
                            int HS);
-void backend_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv,
+void backend_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv, operand out,
                            const void *state, int B, int T, int NH, int HS);

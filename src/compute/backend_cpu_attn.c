@@ -4,7 +4,9 @@
 //   forward:  S = Q K^T / sqrt(HS), P = causal softmax(S) (saved: state (B, NH, T, T)),
 //             O = P V
 //   backward: dP = dO V^T, dS = P * (dP - rowsum(P * dP)), dV = P^T dO,
-//             dQ = dS K / sqrt(HS), dK = dS^T Q / sqrt(HS)
+//             dQ = dS K / sqrt(HS), dK = dS^T Q / sqrt(HS); D = rowsum(P * dP) equals
+//             rowsum(dO * O), which flash-style backends read O for (backend.h); here P
+//             and dP are at hand, so the O operand goes unread
 // Causality: rows are taken in blocks of ATTN_BLOCK; row block i only multiplies against
 // columns [0, end of block i), so the GEMMs skip most of the masked upper triangle
 // (5/8 of the full work at T = 4 blocks instead of 1/2 ideal, in GEMMs large enough to
@@ -168,7 +170,8 @@ void cpu_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, 
     attention_fwd_f32(b, out, state, qkv_f32(b, qkv, B, T, NH, HS), B, T, NH, HS);
 }
 
-void cpu_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv, const void *state,
-                       int B, int T, int NH, int HS) {
+void cpu_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv, operand out,
+                       const void *state, int B, int T, int NH, int HS) {
+    (void)out; // D = rowsum(P * dP), from the kept P (backend.h)
     attention_bwd_f32(b, dqkv, dout, qkv_f32(b, qkv, B, T, NH, HS), state, B, T, NH, HS);
 }

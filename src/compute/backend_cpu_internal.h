@@ -57,11 +57,12 @@ void cpu_gemm(cpu_ctx *ctx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N
               int ldc);
 
 // The table's attention entries (backend_cpu_attn.c); bf16 q, k, v are widened into
-// cpu_widened's buffer and the fp32 op runs on them.
+// cpu_widened's buffer and the fp32 op runs on them. The backward reads no O (out): D comes
+// from the probabilities it keeps (backend.h).
 void cpu_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, int T, int NH,
                        int HS);
-void cpu_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv, const void *state,
-                       int B, int T, int NH, int HS);
+void cpu_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv, operand out,
+                       const void *state, int B, int T, int NH, int HS);
 
 // exp(x) within 2 ulp of expf for x in [-86.9, 88.3]; 0 below (no subnormals), +inf
 // above, NaN stays NaN. Cephes' expf: x = n ln2 + r with |r| <= ln2/2, a degree-7

@@ -141,6 +141,16 @@ static void linear_bwd(model *m, float *dinp, int w, float *dbias, const float *
                        OPND(m, P(m, w), P16(m, w)), gelu_pre, N, IC, OC);
 }
 
+// bf16: the attention output O as the attention backward's operand (backend.h), the same bits
+// the forward kept: the slot's rounding, or under recompute the recomputed output rounded
+// into mm16, which is free between the matmul backwards that use it (each rounds its own dout
+// into it first; ops run in call order).
+static const uint16_t *attn_out16(model *m, model_acts *a, layer_acts *w, int i) {
+    if (!m->recompute) return wide_bf16(m, a, i, ACT_ATTY);
+    m->be->to_bf16(m->be, m->mm16, w->atty, wide_numel(m, ACT_ATTY));
+    return m->mm16;
+}
+
 // Element n of an activation buffer, or NULL for one a slot does not hold in fp32 (bf16).
 #define AT(p, n) ((p) ? (p) + (n) : NULL)
 
@@ -277,8 +287,9 @@ tri_status model_layer_backward(model *m, model_acts *acts, int l, int i) {
     TRI_CHECK(model_dresidual_all_rows(m, acts->dres, &dout));
     linear_bwd(m, m->datty, LW(PARAM_ATTPROJW), LG(PARAM_ATTPROJB), dout, a.atty, IN16(ACT_ATTY),
                NULL, N, d->C_local, C);
-    backend_attention_bwd(be, m->dqkv, m->datty, OPND(m, a.qkv, IN16(ACT_QKV)), a.att_state, d->B,
-                          d->T, d->NH_local, d->HS);
+    backend_attention_bwd(be, m->dqkv, m->datty, OPND(m, a.qkv, IN16(ACT_QKV)),
+                          OPND(m, a.atty, m->bf16 ? attn_out16(m, acts, &a, i) : NULL), a.att_state,
+                          d->B, d->T, d->NH_local, d->HS);
     linear_bwd(m, m->dln, LW(PARAM_QKVW), LG(PARAM_QKVB), m->dqkv, a.ln1, IN16(ACT_LN1), NULL, N, C,
                d->C3_local);
     TRI_CHECK(model_layernorm_bwd_from_all_rows(m, acts->dres, a.in, LP(PARAM_LN1W), LG(PARAM_LN1W),

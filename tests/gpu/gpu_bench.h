@@ -58,10 +58,14 @@ static void b_att_fwd(void *p) {
     backend_attention_fwd(bench_be, x->out, x->state, bench_operand(qkv, x->dt), x->B, x->T, x->NH,
                           x->HS);
 }
+// O: out itself, or under bf16 its rounding, kept in w after the bf16 qkv.
 static void b_att_bwd(void *p) {
     bench_args *x = p;
     const float *qkv = x->dt == DTYPE_BF16 ? x->w : x->inp;
-    backend_attention_bwd(bench_be, x->dinp, x->out, bench_operand(qkv, x->dt), x->state, x->B,
+    const operand o = x->dt == DTYPE_BF16 ? operand_bf16((const uint16_t *)x->w +
+                                                         (size_t)x->B * x->T * 3 * x->NH * x->HS)
+                                          : operand_fp32(x->out);
+    backend_attention_bwd(bench_be, x->dinp, x->out, bench_operand(qkv, x->dt), o, x->state, x->B,
                           x->T, x->NH, x->HS);
 }
 static void b_ln_fwd(void *p) {
@@ -115,6 +119,53 @@ static void bench_free(bench_args *a) {
     if (a->state) bench_be->free(bench_be, a->state);
 }
 
+// Attention forward and backward on fp32 and on bf16 q, k, v; returns the fp32 pair's time.
+// (TRIDENT_CUDA_ATTN picks the CUDA kernels when the backend is created.)
+static double bench_attention(int B, int T, int NH, int HS) {
+    const int C = NH * HS, N = B * T;
+    const char *kernels = getenv("TRIDENT_CUDA_ATTN");
+    const size_t state_bytes = attn_state_bytes(bench_be->attn_state, B, T, NH);
+    bench_args a = {.inp = bench_buf((size_t)N * 3 * C),
+                    .out = bench_buf((size_t)N * C),
+                    .dinp = bench_buf((size_t)N * 3 * C),
+                    .state = bench_be->alloc(bench_be, state_bytes),
+                    .B = B,
+                    .T = T,
+                    .NH = NH,
+                    .HS = HS};
+    double tf = time_op(b_att_fwd, &a), tb = time_op(b_att_bwd, &a);
+    double fl = 2.0 * B * NH * (double)T * T * HS; // causal half of 2 products of 2 T^2 HS
+    printf("bench: attention B=%d T=%d NH=%d HS=%d (kernels %s): fwd %.3f ms %.1f TFLOP/s, bwd "
+           "%.3f ms %.1f TFLOP/s (causal FLOPs, backward counted as 2.5x forward)\n",
+           B, T, NH, HS, kernels ? kernels : "default", tf * 1e3, fl / tf / 1e12, tb * 1e3,
+           2.5 * fl / tb / 1e12);
+    // The bf16 qkv in the first half of w, then O's rounding (b_att_bwd).
+    a.w = bench_buf((size_t)N * 3 * C);
+    bench_be->to_bf16(bench_be, (uint16_t *)a.w, a.inp, (size_t)N * 3 * C);
+    a.dt = DTYPE_BF16;
+    const double tf16 = time_op(b_att_fwd, &a);
+    bench_be->to_bf16(bench_be, (uint16_t *)a.w + (size_t)N * 3 * C, a.out, (size_t)N * C);
+    const double tb16 = time_op(b_att_bwd, &a);
+    printf("bench: attention B=%d T=%d NH=%d HS=%d bf16 qkv (tensor cores, kernels %s): fwd %.3f "
+           "ms %.1f TFLOP/s, bwd %.3f ms %.1f TFLOP/s\n",
+           B, T, NH, HS, kernels ? kernels : "default", tf16 * 1e3, fl / tf16 / 1e12, tb16 * 1e3,
+           2.5 * fl / tb16 / 1e12);
+    bench_free(&a);
+    return tf + tb;
+}
+
+// --bench-attn: attention alone, at GPT-2 124M's shape and at each head size of the FA2
+// kernels at T 1024 and 2048 (scripts/gpu-check.sh runs it once per TRIDENT_CUDA_ATTN).
+static void bench_attention_only(backend *be, int small) {
+    bench_be = be;
+    static const int shapes[][4] = {{8, 1024, 12, 64}, {8, 1024, 8, 80},  {8, 1024, 8, 96},
+                                    {8, 1024, 6, 128}, {4, 2048, 12, 64}, {4, 2048, 6, 128}};
+    for (size_t i = 0; i < (small ? 1 : sizeof shapes / sizeof shapes[0]); i++) {
+        const int *d = shapes[i];
+        bench_attention(small ? 2 : d[0], small ? 64 : d[1], small ? 2 : d[2], d[3]);
+    }
+}
+
 // small: tiny sizes, to run the bench code itself quickly (--self-test --bench-small).
 static void bench(backend *be, int small) {
     bench_be = be;
@@ -162,31 +213,7 @@ static void bench(backend *be, int small) {
         total += lin[i].per_step * (tf + tb);
         bench_free(&a);
     }
-    {
-        const size_t state_bytes = attn_state_bytes(bench_be->attn_state, B, T, NH);
-        bench_args a = {.inp = bench_buf((size_t)N * 3 * C),
-                        .out = bench_buf((size_t)N * C),
-                        .dinp = bench_buf((size_t)N * 3 * C),
-                        .state = bench_be->alloc(bench_be, state_bytes),
-                        .B = B,
-                        .T = T,
-                        .NH = NH,
-                        .HS = HS};
-        double tf = time_op(b_att_fwd, &a), tb = time_op(b_att_bwd, &a);
-        double fl = 2.0 * B * NH * (double)T * T * HS; // causal half of 2 products of 2 T^2 HS
-        printf("bench: attention B=%d T=%d NH=%d HS=%d: fwd %.3f ms %.1f TFLOP/s, bwd %.3f ms "
-               "%.1f TFLOP/s (causal FLOPs, backward counted as 2.5x forward)\n",
-               B, T, NH, HS, tf * 1e3, fl / tf / 1e12, tb * 1e3, 2.5 * fl / tb / 1e12);
-        total += 12.0 * (tf + tb);
-        a.w = bench_buf((size_t)N * 3 * C); // room for the bf16 qkv (half of it used)
-        bench_be->to_bf16(bench_be, (uint16_t *)a.w, a.inp, (size_t)N * 3 * C);
-        a.dt = DTYPE_BF16;
-        double tf16 = time_op(b_att_fwd, &a), tb16 = time_op(b_att_bwd, &a);
-        printf("bench: attention bf16 qkv (tensor cores): fwd %.3f ms %.1f TFLOP/s, bwd %.3f ms "
-               "%.1f TFLOP/s\n",
-               tf16 * 1e3, fl / tf16 / 1e12, tb16 * 1e3, 2.5 * fl / tb16 / 1e12);
-        bench_free(&a);
-    }
+    total += 12.0 * bench_attention(B, T, NH, HS);
     {
         bench_args a = {.inp = bench_buf((size_t)N * C),
                         .w = bench_buf(C),

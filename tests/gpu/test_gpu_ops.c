@@ -10,8 +10,16 @@
 //   build/tests/gpu/test_gpu_ops --bench       op timings at GPT-2 124M sizes (not a test)
 //   build/tests/gpu/test_gpu_ops --self-test   the same checks with a 1-thread CPU backend in
 //                                              place of CUDA: proves the harness without a GPU
+//   build/tests/gpu/test_gpu_ops --fa2-model   the same checks with a 1-thread CPU backend
+//                                              whose attention is the host model of CUDA's
+//                                              FA2 kernels (tests/fa2_model.h): what the
+//                                              device should show, from their algorithm
+//   build/tests/gpu/test_gpu_ops --attention   only the attention rows (tests/gpu/run.sh runs
+//                                              them again with TRIDENT_CUDA_ATTN=v1)
+//   build/tests/gpu/test_gpu_ops --bench-attn  attention timings alone, per head size
 //
 // TRIDENT_CUDA_TF32=1 must be unset: TF32 matmuls are ~1e-3 off by design.
+#include "../fa2_model.h"
 #include "../op_cases.h"
 #include "../testlib.h"
 #include "compute/backend.h"
@@ -23,6 +31,40 @@
 #include <string.h>
 
 static backend *dut, *cpu; // the device under test, the CPU reference
+
+// ---------------------------------------------------------------------------------------
+// --fa2-model: attention by the host model of the FA2 kernels, on the CPU backend's (host)
+// buffers: rounding as the kernels round on bf16 q, k, v, in fp32 otherwise; its state is the
+// kernels' (each row's lse).
+
+static const float *model_widened(operand x, size_t n, float **owned) {
+    *owned = NULL;
+    if (x.dtype != DTYPE_BF16) return x.ptr;
+    float *w = xmalloc((n + 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) w[i] = bf16_to_f32(((const uint16_t *)x.ptr)[i]);
+    return *owned = w;
+}
+
+static void model_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, int T,
+                                int NH, int HS) {
+    (void)b;
+    float *w;
+    fa2_model md = {.round_bf16 = qkv.dtype == DTYPE_BF16};
+    const float *q = model_widened(qkv, (size_t)B * T * 3 * NH * HS, &w);
+    fa2_model_fwd(&md, out, state, q, B, T, NH, HS);
+    free(w);
+}
+
+static void model_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv,
+                                operand out, const void *state, int B, int T, int NH, int HS) {
+    (void)b;
+    float *wq, *wo;
+    fa2_model md = {.round_bf16 = qkv.dtype == DTYPE_BF16};
+    const float *q = model_widened(qkv, (size_t)B * T * 3 * NH * HS, &wq);
+    const float *o = model_widened(out, (size_t)B * T * NH * HS, &wo);
+    fa2_model_bwd(&md, dqkv, dout, o, q, state, B, T, NH, HS);
+    free(wq), free(wo);
+}
 
 // ---------------------------------------------------------------------------------------
 // Memory
@@ -62,13 +104,19 @@ static void test_memory(void) {
 int main(int argc, char **argv) {
     backend_cpu_prepare_process(argv); // OpenBLAS's fast kernels for the CPU reference
     log_init();
-    int do_bench = 0, self_test = 0;
+    int do_bench = 0, self_test = 0, attention_only = 0, fa2_model_dut = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bench")) do_bench = 1;
         else if (!strcmp(argv[i], "--bench-small")) do_bench = 2;
+        else if (!strcmp(argv[i], "--bench-attn")) do_bench = 3;
         else if (!strcmp(argv[i], "--self-test")) self_test = 1;
+        else if (!strcmp(argv[i], "--attention")) attention_only = 1;
+        else if (!strcmp(argv[i], "--fa2-model")) self_test = fa2_model_dut = 1;
         else {
-            fprintf(stderr, "usage: %s [--bench | --bench-small] [--self-test]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--bench | --bench-small | --bench-attn] [--self-test | "
+                    "--fa2-model] [--attention]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -76,6 +124,12 @@ int main(int argc, char **argv) {
     if (self_test) {
         if (backend_cpu_create(&dut, 1) != TRI_OK) return 1;
         snprintf(test_tag, sizeof test_tag, " (cpu 1 thread)");
+        if (fa2_model_dut) {
+            dut->attention_fwd = model_attention_fwd;
+            dut->attention_bwd = model_attention_bwd;
+            dut->attn_state = ATTN_STATE_LSE;
+            snprintf(test_tag, sizeof test_tag, " (fa2 model)");
+        }
     } else {
         int device = -1;
         if (cuda_device_count() <= 0 || cuda_device_select(0, &device) != TRI_OK ||
@@ -84,7 +138,9 @@ int main(int argc, char **argv) {
                    "--self-test runs the harness on the CPU)\n");
             return 1;
         }
-        snprintf(test_tag, sizeof test_tag, " (cuda)");
+        const char *kernels = getenv("TRIDENT_CUDA_ATTN");
+        snprintf(test_tag, sizeof test_tag, " (cuda%s%s)", kernels ? " attn " : "",
+                 kernels ? kernels : "");
         if (getenv("TRIDENT_CUDA_TF32"))
             printf("note: TRIDENT_CUDA_TF32 is set; fp32 tolerances will not hold\n");
         // flash-style attention: the backward recomputes the probabilities from each row's
@@ -93,12 +149,15 @@ int main(int argc, char **argv) {
                    "attn_state %d", (int)dut->attn_state);
     }
     if (do_bench) {
-        bench(dut, do_bench == 2);
+        if (do_bench == 3) bench_attention_only(dut, self_test);
+        else bench(dut, do_bench == 2);
         dut->destroy(dut), cpu->destroy(cpu);
         return 0;
     }
-    test_memory();
-    for (size_t i = 0; i < N_OP_CASES; i++) op_case_check_twin(&OP_CASES[i], i, dut, cpu, test_tag);
+    if (!attention_only) test_memory();
+    for (size_t i = 0; i < N_OP_CASES; i++)
+        if (!attention_only || OP_CASES[i].op == &OP_ATTENTION)
+            op_case_check_twin(&OP_CASES[i], i, dut, cpu, test_tag);
     print_error_table();
     dut->destroy(dut), cpu->destroy(cpu);
     TEST_EXIT();
