@@ -57,6 +57,13 @@ static inline size_t attn_state_bytes(attn_state_kind kind, size_t B, size_t T, 
 
 typedef struct backend backend;
 
+// What a rank's buffers depend on in the backend it runs on (or the device a plan is for):
+// the model sizes its activations by it and the planner sums the same specs.
+typedef struct {
+    attn_state_kind attn; // backend.attn_state
+    int bf16_out;         // backend.bf16_out
+} backend_traits;
+
 // One AdamW step (backend.adamw): its hyperparameters, the clipping scale and the step.
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay;
@@ -79,6 +86,12 @@ struct backend {
     void *stream; // the stream every op runs on, in call order (a cudaStream_t), for
                   // a comm backend that orders itself against it with events; NULL
                   // on the CPU. Set at creation.
+    // The matmuls write bf16 outputs themselves (matmul_fwd16 / matmul_bwd16), so the bf16
+    // model needs no separate rounding pass after a GEMM nor the fp32 copy it rounds from
+    // (model_bf16_direct decides; the model's buffers and the planner follow). 1 on CUDA
+    // (TRIDENT_CUDA_BF16_PATH=fused, the default), 0 on the CPU, whose fp32 reference path
+    // stays as it was (TRIDENT_TEST_CPU_BF16_OUT=1 sets it there for the tests).
+    int bf16_out;
 
     // ---- memory ----
     void *(*alloc)(backend *b, size_t bytes); // zero-filled; NULL on failure
@@ -111,6 +124,21 @@ struct backend {
     // and backend_matmul_bwd runs gelu_bwd. Returns 0 without gelu_pre.
     int (*matmul_bwd)(backend *b, float *dinp, float *dweight, float *dbias, operand dout,
                       operand inp, operand weight, const float *gelu_pre, int N, int IC, int OC);
+    // The same GEMMs with bf16 outputs, for a consumer that reads the bf16 rounding anyway
+    // (only called where bf16_out is set; bf16 operands). The values are matmul_fwd's (and
+    // gelu_fwd's) rounded once to nearest even, so an fp32 GEMM followed by to_bf16 gives the
+    // same bits up to the order of the GEMM's sums:
+    //   pre16 NULL:  out16 (N, OC) = bf16(inp @ weight^T + bias)
+    //   pre16 given: pre16 = bf16(pre), out16 = bf16(gelu_tanh(pre)), pre in fp32 as above
+    //                (the GELU reads the fp32 pre, not its rounding)
+    // Any fallback (no cuBLASLt algorithm for a bf16 D) is the backend's own.
+    void (*matmul_fwd16)(backend *b, uint16_t *out16, uint16_t *pre16, operand inp,
+                         operand weight, const float *bias, int N, int IC, int OC);
+    // dinp16 (N, IC) = bf16((dout @ weight) * gelu_tanh'(pre16 widened)), the factor only
+    // when pre16 is given; dweight, dbias as matmul_bwd (fp32, accumulated).
+    void (*matmul_bwd16)(backend *b, uint16_t *dinp16, float *dweight, float *dbias,
+                         operand dout, operand inp, operand weight, const uint16_t *pre16, int N,
+                         int IC, int OC);
 
     // ---- normalisation and pointwise ----
     // out (N, C) = (inp - mean) * rstd * weight + bias; saves mean (N), rstd (N). eps 1e-5.
@@ -215,6 +243,11 @@ struct backend {
     void (*destroy)(backend *b);
 };
 
+static inline backend_traits backend_traits_of(const backend *b) {
+    backend_traits t = {b->attn_state, b->bf16_out};
+    return t;
+}
+
 // Called first thing in main(): when OpenBLAS picked its generic kernels on a CPU with
 // AVX2/AVX-512 (it does not know CPUs newer than itself), sets OPENBLAS_CORETYPE and
 // restarts the process once with the same arguments. Returns when nothing is to be done.
@@ -231,6 +264,12 @@ void backend_matmul_fwd(backend *b, float *out, float *gelu_pre, operand inp, op
                         const float *bias, int N, int IC, int OC);
 void backend_matmul_bwd(backend *b, float *dinp, float *dweight, float *dbias, operand dout,
                         operand inp, operand weight, const float *gelu_pre, int N, int IC, int OC);
+// The bf16-output forms (table: matmul_fwd16 / matmul_bwd16); bf16 operands, b->bf16_out set.
+void backend_matmul_fwd16(backend *b, uint16_t *out16, uint16_t *pre16, operand inp,
+                          operand weight, const float *bias, int N, int IC, int OC);
+void backend_matmul_bwd16(backend *b, uint16_t *dinp16, float *dweight, float *dbias, operand dout,
+                          operand inp, operand weight, const uint16_t *pre16, int N, int IC,
+                          int OC);
 void backend_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, int T, int NH,
                            int HS);
 void backend_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv, operand out,

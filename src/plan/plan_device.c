@@ -27,6 +27,7 @@ static const plan_device DEVICES[] = {
         /* .efficiency    = */ 0.6,
         /* .gemm_half     = */ 128,
         /* .attn          = */ ATTN_STATE_LSE,
+        /* .bf16_out      = */ 1,
     },
     {
         /* .name          = */ "h200",
@@ -44,6 +45,7 @@ static const plan_device DEVICES[] = {
         /* .efficiency    = */ 0.6,
         /* .gemm_half     = */ 128,
         /* .attn          = */ ATTN_STATE_LSE,
+        /* .bf16_out      = */ 1,
     },
     {
         /* .name          = */ "a100",
@@ -61,6 +63,7 @@ static const plan_device DEVICES[] = {
         /* .efficiency    = */ 0.6,
         /* .gemm_half     = */ 128,
         /* .attn          = */ ATTN_STATE_LSE,
+        /* .bf16_out      = */ 1,
     },
     {
         // One rank per core: 3 GHz x 2 AVX2 FMA units x 8 fp32 lanes x 2 FLOPs; bf16 is
@@ -80,6 +83,7 @@ static const plan_device DEVICES[] = {
         /* .efficiency    = */ 0.6,
         /* .gemm_half     = */ 16,
         /* .attn          = */ ATTN_STATE_PROBS,
+        /* .bf16_out      = */ 0,
     },
 };
 #define N_DEVICES (sizeof DEVICES / sizeof DEVICES[0])
