@@ -162,6 +162,7 @@ static const backend cuda_backend_table = {
     /* .peak_flops            = */ 989e12, // dense bf16 of an H100/H200, as the benchmarks report
     /* .attn_state            = */ ATTN_STATE_LSE, // flash-style attention: row statistics only
     /* .stream                = */ NULL,           // the context's stream, set below
+    /* .bf16_out              = */ 0,              // TRIDENT_CUDA_BF16_PATH, set below
     /* .alloc                 = */ cuda_alloc,
     /* .free                  = */ cuda_free_block,
     /* .copy_to_device        = */ cuda_copy_to_device,
@@ -172,6 +173,8 @@ static const backend cuda_backend_table = {
     /* .mem_peak_bytes        = */ cuda_mem_peak_bytes,
     /* .matmul_fwd            = */ cuda_matmul_fwd,
     /* .matmul_bwd            = */ cuda_matmul_bwd,
+    /* .matmul_fwd16          = */ cuda_matmul_fwd16,
+    /* .matmul_bwd16          = */ cuda_matmul_bwd16,
     /* .layernorm_fwd         = */ cuda_layernorm_fwd,
     /* .layernorm_bwd         = */ cuda_layernorm_bwd,
     /* .residual_fwd          = */ cuda_residual_fwd,
@@ -228,6 +231,7 @@ tri_status backend_cuda_create(backend **out, int device) {
         x->compute = env_flag(ENV_TRIDENT_CUDA_TF32) ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                      : CUBLAS_COMPUTE_32F;
         TRI_CHECK_GOTO(cuda_matmul_init(x), rc, fail);
+        b->bf16_out = x->bf16_out;
         TRI_CHECK_GOTO(cuda_attention_init(x, prop.sharedMemPerBlockOptin), rc, fail);
         LOG_DEBUG("CUDA backend on device %d (%s, sm_%d%d, %d SMs, %.1f GiB), matmuls in %s, "
                   "GELU %s",

@@ -38,8 +38,8 @@ void backend_matmul_bwd(backend *b, float *dinp, float *dweight, float *dbias, o
         b->gelu_bwd(b, dinp, gelu_pre, dinp, (size_t)N * IC);
 }
 
-void backend_matmul_fwd16(backend *b, uint16_t *out16, uint16_t *pre16, operand inp,
-                          operand weight, const float *bias, int N, int IC, int OC) {
+void backend_matmul_fwd16(backend *b, uint16_t *out16, uint16_t *pre16, operand inp, operand weight,
+                          const float *bias, int N, int IC, int OC) {
     static const char *const names[] = {"inp", "weight"};
     check_operands("matmul_fwd16", (const operand[]){inp, weight}, names, 2);
     TRI_ASSERT(b->bf16_out && inp.dtype == DTYPE_BF16 && N >= 0 && IC >= 0 && OC >= 0);

@@ -132,13 +132,12 @@ struct backend {
     //   pre16 given: pre16 = bf16(pre), out16 = bf16(gelu_tanh(pre)), pre in fp32 as above
     //                (the GELU reads the fp32 pre, not its rounding)
     // Any fallback (no cuBLASLt algorithm for a bf16 D) is the backend's own.
-    void (*matmul_fwd16)(backend *b, uint16_t *out16, uint16_t *pre16, operand inp,
-                         operand weight, const float *bias, int N, int IC, int OC);
+    void (*matmul_fwd16)(backend *b, uint16_t *out16, uint16_t *pre16, operand inp, operand weight,
+                         const float *bias, int N, int IC, int OC);
     // dinp16 (N, IC) = bf16((dout @ weight) * gelu_tanh'(pre16 widened)), the factor only
     // when pre16 is given; dweight, dbias as matmul_bwd (fp32, accumulated).
-    void (*matmul_bwd16)(backend *b, uint16_t *dinp16, float *dweight, float *dbias,
-                         operand dout, operand inp, operand weight, const uint16_t *pre16, int N,
-                         int IC, int OC);
+    void (*matmul_bwd16)(backend *b, uint16_t *dinp16, float *dweight, float *dbias, operand dout,
+                         operand inp, operand weight, const uint16_t *pre16, int N, int IC, int OC);
 
     // ---- normalisation and pointwise ----
     // out (N, C) = (inp - mean) * rstd * weight + bias; saves mean (N), rstd (N). eps 1e-5.
@@ -265,8 +264,8 @@ void backend_matmul_fwd(backend *b, float *out, float *gelu_pre, operand inp, op
 void backend_matmul_bwd(backend *b, float *dinp, float *dweight, float *dbias, operand dout,
                         operand inp, operand weight, const float *gelu_pre, int N, int IC, int OC);
 // The bf16-output forms (table: matmul_fwd16 / matmul_bwd16); bf16 operands, b->bf16_out set.
-void backend_matmul_fwd16(backend *b, uint16_t *out16, uint16_t *pre16, operand inp,
-                          operand weight, const float *bias, int N, int IC, int OC);
+void backend_matmul_fwd16(backend *b, uint16_t *out16, uint16_t *pre16, operand inp, operand weight,
+                          const float *bias, int N, int IC, int OC);
 void backend_matmul_bwd16(backend *b, uint16_t *dinp16, float *dweight, float *dbias, operand dout,
                           operand inp, operand weight, const uint16_t *pre16, int N, int IC,
                           int OC);

@@ -255,8 +255,7 @@ void config_check_rank_memory(config_ctx *c, const run_config *cfg, int dp) {
     // The traits of the smallest buffers the backend may carve (attention state, bf16 matmul
     // outputs): the planner's device decides on auto; no device holds less.
     const int cpu = cfg->system.backend == BACKEND_CPU;
-    const backend_traits bt = {.attn = cpu ? ATTN_STATE_PROBS : ATTN_STATE_LSE,
-                               .bf16_out = !cpu};
+    const backend_traits bt = {.attn = cpu ? ATTN_STATE_PROBS : ATTN_STATE_LSE, .bf16_out = !cpu};
     int stages[3];
     const int n = distinct_stages(pp, stages);
     for (int i = 0; i < n; i++) {

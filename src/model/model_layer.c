@@ -146,8 +146,7 @@ static void linear_bwd(model *m, float *dinp, int w, float *dbias, const float *
 // GELU's derivative at the kept bf16 GELU input fch16, written as bf16 into dfch16 (the
 // fc backward's dout); dout is rounded into mm16 first, as linear_bwd does.
 static void linear_gelu_bwd16(model *m, uint16_t *dinp16, int w, float *dbias, const float *dout,
-                              const uint16_t *inp16, const uint16_t *pre16, int N, int IC,
-                              int OC) {
+                              const uint16_t *inp16, const uint16_t *pre16, int N, int IC, int OC) {
     backend *be = m->be;
     be->to_bf16(be, m->mm16, dout, (size_t)N * OC);
     backend_matmul_bwd16(be, dinp16, G(m, w), dbias, operand_bf16(m->mm16), operand_bf16(inp16),
@@ -254,11 +253,10 @@ tri_status model_layer_forward(model *m, model_acts *acts, int l, int i) {
     keep_bf16(m, acts, &a, i, ACT_LN2);
     if (m->bf16_direct) // the GELU output and its input (the backward's aux) as bf16
         backend_matmul_fwd16(be, IN16(ACT_FCH_GELU), IN16(ACT_FCH), operand_bf16(IN16(ACT_LN2)),
-                             operand_bf16(P16(m, LW(PARAM_FCW))), LP(PARAM_FCB), N, C,
-                             d->C4_local);
+                             operand_bf16(P16(m, LW(PARAM_FCW))), LP(PARAM_FCB), N, C, d->C4_local);
     else {
-        linear_gelu_fwd(m, a.fch_gelu, a.fch, a.ln2, IN16(ACT_LN2), LW(PARAM_FCW), LP(PARAM_FCB),
-                        N, C, d->C4_local);
+        linear_gelu_fwd(m, a.fch_gelu, a.fch, a.ln2, IN16(ACT_LN2), LW(PARAM_FCW), LP(PARAM_FCB), N,
+                        C, d->C4_local);
         keep_bf16(m, acts, &a, i, ACT_FCH);
         keep_bf16(m, acts, &a, i, ACT_FCH_GELU);
     }

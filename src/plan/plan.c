@@ -68,8 +68,8 @@ void plan_rank_memory(const run_config *cfg, int tp_rank, int pp_rank, int dp_ra
 
 static void stage_memory(plan_stage *s, const layout *lo, const stage_tables *st) {
     s->rank_params = (int64_t)st->pt->local_numel;
-    config_rank_memory_of(lo->cfg, st->pt, &st->zl, 0, s->pp_rank, 0, s->n_slots, plan_device_traits(lo->dev),
-                          s->mem);
+    config_rank_memory_of(lo->cfg, st->pt, &st->zl, 0, s->pp_rank, 0, s->n_slots,
+                          plan_device_traits(lo->dev), s->mem);
     s->mem_total = 0;
     for (int k = 0; k < MEM_KIND_COUNT; k++) s->mem_total = sat_add_u64(s->mem_total, s->mem[k]);
     s->host_startup = plan_host_startup_bytes(lo->cfg, st->pt);
