@@ -125,7 +125,8 @@ struct backend {
     int (*matmul_bwd)(backend *b, float *dinp, float *dweight, float *dbias, operand dout,
                       operand inp, operand weight, const float *gelu_pre, int N, int IC, int OC);
     // The same GEMMs with bf16 outputs, for a consumer that reads the bf16 rounding anyway
-    // (only called where bf16_out is set; bf16 operands). The values are matmul_fwd's (and
+    // (bf16 operands). Every backend implements them; bf16_out says whether the model routes
+    // its bf16 activations through them. The values are matmul_fwd's (and
     // gelu_fwd's) rounded once to nearest even, so an fp32 GEMM followed by to_bf16 gives the
     // same bits up to the order of the GEMM's sums:
     //   pre16 NULL:  out16 (N, OC) = bf16(inp @ weight^T + bias)
@@ -263,7 +264,7 @@ void backend_matmul_fwd(backend *b, float *out, float *gelu_pre, operand inp, op
                         const float *bias, int N, int IC, int OC);
 void backend_matmul_bwd(backend *b, float *dinp, float *dweight, float *dbias, operand dout,
                         operand inp, operand weight, const float *gelu_pre, int N, int IC, int OC);
-// The bf16-output forms (table: matmul_fwd16 / matmul_bwd16); bf16 operands, b->bf16_out set.
+// The bf16-output forms (table: matmul_fwd16 / matmul_bwd16); bf16 operands.
 void backend_matmul_fwd16(backend *b, uint16_t *out16, uint16_t *pre16, operand inp, operand weight,
                           const float *bias, int N, int IC, int OC);
 void backend_matmul_bwd16(backend *b, uint16_t *dinp16, float *dweight, float *dbias, operand dout,
