@@ -2,15 +2,19 @@
 // else includes: the context, the op-level check macros, the device scratch and the ops
 // that live in files of their own.
 //
-// Files: backend_cuda.cu (memory, creation, the function table), backend_cuda_matmul.cu
-// (cuBLASLt), backend_cuda_attn.cu (flash-style causal attention), backend_cuda_ops.cu
+// Files: backend_cuda.cu (memory, workspaces, uploads, creation, the function table),
+// backend_cuda_matmul.cu (cuBLASLt), backend_cuda_gemm.cu (the bf16 GEMM where cuBLASLt has
+// none), backend_cuda_attn.cu (flash-style causal attention), backend_cuda_ops.cu
 // (LayerNorm, pointwise, embeddings, cross-entropy, optimizer and reductions).
 //
 // Streams: every op of a backend is enqueued on the context's one stream (non-blocking with
 // respect to the legacy default stream), in call order, so ops see each other's results
-// without any host synchronisation. The host waits only where the contract hands it a value:
-// copy_to_host, sumsq and synchronize. A comm backend on other streams reads buffers the
-// caller has synchronised first (compute/cuda_api.h), and its results are complete on return.
+// without any host synchronisation. The host waits only where the contract hands it a value
+// (copy_to_host, sumsq, synchronize), for a copy from pinned host memory, and when the upload
+// ring comes round to a slot whose copy is still queued (the host is that many uploads ahead).
+// The NCCL comm backend, on streams of its own, orders its collectives after this stream
+// with an event, and comm_wait makes this stream wait for their results on another (comm.h:
+// compute_stream), so the model's tp collectives never block the host either.
 //
 // Errors: an op returns nothing (backend.h), and a failed launch or library call leaves the
 // CUDA context unusable, so an op that fails reports the statement, file:line, rank and

@@ -10,6 +10,9 @@
 //   build/tests/gpu/test_gpu_ops --bench       op timings at GPT-2 124M sizes (not a test)
 //   build/tests/gpu/test_gpu_ops --self-test   the same checks with a 1-thread CPU backend in
 //                                              place of CUDA: proves the harness without a GPU
+//   build/tests/gpu/test_gpu_ops --matmuls     the matmul rows only (with
+//                                              TRIDENT_TEST_CUDA_FALLBACK=1: every cuBLASLt
+//                                              fallback, the bf16 fallback GEMM among them)
 //
 // TRIDENT_CUDA_TF32=1 must be unset: TF32 matmuls are ~1e-3 off by design.
 #include "../op_cases.h"
@@ -62,13 +65,15 @@ static void test_memory(void) {
 int main(int argc, char **argv) {
     backend_cpu_prepare_process(argv); // OpenBLAS's fast kernels for the CPU reference
     log_init();
-    int do_bench = 0, self_test = 0;
+    int do_bench = 0, self_test = 0, matmuls = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bench")) do_bench = 1;
         else if (!strcmp(argv[i], "--bench-small")) do_bench = 2;
         else if (!strcmp(argv[i], "--self-test")) self_test = 1;
+        else if (!strcmp(argv[i], "--matmuls")) matmuls = 1;
         else {
-            fprintf(stderr, "usage: %s [--bench | --bench-small] [--self-test]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--bench | --bench-small] [--self-test] [--matmuls]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -84,7 +89,9 @@ int main(int argc, char **argv) {
                    "--self-test runs the harness on the CPU)\n");
             return 1;
         }
-        snprintf(test_tag, sizeof test_tag, " (cuda)");
+        // TRIDENT_TEST_CUDA_FALLBACK=1 (read by the backend): the same rows on every fallback.
+        snprintf(test_tag, sizeof test_tag, "%s",
+                 getenv("TRIDENT_TEST_CUDA_FALLBACK") ? " (cuda, fallbacks)" : " (cuda)");
         if (getenv("TRIDENT_CUDA_TF32"))
             printf("note: TRIDENT_CUDA_TF32 is set; fp32 tolerances will not hold\n");
         // flash-style attention: the backward recomputes the probabilities from each row's
@@ -98,7 +105,9 @@ int main(int argc, char **argv) {
         return 0;
     }
     test_memory();
-    for (size_t i = 0; i < N_OP_CASES; i++) op_case_check_twin(&OP_CASES[i], i, dut, cpu, test_tag);
+    for (size_t i = 0; i < N_OP_CASES; i++)
+        if (!matmuls || OP_CASES[i].op == &OP_MATMUL)
+            op_case_check_twin(&OP_CASES[i], i, dut, cpu, test_tag);
     print_error_table();
     dut->destroy(dut), cpu->destroy(cpu);
     TEST_EXIT();
