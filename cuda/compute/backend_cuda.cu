@@ -109,7 +109,7 @@ static void cuda_copy_to_device(backend *b, void *dst, const void *host_src, siz
         void *pinned = upload_ring_take(&x->ring, bytes, &slot);
         if (pinned) {
             memcpy(pinned, host_src, bytes);
-            CUDA_OP_CHECK(cudaMemcpyAsync(dst, pinned, bytes, cudaMemcpyHostToDevice, x->stream));
+            CUDA_OP_CHECK(cudaMemcpyAsync(dst, pinned, bytes, cudaMemcpyDefault, x->stream));
             CUDA_OP_CHECK(cudaEventRecord(x->ring_events[slot], x->stream));
             upload_ring_issued(&x->ring, slot);
             return;
@@ -158,12 +158,14 @@ static void cuda_synchronize(backend *b) {
 
 // *buf holds at least `bytes` (256-byte aligned): a stream-ordered allocation, so that a
 // growth (the old buffer freed after the ops enqueued so far, a larger one taken from the
-// pool) never synchronises. `what` names it in the report of a growth during a run.
+// pool) never synchronises. Without reserve (sampling, the op tests) workspaces grow on first
+// use; after it a growth means cuda_workspace.c missed an op's request: reported once, named
+// by `what`.
 static void *workspace_at_least(cuda_ctx *x, void **buf, size_t *have, size_t bytes,
-                                const char *what, int reserving) {
+                                const char *what) {
     if (bytes <= *have) return *buf;
     const size_t grown = cuda_align256(bytes);
-    if (!reserving && !x->grew) { // reserve sized it from the run's shapes: a bug to report
+    if (x->reserved && !x->grew) {
         x->grew = 1;
         LOG_WARN("the CUDA backend's %s workspace grows from %zu to %zu bytes in the middle of "
                  "a run (compute/cuda_workspace.h sized it too small); please report this as a "
@@ -180,11 +182,11 @@ static void *workspace_at_least(cuda_ctx *x, void **buf, size_t *have, size_t by
 }
 
 void *cuda_scratch(cuda_ctx *x, size_t bytes) {
-    return workspace_at_least(x, &x->scratch, &x->scratch_bytes, bytes, "op", 0);
+    return workspace_at_least(x, &x->scratch, &x->scratch_bytes, bytes, "op");
 }
 
 void *cuda_widened_space(cuda_ctx *x, size_t bytes) {
-    return workspace_at_least(x, &x->widened, &x->widened_bytes, bytes, "widened", 0);
+    return workspace_at_least(x, &x->widened, &x->widened_bytes, bytes, "widened");
 }
 
 // Out of device or pinned memory for the workspaces: as for the arenas (mempool.h), the
@@ -242,6 +244,7 @@ static tri_status cuda_reserve(backend *b, const backend_shapes *s) {
         upload_ring_init(&x->ring, x->ring_host, w.upload_slot, CUDA_UPLOAD_SLOTS, &ev);
     }
     CUDA_CHECK(cudaStreamSynchronize(x->stream)); // start-up: everything exists before step 1
+    x->reserved = 1;
     LOG_DEBUG("CUDA backend workspaces: op %zu, widened %zu, cuBLASLt %zu bytes on the device; "
               "upload ring %d x %zu bytes pinned",
               x->scratch_bytes, x->widened_bytes, x->lt_workspace_bytes, CUDA_UPLOAD_SLOTS,

@@ -64,7 +64,8 @@ typedef struct {
     size_t scratch_bytes;
     void *widened;
     size_t widened_bytes;
-    int grew; // a workspace grew during a run (reported once)
+    int reserved; // reserve sized the workspaces for the run
+    int grew;     // a workspace grew after that (reported once)
     // Token uploads: a ring of pinned slots (compute/upload_ring.h), one event per slot.
     upload_ring ring;
     void *ring_host;

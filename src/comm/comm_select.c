@@ -5,6 +5,7 @@
 #include "base/env.h"
 
 #include <string.h>
+#include <unistd.h>
 
 #include "comm/comm_gpus.h"
 #include "comm/comm_mpi.h"
@@ -59,6 +60,8 @@ static tri_status check_shared_gpus(launch_info *li, const backend *be, comm_kin
                       s.why);
             LOG_HINT("set system.comm: auto or mpi (collectives staged through host memory), "
                      "or start at most one rank per GPU");
+        } else {
+            sleep(2); // the launcher ends the job at the first exit: rank 0 reports first
         }
         return TRI_ERR_CONFIG;
     }
