@@ -35,7 +35,11 @@ LDLIBS += -lyaml -lopenblas $(MPI_PMIX_LIBS) -lm -fopenmp $(SAN_FLAGS)
 comma := ,
 NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
 CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/,%,$(dir $(NVCC))),/usr/local/cuda)
-CUDA_ARCH ?= sm_90
+# Real code for each arch in CUDA_ARCH (A100 = sm_80, H100/H200 = sm_90), plus the PTX of
+# CUDA_PTX, which the driver compiles at load time on newer GPUs (Blackwell and on), so
+# that one binary starts on all of them. CUDA_ARCH=sm_90 CUDA_PTX= builds one arch only.
+CUDA_ARCH ?= sm_80 sm_90
+CUDA_PTX ?= compute_90
 ifeq ($(USE_CUDA),auto)
 BUILD_CUDA := $(if $(NVCC),1,0)
 else ifeq ($(USE_CUDA),1)
@@ -54,8 +58,10 @@ $(error USE_CUDA=1, but nvcc is neither on PATH nor at /usr/local/cuda/bin/nvcc.
 endif
 endif
 NVCCFLAGS ?= -O2
-NVCCFLAGS += -std=c++17 -gencode arch=$(patsubst sm_%,compute_%,$(CUDA_ARCH)),code=$(CUDA_ARCH) \
-	-Xcompiler -Wall,-Wextra$(if $(filter 1,$(WERROR)),$(comma)-Werror) \
+NVCC_GENCODE := $(foreach a,$(CUDA_ARCH),-gencode arch=$(patsubst sm_%,compute_%,$(a)),code=$(a)) \
+	$(if $(CUDA_PTX),-gencode arch=$(CUDA_PTX)$(comma)code=$(CUDA_PTX))
+NVCCFLAGS += -std=c++17 $(NVCC_GENCODE) \
+	-Xcompiler -Wall,-Wextra$(if $(filter 1,$(WERROR)),$(comma)-Werror --Werror all-warnings) \
 	-Xcompiler -iquote,src -MMD -MP
 CUDA_SRCS := $(sort $(wildcard cuda/*/*.cu))
 CUDA_OBJS := $(CUDA_SRCS:cuda/%.cu=$(BUILD)/obj/cuda/%.o)
@@ -69,7 +75,7 @@ ifeq ($(BUILD_CUDA),1)
 OBJS += $(CUDA_OBJS)
 # nvcc's host objects need the C++ runtime when gcc links them.
 LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart -lnccl -lcublasLt -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
-BUILD_KIND = with CUDA ($(NVCC), $(CUDA_ARCH), USE_CUDA=$(USE_CUDA))
+BUILD_KIND = with CUDA ($(NVCC), $(CUDA_ARCH)$(if $(CUDA_PTX), + $(CUDA_PTX) PTX), USE_CUDA=$(USE_CUDA))
 else
 OBJS += $(NOCUDA_SRCS:src/%.c=$(BUILD)/obj/%.o)
 BUILD_KIND = without CUDA (USE_CUDA=$(USE_CUDA)$(if $(NVCC),,$(comma) no nvcc found))

@@ -449,7 +449,7 @@ static void test_enums(void) {
     } cases[] = {
         {"parallel.schedule=1fb1", "parallel.schedule: expected one of gpipe, 1f1b, interleaved, "
                                    "got 1fb1; did you mean 1f1b?"},
-        {"train.precision=fp8", "train.precision: expected one of fp32, bf16, got fp8"},
+        {"train.precision=fp8", "train.precision: expected one of fp32, bf16, tf32, got fp8"},
         {"train.grad_dtype=BF16", "did you mean bf16?"},
         {"train.reduce_dtype=half", "train.reduce_dtype: expected one of fp32, bf16"},
         {"optim.decay=cos", "optim.decay: expected one of cosine, linear, constant, got cos; did "

@@ -323,6 +323,17 @@ static tri_status finish_stopped(trainer *tr, const loop_state *ls) {
     return TRI_OK;
 }
 
+// A step should allocate nothing on the device: its buffers come from the arenas and the
+// backend's workspaces were sized at start-up (backend.reserve). An allocation there can
+// synchronise the device while collectives are in flight, so a device backend says so once.
+static void note_step_allocs(trainer *tr, uint64_t allocs) {
+    if (allocs && tr->be->device_memory && !tr->step_allocs)
+        LOG_WARN("step %d made %llu device allocations (cudaMalloc in the middle of a step can "
+                 "stall collectives); please report this as a bug",
+                 tr->step + 1, (unsigned long long)allocs);
+    tr->step_allocs += allocs;
+}
+
 static tri_status train_loop(trainer *tr) {
     run_config *cfg = tr->cfg;
     model *m = &tr->model;
@@ -351,8 +362,10 @@ static tri_status train_loop(trainer *tr) {
         double t0 = time_now_s();
         tr->cm->step = tr->step + 1;
         double loss = 0.0, norm = 0.0, lr = 0.0, waited = 0.0;
+        const uint64_t allocs = tr->be->alloc_count(tr->be);
         TRI_CHECK(train_step(tr, &loss, &norm, &lr, &waited));
         double dt = time_now_s() - t0;
+        note_step_allocs(tr, tr->be->alloc_count(tr->be) - allocs);
         total_s += dt;
         if (isnan(first_loss)) first_loss = loss;
         last_loss = loss;
@@ -397,6 +410,8 @@ static tri_status train_loop(trainer *tr) {
              trained, total_s, first_loss, last_loss, val,
              trained > 0 ? trained * (double)tokens_per_step / total_s : 0.0,
              tr->be->mem_peak_bytes(tr->be) / 1048576.0);
+    LOG_DEBUG("%s backend: %llu device allocations inside the %d training steps", tr->be->name,
+              (unsigned long long)tr->step_allocs, trained);
     train_report_outputs(tr); // before any warning about metrics: that stays the last line
     metrics_describe_failure(&tr->metrics, lost, sizeof lost);
     if (metrics_rc != TRI_OK && tr->li->rank == 0) {

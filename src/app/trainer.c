@@ -16,13 +16,18 @@
 #include "plan/plan.h"
 
 // The backend's practical matmul rate, measured once (about 0.1 s) as the MFU denominator
-// on the CPU, where no datasheet peak applies.
-static double measure_matmul_rate(backend *be) {
+// where no datasheet peak applies: on the CPU, and on a GPU the planner's table does not
+// have. bf16: on bf16 operands (a device backend's tensor cores; the CPU widens them and
+// measures its fp32 rate, as it always has).
+static double measure_matmul_rate(backend *be, int bf16) {
     const int N = 512, K = 768, M = 768;
-    float *a = be->alloc(be, (size_t)N * K * 4), *w = be->alloc(be, (size_t)M * K * 4);
+    const size_t in = bf16 ? sizeof(uint16_t) : sizeof(float);
+    void *a = be->alloc(be, (size_t)N * K * in), *w = be->alloc(be, (size_t)M * K * in);
     float *o = be->alloc(be, (size_t)N * M * 4);
     if (!a || !w || !o) return 0.0;
-    backend_matmul_fwd(be, o, NULL, operand_fp32(a), operand_fp32(w), NULL, N, K, M); // warm-up
+    const operand oa = bf16 ? operand_bf16(a) : operand_fp32(a);
+    const operand ow = bf16 ? operand_bf16(w) : operand_fp32(w);
+    backend_matmul_fwd(be, o, NULL, oa, ow, NULL, N, K, M); // warm-up
     be->synchronize(be);
     // The best of several short windows: interference only ever lowers a measurement.
     double best = 0.0;
@@ -30,7 +35,7 @@ static double measure_matmul_rate(backend *be) {
         int reps = 0;
         double t0 = time_now_s(), t;
         do {
-            backend_matmul_fwd(be, o, NULL, operand_fp32(a), operand_fp32(w), NULL, N, K, M);
+            backend_matmul_fwd(be, o, NULL, oa, ow, NULL, N, K, M);
             be->synchronize(be);
             reps++;
             t = time_now_s() - t0;
@@ -40,6 +45,28 @@ static double measure_matmul_rate(backend *be) {
     }
     be->free(be, a), be->free(be, w), be->free(be, o);
     return best;
+}
+
+// The MFU denominator: the backend's own peak where it states one; for a GPU the planner's
+// device table knows, that device's dense peak of the run's precision (bf16, TF32 or fp32),
+// said once; else the measured matmul rate (the CPU; an unknown GPU, with a note).
+static double mfu_peak(trainer *tr) {
+    backend *be = tr->be;
+    const precision_kind prec = tr->cfg->train.precision_mode;
+    if (be->peak_flops > 0) return be->peak_flops;
+    plan_device dev;
+    if (be->device_name && plan_device_for_gpu(be->device_name, &dev) == 0) {
+        const char *what;
+        const double peak = plan_device_peak(&dev, prec, &what);
+        LOG_INFO("MFU against the %s's dense %s peak, %.4g TFLOP/s (the planner's device %s)",
+                 dev.description, what, peak / 1e12, dev.name);
+        return peak;
+    }
+    if (be->device_name)
+        LOG_INFO("MFU against the measured matmul rate: %s is not in the planner's device table "
+                 "(%s)",
+                 be->device_name, plan_device_names());
+    return measure_matmul_rate(be, be->device_memory && prec == PRECISION_BF16);
 }
 
 static tri_status open_data(trainer *tr) {
@@ -120,6 +147,9 @@ static tri_status create_model(trainer *tr) {
     const model_layout ml = config_model_layout(cfg, tr->coord.tp, tr->coord.pp, n_slots,
                                                 tr->be->attn_state);
     TRI_CHECK(model_create(&tr->model, &cfg->model, &ml, tr->be, tr->cm, &tr->pool));
+    // The backend's own workspaces for the model's shapes, before the first step.
+    const backend_shapes shapes = model_op_shapes(&cfg->model, &ml);
+    TRI_CHECK(tr->be->reserve(tr->be, &shapes));
     // The initial parameters go into the ZeRO layer's buffers entry by entry (model_init.h);
     // every rank learns whether any rank's part of a model file was bad.
     model_init mi;
@@ -233,12 +263,17 @@ tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     // communicators and every buffer belong to.
     stop_phase("compute backend");
     TRI_CHECK(backend_create_for(cfg->system.backend, li->local_rank, threads, &tr->be));
+    if (cfg->train.precision_mode == PRECISION_TF32 &&
+        !backend_set_tf32(tr->be, 1)) // the CPU: fp32 FMA, the same results as fp32
+        LOG_INFO("train.precision: tf32 runs as fp32 on the %s backend, which has no TF32 "
+                 "units",
+                 tr->be->name);
     stop_phase("communicators");
     TRI_CHECK(create_comm(tr));
     TRI_CHECK(startup_boundary(tr, "data"));
     // Before the model exists, so that the peak memory is the model's and optimizer's alone.
     // The MFU denominator: the backend's datasheet peak, or its measured matmul rate.
-    tr->peak_flops = tr->be->peak_flops > 0 ? tr->be->peak_flops : measure_matmul_rate(tr->be);
+    tr->peak_flops = mfu_peak(tr);
     TRI_CHECK(open_data(tr));
     TRI_CHECK(startup_boundary(tr, "model"));
     const int pp = cfg->parallel.pp, v = cfg->parallel.virtual_stages;

@@ -42,9 +42,11 @@ typedef struct {
     int step;       // the optimizer step being run (0-based), for the batch loader
     int eval_batch; // the evaluation batch being run
     double flops_per_token, peak_flops;
-    rundir dirs;         // run.out_dir and checkpoint.dir, locked (rank 0)
-    ckpt_writer *ckpt;   // NULL without checkpoint.dir
-    ckpt_progress start; // where training starts: zero, or the resumed checkpoint's
+    uint64_t step_allocs; // device allocations the training steps made (backend.alloc_count):
+                          // none is expected (a step sized everything at start-up)
+    rundir dirs;          // run.out_dir and checkpoint.dir, locked (rank 0)
+    ckpt_writer *ckpt;    // NULL without checkpoint.dir
+    ckpt_progress start;  // where training starts: zero, or the resumed checkpoint's
     int resumed;
     int eval_first;   // resumed at an evaluation step whose evaluation metrics.jsonl lacks (a
                       // stop or a kill cut it short): the loop runs it before the first step

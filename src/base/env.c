@@ -23,6 +23,15 @@ const env_desc ENV_TABLE[ENV_COUNT] = {
                               "staged only under a device backend with system.comm: mpi",
                               "every MPI call is staged through host buffers on the CPU path "
                               "too, as when ranks share a GPU (train and comm-test)"},
+    [ENV_TEST_GPU_BUS_ID] = {"TRIDENT_TEST_GPU_BUS_ID", ENV_BY_TEST_HOOK,
+                             "PCI bus ids, comma-separated", "only a device backend asks",
+                             "the CPU path acts as if local rank i used the GPU of item i (mod "
+                             "the count; as many GPUs visible as items): system.comm auto "
+                             "stages MPI when two ranks share one, as on a GPU"},
+    [ENV_TEST_CUDA_FALLBACK] = {"TRIDENT_TEST_CUDA_FALLBACK", ENV_BY_TEST_HOOK, "1",
+                                "cuBLASLt's epilogues and bf16 algorithms where it has them",
+                                "the CUDA backend takes every cuBLASLt fallback: bias broadcast "
+                                "and column sums, the GELU kernels, the bf16 fallback GEMM"},
     [ENV_TEST_CKPT_DELAY_MS] = {"TRIDENT_TEST_CKPT_DELAY_MS", ENV_BY_TEST_HOOK, "milliseconds", "0",
                                 "a pause after each MiB of a checkpoint rank file, so "
                                 "that a kill lands inside a write"},

@@ -57,6 +57,19 @@ static inline size_t attn_state_bytes(attn_state_kind kind, size_t B, size_t T, 
 
 typedef struct backend backend;
 
+// The largest operands a run hands the ops (the model's dimensions on this rank,
+// model_op_shapes), so that a backend can size its own workspaces once, before the first
+// step (backend.reserve), instead of allocating in the middle of one.
+typedef struct {
+    int rows;       // rows of the activations: B * T (N)
+    int B, T;       // micro-batch and sequence length (attention)
+    int C;          // d_model: the LayerNorm width
+    int NH, HS;     // attention heads on this rank and the head size
+    int bias_cols;  // the widest matmul output that has a bias (3C/tp, 4C/tp, C)
+    int V_local;    // vocabulary rows on this rank (the embedding backward sorts tokens by row)
+    tri_dtype attn; // the attention's operands: DTYPE_BF16 under train.precision bf16
+} backend_shapes;
+
 // One AdamW step (backend.adamw): its hyperparameters, the clipping scale and the step.
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay;
@@ -79,6 +92,15 @@ struct backend {
     void *stream; // the stream every op runs on, in call order (a cudaStream_t), for
                   // a comm backend that orders itself against it with events; NULL
                   // on the CPU. Set at creation.
+    // The device, for the comm choice (comm_gpus.h) and the MFU peak (the planner's device
+    // table): its name as the driver gives it ("NVIDIA H200") and its PCI bus id
+    // ("0000:19:00.0"); NULL on the CPU. Set at creation.
+    const char *device_name;
+    const char *device_bus_id;
+    // train.precision tf32: fp32 matmuls may round their operands to TF32 on tensor cores.
+    // has_tf32: the backend can (a fact, in its table); tf32: asked for (backend_set_tf32).
+    int has_tf32;
+    int tf32;
 
     // ---- memory ----
     void *(*alloc)(backend *b, size_t bytes); // zero-filled; NULL on failure
@@ -89,6 +111,14 @@ struct backend {
     void (*copy)(backend *b, void *dst, const void *src, size_t bytes); // device to device
     void (*synchronize)(backend *b);
     size_t (*mem_peak_bytes)(backend *b); // high-water mark of alloc()ed bytes
+    // Sizes the backend's own workspaces for ops up to `s` (called once the model exists,
+    // before the first step), so that no op allocates during a step. An op past them still
+    // works (it grows a workspace, counted by alloc_count). TRI_ERR_INTERNAL (reported) when
+    // the memory cannot be had.
+    tri_status (*reserve)(backend *b, const backend_shapes *s);
+    // Device allocations made so far, alloc()'s and the backend's own: the trainer checks
+    // that a step makes none (an allocation can synchronise the device in the middle of it).
+    uint64_t (*alloc_count)(backend *b);
 
     // ---- linear layers (called through backend_matmul_fwd / _bwd) ----
     // The operands of a call (inp, weight; dout) are all fp32 or all bf16 (the wrappers
@@ -214,6 +244,10 @@ struct backend {
 
     void (*destroy)(backend *b);
 };
+
+// train.precision tf32: on a backend with TF32 units (has_tf32) its fp32 matmuls run in TF32
+// from the next op on; elsewhere nothing changes. Returns b->tf32.
+int backend_set_tf32(backend *b, int on);
 
 // Called first thing in main(): when OpenBLAS picked its generic kernels on a CPU with
 // AVX2/AVX-512 (it does not know CPUs newer than itself), sets OPENBLAS_CORETYPE and

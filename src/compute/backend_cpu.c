@@ -64,6 +64,7 @@ static void *cpu_alloc(backend *b, size_t bytes) {
     h->bytes = bytes;
     h->magic = CPU_ALLOC_MAGIC;
     cpu_ctx *ctx = ctx_of(b);
+    atomic_fetch_add(&ctx->allocs, 1);
     size_t now = atomic_fetch_add(&ctx->mem_current, bytes) + bytes;
     size_t peak = atomic_load(&ctx->mem_peak);
     while (now > peak && !atomic_compare_exchange_weak(&ctx->mem_peak, &peak, now)) {
@@ -81,6 +82,15 @@ static void cpu_free(backend *b, void *ptr) {
 }
 
 static size_t cpu_mem_peak_bytes(backend *b) { return atomic_load(&ctx_of(b)->mem_peak); }
+
+// The CPU's workspaces are host memory, grown on demand: growing one synchronises nothing,
+// so nothing is sized ahead.
+static tri_status cpu_reserve(backend *b, const backend_shapes *s) {
+    (void)b, (void)s;
+    return TRI_OK;
+}
+
+static uint64_t cpu_alloc_count(backend *b) { return atomic_load(&ctx_of(b)->allocs); }
 
 static void cpu_copy(backend *b, void *dst, const void *src, size_t bytes) {
     (void)b;
@@ -679,6 +689,10 @@ static const backend cpu_backend_table = {
     /* .peak_flops            = */ 0, // measured: no datasheet peak applies
     /* .attn_state            = */ ATTN_STATE_PROBS,
     /* .stream                = */ NULL,
+    /* .device_name           = */ NULL,
+    /* .device_bus_id         = */ NULL,
+    /* .has_tf32              = */ 0, // fp32 FMA only: train.precision tf32 runs as fp32
+    /* .tf32                  = */ 0,
     /* .alloc                 = */ cpu_alloc,
     /* .free                  = */ cpu_free,
     /* .copy_to_device        = */ cpu_copy,
@@ -687,6 +701,8 @@ static const backend cpu_backend_table = {
     /* .copy                  = */ cpu_copy,
     /* .synchronize           = */ cpu_synchronize,
     /* .mem_peak_bytes        = */ cpu_mem_peak_bytes,
+    /* .reserve               = */ cpu_reserve,
+    /* .alloc_count           = */ cpu_alloc_count,
     /* .matmul_fwd            = */ cpu_matmul_fwd,
     /* .matmul_bwd            = */ cpu_matmul_bwd,
     /* .layernorm_fwd         = */ cpu_layernorm_fwd,
@@ -781,6 +797,7 @@ tri_status backend_cpu_create(backend **out, int threads) {
     ctx->threads = threads;
     atomic_init(&ctx->mem_current, 0);
     atomic_init(&ctx->mem_peak, 0);
+    atomic_init(&ctx->allocs, 0);
     b->ctx = ctx;
     b->threads = threads;
     omp_set_num_threads(threads);

@@ -35,6 +35,7 @@ typedef struct {
     // Atomic: alloc() may also be called from another host thread (a checkpoint writer).
     _Atomic size_t mem_current; // bytes handed out by alloc() and not yet freed
     _Atomic size_t mem_peak;    // high-water mark of mem_current
+    _Atomic uint64_t allocs;    // alloc() calls (alloc_count)
     float *scratch;             // per-op workspace (per-thread partials, attention dP), 64B aligned
     size_t scratch_floats;
     float *widened; // bf16 attention operands widened to fp32 (cpu_widened)

@@ -22,6 +22,11 @@
 
 #define DP_AUTO (-1)
 
+// train.precision: the dtype of the parameters and kept activations, and for fp32 whether
+// the matmuls may round their operands to TF32 on tensor cores. The first two values are
+// tri_dtype's DTYPE_FP32 and DTYPE_BF16.
+typedef enum { PRECISION_FP32 = 0, PRECISION_BF16 = 1, PRECISION_TF32 = 2 } precision_kind;
+
 typedef struct {
     struct {
         char *name;
@@ -43,6 +48,9 @@ typedef struct {
     } parallel;
     struct {
         int micro_batch, global_batch, steps;
+        precision_kind precision_mode; // the key train.precision
+        // What the modules take: precision_mode's storage dtype (DTYPE_FP32 for tf32), set
+        // by config_load; grad_dtype and reduce_dtype are keys.
         tri_dtype precision, grad_dtype, reduce_dtype;
         double grad_clip; // 0 = off
     } train;
@@ -131,3 +139,4 @@ const char *config_decay_name(decay_kind d);
 const char *config_backend_name(backend_kind b);
 const char *config_comm_name(comm_kind c);
 const char *config_recompute_name(recompute_kind r);
+const char *config_precision_name(precision_kind p);

@@ -11,12 +11,14 @@
 _Static_assert(sizeof(schedule_kind) == sizeof(int) && sizeof(tri_dtype) == sizeof(int) &&
                    sizeof(decay_kind) == sizeof(int) && sizeof(backend_kind) == sizeof(int) &&
                    sizeof(comm_kind) == sizeof(int) && sizeof(recompute_kind) == sizeof(int) &&
-                   sizeof(zero3_gather_kind) == sizeof(int),
+                   sizeof(zero3_gather_kind) == sizeof(int) &&
+                   sizeof(precision_kind) == sizeof(int),
                "enum fields must be int-sized");
 
 // Value names, indexed by the enum value, NULL-terminated.
 static const char *const SCHEDULE_NAMES[] = {"gpipe", "1f1b", "interleaved", NULL};
 static const char *const DTYPE_NAMES[] = {"fp32", "bf16", NULL};
+static const char *const PRECISION_NAMES[] = {"fp32", "bf16", "tf32", NULL};
 static const char *const DECAY_NAMES[] = {"cosine", "linear", "constant", NULL};
 static const char *const BACKEND_NAMES[] = {"auto", "cpu", "cuda", NULL};
 static const char *const COMM_NAMES[] = {"auto", "mpi", "nccl", "self", NULL};
@@ -76,7 +78,9 @@ const key_desc CONFIG_KEYS[K_COUNT] = {
     INT_KEY(K_TRAIN_MICRO_BATCH, train, micro_batch, 1, NO_MAX, 8),
     INT_KEY(K_TRAIN_GLOBAL_BATCH, train, global_batch, 1, NO_MAX, 32),
     INT_KEY(K_TRAIN_STEPS, train, steps, 1, NO_MAX, 2000),
-    ENUM_KEY(K_TRAIN_PRECISION, train, precision, DTYPE_NAMES, DTYPE_FP32),
+    [K_TRAIN_PRECISION] = {.section = "train", .key = "precision", .type = KT_ENUM,
+                           .offset = OFF(train.precision_mode), .names = PRECISION_NAMES,
+                           .def_num = PRECISION_FP32},
     ENUM_KEY(K_TRAIN_GRAD_DTYPE, train, grad_dtype, DTYPE_NAMES, DTYPE_FP32),
     ENUM_KEY(K_TRAIN_REDUCE_DTYPE, train, reduce_dtype, DTYPE_NAMES, DTYPE_FP32),
     F64_KEY(K_TRAIN_GRAD_CLIP, train, grad_clip, 0, 0, INFINITY, 0, 1.0),
@@ -124,6 +128,9 @@ const char *config_backend_name(backend_kind b) {
     return config_enum_name(BACKEND_NAMES, 3, (int)b);
 }
 const char *config_comm_name(comm_kind c) { return config_enum_name(COMM_NAMES, 4, (int)c); }
+const char *config_precision_name(precision_kind p) {
+    return config_enum_name(PRECISION_NAMES, 3, (int)p);
+}
 const char *config_recompute_name(recompute_kind r) {
     return config_enum_name(RECOMPUTE_NAMES, 2, (int)r);
 }

@@ -310,6 +310,10 @@ tri_status config_load(run_config *cfg, const char *path, int n_set, char **sets
             snprintf(dir, sizeof dir, "runs/%s", cfg->run.name);
             config_set_string(cfg, K_RUN_OUT_DIR, dir);
         }
+        // train.precision as the modules take it: tf32 stores fp32 (the matmuls' math is the
+        // compute backend's, backend_set_tf32).
+        cfg->train.precision = cfg->train.precision_mode == PRECISION_BF16 ? DTYPE_BF16
+                                                                           : DTYPE_FP32;
         config_check_ranges(&c, cfg);
         config_check_rules(&c, cfg);
     }
