@@ -75,11 +75,11 @@ typedef struct {
     std::atomic<uint64_t> allocs; // device (and pinned) allocations: backend.alloc_count
     char name[256];               // the device's name (backend.device_name)
     char bus_id[32];              // its PCI bus id (backend.device_bus_id)
-    int att_max_hs;         // largest attention head size the device's shared memory allows
-    int att_fa2;            // TRIDENT_CUDA_ATTN: 1 for the FA2 kernels (default), 0 for v1
-    unsigned att_fa2_heads; // head sizes whose FA2 kernels fit the device (bits HS / 16)
-    int gelu_epilogue;      // cuBLASLt's GELU epilogues compute gelu_tanh here (probed at start)
-    double *host_result;    // pinned: where sumsq's result lands for the host
+    int att_max_hs;               // largest attention head size the device's shared memory allows
+    int att_fa2;                  // TRIDENT_CUDA_ATTN: 1 for the FA2 kernels (default), 0 for v1
+    unsigned att_fa2_heads;       // head sizes whose FA2 kernels fit the device (bits HS / 16)
+    int gelu_epilogue;   // cuBLASLt's GELU epilogues compute gelu_tanh here (probed at start)
+    double *host_result; // pinned: where sumsq's result lands for the host
     // alloc()/free() may come from another host thread (a checkpoint writer), hence the lock.
     std::mutex mem_lock;
     std::unordered_map<void *, size_t> *mem_sizes; // bytes of every live alloc()
