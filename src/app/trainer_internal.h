@@ -46,10 +46,11 @@ typedef struct {
     ckpt_writer *ckpt;   // NULL without checkpoint.dir
     ckpt_progress start; // where training starts: zero, or the resumed checkpoint's
     int resumed;
-    int eval_first;   // resumed at an evaluation step whose evaluation metrics.jsonl lacks (a
-                      // stop or a kill cut it short): the loop runs it before the first step
-    int metrics_lost; // rank 0 could not write metrics.jsonl (log.metrics_required): the run
-                      // stops at the step boundary and exits 4, on every rank
+    char *resume_json; // the run record's `,"resume_changes":[...]` of a resume (resume_diff.h)
+    int eval_first;    // resumed at an evaluation step whose evaluation metrics.jsonl lacks (a
+                       // stop or a kill cut it short): the loop runs it before the first step
+    int metrics_lost;  // rank 0 could not write metrics.jsonl (log.metrics_required): the run
+                       // stops at the step boundary and exits 4, on every rank
 } trainer;
 
 // trainer.c
