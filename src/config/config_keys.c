@@ -50,6 +50,7 @@ static const char *const RESUME_CHANGES_NAMES[] = {"refuse", "allow", NULL};
     [id] = {.section = #sec, .key = #name, .type = KT_BOOL, .offset = OFF(sec.name),         \
             .def_num = (def), __VA_ARGS__}
 #define FREE(text) .resume = RESUME_FREE, .effect = (text)
+#define RESHARDED FREE("the checkpoint is resharded to the new layout")
 #define GUARDED(text) .resume = RESUME_GUARDED, .effect = (text)
 #define FIXED(text) .resume = RESUME_FIXED, .effect = (text)
 #define NO_MAX ((double)INT_MAX)
@@ -83,11 +84,11 @@ const key_desc CONFIG_KEYS[K_COUNT] = {
     STR_KEY(K_MODEL_INIT_FROM, model, init_from, 1, NULL,
             FREE("none on the weights: a resumed run takes them from the checkpoint (the file "
                  "is still read and checked)")),
-    INT_KEY(K_PAR_TP, parallel, tp, 1, NO_MAX, 1, FREE("resharded")),
-    INT_KEY(K_PAR_PP, parallel, pp, 1, NO_MAX, 1, FREE("resharded")),
+    INT_KEY(K_PAR_TP, parallel, tp, 1, NO_MAX, 1, RESHARDED),
+    INT_KEY(K_PAR_PP, parallel, pp, 1, NO_MAX, 1, RESHARDED),
     [K_PAR_DP] = {.section = "parallel", .key = "dp", .type = KT_DP, .offset = OFF(parallel.dp),
-                  .lo = 1, .hi = NO_MAX, .def_num = DP_AUTO, FREE("resharded")},
-    INT_KEY(K_PAR_VIRTUAL_STAGES, parallel, virtual_stages, 1, NO_MAX, 1, FREE("resharded")),
+                  .lo = 1, .hi = NO_MAX, .def_num = DP_AUTO, RESHARDED},
+    INT_KEY(K_PAR_VIRTUAL_STAGES, parallel, virtual_stages, 1, NO_MAX, 1, RESHARDED),
     ENUM_KEY(K_PAR_SCHEDULE, parallel, schedule, SCHEDULE_NAMES, SCHEDULE_1F1B,
              FREE("another order of the pipeline's work: the same gradients")),
     INT_KEY(K_PAR_ZERO, parallel, zero, 0, 3, 1,
@@ -110,7 +111,7 @@ const key_desc CONFIG_KEYS[K_COUNT] = {
             GUARDED("each step takes another number of sequences (the gradient's noise and "
                     "the data per step change)")),
     INT_KEY(K_TRAIN_STEPS, train, steps, 1, NO_MAX, 2000,
-            FREE("training ends at another step")),
+            FREE("training ends at another step, and the LR decay with it")),
     ENUM_KEY(K_TRAIN_PRECISION, train, precision, DTYPE_NAMES, DTYPE_FP32,
              GUARDED("parameters and activations in another precision (the fp32 values come "
                      "from the checkpoint)")),
