@@ -49,7 +49,6 @@ static tri_status decide(const char *ckpt, const run_config *cfg, const resume_c
     const int allow = cfg->checkpoint.resume_changes == RESUME_CHANGES_ALLOW;
     const int n_guarded = count_class(l, RESUME_GUARDED), n_fixed = count_class(l, RESUME_FIXED);
     print_class(l, RESUME_FREE, 0);
-    fflush(stdout); // the information above stays above the warnings and errors (stderr)
     char undo[1024];
     if (n_fixed > 0) {
         print_class(l, RESUME_GUARDED, !allow);

@@ -305,9 +305,10 @@ static tri_status finish_stopped(trainer *tr, const loop_state *ls) {
                  ls->in_eval ? " and repeats the evaluation" : "");
     else
         snprintf(saved, sizeof saved,
-                 "no checkpoint.dir set, so the %d steps trained are lost (no model.bin either)",
+                 "nothing could be saved, since checkpoint.dir is not set: the %d steps trained "
+                 "are lost (no model.bin either); set checkpoint.dir to make a stop resumable",
                  n - tr->start.step);
-    train_report_outputs(tr); // before any warning about metrics: that stays the last line
+    train_report_outputs(tr, n); // before the reason: that stays the last line
     metrics_describe_failure(&tr->metrics, lost, sizeof lost);
     if (tr->metrics_lost) {
         if (tr->li->rank == 0) {
@@ -319,7 +320,8 @@ static tri_status finish_stopped(trainer *tr, const loop_state *ls) {
         return TRI_ERR_CKPT;
     }
     if (tr->ckpt || !trained || complete) LOG_INFO("stopped %s: %s", what, saved);
-    else LOG_WARN("stopped %s without a checkpoint: %s", what, saved);
+    else if (tr->li->rank == 0) // every rank stops alike: the job says it once
+        LOG_WARN("stopped %s without a checkpoint: %s", what, saved);
     return TRI_OK;
 }
 
@@ -397,7 +399,7 @@ static tri_status train_loop(trainer *tr) {
              trained, total_s, first_loss, last_loss, val,
              trained > 0 ? trained * (double)tokens_per_step / total_s : 0.0,
              tr->be->mem_peak_bytes(tr->be) / 1048576.0);
-    train_report_outputs(tr); // before any warning about metrics: that stays the last line
+    train_report_outputs(tr, -1); // before any warning about metrics: that stays the last line
     metrics_describe_failure(&tr->metrics, lost, sizeof lost);
     if (metrics_rc != TRI_OK && tr->li->rank == 0) {
         LOG_ERROR("training finished and %s/model.bin was written, but %s", cfg->run.out_dir, lost);
