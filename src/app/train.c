@@ -395,10 +395,15 @@ static tri_status train_loop(trainer *tr) {
     char val[64] = "", lost[640] = "";
     if (!isnan(last_val)) snprintf(val, sizeof val, ", val loss %.4f", last_val);
     const int trained = cfg->train.steps - tr->start.step;
-    LOG_INFO("done: %d steps in %.1f s, loss %.4f -> %.4f%s, %.0f tok/s, peak memory %.1f MiB",
-             trained, total_s, first_loss, last_loss, val,
-             trained > 0 ? trained * (double)tokens_per_step / total_s : 0.0,
-             tr->be->mem_peak_bytes(tr->be) / 1048576.0);
+    if (trained <= 0) // a resume at or past train.steps (resume_diff.h says so at start)
+        LOG_INFO("done: nothing to train (the checkpoint is at step %d, train.steps is %d)",
+                 tr->start.step, cfg->train.steps);
+    else
+        LOG_INFO("done: %d steps in %.1f s, loss %.4f -> %.4f%s, %.0f tok/s, peak memory %.1f "
+                 "MiB",
+                 trained, total_s, first_loss, last_loss, val,
+                 trained * (double)tokens_per_step / total_s,
+                 tr->be->mem_peak_bytes(tr->be) / 1048576.0);
     train_report_outputs(tr, -1); // before any warning about metrics: that stays the last line
     metrics_describe_failure(&tr->metrics, lost, sizeof lost);
     if (metrics_rc != TRI_OK && tr->li->rank == 0) {
