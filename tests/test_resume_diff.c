@@ -219,12 +219,14 @@ static void test_recorded_forms(void) {
                "rc %d, %d changes (first %s)", (int)rc, l.n, l.n ? l.items[0].key : "-");
     resume_changes_free(&l);
     rc = diff_text("config:\n  model:\n    n_layer: 4\n    future_knob: 3\n"
-                   "  moe:\n    experts: 8\n  train:\n    steps: many\n    grad_clip: [1]\n",
+                   "  moe:\n    experts: 8\n  train:\n    steps: many\n    grad_clip: [1]\n"
+                   "  log: 5\n  system: null\n",
                    &now, &l);
     const resume_change *knob = find_change(&l, "model.future_knob"), *moe = find_change(&l, "moe");
     const resume_change *steps = find_change(&l, "train.steps");
-    const resume_change *clip = find_change(&l, "train.grad_clip");
-    TEST_CHECK(rc == TRI_OK && l.n == 4 && knob && knob->cls == RESUME_GUARDED &&
+    const resume_change *clip = find_change(&l, "train.grad_clip"), *sec = find_change(&l, "log");
+    TEST_CHECK(rc == TRI_OK && l.n == 5 && knob && knob->cls == RESUME_GUARDED && sec &&
+                   sec->cls == RESUME_GUARDED && !strcmp(sec->from, "5") &&
                    !strcmp(knob->from, "3") && moe && moe->cls == RESUME_GUARDED && steps &&
                    steps->cls == RESUME_FREE && !strcmp(steps->from, "many") && clip &&
                    clip->cls == RESUME_GUARDED && !strcmp(clip->from, "(a list)"),

@@ -90,6 +90,8 @@ tri_status resume_check(const char *ckpt, const run_config *cfg, comm *cm, int w
     if (rc == TRI_OK) {
         rc = config_resume_diff(rec.config, rec.config_len, rec.manifest, rec.config_line, cfg,
                                 rec.step, &changes);
+        // Differences that no single key shows (the data order a checkpoint recorded) join
+        // the list here, through resume_changes_add, before the decision.
         ckpt_recorded_free(&rec);
     }
     if (rc == TRI_OK) rc = decide(ckpt, cfg, &changes);

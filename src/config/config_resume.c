@@ -123,8 +123,8 @@ static void read_section(yaml_document_t *doc, const config_tags *tags, const ch
         }
         if (info->present[k]) continue; // a duplicate: the first one counts, as in a config
         info->present[k] = 1;
-        scalar_view v = config_view_of(val, tags);
-        config_set_value(&c, cfg, k, &v, (config_loc){(int)val->start_mark.line + 1, -1});
+        config_set_node(&c, cfg, doc, val, tags, k,
+                        (config_loc){(int)val->start_mark.line + 1, -1});
         if (c.bad[k]) info->unreadable[k] = xstrdup(node_text(val));
     }
     config_report_discard(&c, NULL, 0); // what was wrong is in info
@@ -170,13 +170,15 @@ static tri_status read_recorded(const char *text, size_t n, const char *origin, 
                 yaml_node_t *val = yaml_document_get_node(&doc, p->value);
                 if (!key || !val || key->type != YAML_SCALAR_NODE) continue;
                 const char *name = (const char *)key->data.scalar.value;
-                if (config_section_first_key(name) >= 0 && val->type == YAML_MAPPING_NODE) {
+                const int known = config_section_first_key(name) >= 0;
+                const scalar_view v = config_view_of(val, &tags);
+                char path[128];
+                snprintf(path, sizeof path, "%.100s", name);
+                if (known && val->type == YAML_MAPPING_NODE)
                     read_section(&doc, &tags, name, val, cfg, info);
-                } else {
-                    char path[128];
-                    snprintf(path, sizeof path, "%.100s", name);
-                    add_unknown(info, path, val, "an unknown section");
-                }
+                else if (!known) add_unknown(info, path, val, "an unknown section");
+                else if (val->type != YAML_SCALAR_NODE || !config_is_null(&v)) // null: empty
+                    add_unknown(info, path, val, "a section that is not a mapping of keys");
             }
         }
         yaml_document_delete(&doc);
