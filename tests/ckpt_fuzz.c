@@ -6,7 +6,8 @@
 // family below, N cases: a copy of a random CKPT_DIR is damaged in one way, then a child
 // process does what a resume does before it trains, through the library: it resolves the
 // checkpoint as checkpoint.resume: auto would (ckpt_resolve_resume), checks it whole
-// (ckpt_verify: the manifest, the rank files, every region's CRC) and reads its model
+// (ckpt_verify: the manifest, the rank files, every region's CRC), compares the config it
+// recorded with the resuming one (config_resume_diff) and reads its model
 // (ckpt_model_open and ckpt_model_read, tensor by tensor). Each case must end in one of two ways:
 //   refused   exit 4, the damaged file named (and, for an edited field, the field), or
 //   accepted  exit 0 with the progress and the parameters of the checkpoint it should
@@ -40,6 +41,7 @@
 
 #include "base/crc32c.h"
 #include "config/config.h"
+#include "config/config_resume.h"
 #include "io/checkpoint.h"
 #include "model/params.h"
 
@@ -181,6 +183,16 @@ static int child(const char *ckpt_dir, int out_fd) {
     if (!o.resolved[0]) return 11; // a fresh start over checkpoints: never right here
     ckpt_progress p;
     if ((rc = ckpt_verify(o.resolved, &p)) != TRI_OK) return (int)rc;
+    // What a resume reads next (app/resume_diff.h): the config the checkpoint recorded,
+    // compared with this one; a checkpoint the checks accept has a readable one.
+    ckpt_recorded rec;
+    if ((rc = ckpt_read_recorded(o.resolved, &rec)) != TRI_OK) return (int)rc;
+    resume_changes changes = {0};
+    rc = config_resume_diff(rec.config, rec.config_len, rec.manifest, rec.config_line, &cfg,
+                            rec.step, &changes);
+    resume_changes_free(&changes);
+    ckpt_recorded_free(&rec);
+    if (rc != TRI_OK) return (int)rc;
     run_config mcfg;
     config_defaults(&mcfg);
     param_table full;

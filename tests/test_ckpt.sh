@@ -154,7 +154,7 @@ off = int(re.search(r'tensor: h0.qkvw, kind: param.*byte_offset: (\d+)', m).grou
 f = open('$W/bad/rank_00000.bin', 'r+b'); f.seek(off + 100); b = f.read(1); f.seek(off + 100); f.write(bytes([b[0] ^ 1]))"
 damaged ckpt_missing_rank_file "rank file .*rank_00000.bin is missing" rm $W/bad/rank_00000.bin
 EXTRA="--set model.d_model=64" damaged ckpt_other_model \
-    "tensor wte is \[256, 32\] in the checkpoint but \[256, 64\] in this model" true
+    "model.d_model 32 -> 64: the checkpoint's tensors are d_model wide" true
 damaged ckpt_no_manifest "is not a checkpoint (no manifest.yaml" rm $W/bad/manifest.yaml
 
 # --- edited manifests (issue 15): the seal, every field's range and the regions' tiling ------

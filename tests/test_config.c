@@ -28,6 +28,20 @@ static int streq(const char *a, const char *b) { return a && b && !strcmp(a, b);
 
 // ---------------------------------------------------------------------------------------
 
+// Every key of the table says what a resume with another value does (config.h's resume_class
+// and the effect text that config_resume.c prints): a key added without one fails here.
+static void test_resume_classes(void) {
+    int bad = -1;
+    for (int k = 0; k < K_COUNT && bad < 0; k++)
+        if (CONFIG_KEYS[k].resume == RESUME_UNSET || !CONFIG_KEYS[k].effect ||
+            !CONFIG_KEYS[k].effect[0])
+            bad = k;
+    char path[64] = "";
+    if (bad >= 0) config_key_path(bad, path, sizeof path);
+    TEST_CHECK(bad < 0, "config_every_key_has_resume_class",
+               "%s has no resume class or effect (add FREE, GUARDED or FIXED to its entry)", path);
+}
+
 static void test_defaults(void) {
     run_config cfg;
     config_defaults(&cfg);
@@ -758,6 +772,7 @@ static void test_world(void) {
 int main(void) {
     if (harness_init("test_config")) return 1;
     test_defaults();
+    test_resume_classes();
     test_empty_file();
     test_full_file();
     test_design_example();

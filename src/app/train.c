@@ -305,9 +305,10 @@ static tri_status finish_stopped(trainer *tr, const loop_state *ls) {
                  ls->in_eval ? " and repeats the evaluation" : "");
     else
         snprintf(saved, sizeof saved,
-                 "no checkpoint.dir set, so the %d steps trained are lost (no model.bin either)",
+                 "nothing could be saved, since checkpoint.dir is not set: the %d steps trained "
+                 "are lost (no model.bin either); set checkpoint.dir to make a stop resumable",
                  n - tr->start.step);
-    train_report_outputs(tr); // before any warning about metrics: that stays the last line
+    train_report_outputs(tr, n); // before the reason: that stays the last line
     metrics_describe_failure(&tr->metrics, lost, sizeof lost);
     if (tr->metrics_lost) {
         if (tr->li->rank == 0) {
@@ -319,7 +320,8 @@ static tri_status finish_stopped(trainer *tr, const loop_state *ls) {
         return TRI_ERR_CKPT;
     }
     if (tr->ckpt || !trained || complete) LOG_INFO("stopped %s: %s", what, saved);
-    else LOG_WARN("stopped %s without a checkpoint: %s", what, saved);
+    else if (tr->li->rank == 0) // every rank stops alike: the job says it once
+        LOG_WARN("stopped %s without a checkpoint: %s", what, saved);
     return TRI_OK;
 }
 
@@ -406,13 +408,18 @@ static tri_status train_loop(trainer *tr) {
     char val[64] = "", lost[640] = "";
     if (!isnan(last_val)) snprintf(val, sizeof val, ", val loss %.4f", last_val);
     const int trained = cfg->train.steps - tr->start.step;
-    LOG_INFO("done: %d steps in %.1f s, loss %.4f -> %.4f%s, %.0f tok/s, peak memory %.1f MiB",
-             trained, total_s, first_loss, last_loss, val,
-             trained > 0 ? trained * (double)tokens_per_step / total_s : 0.0,
-             tr->be->mem_peak_bytes(tr->be) / 1048576.0);
+    if (trained <= 0) // a resume at or past train.steps (resume_diff.h says so at start)
+        LOG_INFO("done: nothing to train (the checkpoint is at step %d, train.steps is %d)",
+                 tr->start.step, cfg->train.steps);
+    else
+        LOG_INFO("done: %d steps in %.1f s, loss %.4f -> %.4f%s, %.0f tok/s, peak memory %.1f "
+                 "MiB",
+                 trained, total_s, first_loss, last_loss, val,
+                 trained * (double)tokens_per_step / total_s,
+                 tr->be->mem_peak_bytes(tr->be) / 1048576.0);
     LOG_DEBUG("%s backend: %llu device allocations inside the %d training steps", tr->be->name,
               (unsigned long long)tr->step_allocs, trained);
-    train_report_outputs(tr); // before any warning about metrics: that stays the last line
+    train_report_outputs(tr, -1); // before any warning about metrics: that stays the last line
     metrics_describe_failure(&tr->metrics, lost, sizeof lost);
     if (metrics_rc != TRI_OK && tr->li->rank == 0) {
         LOG_ERROR("training finished and %s/model.bin was written, but %s", cfg->run.out_dir, lost);

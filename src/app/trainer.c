@@ -4,6 +4,8 @@
 // optimizer carve), the initial parameters, a resumed checkpoint and the run record.
 #include "app/trainer_internal.h"
 
+#include "app/resume_diff.h"
+
 #include <string.h>
 #include <unistd.h>
 
@@ -115,7 +117,8 @@ static tri_status open_dirs(trainer *tr) {
     return rundir_open(&tr->dirs, tr->cfg, tr->cm, tr->li->rank, tr->li->local_rank, &plan);
 }
 
-// Resumes per checkpoint.resume (before anything is written), and prepares the writer.
+// Resumes per checkpoint.resume (before anything is written): first the differences between
+// the checkpoint's config and this one (resume_diff.h), then the state. Prepares the writer.
 static tri_status open_checkpoints(trainer *tr) {
     const run_config *cfg = tr->cfg;
     char path[4096];
@@ -125,6 +128,7 @@ static tri_status open_checkpoints(trainer *tr) {
     TRI_CHECK(rc);
     ckpt_state view = trainer_checkpoint_view(tr);
     if (path[0]) {
+        TRI_CHECK(resume_check(path, cfg, tr->cm, tr->li->world, &tr->resume_json));
         TRI_CHECK(ckpt_load(path, &view, &tr->start));
         tr->resumed = 1;
     } else if (cfg->checkpoint.dir && !strcmp(cfg->checkpoint.resume, "auto")) {
@@ -286,23 +290,34 @@ tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     TRI_CHECK(open_checkpoints(tr));
     TRI_CHECK(startup_boundary(tr, "metrics"));
     tr->flops_per_token = plan_flops_per_token(cfg);
-    char memory[1024], extra[1536];
-    TRI_CHECK(memory_json(tr, memory, sizeof memory));
-    snprintf(extra, sizeof extra,
+    // The resume's list of changes may name long paths: the record's fragment grows with it.
+    const size_t extra_n = 1536 + (tr->resume_json ? strlen(tr->resume_json) : 0);
+    char memory[1024], *extra = xmalloc(extra_n);
+    rc = memory_json(tr, memory, sizeof memory);
+    if (rc != TRI_OK) {
+        free(extra);
+        return rc;
+    }
+    snprintf(extra, extra_n,
              ",\"n_params\":%lld,\"threads\":%d,\"micro_batches\":%d,\"flops_per_token\":%.0f,"
              "\"mfu_peak_flops\":%.4g,\"rank_params\":%zu%s",
              (long long)tr->model.table.global_numel, tr->be->threads, tr->n_micro,
              tr->flops_per_token, tr->peak_flops, tr->model.table.local_numel, memory);
     // A resumed run says from which step, so that scripts/plot.py joins the restarts there.
+    // The changes a resume made to the checkpoint's config (none: an empty list).
     if (tr->resumed) {
         size_t len = strlen(extra);
-        snprintf(extra + len, sizeof extra - len, ",\"resumed_from_step\":%d", tr->start.step);
+        snprintf(extra + len, extra_n - len, ",\"resumed_from_step\":%d%s", tr->start.step,
+                 tr->resume_json ? tr->resume_json : "");
     }
-    TRI_CHECK(open_outputs(tr, extra));
+    rc = open_outputs(tr, extra);
+    free(extra);
+    TRI_CHECK(rc);
     return startup_boundary(tr, "first step");
 }
 
 void trainer_free(trainer *tr) {
+    free(tr->resume_json);
     ckpt_writer_free(tr->ckpt);
     metrics_free(&tr->metrics);
     tb_close(&tr->tb);

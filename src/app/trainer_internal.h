@@ -48,10 +48,11 @@ typedef struct {
     ckpt_writer *ckpt;    // NULL without checkpoint.dir
     ckpt_progress start;  // where training starts: zero, or the resumed checkpoint's
     int resumed;
-    int eval_first;   // resumed at an evaluation step whose evaluation metrics.jsonl lacks (a
-                      // stop or a kill cut it short): the loop runs it before the first step
-    int metrics_lost; // rank 0 could not write metrics.jsonl (log.metrics_required): the run
-                      // stops at the step boundary and exits 4, on every rank
+    char *resume_json; // the run record's `,"resume_changes":[...]` of a resume (resume_diff.h)
+    int eval_first;    // resumed at an evaluation step whose evaluation metrics.jsonl lacks (a
+                       // stop or a kill cut it short): the loop runs it before the first step
+    int metrics_lost;  // rank 0 could not write metrics.jsonl (log.metrics_required): the run
+                       // stops at the step boundary and exits 4, on every rank
 } trainer;
 
 // trainer.c
@@ -65,8 +66,9 @@ ckpt_state trainer_checkpoint_view(trainer *tr);
 void train_progress(char *buf, size_t n, double mfu, double elapsed_s, int step, int first_step,
                     int steps);
 // After training (rank 0 prints): where the model, metrics, event files and last checkpoint
-// are, and the exact commands that sample, export and resume the run.
-void train_report_outputs(const trainer *tr);
+// are, and the exact commands that sample, export and resume the run. stopped_at: the step a
+// run stopped early (by a signal, or lost metrics) reached; -1 for a run that finished.
+void train_report_outputs(const trainer *tr, int stopped_at);
 // Whether any rank was asked to stop (base/stop.h), agreed over the world; every rank calls
 // it at the same point. TRI_STOPPED then (the request is recorded on every rank), else TRI_OK.
 tri_status trainer_agree_stop(trainer *tr);

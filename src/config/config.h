@@ -27,6 +27,21 @@
 // tri_dtype's DTYPE_FP32 and DTYPE_BF16.
 typedef enum { PRECISION_FP32 = 0, PRECISION_BF16 = 1, PRECISION_TF32 = 2 } precision_kind;
 
+// checkpoint.resume_changes: what a resume does when a guarded key differs from the
+// checkpoint's (config_resume.h).
+typedef enum { RESUME_CHANGES_REFUSE = 0, RESUME_CHANGES_ALLOW = 1 } resume_changes_kind;
+
+// What a resume does when a key differs from the value the checkpoint recorded (each key of
+// the table has one; README "Checkpoints and resume", "Resuming"):
+//   FREE     the run goes on and says what the change does (layout, steps, evaluation,
+//            logging, checkpoints, system);
+//   GUARDED  it changes what is trained (model hyper-parameters, optimizer, global batch,
+//            data, precision, seed): refused (exit 2) unless checkpoint.resume_changes: allow;
+//   FIXED    the checkpoint's tensors cannot fit the model (its shape): refused (exit 4)
+//            whatever checkpoint.resume_changes says.
+// RESUME_UNSET is no class: tests/test_config.c fails on a key that has it.
+typedef enum { RESUME_UNSET = 0, RESUME_FREE, RESUME_GUARDED, RESUME_FIXED } resume_class;
+
 typedef struct {
     struct {
         char *name;
@@ -65,6 +80,7 @@ typedef struct {
         char *dir;
         int every, keep, async;
         char *resume;
+        resume_changes_kind resume_changes;
     } checkpoint;
     struct {
         int every;

@@ -36,7 +36,7 @@ typedef enum {
     K_OPT_LR, K_OPT_MIN_LR, K_OPT_WARMUP_STEPS, K_OPT_DECAY, K_OPT_BETA1, K_OPT_BETA2,
     K_OPT_EPS, K_OPT_WEIGHT_DECAY,
     K_DATA_TRAIN, K_DATA_VAL, K_DATA_EVAL_EVERY, K_DATA_EVAL_BATCHES, K_DATA_TOKENIZER,
-    K_CKPT_DIR, K_CKPT_EVERY, K_CKPT_KEEP, K_CKPT_ASYNC, K_CKPT_RESUME,
+    K_CKPT_DIR, K_CKPT_EVERY, K_CKPT_KEEP, K_CKPT_ASYNC, K_CKPT_RESUME, K_CKPT_RESUME_CHANGES,
     K_LOG_EVERY, K_LOG_METRICS, K_LOG_METRICS_REQUIRED, K_LOG_TENSORBOARD,
     K_SYS_BACKEND, K_SYS_COMM, K_SYS_THREADS, K_SYS_COMM_TIMEOUT_S, K_SYS_INIT_TIMEOUT_S,
     K_COUNT
@@ -53,6 +53,14 @@ typedef struct {
     unsigned char nullable;         // STR: null (NULL) allowed
     double def_num;                 // default of numeric, bool and enum keys
     const char *def_str;            // default of STR keys
+    // On a resume whose value differs from the checkpoint's (config_resume.c): the key's
+    // class, and what the change does, said after "resume: key FROM -> TO: " (config_resume.c
+    // adds numbers for some keys: the layout, the steps, the schedule).
+    resume_class resume;
+    const char *effect;
+    // The value (as YAML text) of a checkpoint whose manifest does not record this key: one
+    // written before the key existed, under the behaviour before it. NULL: the default.
+    const char *absent;
 } key_desc;
 
 extern const key_desc CONFIG_KEYS[K_COUNT];

@@ -69,8 +69,7 @@ static void parse_section(config_ctx *c, run_config *cfg, yaml_document_t *doc,
             config_report(c, loc, config_key_path(k, path, sizeof path),
                           "duplicate key (first set at line %d)", c->loc[k].line);
         } else {
-            scalar_view v = config_view_of(val, tags);
-            config_set_value(c, cfg, k, &v, (config_loc){node_line(val), -1});
+            config_set_node(c, cfg, doc, val, tags, k, (config_loc){node_line(val), -1});
         }
     }
 }

@@ -99,6 +99,26 @@ static void print_value(const run_config *cfg, key_id k, FILE *f, int json) {
     }
 }
 
+char *config_value_text(const run_config *cfg, key_id k, int json) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) tri_out_of_host_memory(0, "a config value's text");
+    print_value(cfg, k, f, json);
+    fclose(f);
+    return text;
+}
+
+char *config_quoted(const char *s) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) tri_out_of_host_memory(0, "a config value's text");
+    print_quoted(f, s);
+    fclose(f);
+    return text;
+}
+
 static int starts_section(key_id k) {
     return k == 0 || strcmp(CONFIG_KEYS[k].section, CONFIG_KEYS[k - 1].section) != 0;
 }

@@ -265,3 +265,10 @@ void config_set_value(config_ctx *c, run_config *cfg, key_id k, const scalar_vie
     }
     c->bad[k] = !ok;
 }
+
+void config_set_node(config_ctx *c, run_config *cfg, yaml_document_t *doc, yaml_node_t *val,
+                     const config_tags *tags, key_id k, config_loc loc) {
+    (void)doc; // every key takes a scalar so far; a list or mapping value would walk it
+    scalar_view v = config_view_of(val, tags);
+    config_set_value(c, cfg, k, &v, loc);
+}

@@ -90,6 +90,9 @@ typedef struct {
     int n_files;
     region *regions;
     int n_regions;
+    char *config_yaml; // the `config:` block (the resolved config), from line config_line
+    size_t config_len;
+    int config_line;
 } manifest;
 
 // Reads and checks <dir>/manifest.yaml. Errors name the file, the line and the field, and

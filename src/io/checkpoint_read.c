@@ -402,6 +402,34 @@ static tri_status load_rank(const char *path, const ckpt_state *s, manifest *m) 
     return ckpt_agree(s->cm, rc);
 }
 
+tri_status ckpt_read_recorded(const char *path, ckpt_recorded *r) {
+    memset(r, 0, sizeof *r);
+    manifest m;
+    tri_status rc = manifest_read(&m, path);
+    if (rc != TRI_OK) return rc;
+    if (!m.config_yaml) {
+        LOG_ERROR("checkpoint %s: its config: section is not a block of lines under 'config:' "
+                  "(as trident writes it)",
+                  m.path);
+        rc = TRI_ERR_CKPT;
+    } else {
+        *r = (ckpt_recorded){.manifest = xstrdup(m.path),
+                             .config = m.config_yaml,
+                             .config_len = m.config_len,
+                             .config_line = m.config_line,
+                             .step = m.step};
+        m.config_yaml = NULL; // moved
+    }
+    manifest_free(&m);
+    return rc;
+}
+
+void ckpt_recorded_free(ckpt_recorded *r) {
+    free(r->manifest);
+    free(r->config);
+    memset(r, 0, sizeof *r);
+}
+
 tri_status ckpt_load(const char *path, const ckpt_state *s, ckpt_progress *p) {
     manifest m;
     memset(&m, 0, sizeof m);
