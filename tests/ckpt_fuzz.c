@@ -181,6 +181,7 @@ static int child(const char *ckpt_dir, int out_fd) {
     if (!o.resolved[0]) return 11; // a fresh start over checkpoints: never right here
     ckpt_progress p;
     if ((rc = ckpt_verify(o.resolved, &p)) != TRI_OK) return (int)rc;
+    data_cursor_free(&p.order);
     run_config mcfg;
     config_defaults(&mcfg);
     param_table full;

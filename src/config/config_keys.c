@@ -11,7 +11,8 @@
 _Static_assert(sizeof(schedule_kind) == sizeof(int) && sizeof(tri_dtype) == sizeof(int) &&
                    sizeof(decay_kind) == sizeof(int) && sizeof(backend_kind) == sizeof(int) &&
                    sizeof(comm_kind) == sizeof(int) && sizeof(recompute_kind) == sizeof(int) &&
-                   sizeof(zero3_gather_kind) == sizeof(int),
+                   sizeof(zero3_gather_kind) == sizeof(int) &&
+                   sizeof(resume_changes_kind) == sizeof(int),
                "enum fields must be int-sized");
 
 // Value names, indexed by the enum value, NULL-terminated.
@@ -23,6 +24,7 @@ static const char *const COMM_NAMES[] = {"auto", "mpi", "nccl", "self", NULL};
 static const char *const RECOMPUTE_NAMES[] = {"none", "full", NULL};
 static const char *const ZERO3_GATHER_NAMES[] = {"pass", "step", NULL};
 static const char *const ARCH_NAMES[] = {"gpt2", NULL};
+static const char *const RESUME_CHANGES_NAMES[] = {"refuse", "allow", NULL};
 
 // The table is laid out by hand, one key per line where it fits.
 // clang-format off
@@ -44,6 +46,10 @@ static const char *const ARCH_NAMES[] = {"gpt2", NULL};
 #define BOOL_KEY(id, sec, name, def)                                                         \
     [id] = {.section = #sec, .key = #name, .type = KT_BOOL, .offset = OFF(sec.name),         \
             .def_num = (def)}
+// data.train, data.val: a glob, or a list (config_sources.c); the default is a glob.
+#define SOURCES_KEY(id, sec, name, def)                                                      \
+    [id] = {.section = #sec, .key = #name, .type = KT_SOURCES, .offset = OFF(sec.name),      \
+            .def_str = (def)}
 #define NO_MAX ((double)INT_MAX)
 
 // In DESIGN.md order; printing follows this order.
@@ -88,8 +94,9 @@ const key_desc CONFIG_KEYS[K_COUNT] = {
     F64_KEY(K_OPT_BETA2, optim, beta2, 0, 0, 1, 1, 0.95),
     F64_KEY(K_OPT_EPS, optim, eps, 0, 1, INFINITY, 0, 1.0e-8),
     F64_KEY(K_OPT_WEIGHT_DECAY, optim, weight_decay, 0, 0, INFINITY, 0, 0.1),
-    STR_KEY(K_DATA_TRAIN, data, train, 0, "data/kjv_train_*.bin"),
-    STR_KEY(K_DATA_VAL, data, val, 0, "data/kjv_val_*.bin"),
+    SOURCES_KEY(K_DATA_TRAIN, data, train, "data/kjv_train_*.bin"),
+    SOURCES_KEY(K_DATA_VAL, data, val, "data/kjv_val_*.bin"),
+    BOOL_KEY(K_DATA_SHUFFLE, data, shuffle, 1),
     INT_KEY(K_DATA_EVAL_EVERY, data, eval_every, 0, NO_MAX, 200),
     INT_KEY(K_DATA_EVAL_BATCHES, data, eval_batches, 1, NO_MAX, 20),
     STR_KEY(K_DATA_TOKENIZER, data, tokenizer, 1, NULL), // recorded for `trident sample`
@@ -98,6 +105,8 @@ const key_desc CONFIG_KEYS[K_COUNT] = {
     INT_KEY(K_CKPT_KEEP, checkpoint, keep, 1, NO_MAX, 3),
     BOOL_KEY(K_CKPT_ASYNC, checkpoint, async, 1),
     STR_KEY(K_CKPT_RESUME, checkpoint, resume, 0, "auto"),
+    ENUM_KEY(K_CKPT_RESUME_CHANGES, checkpoint, resume_changes, RESUME_CHANGES_NAMES,
+             RESUME_CHANGES_REFUSE),
     INT_KEY(K_LOG_EVERY, log, every, 1, NO_MAX, 10),
     STR_KEY(K_LOG_METRICS, log, metrics, 1, NULL),
     BOOL_KEY(K_LOG_METRICS_REQUIRED, log, metrics_required, 1),

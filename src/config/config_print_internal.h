@@ -4,6 +4,5 @@
 #pragma once
 #include "config/config.h"
 
-// Shortest text that reads back to exactly v, always with a '.' in the mantissa so that
-// YAML 1.1 readers (PyYAML) see a float: 0.1, 1.0e-08, 300.0.
-void config_format_double(double v, char *buf, size_t n);
+// config_format_double (the number text) and config_print_quoted (a quoted string) are
+// public (config.h): the data order's records use them too.

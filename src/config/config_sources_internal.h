@@ -1,0 +1,29 @@
+// config_sources_internal.h: the values of data.train and data.val (KT_SOURCES keys): a glob
+// (the string form), or a list: data.train's weighted sources [{path: GLOB, weight: W}, ...]
+// (a blend) and data.val's named sets [{name: NAME, path: GLOB}, ...], in YAML's flow or
+// block style. Private to src/config: other modules use config.h.
+//
+// A list is checked item by item and every problem is reported with the item's key path
+// (data.train[1].weight) at its line: an empty list; more than CONFIG_DATA_SOURCES_MAX
+// items; an item that is not a mapping; an unknown, duplicate or missing key; a path that is
+// not a string (or is empty, or too long); a weight that is not a number > 0 (or NaN or
+// infinite), or whose share of the total is below CONFIG_DATA_SHARE_MIN; a glob given twice
+// in data.train; a name that is not [A-Za-z0-9_.-]{1,64} or is given twice in data.val.
+#pragma once
+#include "config/config_values_internal.h"
+
+// The smallest share of data.train's total weight a source may have: smaller ones would draw
+// nothing for millions of steps (io/data_blend.h quantises shares to 2^-20 of a sample).
+#define CONFIG_DATA_SHARE_MIN 1e-6
+#define CONFIG_DATA_NAME_MAX 64
+
+// The string form of `glob`: one item, weight 1, no name.
+void config_sources_set_glob(config_data_sources *s, const char *glob);
+void config_sources_free(config_data_sources *s);
+
+// Stores YAML node `node` of document d into key k (a KT_SOURCES key): a scalar as the
+// string form, under a string key's rules (not null, not empty, shorter than PATH_MAX); a
+// sequence as the list form; anything else is refused. Problems are reported (and k marked
+// bad); `loc` is where the value came from.
+void config_set_sources(config_ctx *c, run_config *cfg, key_id k, yaml_document_t *d,
+                        yaml_node_t *node, const config_tags *tags, config_loc loc);
