@@ -50,7 +50,6 @@ static tri_status open_data(trainer *tr) {
     TRI_CHECK(
         data_order_open(&tr->train, &cfg->data.train, cfg->data.shuffle, cfg->run.seed, T, V, G));
     tr->train.notes = tr->li->rank == 0;
-    if (tr->li->rank == 0) data_order_describe(&tr->train, cfg->train.steps);
     const config_data_sources *val = &cfg->data.val;
     tr->last_val = xmalloc((size_t)val->n * sizeof(double));
     for (int i = 0; i < val->n; i++) tr->last_val[i] = NAN;
@@ -58,31 +57,39 @@ static tri_status open_data(trainer *tr) {
     tr->val = xcalloc((size_t)val->n, sizeof *tr->val);
     tr->val_names = val->listed ? xcalloc((size_t)val->n, sizeof(char *)) : NULL;
     for (int i = 0; i < val->n; i++) {
-        char what[64], name[96] = "";
+        char what[64];
         if (val->listed) snprintf(what, sizeof what, "data.val[%d].path", i);
         else snprintf(what, sizeof what, "data.val");
         TRI_CHECK(data_open(&tr->val[i], val->items[i].path, T, V, G, what));
         tr->n_val = i + 1;
         if (val->listed) tr->val_names[i] = val->items[i].name;
-        if (val->listed) snprintf(name, sizeof name, " %s", val->items[i].name);
-        const data_stream *ds = &tr->val[i];
-        const int64_t reads = (int64_t)cfg->data.eval_batches * G;
-        if (tr->li->rank == 0)
-            LOG_INFO("data.val%s: %s: %d shard%s, %lld tokens, %lld samples; each evaluation "
-                     "reads the first %lld (%d batches of %d) in plain order%s",
-                     name, val->items[i].path, ds->n_shards, ds->n_shards > 1 ? "s" : "",
-                     (long long)ds->n_tokens, (long long)ds->n_samples, (long long)reads,
-                     cfg->data.eval_batches, G,
-                     reads > ds->n_samples ? ", wrapping around: some twice" : "");
     }
     return TRI_OK;
+}
+
+// Rank 0's lines on the data (once the order a resume continues is known).
+static void describe_data(const trainer *tr) {
+    const run_config *cfg = tr->cfg;
+    if (tr->li->rank != 0) return;
+    data_order_describe(&tr->train, cfg->train.steps);
+    const int64_t reads = (int64_t)cfg->data.eval_batches * cfg->train.global_batch;
+    for (int i = 0; i < tr->n_val; i++) {
+        const data_stream *ds = &tr->val[i];
+        LOG_INFO("data.val%s%s: %s: %d shard%s, %lld tokens, %lld samples; each evaluation reads "
+                 "the first %lld (%d batches of %d) in plain order%s",
+                 tr->val_names ? " " : "", tr->val_names ? tr->val_names[i] : "",
+                 cfg->data.val.items[i].path, ds->n_shards, ds->n_shards > 1 ? "s" : "",
+                 (long long)ds->n_tokens, (long long)ds->n_samples, (long long)reads,
+                 cfg->data.eval_batches, cfg->train.global_batch,
+                 reads > ds->n_samples ? ", wrapping around: some twice" : "");
+    }
 }
 
 // The data order that a resume continues (io/data_order.h): the checkpoint's. A config that
 // asks for another one (data.shuffle, run.seed, data.train) is refused, unless
 // checkpoint.resume_changes: allow, which continues in the config's order from here.
 static tri_status resume_data_order(trainer *tr, const char *path) {
-    const run_config *cfg = tr->cfg;
+    run_config *cfg = tr->cfg;
     const data_cursor *c = &tr->start.order;
     const int rank0 = tr->li->rank == 0;
     char diff[8192];
@@ -105,8 +112,12 @@ static tri_status resume_data_order(trainer *tr, const char *path) {
                  "each source continues after the samples it gave before, and the blend "
                  "schedule starts anew",
                  tr->start.step, diff);
-    else if (!c->recorded && rank0)
-        LOG_INFO("checkpoint %s was written before data.shuffle: continuing in plain order", path);
+    if (!n && !c->recorded) {
+        if (rank0)
+            LOG_INFO("checkpoint %s was written before data.shuffle: continuing in plain order",
+                     path);
+        cfg->data.shuffle = 0; // what this run does, in its run record and checkpoints
+    }
     return data_order_resume(&tr->train, c, path);
 }
 
@@ -330,6 +341,7 @@ tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     TRI_CHECK(open_dirs(tr));
     TRI_CHECK(startup_boundary(tr, "resume"));
     TRI_CHECK(open_checkpoints(tr));
+    describe_data(tr);
     TRI_CHECK(startup_boundary(tr, "metrics"));
     tr->flops_per_token = plan_flops_per_token(cfg);
     char memory[1024], *extra = NULL;

@@ -154,29 +154,24 @@ void blend_step(blend_schedule *b, int *counts) {
     b->t++;
 }
 
-typedef struct {
-    int source, nth, count;
-} blend_slot;
-
-static int blend_slot_cmp(const void *pa, const void *pb) {
-    const blend_slot *a = pa, *b = pb;
-    // (2 a.nth + 1) / a.count against (2 b.nth + 1) / b.count, exactly.
-    const int64_t l = (2 * (int64_t)a->nth + 1) * b->count,
-                  r = (2 * (int64_t)b->nth + 1) * a->count;
-    if (l != r) return l < r ? -1 : 1;
-    return a->source - b->source;
-}
-
 void blend_interleave(const int *counts, int n, int G, int *source_of, int *nth) {
-    blend_slot *slots = xmalloc((size_t)G * sizeof *slots);
-    int at = 0;
-    for (int i = 0; i < n; i++)
-        for (int k = 0; k < counts[i]; k++) slots[at++] = (blend_slot){i, k, counts[i]};
-    TRI_ASSERT(at == G);
-    qsort(slots, (size_t)G, sizeof *slots, blend_slot_cmp);
+    // A Pfair schedule on one processor: source i's k-th sample (k = 1, 2, ...) has the window
+    // of positions [floor((k-1) G / c_i), ceil(k G / c_i)); earliest deadline first among the
+    // released ones (ties by source index) meets every deadline when the counts sum to G, so
+    // every prefix of p positions holds floor or ceil of c_i p / G of source i.
+    int *taken = xcalloc((size_t)n, sizeof(int));
     for (int p = 0; p < G; p++) {
-        source_of[p] = slots[p].source;
-        nth[p] = slots[p].nth;
+        int best = -1;
+        int64_t best_deadline = 0;
+        for (int i = 0; i < n; i++) {
+            const int64_t c = counts[i], k = taken[i] + 1;
+            if (taken[i] >= counts[i] || (k - 1) * G / c > p) continue;
+            const int64_t deadline = ceil_div(k * G, c);
+            if (best < 0 || deadline < best_deadline) best = i, best_deadline = deadline;
+        }
+        TRI_ASSERT(best >= 0);
+        source_of[p] = best;
+        nth[p] = taken[best]++;
     }
-    free(slots);
+    free(taken);
 }

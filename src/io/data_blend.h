@@ -54,7 +54,7 @@ int blend_set_state(blend_schedule *b, int64_t t, const int64_t *extras, int *ba
 void blend_step(blend_schedule *b, int *counts);
 
 // One step laid out: counts[n] (summing to G) -> for each position p of the batch, the source
-// source_of[p] and which of its samples in this step it is, nth[p] (0-based). Source i's k-th
-// sample goes to the rank of (2k + 1) / (2 counts[i]) among all such keys (ties by source
-// index): each source spread evenly over the batch.
+// source_of[p] and which of its samples in this step it is, nth[p] (0-based). Each source is
+// spread evenly over the batch: every prefix of p positions holds the floor or the ceiling of
+// counts[i] p / G of its samples (a one-processor Pfair schedule: earliest deadline first).
 void blend_interleave(const int *counts, int n, int G, int *source_of, int *nth);

@@ -340,15 +340,15 @@ void data_order_describe(const data_order *o, int steps) {
                      s->weight, q);
         else snprintf(head, sizeof head, "data.train: %s: ", s->path);
         LOG_INFO("%s%d shard%s, %lld tokens, %lld samples of %d tokens; %.1f steps per epoch; "
-                 "%d steps make %.2f epochs%s%s",
+                 "the run's %d steps make %.2f epochs%s%s",
                  head, s->stream.n_shards, s->stream.n_shards > 1 ? "s" : "",
                  (long long)s->stream.n_tokens, (long long)s->stream.n_samples, o->T, n / q, steps,
                  epochs, o->listed ? "" : ", ", o->listed ? "" : order);
         if (epochs > 1.0)
             LOG_WARN("data.train%s%s%s: the run's %d steps read its %lld samples %.2f times: they "
-                     "repeat after step %.0f%s",
+                     "repeat from step %.0f%s",
                      o->listed ? " (" : "", o->listed ? s->path : "", o->listed ? ")" : "", steps,
-                     (long long)s->stream.n_samples, epochs, ceil(n / q),
+                     (long long)s->stream.n_samples, epochs, floor(n / q) + 1,
                      o->shuffle ? ", each epoch in a new order" : ", in the same order");
     }
 }
