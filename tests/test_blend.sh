@@ -33,7 +33,7 @@ check() {
 }
 
 $T train $CFG "${COMMON[@]}" --set run.out_dir=$W/ref --set checkpoint.dir=$W/ck \
-    --set checkpoint.every=10 --set checkpoint.async=false >$W/ref.log 2>&1 ||
+    --set checkpoint.every=10 --set checkpoint.async=false --set log.tensorboard=$W/tb >$W/ref.log 2>&1 ||
     fail blend_reference_run "$(tail -2 $W/ref.log | tr '\n' ' ')"
 check blend_startup_lines $W/ref.log \
     'data.train: a blend of 2 sources, shuffled \(seed 7\), 8 samples a step' \
@@ -63,6 +63,19 @@ print('sources %s, val sets %s, samples at step 10 %s' % ([s['path'] for s in sr
       [v['name'] for v in rec['data_val']], got))
 PY
 ); then pass "blend_run_record $out"; else fail blend_run_record "$out"; fi
+# The named sets' TensorBoard tags, and scripts/plot.py's curves of them.
+if grep -qa 'val_loss/ot' $W/tb/events.* && grep -qa 'val_loss/nt' $W/tb/events.* &&
+    out=$(/usr/bin/python3 - $W/ref <<'PY'
+import sys
+sys.path.insert(0, 'scripts')
+import plot
+_, run = plot.read_run(sys.argv[1])
+assert sorted(run['eval']) == [10, 20] and all(sorted(v) == ['nt', 'ot'] for v in run['eval'].values()), run['eval']
+print('ok')
+PY
+) && /usr/bin/python3 scripts/plot.py $W/ref --out $W/ref.png >/dev/null && [ -s $W/ref.png ]; then
+    pass blend_val_sets_in_tensorboard_and_plot
+else fail blend_val_sets_in_tensorboard_and_plot "tags: $(ls $W/tb 2>&1); plot: $out"; fi
 
 # Every layout reads the same batches.
 for layout in "tp2 parallel.tp=2" "pp2 parallel.pp=2" "dp2 parallel.dp=2"; do
