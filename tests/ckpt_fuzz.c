@@ -10,8 +10,9 @@
 // (ckpt_model_open and ckpt_model_read, tensor by tensor). Each case must end in one of two ways:
 //   refused   exit 4, the damaged file named (and, for an edited field, the field), or
 //   accepted  exit 0 with the progress, the data order (every field of the recorded cursor)
-//             and the parameters of the checkpoint it should resolve to, bitwise (so a resume continues bitwise; a damaged `latest` must
-//             resolve to the newest complete checkpoint, or to the complete one it names);
+//             and the parameters of the checkpoint it should resolve to, bitwise (so a
+//             resume continues bitwise; a damaged `latest` must resolve to the newest
+//             complete checkpoint, or to the complete one it names);
 // never a signal, never past 10 s, never a fresh start over checkpoints. Families:
 //   manifest    bytes of manifest.yaml: a number changed, a byte flipped, a line deleted,
 //               duplicated or swapped, the file truncated (the seal is left as it was)
@@ -67,7 +68,7 @@ typedef struct {
 static uint32_t order_crc(const data_cursor *c) {
     uint32_t crc = 0;
     const int64_t head[] = {c->recorded, c->shuffle,     (int64_t)c->seed, c->global_batch,
-                            c->step,     c->origin_step, c->n_sources};
+                            c->step,     c->origin_step, c->retired,       c->n_sources};
     crc = crc32c_update(crc, head, sizeof head);
     for (int i = 0; i < c->n_sources; i++) {
         const data_cursor_source *s = &c->sources[i];

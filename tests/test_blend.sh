@@ -10,7 +10,8 @@
 #   - a checkpoint of step 10 on one process, resumed on dp 2, continues with the same
 #     metrics as the uninterrupted run;
 #   - a resume whose config asks for another order (data.shuffle, the weights) is refused,
-#     exit 2 naming both values, and with checkpoint.resume_changes: allow continues;
+#     exit 2 naming both values, and with checkpoint.resume_changes: allow continues (also
+#     with a source left out, whose samples then count as retired);
 #   - a version 2 checkpoint (before data.shuffle) continues its plain order, says so, and
 #     matches the plain run bitwise;
 #   - a run past one epoch says so at the start and when epoch 2 begins;
@@ -58,7 +59,7 @@ assert [sorted(k for k in e if k.startswith('val_loss')) for e in evals] == \
 text = open(ck + '/step_00000010/manifest.yaml').read()
 got = [int(x) for x in re.findall(r'- \{path: "[^"]*", weight: [0-9.]+, samples: (\d+)', text)]
 assert got == [48, 32], got
-assert 'data_order: {shuffle: true, seed: 7, global_batch: 8, origin_step: 0}' in text
+assert 'data_order: {shuffle: true, seed: 7, global_batch: 8, origin_step: 0, retired: 0}' in text
 print('sources %s, val sets %s, samples at step 10 %s' % ([s['path'] for s in src],
       [v['name'] for v in rec['data_val']], got))
 PY
@@ -114,6 +115,17 @@ if $T train $CFG "${COMMON[@]}" --set "$W2" --set run.out_dir=$W/other --set che
     check blend_resume_other_weights_allowed $W/other3.log 'the data order changes at step 10' \
         'step    20/20'
 else fail blend_resume_other_weights_allowed "$(tail -2 $W/other3.log | tr '\n' ' ')"; fi
+
+# Allowed with a source left out: its samples retire (they still count in the global sample
+# index), and the checkpoint that run writes is read back and continued.
+ONE='data.train=[{path: "data/kjv_ot_train_*.bin", weight: 1}]'
+if $T train $CFG "${COMMON[@]}" --set "$ONE" --set run.out_dir=$W/drop --set checkpoint.dir=$W/ck_v \
+        --set checkpoint.resume_changes=allow >$W/drop.log 2>&1 &&
+    grep -q 'origin_step: 10, retired: 32}' $W/ck_v/step_00000020/manifest.yaml &&
+    $T train $CFG "${COMMON[@]}" --set "$ONE" --set run.out_dir=$W/drop --set checkpoint.dir=$W/ck_v \
+        --set train.steps=22 >$W/drop2.log 2>&1 && grep -q 'resumed from .*step_00000020' $W/drop2.log; then
+    pass blend_resume_source_left_out_allowed
+else fail blend_resume_source_left_out_allowed "$(tail -2 $W/drop.log $W/drop2.log 2>&1 | tr '\n' ' ')"; fi
 
 # A version 2 checkpoint (written before data.shuffle) continues its plain order: made from
 # a plain run's checkpoint by taking out what version 3 added and sealing it again.

@@ -1,15 +1,16 @@
 // checkpoint_order.c: the data order in manifest.yaml (format version 3 on): what data
 // order the checkpoint's run read, and where it stood (io/data_order.h: data_cursor).
 //
-//   data_order: {shuffle: true, seed: 1234, global_batch: 16, origin_step: 0}
+//   data_order: {shuffle: true, seed: 1234, global_batch: 16, origin_step: 0, retired: 0}
 //   data_sources:
 //     - {path: "data/a_*.bin", weight: 0.7, samples: 1121, origin_samples: 0, extras: 1}
 //
 // Read back, every field is checked against the rest of the manifest: shuffle, seed,
 // global_batch and each path and weight against the resolved config it records (data.shuffle,
-// run.seed, train.global_batch, data.train), the samples against the manifest's samples (their
-// sum), and each source's samples = origin_samples + base * (step - origin_step) + extras
-// against the blend schedule of those weights (data_blend.h), whose state the extras must be.
+// run.seed, train.global_batch, data.train); the samples against the manifest's samples (their
+// sum, with the samples `retired` from sources a resume left out); and each source's
+// samples = origin_samples + base * (step - origin_step) + extras against the blend schedule
+// of those weights (data_blend.h), whose state the extras must be.
 // A manifest before version 3 has none of it: its run read config.data.train in plain order,
 // and its samples is that stream's cursor.
 #include "io/checkpoint_internal.h"
@@ -22,10 +23,11 @@
 
 void manifest_write_data_order(FILE *f, const data_cursor *c) {
     fprintf(f,
-            "data_order: {shuffle: %s, seed: %llu, global_batch: %d, origin_step: %lld}\n"
+            "data_order: {shuffle: %s, seed: %llu, global_batch: %d, origin_step: %lld, "
+            "retired: %lld}\n"
             "data_sources:\n",
             c->shuffle ? "true" : "false", (unsigned long long)c->seed, c->global_batch,
-            (long long)c->origin_step);
+            (long long)c->origin_step, (long long)c->retired);
     for (int i = 0; i < c->n_sources; i++) {
         const data_cursor_source *s = &c->sources[i];
         char w[40];
@@ -219,6 +221,7 @@ int manifest_read_data_order(yaml_document_t *d, yaml_node_t *root, manifest *m,
     c->seed = (uint64_t)read_i64(&r, order, "data_order.", "seed", 0, INT64_MAX);
     c->global_batch = (int)read_i64(&r, order, "data_order.", "global_batch", 1, INT32_MAX);
     c->origin_step = read_i64(&r, order, "data_order.", "origin_step", 0, m->step);
+    c->retired = read_i64(&r, order, "data_order.", "retired", 0, m->samples);
     yaml_node_t *seq = need(&r, root, "", "data_sources");
     int count = seq && seq->type == YAML_SEQUENCE_NODE
                     ? (int)(seq->data.sequence.items.top - seq->data.sequence.items.start)
@@ -229,7 +232,7 @@ int manifest_read_data_order(yaml_document_t *d, yaml_node_t *root, manifest *m,
     if (r.failed) return 1;
     c->n_sources = count;
     c->sources = xcalloc((size_t)count, sizeof *c->sources);
-    int64_t total = 0;
+    int64_t total = c->retired;
     for (int i = 0; i < count && !r.failed; i++) {
         yaml_node_t *item = yaml_document_get_node(d, seq->data.sequence.items.start[i]);
         data_cursor_source *s = &c->sources[i];
@@ -249,7 +252,8 @@ int manifest_read_data_order(yaml_document_t *d, yaml_node_t *root, manifest *m,
     }
     if (!r.failed && total != m->samples)
         bad(&r, node_line(seq),
-            "data_sources: the samples of the sources sum to %lld, but samples is %lld",
+            "data_sources: the samples of the sources and data_order.retired sum to %lld, but "
+            "samples is %lld",
             (long long)total, (long long)m->samples);
     // Against the config the manifest records.
     uint64_t seed = 0;

@@ -117,6 +117,7 @@ tri_status data_order_resume(data_order *o, const data_cursor *c, const char *ck
             extras[i] = c->recorded ? c->sources[i].extras : 0;
         }
         o->origin_step = c->recorded ? c->origin_step : c->step;
+        o->retired = c->retired;
         char why[256];
         int bad;
         const int rc = blend_set_state(&o->sched, o->step - o->origin_step, extras, &bad, why,
@@ -134,6 +135,13 @@ tri_status data_order_resume(data_order *o, const data_cursor *c, const char *ck
     // Another order (allowed by checkpoint.resume_changes): the schedule begins anew here,
     // each source continuing after the samples drawn from the same path.
     o->origin_step = c->step;
+    o->retired = c->retired;
+    for (int j = 0; j < c->n_sources; j++) { // a source left out retires its samples
+        int kept = 0;
+        for (int i = 0; i < o->n_sources && !kept; i++)
+            kept = c->sources[j].path && !strcmp(c->sources[j].path, o->src[i].path);
+        if (!kept) o->retired += c->sources[j].samples;
+    }
     for (int i = 0; i < o->n_sources; i++) {
         o->src[i].samples = 0;
         for (int j = 0; j < c->n_sources; j++)
@@ -198,7 +206,7 @@ void data_order_batch(data_order *o, int64_t step, int pos, int B, int *inputs, 
 
 int64_t data_order_samples(data_order *o, int64_t step) {
     seek(o, step);
-    int64_t total = 0;
+    int64_t total = o->retired;
     for (int i = 0; i < o->n_sources; i++) total += o->src[i].samples;
     return total;
 }
@@ -212,6 +220,7 @@ void data_order_cursor(data_order *o, int64_t step, data_cursor *out) {
     out->global_batch = o->G;
     out->step = step;
     out->origin_step = o->origin_step;
+    out->retired = o->retired;
     out->n_sources = o->n_sources;
     out->sources = xcalloc((size_t)o->n_sources, sizeof *out->sources);
     const int64_t t = step - o->origin_step;

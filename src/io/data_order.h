@@ -39,6 +39,8 @@ typedef struct {
     int64_t step;        // steps done
     int64_t origin_step; // where the schedule began: 0, or a resume that changed G or the
                          // sources (checkpoint.resume_changes: allow)
+    int64_t retired;     // samples drawn from sources no longer in data.train (such a resume):
+                         // with the sources' samples they sum to the global sample index
     int n_sources;
     data_cursor_source *sources;
 } data_cursor;
@@ -71,13 +73,14 @@ typedef struct {
     int T, G;
     blend_schedule sched; // its t is step - origin_step
     int64_t origin_step;
-    int64_t step;   // the step that the samples count up to, and whose counts follow
-    int counted;    // counts holds step `step`'s samples of each source (blend_step ran)
-    int *counts;    // (n_sources)
-    int64_t spread; // the step whose positions source_of and nth hold (-1: none)
-    int *source_of; // (G) each batch position's source (a blend only)
-    int *nth;       // (G) and which of that source's samples in the step it is
-    int notes;      // rank 0: a line when a source's second epoch begins
+    int64_t retired; // samples drawn from sources a resume left out (data_cursor's)
+    int64_t step;    // the step that the samples count up to, and whose counts follow
+    int counted;     // counts holds step `step`'s samples of each source (blend_step ran)
+    int *counts;     // (n_sources)
+    int64_t spread;  // the step whose positions source_of and nth hold (-1: none)
+    int *source_of;  // (G) each batch position's source (a blend only)
+    int *nth;        // (G) and which of that source's samples in the step it is
+    int notes;       // rank 0: a line when a source's second epoch begins
 } data_order;
 
 // Opens every source of data.train (data_open: each file checked; messages name
@@ -103,7 +106,7 @@ void data_order_batch(data_order *o, int64_t step, int pos, int B, int *inputs, 
 // The cursor at the boundary before step `step` (>= the last step laid out), for a
 // checkpoint. `out` is the caller's to data_cursor_free.
 void data_order_cursor(data_order *o, int64_t step, data_cursor *out);
-// Samples drawn from all sources before step `step`.
+// Samples drawn before step `step`: from all sources, and from those a resume left out.
 int64_t data_order_samples(data_order *o, int64_t step);
 
 // Rank 0's start-up lines: each source's shards, tokens, samples, steps per epoch and the
