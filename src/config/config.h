@@ -39,6 +39,9 @@ typedef struct {
 
 // At most this many items in data.train's or data.val's list (each opens its shards).
 #define CONFIG_DATA_SOURCES_MAX 1024
+// The smallest share of data.train's total weight a source may have: smaller ones would draw
+// nothing for millions of steps (io/data_blend.h quantises shares to 2^-20 of a sample).
+#define CONFIG_DATA_SHARE_MIN 1e-6
 
 // checkpoint.resume_changes: whether a resume may continue with a config that changes what
 // a checkpoint fixes (its data order, ...).

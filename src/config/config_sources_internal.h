@@ -12,9 +12,6 @@
 #pragma once
 #include "config/config_values_internal.h"
 
-// The smallest share of data.train's total weight a source may have: smaller ones would draw
-// nothing for millions of steps (io/data_blend.h quantises shares to 2^-20 of a sample).
-#define CONFIG_DATA_SHARE_MIN 1e-6
 #define CONFIG_DATA_NAME_MAX 64
 
 // The string form of `glob`: one item, weight 1, no name.

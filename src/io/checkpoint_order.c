@@ -174,6 +174,16 @@ static void plain_stream(order_reader *r, yaml_node_t *config, manifest *m) {
 
 // Each source's samples against the blend schedule of the recorded weights and batch.
 static void check_schedule(order_reader *r, const data_cursor *c, yaml_node_t *seq) {
+    // Shares as config validation allows them (smaller ones have no schedule).
+    double wmax = 0.0, sum = 0.0;
+    for (int i = 0; i < c->n_sources; i++) wmax = fmax(wmax, c->sources[i].weight);
+    for (int i = 0; i < c->n_sources; i++) sum += c->sources[i].weight / wmax;
+    for (int i = 0; i < c->n_sources && !r->failed; i++)
+        if (c->sources[i].weight / wmax / sum < CONFIG_DATA_SHARE_MIN)
+            bad(r, node_line(yaml_document_get_node(r->d, seq->data.sequence.items.start[i])),
+                "data_sources[%d].weight: %g is a share below %g of the total", i,
+                c->sources[i].weight, CONFIG_DATA_SHARE_MIN);
+    if (r->failed) return;
     double *w = xmalloc((size_t)c->n_sources * sizeof(double));
     int64_t *extras = xmalloc((size_t)c->n_sources * sizeof(int64_t));
     for (int i = 0; i < c->n_sources; i++)

@@ -20,7 +20,8 @@
 //
 // Within a step, the sources are interleaved in a fixed order (blend_interleave), so that
 // the contiguous block of the batch that each dp replica takes holds each source in
-// proportion too.
+// proportion too. Costs per step, on every rank that reads data: blend_step O(n log n),
+// blend_interleave O(G n) for n sources.
 #pragma once
 #include "base/common.h"
 
