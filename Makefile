@@ -138,10 +138,17 @@ $(BUILD)/tests $(BUILD)/tests/gpu $(BUILD)/tools:
 	@mkdir -p $@
 
 # The embedded corpus: data/kjv.txt (King James Bible, public domain, from Debian's
-# bible-kjv-text) as byte-level llm.c shards, the last 5% held out for validation.
-data: data/kjv_train_000.bin
+# bible-kjv-text) as byte-level llm.c shards, the last 5% held out for validation. Also
+# split at Matthew 1:1 into the Old and New Testaments, each with its own 5% held out: the
+# two sources and two validation sets of configs/blend.yaml.
+data: data/kjv_train_000.bin data/kjv_ot_train_000.bin
 data/kjv_train_000.bin: data/kjv.txt | $(BUILD)/tools/make_byte_shards
 	$(BUILD)/tools/make_byte_shards data/kjv.txt data/kjv 0.05
+data/kjv_ot_train_000.bin: data/kjv.txt | $(BUILD)/tools/make_byte_shards
+	awk '/^Mat1:1 /{nt = 1} {print > (nt ? "$(BUILD)/kjv_nt.txt" : "$(BUILD)/kjv_ot.txt")}' \
+		data/kjv.txt
+	$(BUILD)/tools/make_byte_shards $(BUILD)/kjv_nt.txt data/kjv_nt 0.05
+	$(BUILD)/tools/make_byte_shards $(BUILD)/kjv_ot.txt data/kjv_ot 0.05
 
 # `run` and `test` install the dependencies first, then build in a second make so that the
 # flags found by pkg-config see the freshly installed libraries.

@@ -59,10 +59,11 @@ static void test_defaults(void) {
              cfg.optim.lr == 1e-3 && cfg.optim.min_lr == 1e-4 && cfg.optim.warmup_steps == 100 &&
              cfg.optim.decay == DECAY_COSINE && cfg.optim.beta1 == 0.9 && cfg.optim.beta2 == 0.95 &&
              cfg.optim.eps == 1e-8 && cfg.optim.weight_decay == 0.1 &&
-             streq(cfg.data.train, "data/kjv_train_*.bin") &&
-             streq(cfg.data.val, "data/kjv_val_*.bin") && cfg.data.eval_every == 200 &&
-             cfg.data.eval_batches == 20 && !cfg.checkpoint.dir && cfg.checkpoint.every == 500 &&
-             cfg.checkpoint.keep == 3 && cfg.checkpoint.async == 1 &&
+             streq(cfg.data.train.items[0].path, "data/kjv_train_*.bin") &&
+             !cfg.data.train.listed && cfg.data.train.n == 1 && cfg.data.shuffle == 1 &&
+             streq(cfg.data.val.items[0].path, "data/kjv_val_*.bin") &&
+             cfg.data.eval_every == 200 && cfg.data.eval_batches == 20 && !cfg.checkpoint.dir &&
+             cfg.checkpoint.every == 500 && cfg.checkpoint.keep == 3 && cfg.checkpoint.async == 1 &&
              streq(cfg.checkpoint.resume, "auto") && cfg.log.every == 10 && !cfg.log.metrics &&
              !cfg.log.tensorboard && cfg.system.backend == BACKEND_AUTO &&
              cfg.system.comm == COMM_AUTO && cfg.system.threads == 0 &&
@@ -165,10 +166,11 @@ static int full_values_ok(const run_config *c) {
            c->optim.lr == 6.0e-4 && c->optim.min_lr == 6e-5 && c->optim.warmup_steps == 700 &&
            c->optim.decay == DECAY_LINEAR && c->optim.beta1 == 0.85 && c->optim.beta2 == 0.999 &&
            c->optim.eps == 1.0e-6 && c->optim.weight_decay == 0.0 &&
-           streq(c->data.train, "data/fineweb_train_*.bin") &&
-           streq(c->data.val, "data/fineweb_val_000.bin") && c->data.eval_every == 0 &&
-           c->data.eval_batches == 5 && streq(c->checkpoint.dir, "/tmp/ckpt") &&
-           c->checkpoint.every == 0 && c->checkpoint.keep == 1 && c->checkpoint.async == 0 &&
+           streq(c->data.train.items[0].path, "data/fineweb_train_*.bin") &&
+           streq(c->data.val.items[0].path, "data/fineweb_val_000.bin") &&
+           c->data.eval_every == 0 && c->data.eval_batches == 5 &&
+           streq(c->checkpoint.dir, "/tmp/ckpt") && c->checkpoint.every == 0 &&
+           c->checkpoint.keep == 1 && c->checkpoint.async == 0 &&
            streq(c->checkpoint.resume, "none") && c->log.every == 1 &&
            streq(c->log.metrics, "/tmp/m.jsonl") && streq(c->log.tensorboard, "/tmp/tb") &&
            c->system.backend == BACKEND_CUDA && c->system.comm == COMM_NCCL &&
@@ -636,7 +638,7 @@ static void test_set(void) {
              cfg.optim.min_lr == 1e-5 && cfg.parallel.sequence_parallel == 1 &&
              streq(cfg.run.name, "my run") && streq(cfg.run.out_dir, "runs/my run") &&
              !cfg.model.init_from && !cfg.checkpoint.dir && cfg.system.comm_timeout_s == 5.0 &&
-             streq(cfg.data.train, "x_*.bin");
+             streq(cfg.data.train.items[0].path, "x_*.bin");
     TEST_CHECK(ok, "--set overrides: ints, floats, bools, strings, null", "rc %d stderr: %s", rc,
                g_err);
     if (rc == TRI_OK) config_free(&cfg);

@@ -22,6 +22,7 @@
 #include "config/config.h"
 #include "config/config_keys_internal.h"
 #include "config/config_resume.h"
+#include "config/config_sources_internal.h"
 #include "io/json.h"
 #include "testlib.h"
 
@@ -45,6 +46,19 @@ static char *block_of(const run_config *cfg, size_t *n) {
     return text;
 }
 
+// A deep copy of a data.train / data.val value.
+static void copy_sources(config_data_sources *d, const config_data_sources *s) {
+    config_sources_free(d);
+    d->n = s->n;
+    d->listed = s->listed;
+    d->items = xmalloc((size_t)s->n * sizeof *d->items);
+    for (int i = 0; i < s->n; i++) {
+        d->items[i].path = xstrdup(s->items[i].path);
+        d->items[i].name = s->items[i].name ? xstrdup(s->items[i].name) : NULL;
+        d->items[i].weight = s->items[i].weight;
+    }
+}
+
 static void copy_cfg(run_config *dst, const run_config *src) {
     config_defaults(dst);
     for (int k = 0; k < K_COUNT; k++) {
@@ -55,6 +69,7 @@ static void copy_cfg(run_config *dst, const run_config *src) {
             free(*(char **)d);
             *(char **)d = *(char *const *)s ? xstrdup(*(char *const *)s) : NULL;
             break;
+        case KT_SOURCES: copy_sources(d, s); break;
         case KT_U64: *(uint64_t *)d = *(const uint64_t *)s; break;
         case KT_F64: *(double *)d = *(const double *)s; break;
         default: *(int *)d = *(const int *)s; break;
@@ -96,6 +111,12 @@ static void change_key(run_config *cfg, key_id k, unsigned salt) {
         snprintf(buf, sizeof buf, "other/value_%u", salt);
         free(*(char **)p);
         *(char **)p = xstrdup(buf);
+        break;
+    }
+    case KT_SOURCES: {
+        char buf[64];
+        snprintf(buf, sizeof buf, "other/value_%u_*.bin", salt);
+        config_sources_set_glob(p, buf);
         break;
     }
     }

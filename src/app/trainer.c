@@ -6,6 +6,7 @@
 
 #include "app/resume_diff.h"
 
+#include <math.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -71,13 +72,82 @@ static double mfu_peak(trainer *tr) {
     return measure_matmul_rate(be, be->device_memory && prec == PRECISION_BF16);
 }
 
+// data.train (io/data_order.h) and data.val's sets; rank 0 says what they hold.
 static tri_status open_data(trainer *tr) {
     run_config *cfg = tr->cfg;
-    const int T = cfg->model.seq_len, V = cfg->model.vocab_size;
-    TRI_CHECK(data_open(&tr->train, cfg->data.train, T, V, cfg->train.global_batch, "data.train"));
-    if (cfg->data.eval_every > 0)
-        TRI_CHECK(data_open(&tr->val, cfg->data.val, T, V, cfg->train.global_batch, "data.val"));
+    const int T = cfg->model.seq_len, V = cfg->model.vocab_size, G = cfg->train.global_batch;
+    TRI_CHECK(
+        data_order_open(&tr->train, &cfg->data.train, cfg->data.shuffle, cfg->run.seed, T, V, G));
+    tr->train.notes = tr->li->rank == 0;
+    const config_data_sources *val = &cfg->data.val;
+    tr->last_val = xmalloc((size_t)val->n * sizeof(double));
+    for (int i = 0; i < val->n; i++) tr->last_val[i] = NAN;
+    if (cfg->data.eval_every == 0) return TRI_OK;
+    tr->val = xcalloc((size_t)val->n, sizeof *tr->val);
+    tr->val_names = val->listed ? xcalloc((size_t)val->n, sizeof(char *)) : NULL;
+    for (int i = 0; i < val->n; i++) {
+        char what[64];
+        if (val->listed) snprintf(what, sizeof what, "data.val[%d].path", i);
+        else snprintf(what, sizeof what, "data.val");
+        TRI_CHECK(data_open(&tr->val[i], val->items[i].path, T, V, G, what));
+        tr->n_val = i + 1;
+        if (val->listed) tr->val_names[i] = val->items[i].name;
+    }
     return TRI_OK;
+}
+
+// Rank 0's lines on the data (once the order a resume continues is known).
+static void describe_data(const trainer *tr) {
+    const run_config *cfg = tr->cfg;
+    if (tr->li->rank != 0) return;
+    data_order_describe(&tr->train, cfg->train.steps);
+    const int64_t reads = (int64_t)cfg->data.eval_batches * cfg->train.global_batch;
+    for (int i = 0; i < tr->n_val; i++) {
+        const data_stream *ds = &tr->val[i];
+        LOG_INFO("data.val%s%s: %s: %d shard%s, %lld tokens, %lld samples; each evaluation reads "
+                 "the first %lld (%d batches of %d) in plain order%s",
+                 tr->val_names ? " " : "", tr->val_names ? tr->val_names[i] : "",
+                 cfg->data.val.items[i].path, ds->n_shards, ds->n_shards > 1 ? "s" : "",
+                 (long long)ds->n_tokens, (long long)ds->n_samples, (long long)reads,
+                 cfg->data.eval_batches, cfg->train.global_batch,
+                 reads > ds->n_samples ? ", wrapping around: some twice" : "");
+    }
+}
+
+// The data order that a resume continues (io/data_order.h): the checkpoint's. A config that
+// asks for another one (data.shuffle, run.seed, data.train) is refused, unless
+// checkpoint.resume_changes: allow, which continues in the config's order from here.
+static tri_status resume_data_order(trainer *tr, const char *path) {
+    run_config *cfg = tr->cfg;
+    const data_cursor *c = &tr->start.order;
+    const int rank0 = tr->li->rank == 0;
+    char diff[8192];
+    const int n = data_order_compare(c, cfg, diff, sizeof diff);
+    if (n && cfg->checkpoint.resume_changes != RESUME_CHANGES_ALLOW) {
+        if (rank0) {
+            LOG_ERROR("checkpoint %s recorded another data order than this config asks for:\n%s",
+                      path, diff);
+            LOG_HINT("resume with the checkpoint's data order (set the config back), or set "
+                     "checkpoint.resume_changes: allow to continue in the config's order from "
+                     "step %d",
+                     tr->start.step);
+        } else {
+            sleep(2); // rank 0 reports first: the launcher ends the job at the first exit
+        }
+        return TRI_ERR_CONFIG;
+    }
+    if (n && rank0)
+        LOG_WARN("checkpoint.resume_changes: allow: the data order changes at step %d:\n%s\n"
+                 "each source continues after the samples it gave before, and the blend "
+                 "schedule starts anew",
+                 tr->start.step, diff);
+    if (!n && !c->recorded) {
+        if (rank0)
+            LOG_INFO("checkpoint %s was written before data.shuffle: continuing in plain order",
+                     path);
+        cfg->data.shuffle = 0; // what this run does, in its run record and checkpoints
+    }
+    return data_order_resume(&tr->train, c, path);
 }
 
 // The comm backend of the mesh (comm_create_for): none for a world of one; NCCL for a
@@ -131,6 +201,7 @@ static tri_status open_checkpoints(trainer *tr) {
         TRI_CHECK(resume_check(path, cfg, tr->cm, tr->li->world, &tr->resume_json));
         TRI_CHECK(ckpt_load(path, &view, &tr->start));
         tr->resumed = 1;
+        TRI_CHECK(resume_data_order(tr, path));
     } else if (cfg->checkpoint.dir && !strcmp(cfg->checkpoint.resume, "auto")) {
         LOG_INFO("no checkpoint in %s: starting from step 0", cfg->checkpoint.dir);
     }
@@ -237,6 +308,27 @@ static tri_status open_outputs(trainer *tr, const char *extra_json) {
     return (tri_status)(int)shared[0];
 }
 
+// The run record's "data_train" (each source: path, weight, share, shards, tokens, samples,
+// epochs in this run) and "data_val" (each set: name, path, shards, tokens, samples).
+static void data_json(const trainer *tr, FILE *f) {
+    fputs(",\"data_train\":", f);
+    data_order_json(&tr->train, tr->cfg->train.steps, f);
+    fputs(",\"data_val\":[", f);
+    for (int i = 0; i < tr->n_val; i++) {
+        fputs(i ? ",{" : "{", f);
+        if (tr->val_names) {
+            fputs("\"name\":", f);
+            config_print_quoted(f, tr->val_names[i]);
+            fputc(',', f);
+        }
+        fputs("\"path\":", f);
+        config_print_quoted(f, tr->cfg->data.val.items[i].path);
+        fprintf(f, ",\"shards\":%d,\"tokens\":%lld,\"samples\":%lld}", tr->val[i].n_shards,
+                (long long)tr->val[i].n_tokens, (long long)tr->val[i].n_samples);
+    }
+    fputc(']', f);
+}
+
 tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     tr->cfg = cfg;
     tr->li = li;
@@ -288,28 +380,26 @@ tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     TRI_CHECK(open_dirs(tr));
     TRI_CHECK(startup_boundary(tr, "resume"));
     TRI_CHECK(open_checkpoints(tr));
+    describe_data(tr);
     TRI_CHECK(startup_boundary(tr, "metrics"));
     tr->flops_per_token = plan_flops_per_token(cfg);
-    // The resume's list of changes may name long paths: the record's fragment grows with it.
-    const size_t extra_n = 1536 + (tr->resume_json ? strlen(tr->resume_json) : 0);
-    char memory[1024], *extra = xmalloc(extra_n);
-    rc = memory_json(tr, memory, sizeof memory);
-    if (rc != TRI_OK) {
-        free(extra);
-        return rc;
-    }
-    snprintf(extra, extra_n,
-             ",\"n_params\":%lld,\"threads\":%d,\"micro_batches\":%d,\"flops_per_token\":%.0f,"
-             "\"mfu_peak_flops\":%.4g,\"rank_params\":%zu%s",
-             (long long)tr->model.table.global_numel, tr->be->threads, tr->n_micro,
-             tr->flops_per_token, tr->peak_flops, tr->model.table.local_numel, memory);
-    // A resumed run says from which step, so that scripts/plot.py joins the restarts there.
-    // The changes a resume made to the checkpoint's config (none: an empty list).
-    if (tr->resumed) {
-        size_t len = strlen(extra);
-        snprintf(extra + len, extra_n - len, ",\"resumed_from_step\":%d%s", tr->start.step,
-                 tr->resume_json ? tr->resume_json : "");
-    }
+    char memory[1024], *extra = NULL;
+    size_t extra_len = 0;
+    TRI_CHECK(memory_json(tr, memory, sizeof memory));
+    FILE *f = open_memstream(&extra, &extra_len);
+    TRI_ASSERT(f);
+    fprintf(f,
+            ",\"n_params\":%lld,\"threads\":%d,\"micro_batches\":%d,\"flops_per_token\":%.0f,"
+            "\"mfu_peak_flops\":%.4g,\"rank_params\":%zu%s",
+            (long long)tr->model.table.global_numel, tr->be->threads, tr->n_micro,
+            tr->flops_per_token, tr->peak_flops, tr->model.table.local_numel, memory);
+    // A resumed run says from which step, so that scripts/plot.py joins the restarts there,
+    // and the changes it made to the checkpoint's config.
+    if (tr->resumed)
+        fprintf(f, ",\"resumed_from_step\":%d%s", tr->start.step,
+                tr->resume_json ? tr->resume_json : "");
+    data_json(tr, f);
+    TRI_ASSERT(fclose(f) == 0);
     rc = open_outputs(tr, extra);
     free(extra);
     TRI_CHECK(rc);
@@ -332,7 +422,11 @@ void trainer_free(trainer *tr) {
     }
     sched_free(&tr->sched);
     sched_free(&tr->eval_sched);
-    data_close(&tr->train);
-    data_close(&tr->val);
+    data_order_close(&tr->train);
+    for (int i = 0; i < tr->n_val; i++) data_close(&tr->val[i]);
+    free(tr->val);
+    free(tr->val_names);
+    free(tr->last_val);
+    data_cursor_free(&tr->start.order);
     if (tr->cm) comm_destroy(tr->cm);
 }

@@ -12,6 +12,7 @@
 #include "config/config.h"
 #include "io/checkpoint.h"
 #include "io/data.h"
+#include "io/data_order.h"
 #include "io/metrics.h"
 #include "io/tensorboard.h"
 #include "io/rundir.h"
@@ -32,7 +33,12 @@ typedef struct {
     zero_state *zero;
     optimizer *optim;
     executor exec;
-    data_stream train, val;
+    data_order train;       // data.train: its sources, blend schedule and shuffled order
+    data_stream *val;       // (n_val) data.val's sets, read in plain order
+    const char **val_names; // (n_val) their names, or NULL for the single glob (val_loss)
+    int n_val;
+    int eval_set;           // the set being evaluated
+    double *last_val;       // (n_val, at least 1) the latest evaluation's losses, NaN before one
     sched_table sched;      // the training step's table of this pipeline rank
     sched_table eval_sched; // evaluation's forward-only table
     metrics_log metrics;

@@ -42,6 +42,27 @@ typedef enum { RESUME_CHANGES_REFUSE = 0, RESUME_CHANGES_ALLOW = 1 } resume_chan
 // RESUME_UNSET is no class: tests/test_config.c fails on a key that has it.
 typedef enum { RESUME_UNSET = 0, RESUME_FREE, RESUME_GUARDED, RESUME_FIXED } resume_class;
 
+// One source of data.train's or one set of data.val's list form (README "Config reference").
+typedef struct {
+    char *path;    // a glob of token shards
+    char *name;    // data.val: the set's name (reported as val_loss/NAME); NULL for data.train
+    double weight; // data.train: > 0, normalised over the list; 1 in the string form
+} config_data_source;
+
+// data.train or data.val: a single glob (the string form: one item, weight 1, no name) or a
+// list (`listed`): data.train's weighted sources, data.val's named sets.
+typedef struct {
+    config_data_source *items;
+    int n; // >= 1
+    int listed;
+} config_data_sources;
+
+// At most this many items in data.train's or data.val's list (each opens its shards).
+#define CONFIG_DATA_SOURCES_MAX 1024
+// The smallest share of data.train's total weight a source may have: smaller ones would draw
+// nothing for millions of steps (io/data_blend.h quantises shares to 2^-20 of a sample).
+#define CONFIG_DATA_SHARE_MIN 1e-6
+
 typedef struct {
     struct {
         char *name;
@@ -71,8 +92,9 @@ typedef struct {
     } train;
     optim_config optim; // parallel/optim.h: lr, min_lr, warmup_steps, decay, ...
     struct {
-        char *train;
-        char *val;
+        config_data_sources train; // a glob, or weighted sources: a blend (io/data_blend.h)
+        config_data_sources val;   // a glob (val_loss), or named sets (val_loss/NAME)
+        int shuffle;               // a seeded permutation per epoch (io/data.h), else plain order
         int eval_every, eval_batches;
         char *tokenizer; // the tokenizer.json that made the shards (null: none recorded)
     } data;
@@ -146,6 +168,12 @@ void config_print_yaml(const run_config *cfg, FILE *f, int indent);
 
 // Writes the resolved config as one JSON object (no newline) to `f`.
 void config_print_json(const run_config *cfg, FILE *f);
+
+// Shortest text that reads back to exactly v, always with a '.' in the mantissa so that
+// YAML 1.1 readers (PyYAML) see a float: 0.1, 1.0e-08, 300.0.
+void config_format_double(double v, char *buf, size_t n);
+// Writes s double-quoted, with escapes valid in both JSON and YAML.
+void config_print_quoted(FILE *f, const char *s);
 
 void config_free(run_config *cfg);
 

@@ -55,6 +55,10 @@ static const char *const RESUME_CHANGES_NAMES[] = {"refuse", "allow", NULL};
 #define RESHARDED FREE("the checkpoint is resharded to the new layout")
 #define GUARDED(text) .resume = RESUME_GUARDED, .effect = (text)
 #define FIXED(text) .resume = RESUME_FIXED, .effect = (text)
+// data.train, data.val: a glob, or a list (config_sources.c); the default is a glob.
+#define SOURCES_KEY(id, sec, name, def, ...)                                                 \
+    [id] = {.section = #sec, .key = #name, .type = KT_SOURCES, .offset = OFF(sec.name),      \
+            .def_str = (def), __VA_ARGS__}
 #define NO_MAX ((double)INT_MAX)
 
 // In DESIGN.md order; printing follows this order.
@@ -142,12 +146,16 @@ const key_desc CONFIG_KEYS[K_COUNT] = {
     F64_KEY(K_OPT_EPS, optim, eps, 0, 1, INFINITY, 0, 1.0e-8, GUARDED("another Adam epsilon")),
     F64_KEY(K_OPT_WEIGHT_DECAY, optim, weight_decay, 0, 0, INFINITY, 0, 0.1,
             GUARDED("another weight decay")),
-    STR_KEY(K_DATA_TRAIN, data, train, 0, "data/kjv_train_*.bin",
-            GUARDED("other training data: the data cursor (the global sample index) goes on "
-                    "in the new shards")),
-    STR_KEY(K_DATA_VAL, data, val, 0, "data/kjv_val_*.bin",
+    SOURCES_KEY(K_DATA_TRAIN, data, train, "data/kjv_train_*.bin",
+            GUARDED("other training data or weights: each source goes on after the samples it "
+                    "gave before")),
+    SOURCES_KEY(K_DATA_VAL, data, val, "data/kjv_val_*.bin",
             FREE("val losses from here on are measured on the new set (not comparable with "
                  "the earlier ones)")),
+    // No `absent` value: a checkpoint from before the key continues in its plain order, which
+    // the data order it records says (io/data_order.h), with a line saying so.
+    BOOL_KEY(K_DATA_SHUFFLE, data, shuffle, 1,
+             GUARDED("the training samples come in another order from here on")),
     INT_KEY(K_DATA_EVAL_EVERY, data, eval_every, 0, NO_MAX, 200,
             FREE("evaluations at other steps")),
     INT_KEY(K_DATA_EVAL_BATCHES, data, eval_batches, 1, NO_MAX, 20,

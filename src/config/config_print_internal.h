@@ -4,9 +4,8 @@
 #pragma once
 #include "config/config_keys_internal.h"
 
-// Shortest text that reads back to exactly v, always with a '.' in the mantissa so that
-// YAML 1.1 readers (PyYAML) see a float: 0.1, 1.0e-08, 300.0.
-void config_format_double(double v, char *buf, size_t n);
+// config_format_double (the number text) and config_print_quoted (a quoted string) are
+// public (config.h): the data order's records use them too.
 
 // Key k's value as config_print_yaml (json = 0) or config_print_json (json = 1) writes it,
 // malloc'd: equal values have equal texts (numbers in their shortest exact form).

@@ -10,6 +10,7 @@
 
 #include "base/yaml_limit.h"
 #include "config/config_print_internal.h"
+#include "config/config_sources_internal.h"
 #include "config/config_values_internal.h"
 
 // ---------------------------------------------------------------------------------------

@@ -60,11 +60,5 @@ const char *config_describe(const scalar_view *v, char *buf, size_t n);
 // it came from.
 void config_set_value(config_ctx *c, run_config *cfg, key_id k, const scalar_view *v,
                       config_loc loc);
-// Stores the value node `val` of document `doc` into key k (config_view_of, then
-// config_set_value): the one way a key's value gets from YAML into run_config, for a config
-// file and for the config a checkpoint recorded (config_resume.c) alike, so that a kind of
-// value a key learns to take (a list, a mapping) is read back from checkpoints too.
-void config_set_node(config_ctx *c, run_config *cfg, yaml_document_t *doc, yaml_node_t *val,
-                     const config_tags *tags, key_id k, config_loc loc);
 // Replaces string key k's value with a copy of s.
 void config_set_string(run_config *cfg, key_id k, const char *s);

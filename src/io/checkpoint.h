@@ -24,16 +24,20 @@
 #include "compute/backend.h"
 #include "comm/comm.h"
 #include "config/config.h"
+#include "io/data_order.h"
 #include "model/params.h"
 #include "parallel/optim.h"
 #include "parallel/zero.h"
 
 // Where training stands: what a checkpoint restores besides the tensors.
 typedef struct {
-    int step;        // optimizer steps done
-    int64_t samples; // global sample index of the next training sample (the data cursor)
-    int64_t tokens;  // tokens trained on
-    int optim_t;     // AdamW's step counter (bias correction)
+    int step;          // optimizer steps done
+    int64_t samples;   // global sample index of the next training sample (all sources)
+    int64_t tokens;    // tokens trained on
+    int optim_t;       // AdamW's step counter (bias correction)
+    data_cursor order; // the data order at `step` (ckpt_save copies it; ckpt_load and
+                       // ckpt_verify fill it, the caller's to data_cursor_free: recorded from
+                       // format version 3 on, one plain stream before)
 } ckpt_progress;
 
 // A rank's training state as the checkpoint code sees it.

@@ -742,6 +742,10 @@ tri_status manifest_read(manifest *m, const char *dir) {
         yaml_node_t *root = yaml_document_get_root_node(&doc);
         if (root->type != YAML_MAPPING_NODE) fail(&rd, 1, "not a mapping of fields");
         parse_header(&rd, root);
+        char why[1024];
+        int line = 0;
+        if (rd.rc == TRI_OK && manifest_read_data_order(&doc, root, m, why, sizeof why, &line))
+            fail(&rd, line, "%s", why);
         parse_tensors(&rd, root);
         parse_files(&rd, root);
         if (rd.rc == TRI_OK) check_tensors_match_model(&rd);
@@ -770,6 +774,7 @@ void manifest_free(manifest *m) {
     free(m->file_bytes);
     free(m->regions);
     free(m->config_yaml);
+    data_cursor_free(&m->order);
     m->tensors = NULL, m->by_name = NULL, m->files = NULL, m->file_bytes = NULL;
     m->regions = NULL, m->config_yaml = NULL;
     m->n_tensors = m->n_files = m->n_regions = 0;

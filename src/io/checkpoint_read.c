@@ -435,7 +435,8 @@ tri_status ckpt_load(const char *path, const ckpt_state *s, ckpt_progress *p) {
     memset(&m, 0, sizeof m);
     tri_status rc = load_rank(path, s, &m);
     if (rc == TRI_OK) {
-        *p = (ckpt_progress){m.step, m.samples, m.tokens, m.optim_t};
+        *p = (ckpt_progress){m.step, m.samples, m.tokens, m.optim_t, m.order};
+        memset(&m.order, 0, sizeof m.order); // now the caller's
         optim_set_steps_taken(s->optim, m.optim_t);
         LOG_INFO("resumed from %s: step %d, %lld tokens seen, next sample %lld", path, m.step,
                  (long long)m.tokens, (long long)m.samples);
@@ -519,7 +520,10 @@ tri_status ckpt_verify(const char *path, ckpt_progress *p) {
     loader_init(&ld, &m);
     for (int i = 0; i < m.n_regions && rc == TRI_OK; i++) rc = read_region(&ld, &m.regions[i]);
     loader_free(&ld);
-    if (rc == TRI_OK) *p = (ckpt_progress){m.step, m.samples, m.tokens, m.optim_t};
+    if (rc == TRI_OK) {
+        *p = (ckpt_progress){m.step, m.samples, m.tokens, m.optim_t, m.order};
+        memset(&m.order, 0, sizeof m.order); // now the caller's
+    }
     manifest_free(&m);
     return rc;
 }
