@@ -335,7 +335,7 @@ static int bench(int threads) {
 // ---------------------------------------------------------------------------------------
 
 int main(int argc, char **argv) {
-    backend_cpu_prepare_process(argv); // the OpenBLAS kernels trident itself runs with
+    backend_cpu_prepare_process(argv, 0); // the OpenBLAS kernels trident itself runs with
     log_init();
     if (argc > 1 && !strcmp(argv[1], "--bench")) return bench(argc > 2 ? atoi(argv[2]) : 2);
     // OpenMP over the heads, and the heads in turn with the GEMMs and rows split, each on 1, 2
