@@ -6,11 +6,14 @@
 // main; setenv later changes nothing), and has no call to change them. Unset, an idle
 // thread spins ~3 ms (300k iterations) before it sleeps, after every parallel region and at
 // every barrier. On shared cores (a busy process beside the run, or more threads than cores
-// over a node's ranks) those spins take the cores from the threads with work: a 10 ms step
-// of scripts/bench-threads.sh stretched to 0.7-4.9 s, where with passive waiting (sleep at
-// once) it stayed under 0.15 s (README "CPU threads"). So `train` and `sample` restart
-// themselves once with OMP_WAIT_POLICY=passive, unless the user chose OMP_WAIT_POLICY or
-// GOMP_SPINCOUNT; the restart also carries OPENBLAS_CORETYPE when needed (below).
+// over a node's ranks) those spins take the cores from the threads with work: steps of
+// ~10 ms in scripts/bench-threads.sh stalled for up to 6 s, where with passive waiting
+// (sleep at once) none passed 0.16 s (README "CPU threads"). Waking a sleeping thread costs
+// ~5-30 us per parallel region on an idle machine (+4% on the default model's step), which
+// a user with cores of their own buys back with OMP_WAIT_POLICY=active. So `train` and
+// `sample` restart themselves once with OMP_WAIT_POLICY=passive, unless the user chose
+// OMP_WAIT_POLICY or GOMP_SPINCOUNT; the restart also carries OPENBLAS_CORETYPE when needed
+// (below).
 //
 // Thread count (system.threads 0). A rank takes the cores it may use, shared with the other
 // ranks of its node that may use the same ones: the CPUs of its affinity mask (taskset,
