@@ -76,7 +76,8 @@ const env_desc ENV_TABLE[ENV_COUNT] = {
     [ENV_OMP_WAIT_POLICY] = {"OMP_WAIT_POLICY", ENV_BY_USER, "passive|active",
                              "train and sample restart themselves once with passive",
                              "read by OpenMP when it loads: passive threads sleep when idle, "
-                             "active ones spin; when set, trident keeps it"},
+                             "active ones spin; when set, trident keeps it (the tests set "
+                             "passive and skip the restart)"},
     [ENV_GOMP_SPINCOUNT] = {"GOMP_SPINCOUNT", ENV_BY_USER, "N|infinite", "as OMP_WAIT_POLICY says",
                             "read by libgomp when it loads: an idle thread spins N times, then "
                             "sleeps; when set, trident sets no OMP_WAIT_POLICY"},
