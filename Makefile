@@ -179,9 +179,11 @@ test-asan: deps
 test-full: test-asan
 
 # Speed measurements, never run by `make test` (which asserts no timing): the tokenizer
-# against Hugging Face tokenizers (scripts/bench-tokenize.sh [THREADS] [MB]).
+# against Hugging Face tokenizers (scripts/bench-tokenize.sh [THREADS] [MB]), and the step
+# time's spread on oversubscribed cores (scripts/bench-threads.sh [STEPS] [REPEATS]).
 test-perf: all
 	@scripts/bench-tokenize.sh
+	@scripts/bench-threads.sh
 
 # The GPU checks (issue 9): each op on CUDA against the CPU backend, and a training run on
 # each backend; tests/gpu/run.sh says what runs. Needs a CUDA build and a GPU.

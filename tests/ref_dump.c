@@ -32,7 +32,7 @@ static int write_file(const char *dir, const char *name, const void *data, size_
 }
 
 int main(int argc, char **argv) {
-    backend_cpu_prepare_process(argv);
+    backend_cpu_prepare_process(argv, 0);
     if (argc < 3) {
         fprintf(stderr, "usage: ref_dump CONFIG OUTDIR [STEPS]\n");
         return 2;

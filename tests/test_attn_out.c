@@ -106,7 +106,7 @@ static void check_mode(const char *what, char **sets, int n_set) {
 
 int main(int argc, char **argv) {
     (void)argc;
-    backend_cpu_prepare_process(argv);
+    backend_cpu_prepare_process(argv, 0);
     log_init();
     char bf16[] = "train.precision=bf16", rc[] = "parallel.recompute=full";
     char *none[] = {NULL}, *only16[] = {bf16}, *onlyrc[] = {rc}, *both[] = {bf16, rc};

@@ -378,6 +378,12 @@ static tri_status train_loop(trainer *tr) {
              cfg->run.name, (long long)m->table.global_numel, cfg->train.steps,
              cfg->train.global_batch, cfg->model.seq_len, tr->n_micro, cfg->train.micro_batch,
              tr->be->name, tr->be->threads);
+    if (tr->be->threads > 0) { // the CPU backend
+        char wait[128];
+        backend_cpu_wait_describe(wait, sizeof wait);
+        LOG_INFO("threads: %d per rank (%s); idle waiting: %s", tr->be->threads, tr->threads_why,
+                 wait);
+    }
     if (tr->eval_first && eval_due(cfg, tr->start.step)) {
         LOG_INFO("step %5d/%d | evaluating again: %s has no val loss of this step", tr->start.step,
                  cfg->train.steps, tr->li->rank == 0 ? tr->metrics.path : "metrics.jsonl");

@@ -348,13 +348,9 @@ tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     tr->dp = cfg->parallel.dp;
     tr->dp_rank = tr->coord.dp;
     tr->n_micro = config_micro_batches(cfg);
-    // system.threads 0: the node's cores divided among the ranks started on it.
-    int threads = cfg->system.threads;
-    if (threads == 0) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = (int)(cores / (li->local_size > 0 ? li->local_size : 1));
-        if (threads < 1) threads = 1;
-    }
+    // system.threads 0: the cores this rank may use, shared with the ranks of its node.
+    const int threads = backend_cpu_fit_threads(cfg->system.threads, li->local_size,
+                                                tr->threads_why, sizeof tr->threads_why);
     // The compute backend first: on the CUDA path it selects the device that NCCL's
     // communicators and every buffer belong to.
     stop_phase("compute backend");
@@ -386,13 +382,19 @@ tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     char memory[1024], *extra = NULL;
     size_t extra_len = 0;
     TRI_CHECK(memory_json(tr, memory, sizeof memory));
+    char wait[128] = "";
+    if (tr->be->threads > 0) backend_cpu_wait_describe(wait, sizeof wait);
     FILE *f = open_memstream(&extra, &extra_len);
     TRI_ASSERT(f);
+    // threads_why and omp_wait: rank 0's view (its node); neither holds a character that
+    // JSON would escape (backend.h).
     fprintf(f,
-            ",\"n_params\":%lld,\"threads\":%d,\"micro_batches\":%d,\"flops_per_token\":%.0f,"
-            "\"mfu_peak_flops\":%.4g,\"rank_params\":%zu%s",
-            (long long)tr->model.table.global_numel, tr->be->threads, tr->n_micro,
-            tr->flops_per_token, tr->peak_flops, tr->model.table.local_numel, memory);
+            ",\"n_params\":%lld,\"threads\":%d,\"threads_why\":\"%s\",\"omp_wait\":\"%s\","
+            "\"micro_batches\":%d,\"flops_per_token\":%.0f,\"mfu_peak_flops\":%.4g,"
+            "\"rank_params\":%zu%s",
+            (long long)tr->model.table.global_numel, tr->be->threads,
+            tr->be->threads > 0 ? tr->threads_why : "", wait, tr->n_micro, tr->flops_per_token,
+            tr->peak_flops, tr->model.table.local_numel, memory);
     // A resumed run says from which step, so that scripts/plot.py joins the restarts there,
     // and the changes it made to the checkpoint's config.
     if (tr->resumed)

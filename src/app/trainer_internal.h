@@ -42,8 +42,9 @@ typedef struct {
     sched_table sched;      // the training step's table of this pipeline rank
     sched_table eval_sched; // evaluation's forward-only table
     metrics_log metrics;
-    tb_log tb;         // rank 0 with log.tensorboard set; closed otherwise
-    double loop_start; // when the training loop began (the step line's elapsed time)
+    tb_log tb;             // rank 0 with log.tensorboard set; closed otherwise
+    double loop_start;     // when the training loop began (the step line's elapsed time)
+    char threads_why[256]; // how the CPU threads were chosen (backend_cpu_fit_threads)
     int dp, dp_rank, n_micro;
     int step;       // the optimizer step being run (0-based), for the batch loader
     int eval_batch; // the evaluation batch being run

@@ -52,9 +52,17 @@ const env_desc ENV_TABLE[ENV_COUNT] = {
                                    "no limit",
                                    "a host allocation (xmalloc and friends) of more than this "
                                    "many bytes fails as out of host memory does"},
-    [ENV_BLAS_REEXEC] = {"TRIDENT_BLAS_REEXEC", ENV_BY_INTERNAL, "1", "not restarted yet",
-                         "set before trident restarts itself with OPENBLAS_CORETYPE, so that "
-                         "it restarts at most once"},
+    [ENV_TEST_CGROUP_ROOT] = {"TRIDENT_TEST_CGROUP_ROOT", ENV_BY_TEST_HOOK, "a directory",
+                              "the real /proc/self/cgroup and /sys/fs/cgroup",
+                              "system.threads 0 reads proc/self/cgroup and sys/fs/cgroup/... "
+                              "under this directory, so that a test can give it cgroup "
+                              "quotas and cpusets"},
+    [ENV_REEXEC] = {"TRIDENT_REEXEC", ENV_BY_INTERNAL,
+                    "the variables it set (OPENBLAS_CORETYPE, OMP_WAIT_POLICY)",
+                    "not restarted yet",
+                    "set before trident restarts itself with the variables that libraries read "
+                    "as they load, so that it restarts at most once and the run record tells "
+                    "its choice from the user's"},
     [ENV_OPENBLAS_CORETYPE] = {"OPENBLAS_CORETYPE", ENV_BY_USER, "an OpenBLAS core name",
                                "trident picks Haswell or SkylakeX when OpenBLAS chose generic "
                                "kernels on an AVX2 CPU, and restarts itself once",
@@ -79,6 +87,14 @@ const env_desc ENV_TABLE[ENV_COUNT] = {
                              "the OpenMP default; trident's CPU backend sets its own count "
                              "from system.threads; scripts/launch.sh and the Slurm script set "
                              "the same value"},
+    [ENV_OMP_WAIT_POLICY] = {"OMP_WAIT_POLICY", ENV_BY_USER, "passive|active",
+                             "train and sample restart themselves once with passive",
+                             "read by OpenMP when it loads: passive threads sleep when idle, "
+                             "active ones spin; when set, trident keeps it (the tests set "
+                             "passive and skip the restart)"},
+    [ENV_GOMP_SPINCOUNT] = {"GOMP_SPINCOUNT", ENV_BY_USER, "N|infinite", "as OMP_WAIT_POLICY says",
+                            "read by libgomp when it loads: an idle thread spins N times, then "
+                            "sleeps; when set, trident sets no OMP_WAIT_POLICY"},
 };
 
 const char *env_get(env_id id) { return getenv(ENV_TABLE[id].name); }

@@ -249,12 +249,33 @@ struct backend {
 // from the next op on; elsewhere nothing changes. Returns b->tf32.
 int backend_set_tf32(backend *b, int on);
 
-// Called first thing in main(): when OpenBLAS picked its generic kernels on a CPU with
-// AVX2/AVX-512 (it does not know CPUs newer than itself), sets OPENBLAS_CORETYPE and
-// restarts the process once with the same arguments. Returns when nothing is to be done.
-void backend_cpu_prepare_process(char **argv);
+// Called first thing in main(), before any thread, file or communicator exists
+// (backend_cpu_process.c says why). Restarts the process once with the same arguments when
+// a library must see a variable as it loads: OPENBLAS_CORETYPE when OpenBLAS picked its
+// generic kernels on a CPU with AVX2/AVX-512 (it does not know CPUs newer than itself), and,
+// with `passive_wait` (the commands that compute on the CPU), OMP_WAIT_POLICY=passive unless
+// OMP_WAIT_POLICY or GOMP_SPINCOUNT is set. Returns when nothing is to be done or the
+// restart failed.
+void backend_cpu_prepare_process(char **argv, int passive_wait);
 
-// Creates the CPU backend with `threads` compute threads (0: all cores).
+// How OpenMP's idle threads wait in this process, for the run record and the start line:
+// "OMP_WAIT_POLICY=passive (set by trident)", "GOMP_SPINCOUNT=1000", ... Holds no quote,
+// backslash or control character.
+void backend_cpu_wait_describe(char *out, size_t n);
+
+// The compute threads of one rank: `requested` (system.threads) when > 0, else the cores
+// this process may use (affinity mask, cgroup quota) shared among the `local_ranks` of its
+// node that may use them. `why` says how ("2 cores allowed, 1 rank on this node"), for the
+// start line and the run record; it holds no quote, backslash or control character.
+int backend_cpu_fit_threads(int requested, int local_ranks, char *why, size_t n);
+
+// The rule of backend_cpu_fit_threads as a pure function (for the tests): mask_cpus in the
+// affinity mask, node_cpus on the node (cgroup cpuset, else online), quota_cpus the cgroup's
+// CPU quota in cores (0: none). At least 1.
+int backend_cpu_threads_rule(int mask_cpus, int node_cpus, double quota_cpus, int local_ranks);
+
+// Creates the CPU backend with `threads` compute threads (0: backend_cpu_fit_threads for one
+// process).
 tri_status backend_cpu_create(backend **out, int threads);
 
 // ---- the typed ops, as callers use them (backend.c) ----

@@ -17,13 +17,11 @@
 #include <math.h>
 #include <omp.h>
 #include <string.h>
-#include <unistd.h>
 #if defined(__AVX__)
 #include <immintrin.h>
 #endif
 
 #include "base/bf16.h"
-#include "base/env.h"
 
 static inline cpu_ctx *ctx_of(backend *b) { return (cpu_ctx *)b->ctx; }
 
@@ -730,67 +728,16 @@ static const backend cpu_backend_table = {
     /* .destroy               = */ cpu_destroy,
 };
 
-// OpenBLAS 0.3.21 does not know CPUs newer than it (Sapphire/Emerald Rapids under KVM
-// among them) and falls back to its generic SSE3 "Prescott" kernels, ~5x slower than its
-// AVX-512 ones. Its core is chosen when the library loads, from OPENBLAS_CORETYPE, so the
-// process picks the core the CPU supports and starts itself again, once, before anything
-// else happens (no thread, file or communicator exists yet).
-static int blas_core_is_generic(const char **core_out) {
-#if defined(__x86_64__)
-    const char *core = openblas_get_corename();
-    static const char *const generic[] = {"Prescott",  "Core2", "Penryn", "Dunnington",
-                                          "Nehalem",   "Atom",  "Katmai", "Coppermine",
-                                          "Northwood", "Banias"};
-    *core_out = core;
-    for (size_t i = 0; i < sizeof generic / sizeof generic[0]; i++)
-        if (core && !strcmp(core, generic[i]))
-            return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-    *core_out = NULL;
-#endif
-    return 0;
-}
-
-static const char *blas_core_for_cpu(void) {
-#if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
-        return "SkylakeX";
-#endif
-    return "Haswell";
-}
-
-void backend_cpu_prepare_process(char **argv) {
-    const char *core;
-    if (env_get(ENV_OPENBLAS_CORETYPE) || env_get(ENV_BLAS_REEXEC) || !blas_core_is_generic(&core))
-        return;
-    env_set(ENV_OPENBLAS_CORETYPE, blas_core_for_cpu());
-    env_set(ENV_BLAS_REEXEC, "1"); // never loop
-    fflush(NULL);
-    execv("/proc/self/exe", argv);
-    env_unset(ENV_OPENBLAS_CORETYPE); // exec failed: carry on with the generic kernels
-}
-
-// Says so when the generic kernels are still in use (OPENBLAS_CORETYPE forced them, or the
-// restart failed).
-static void warn_generic_blas_core(void) {
-    const char *core;
-    static int warned = 0; // once per process, not once per backend
-    if (warned || !blas_core_is_generic(&core)) return;
-    warned = 1;
-    LOG_WARN("OpenBLAS uses its generic '%s' kernels on this AVX2 CPU; matmuls run several "
-             "times slower than they could.\nHINT: export OPENBLAS_CORETYPE=%s before starting "
-             "trident.",
-             core, blas_core_for_cpu());
-}
-
 tri_status backend_cpu_create(backend **out, int threads) {
     *out = NULL;
     if (threads < 0) {
-        LOG_ERROR("system.threads must be >= 0 (0: all cores), got %d", threads);
+        LOG_ERROR("system.threads must be >= 0 (0: fit to the cores), got %d", threads);
         return TRI_ERR_CONFIG;
     }
-    if (threads == 0) threads = omp_get_num_procs();
+    if (threads == 0) { // one process (sample): the cores it may use
+        char why[512];
+        threads = backend_cpu_fit_threads(0, 1, why, sizeof why);
+    }
     backend *b = xmalloc(sizeof *b);
     *b = cpu_backend_table;
     cpu_ctx *ctx = xcalloc(1, sizeof *ctx);
@@ -803,7 +750,7 @@ tri_status backend_cpu_create(backend **out, int threads) {
     omp_set_num_threads(threads);
     // One thread inside OpenBLAS: parallelism comes from OpenMP (cpu_gemm), see the top.
     openblas_set_num_threads(1);
-    warn_generic_blas_core();
+    backend_cpu_warn_generic_blas();
     *out = b;
     return TRI_OK;
 }

@@ -65,6 +65,10 @@ void cpu_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, 
 void cpu_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv, operand out,
                        const void *state, int B, int T, int NH, int HS);
 
+// Warns once per process when OpenBLAS runs its generic kernels on an AVX2 CPU
+// (backend_cpu_process.c).
+void backend_cpu_warn_generic_blas(void);
+
 // exp(x) within 2 ulp of expf for x in [-86.9, 88.3]; 0 below (no subnormals), +inf
 // above, NaN stays NaN. Cephes' expf: x = n ln2 + r with |r| <= ln2/2, a degree-7
 // polynomial for e^r, and 2^n built in the exponent bits. Plain arithmetic, so gcc

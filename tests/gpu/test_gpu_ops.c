@@ -105,7 +105,7 @@ static void test_memory(void) {
 // ---------------------------------------------------------------------------------------
 
 int main(int argc, char **argv) {
-    backend_cpu_prepare_process(argv); // OpenBLAS's fast kernels for the CPU reference
+    backend_cpu_prepare_process(argv, 0); // OpenBLAS's fast kernels for the CPU reference
     log_init();
     int do_bench = 0, self_test = 0, attention_only = 0, fa2_model_dut = 0, matmuls = 0;
     for (int i = 1; i < argc; i++) {
