@@ -35,7 +35,11 @@ LDLIBS += -lyaml -lopenblas $(MPI_PMIX_LIBS) -lm -fopenmp $(SAN_FLAGS)
 comma := ,
 NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
 CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/,%,$(dir $(NVCC))),/usr/local/cuda)
-CUDA_ARCH ?= sm_90
+# Real code for each arch in CUDA_ARCH (A100 = sm_80, H100/H200 = sm_90), plus the PTX of
+# CUDA_PTX, which the driver compiles at load time on newer GPUs (Blackwell and on), so
+# that one binary starts on all of them. CUDA_ARCH=sm_90 CUDA_PTX= builds one arch only.
+CUDA_ARCH ?= sm_80 sm_90
+CUDA_PTX ?= compute_90
 ifeq ($(USE_CUDA),auto)
 BUILD_CUDA := $(if $(NVCC),1,0)
 else ifeq ($(USE_CUDA),1)
@@ -54,8 +58,10 @@ $(error USE_CUDA=1, but nvcc is neither on PATH nor at /usr/local/cuda/bin/nvcc.
 endif
 endif
 NVCCFLAGS ?= -O2
-NVCCFLAGS += -std=c++17 -gencode arch=$(patsubst sm_%,compute_%,$(CUDA_ARCH)),code=$(CUDA_ARCH) \
-	-Xcompiler -Wall,-Wextra$(if $(filter 1,$(WERROR)),$(comma)-Werror) \
+NVCC_GENCODE := $(foreach a,$(CUDA_ARCH),-gencode arch=$(patsubst sm_%,compute_%,$(a)),code=$(a)) \
+	$(if $(CUDA_PTX),-gencode arch=$(CUDA_PTX)$(comma)code=$(CUDA_PTX))
+NVCCFLAGS += -std=c++17 $(NVCC_GENCODE) \
+	-Xcompiler -Wall,-Wextra$(if $(filter 1,$(WERROR)),$(comma)-Werror --Werror all-warnings) \
 	-Xcompiler -iquote,src -MMD -MP
 CUDA_SRCS := $(sort $(wildcard cuda/*/*.cu))
 CUDA_OBJS := $(CUDA_SRCS:cuda/%.cu=$(BUILD)/obj/cuda/%.o)
@@ -69,7 +75,7 @@ ifeq ($(BUILD_CUDA),1)
 OBJS += $(CUDA_OBJS)
 # nvcc's host objects need the C++ runtime when gcc links them.
 LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart -lnccl -lcublasLt -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
-BUILD_KIND = with CUDA ($(NVCC), $(CUDA_ARCH), USE_CUDA=$(USE_CUDA))
+BUILD_KIND = with CUDA ($(NVCC), $(CUDA_ARCH)$(if $(CUDA_PTX), + $(CUDA_PTX) PTX), USE_CUDA=$(USE_CUDA))
 else
 OBJS += $(NOCUDA_SRCS:src/%.c=$(BUILD)/obj/%.o)
 BUILD_KIND = without CUDA (USE_CUDA=$(USE_CUDA)$(if $(NVCC),,$(comma) no nvcc found))
@@ -132,10 +138,17 @@ $(BUILD)/tests $(BUILD)/tests/gpu $(BUILD)/tools:
 	@mkdir -p $@
 
 # The embedded corpus: data/kjv.txt (King James Bible, public domain, from Debian's
-# bible-kjv-text) as byte-level llm.c shards, the last 5% held out for validation.
-data: data/kjv_train_000.bin
+# bible-kjv-text) as byte-level llm.c shards, the last 5% held out for validation. Also
+# split at Matthew 1:1 into the Old and New Testaments, each with its own 5% held out: the
+# two sources and two validation sets of configs/blend.yaml.
+data: data/kjv_train_000.bin data/kjv_ot_train_000.bin
 data/kjv_train_000.bin: data/kjv.txt | $(BUILD)/tools/make_byte_shards
 	$(BUILD)/tools/make_byte_shards data/kjv.txt data/kjv 0.05
+data/kjv_ot_train_000.bin: data/kjv.txt | $(BUILD)/tools/make_byte_shards
+	awk '/^Mat1:1 /{nt = 1} {print > (nt ? "$(BUILD)/kjv_nt.txt" : "$(BUILD)/kjv_ot.txt")}' \
+		data/kjv.txt
+	$(BUILD)/tools/make_byte_shards $(BUILD)/kjv_nt.txt data/kjv_nt 0.05
+	$(BUILD)/tools/make_byte_shards $(BUILD)/kjv_ot.txt data/kjv_ot 0.05
 
 # `run` and `test` install the dependencies first, then build in a second make so that the
 # flags found by pkg-config see the freshly installed libraries.
@@ -166,9 +179,11 @@ test-asan: deps
 test-full: test-asan
 
 # Speed measurements, never run by `make test` (which asserts no timing): the tokenizer
-# against Hugging Face tokenizers (scripts/bench-tokenize.sh [THREADS] [MB]).
+# against Hugging Face tokenizers (scripts/bench-tokenize.sh [THREADS] [MB]), and the step
+# time's spread on oversubscribed cores (scripts/bench-threads.sh [STEPS] [REPEATS]).
 test-perf: all
 	@scripts/bench-tokenize.sh
+	@scripts/bench-threads.sh
 
 # The GPU checks (issue 9): each op on CUDA against the CPU backend, and a training run on
 # each backend; tests/gpu/run.sh says what runs. Needs a CUDA build and a GPU.

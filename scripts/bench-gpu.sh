@@ -6,7 +6,7 @@
 #   trident bf16  `trident train CONFIG --set system.backend=cuda --set train.precision=bf16`
 #                 (bf16 parameters and stored activations, bf16 tensor-core matmuls with fp32
 #                 accumulation, fp32 master weights and Adam state)
-#   trident tf32  fp32 storage with TRIDENT_CUDA_TF32=1 (TF32 tensor-core matmuls)
+#   trident tf32  `--set train.precision=tf32`: fp32 storage, TF32 tensor-core matmuls
 #   torch bf16    scripts/bench_gpu_torch.py CONFIG: bf16 autocast, torch.compile,
 #                 scaled_dot_product_attention, fused AdamW
 # tokens/s is the median of steps 3..N (1-2 are warm-up: cuBLASLt plans, torch.compile).
@@ -61,8 +61,8 @@ for cfg in "${CONFIGS[@]}"; do
         dir="$OUTD/$name-$mode"
         rm -rf "$dir"
         echo "bench-gpu: $name: trident $mode ..." >&2
-        if [ $mode = tf32 ]; then tf32=(env TRIDENT_CUDA_TF32=1); prec=fp32
-        else tf32=(env -u TRIDENT_CUDA_TF32); prec=bf16; fi
+        tf32=(env -u TRIDENT_CUDA_TF32) # the key says it (train.precision tf32), not the override
+        prec=$mode
         if ! "${tf32[@]}" "$T" train "$cfg" --set system.backend=cuda --set run.out_dir="$dir" \
                 --set train.precision=$prec \
                 --set log.every=1 "${STEP_SET[@]}" >"$OUTD/$name-$mode.log" 2>&1; then

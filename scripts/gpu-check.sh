@@ -18,7 +18,10 @@
 #    them alone (Python keeps its own libraries). Results, under $OUT:
 #        env.txt        nvidia-smi, the libraries found, versions
 #        test-gpu.log   tests/gpu/run.sh: what `make test-gpu` runs (every op on CUDA against
-#                       the CPU backend, gradient checks, the training parity run)
+#                       the CPU backend, gradient checks, the matmuls again on every cuBLASLt
+#                       fallback, the training parity runs in fp32, bf16 and tf32, no device
+#                       allocation inside a step, 4 ranks on the one GPU found and staged by
+#                       system.comm auto)
 #        bench-ops.log  test_gpu_ops --bench: op timings at GPT-2 124M sizes (the matmuls
 #                       with fp32 and with bf16 operands), fp32 then TF32; then
 #                       --bench-attn: attention per head size at T 1024 and 2048 on the FA2
@@ -28,9 +31,10 @@
 #                       whose losses must agree within bf16's rounding (tests/parity.py)
 #        bench-gpu.log  scripts/bench-gpu.sh: trident against PyTorch, 124M and 350M
 #        summary.txt    the pass/fail line and the benchmark table
-#    Each phase has its own time limit (GPU_CHECK_TEST_S 120, _OPS_S 60, _BF16_S 45,
-#    _BENCH_S 240 seconds), so one that hangs still leaves the others' results; GPU_CHECK_PHASES picks
-#    phases for a rerun (command="GPU_CHECK_PHASES=bench-gpu bash scripts/gpu-check.sh").
+#    Each phase has its own time limit (GPU_CHECK_TEST_S 150, _BF16_S 35, _OPS_S 60,
+#    _BENCH_S 175 seconds: 420 in all), so one that hangs still leaves the others' results;
+#    GPU_CHECK_PHASES picks phases for a rerun
+#    (command="GPU_CHECK_PHASES=bench-gpu bash scripts/gpu-check.sh").
 #    STEPS (default 8) sets the benchmark's steps per run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -118,8 +122,8 @@ phase() { # name seconds command...
     echo "gpu-check: $name: exit $rc after $((SECONDS - t0)) s" | tee -a "$OUT/$name.log" >&2
     return $rc
 }
-phase test-gpu "${GPU_CHECK_TEST_S:-120}" tests/gpu/run.sh "$B"
-phase bf16-path "${GPU_CHECK_BF16_S:-45}" bash -c "for p in fused v1; do
+phase test-gpu "${GPU_CHECK_TEST_S:-150}" tests/gpu/run.sh "$B"
+phase bf16-path "${GPU_CHECK_BF16_S:-35}" bash -c "for p in fused v1; do
     rm -rf /tmp/gpu-check-bf16-\$p
     TRIDENT_CUDA_BF16_PATH=\$p '$B/trident' train tests/configs/tiny.yaml \\
         --set system.backend=cuda --set train.precision=bf16 --set train.steps=10 \\
@@ -130,7 +134,7 @@ phase bench-ops "${GPU_CHECK_OPS_S:-60}" bash -c "'$B/tests/gpu/test_gpu_ops' --
     TRIDENT_CUDA_TF32=1 '$B/tests/gpu/test_gpu_ops' --bench &&
     '$B/tests/gpu/test_gpu_ops' --bench-attn &&
     TRIDENT_CUDA_ATTN=v1 '$B/tests/gpu/test_gpu_ops' --bench-attn"
-phase bench-gpu "${GPU_CHECK_BENCH_S:-240}" env STEPS="${STEPS:-8}" TRIDENT_BIN="$B/trident" \
+phase bench-gpu "${GPU_CHECK_BENCH_S:-175}" env STEPS="${STEPS:-8}" TRIDENT_BIN="$B/trident" \
     BENCH_OUT=/tmp/bench-gpu scripts/bench-gpu.sh
 
 {

@@ -19,7 +19,12 @@
 #
 # Environment: TRIDENT=path of the binary (default build/trident beside this script);
 # TRIDENT_MPIRUN_ARGS=more mpirun options (split on spaces), e.g. "--tag-output".
-# Exit code: trident's (mpirun passes on the first non-zero one); 2 for a usage error here.
+# Exit code: trident's (mpirun passes on the first non-zero one); 2 for a usage error here;
+# 130 after a second Ctrl-C.
+#
+# Ctrl-C: the first makes every rank stop after its current step and write a checkpoint (it
+# reaches them as SIGUSR1: mpirun itself would abort the job on SIGINT); the second ends the
+# job at once. SIGTERM to this script acts as Ctrl-C; SIGUSR1 is passed on.
 #
 # examples:
 #   scripts/launch.sh -n 4 configs/default.yaml --set parallel.zero=0
@@ -116,4 +121,43 @@ mpi+=("$T" "${cmd[@]}")
 echo "launch: ${mpi[*]}" >&2
 [ $dry = 1 ] && exit 0
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=$threads
-exec "${mpi[@]}"
+
+# Ctrl-C. mpirun turns a SIGINT (or SIGTERM) into an abort of the job: the ranks get SIGTERM
+# 1 s later and SIGKILL 1 s after that (OpenMPI's odls_base_sigkill_timeout), too soon for the
+# checkpoint of any but a small model, and mpirun exits 1. SIGUSR1 it passes on to every rank,
+# which then stops after its current step with a checkpoint (exit 0). So mpirun runs in a
+# session of its own, away from the terminal's Ctrl-C, and this script passes a first Ctrl-C
+# (or SIGTERM) on as SIGUSR1; a second one as SIGINT, which ends the job at once (exit 130).
+# SIGUSR1 to this script is passed on as it is.
+stops=0 pid=
+pass_on() { # the signal for the stops so far, to mpirun once it runs
+    [ -n "$pid" ] || return 0
+    if [ $stops = 1 ]; then kill -USR1 "$pid" 2>/dev/null || true
+    elif [ $stops -ge 2 ]; then kill -INT "$pid" 2>/dev/null || true; fi
+}
+on_stop() {
+    stops=$((stops + 1))
+    if [ $stops = 1 ]; then
+        echo "launch: $1: every rank stops after its current step, with a checkpoint where" \
+            "checkpoint.dir is set (passed on to mpirun as SIGUSR1); $1 again ends the job at once" >&2
+    else
+        echo "launch: $1 again: ending the job at once, without a checkpoint" >&2
+    fi
+    pass_on
+}
+trap 'on_stop Ctrl-C' INT
+trap 'on_stop SIGTERM' TERM
+trap '[ -z "$pid" ] || kill -USR1 "$pid" 2>/dev/null || true' USR1
+setsid "${mpi[@]}" </dev/null &
+pid=$!
+pass_on # a stop that came while mpirun was starting
+# A trapped signal ends `wait` early (status > 128) while mpirun runs on: wait again. Once
+# mpirun has ended, `wait` gives its exit status (bash keeps it).
+while :; do
+    rc=0
+    wait "$pid" || rc=$?
+    [ $rc -gt 128 ] && kill -0 "$pid" 2>/dev/null && continue
+    break
+done
+[ $stops -ge 2 ] && exit 130
+exit $rc

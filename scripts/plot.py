@@ -19,7 +19,8 @@ import sys
 
 
 def read_run(path):
-    """The joined curves of one metrics.jsonl: {"step": {step: record}, "eval": {step: val},
+    """The joined curves of one metrics.jsonl: {"step": {step: record}, "eval": {step: {name:
+    val}} (name "" for val_loss, NAME for each val_loss/NAME of named validation sets),
     "restarts": [first step of each segment after the first]}."""
     if os.path.isdir(path):
         path = os.path.join(path, "metrics.jsonl")
@@ -44,8 +45,11 @@ def read_run(path):
                     continue
             if kind == "step":
                 segments[-1]["step"][rec["step"]] = rec
-            elif kind == "eval" and rec.get("val_loss") is not None:
-                segments[-1]["eval"][rec["step"]] = rec["val_loss"]
+            elif kind == "eval":
+                vals = {k[len("val_loss/"):] if "/" in k else "": v for k, v in rec.items()
+                        if k.startswith("val_loss") and v is not None}
+                if vals:
+                    segments[-1]["eval"][rec["step"]] = vals
     joined = {"step": {}, "eval": {}, "restarts": []}
     for k, seg in enumerate(segments):
         steps = list(seg["step"]) + list(seg["eval"])
@@ -100,10 +104,12 @@ def main():
         steps = sorted(run["step"])
         ax_loss.plot(steps, [run["step"][s]["loss"] for s in steps], color=color, lw=1.2,
                      label=f"{label} train")
-        ev = sorted(run["eval"])
-        if ev:
-            ax_loss.plot(ev, [run["eval"][s] for s in ev], color=color, ls="--", marker="o",
-                         ms=3, lw=1.2, label=f"{label} val")
+        names = sorted({n for vals in run["eval"].values() for n in vals})
+        for k, name in enumerate(names):  # val_loss, or each val_loss/NAME
+            ev = sorted(s for s, vals in run["eval"].items() if name in vals)
+            ax_loss.plot(ev, [run["eval"][s][name] for s in ev], color=color,
+                         ls=("--", "-.", ":")[k % 3], marker="osv^D"[k % 5], ms=3, lw=1.2,
+                         label=f"{label} val" + (f" {name}" if name else ""))
         tps = [(s, run["step"][s].get("tokens_per_s")) for s in steps]
         tps = [(s, v) for s, v in tps if v is not None]
         if tps:

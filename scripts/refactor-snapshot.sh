@@ -28,8 +28,10 @@ rm -rf "$R" && mkdir -p "$R"
 export OPENBLAS_NUM_THREADS=1
 MPIRUN=(timeout 300 mpirun --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS)
 [ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
+# The plain data order (data.shuffle: false): the order these runs had before shuffling was
+# the default, so that snapshots from before and after compare.
 COMMON=(--set train.steps=20 --set train.micro_batch=2 --set train.global_batch=8
-        --set system.threads=1 --set data.eval_every=10)
+        --set system.threads=1 --set data.eval_every=10 --set data.shuffle=false)
 
 run() { # name np [--set ...]
     local name=$1 np=$2

@@ -6,18 +6,22 @@
 // family below, N cases: a copy of a random CKPT_DIR is damaged in one way, then a child
 // process does what a resume does before it trains, through the library: it resolves the
 // checkpoint as checkpoint.resume: auto would (ckpt_resolve_resume), checks it whole
-// (ckpt_verify: the manifest, the rank files, every region's CRC) and reads its model
+// (ckpt_verify: the manifest, the rank files, every region's CRC), compares the config it
+// recorded with the resuming one (config_resume_diff) and reads its model
 // (ckpt_model_open and ckpt_model_read, tensor by tensor). Each case must end in one of two ways:
 //   refused   exit 4, the damaged file named (and, for an edited field, the field), or
-//   accepted  exit 0 with the progress and the parameters of the checkpoint it should
-//             resolve to, bitwise (so a resume continues bitwise; a damaged `latest` must
-//             resolve to the newest complete checkpoint, or to the complete one it names);
+//   accepted  exit 0 with the progress, the data order (every field of the recorded cursor)
+//             and the parameters of the checkpoint it should resolve to, bitwise (so a
+//             resume continues bitwise; a damaged `latest` must resolve to the newest
+//             complete checkpoint, or to the complete one it names);
 // never a signal, never past 10 s, never a fresh start over checkpoints. Families:
 //   manifest    bytes of manifest.yaml: a number changed, a byte flipped, a line deleted,
 //               duplicated or swapped, the file truncated (the seal is left as it was)
 //   resealed    a field of manifest.yaml set to another value, or region lines deleted,
 //               duplicated or moved, then sealed again (what a version 1 manifest, which
-//               has no checksum, is exposed to): the field checks alone must catch it
+//               has no checksum, is exposed to): the field checks alone must catch it (the
+//               data order's fields too: each is checked against the recorded config, the
+//               samples and the blend schedule)
 //   rankfile    a rank file: bytes flipped or zeroed, truncated, extended, deleted, or two
 //               swapped
 //   latest      `latest` empty, deleted, a symlink loop, a directory, junk, naming a missing,
@@ -40,6 +44,7 @@
 
 #include "base/crc32c.h"
 #include "config/config.h"
+#include "config/config_resume.h"
 #include "io/checkpoint.h"
 #include "model/params.h"
 
@@ -56,8 +61,26 @@ typedef struct {
     int64_t samples, tokens;
     size_t numel;
     uint32_t params_crc;
+    uint32_t order_crc; // the data order a resume continues (every field of the cursor)
     char resolved[512];
 } outcome;
+
+// A CRC over the data order a checkpoint records: what a resume continues must be what was
+// written, field by field.
+static uint32_t order_crc(const data_cursor *c) {
+    uint32_t crc = 0;
+    const int64_t head[] = {c->recorded, c->shuffle,     (int64_t)c->seed, c->global_batch,
+                            c->step,     c->origin_step, c->retired,       c->n_sources};
+    crc = crc32c_update(crc, head, sizeof head);
+    for (int i = 0; i < c->n_sources; i++) {
+        const data_cursor_source *s = &c->sources[i];
+        const int64_t v[] = {s->samples, s->origin_samples, s->extras};
+        crc = crc32c_update(crc, v, sizeof v);
+        crc = crc32c_update(crc, &s->weight, sizeof s->weight);
+        if (s->path) crc = crc32c_update(crc, s->path, strlen(s->path));
+    }
+    return crc;
+}
 
 typedef struct {
     char dir[512];          // the checkpoint.dir
@@ -181,6 +204,18 @@ static int child(const char *ckpt_dir, int out_fd) {
     if (!o.resolved[0]) return 11; // a fresh start over checkpoints: never right here
     ckpt_progress p;
     if ((rc = ckpt_verify(o.resolved, &p)) != TRI_OK) return (int)rc;
+    o.order_crc = order_crc(&p.order);
+    data_cursor_free(&p.order);
+    // What a resume reads next (app/resume_diff.h): the config the checkpoint recorded,
+    // compared with this one; a checkpoint the checks accept has a readable one.
+    ckpt_recorded rec;
+    if ((rc = ckpt_read_recorded(o.resolved, &rec)) != TRI_OK) return (int)rc;
+    resume_changes changes = {0};
+    rc = config_resume_diff(rec.config, rec.config_len, rec.manifest, rec.config_line, &cfg,
+                            rec.step, &changes);
+    resume_changes_free(&changes);
+    ckpt_recorded_free(&rec);
+    if (rc != TRI_OK) return (int)rc;
     run_config mcfg;
     config_defaults(&mcfg);
     param_table full;
@@ -626,7 +661,8 @@ static int log_has(const char *log_path, const char *needle) {
 
 static int outcome_equal(const outcome *a, const outcome *b) {
     return a->step == b->step && a->optim_t == b->optim_t && a->samples == b->samples &&
-           a->tokens == b->tokens && a->numel == b->numel && a->params_crc == b->params_crc;
+           a->tokens == b->tokens && a->numel == b->numel && a->params_crc == b->params_crc &&
+           a->order_crc == b->order_crc;
 }
 
 static void run_case(const base *bases, int n_bases, family fam, uint64_t seed, int k,

@@ -17,6 +17,13 @@ accepted cases, and asserts for every run:
     fitting tags must be accepted.
 The `sizes` family is the issue's defect 1: values whose products overflowed an int; check,
 plan and train must all refuse them with exit 2 and the key named.
+The `blend` family (issue 16) attacks the list forms of data.train ({path, weight} sources)
+and data.val ({name, path} sets), in flow and block style, in the file or a --set: missing,
+negative, zero, NaN, infinite and huge weights, wrong types, empty lists, duplicate paths and
+names, thousands of sources, deep nesting; besides the checks above, every refusal must name
+data.train or data.val (the item's key path, data.train[1].weight) unless YAML itself is
+refused (nesting past 64 levels), and valid blends must be accepted. It runs --blend-cases
+cases (default 200) on top of --cases.
 
 Prints one PASS/FAIL line per family with its numbers (cases, accepted, clean errors, crashes,
 hangs, wrong successes, wrong refusals, unnamed errors), and the slowest run. Reproducible:
@@ -49,6 +56,8 @@ def scalar_text(v):
         return 'true' if v else 'false'
     if isinstance(v, (int, float)):
         return repr(v)
+    if isinstance(v, (list, dict)):  # data.train's and data.val's list forms: JSON is YAML flow
+        return json.dumps(v)
     s = str(v)
     if re.fullmatch(r'[A-Za-z_][A-Za-z0-9_./-]*', s) and s not in ('null', 'true', 'false', 'yes', 'no', 'on', 'off'):
         return s
@@ -256,6 +265,115 @@ def fam_sizes(r, doc, keys):
     return 'sizes ' + ' '.join(sets), doc.emit(), sets, 'reject'
 
 
+GLOBS = ['data/kjv_ot_train_*.bin', 'data/kjv_nt_train_*.bin', 'data/kjv_train_*.bin',
+         'data/kjv_*_train_000.bin']
+
+
+def blend_text(r, items, block):
+    """A list of mappings (each a list of (key, value text) pairs) as YAML: flow or block."""
+    flows = ['{' + ', '.join('%s: %s' % kv for kv in it) + '}' for it in items]
+    if block:
+        return ''.join('\n    - ' + f for f in flows)
+    return '[' + ', '.join(flows) + ']'
+
+
+def fam_blend(r, doc, keys):
+    """data.train or data.val as a list; returns the case with the key a refusal names."""
+    val = r.random() < 0.3
+    key = 'data.val' if val else 'data.train'
+    n = r.choice([1, 2, 2, 3, 5])
+    q = lambda g: '"%s"' % g
+    if val:
+        items = [[('name', 'set%d' % i), ('path', q(GLOBS[i % 4]))] for i in range(n)]
+    else:
+        items = [[('path', q(GLOBS[i % 4] if i < 4 else 'data/%s' % ('./' * i) + 'kjv_train_*.bin')),
+                  ('weight', r.choice(['1', '0.5', '2.0', '7', '1e-3', '3']))] for i in range(n)]
+    expect, what, i = 'reject', '', r.randrange(n)
+    kind = r.choice(['valid', 'valid', 'missing', 'bad_weight', 'bad_weight', 'wrong_type', 'empty',
+                     'not_mapping', 'unknown_key', 'dup_key', 'dup_item', 'many', 'deep', 'huge',
+                     'bad_name'])
+    if kind == 'valid':
+        expect, what = 'accept', 'valid'
+    elif kind == 'missing':
+        items[i].pop(r.randrange(2))
+        what = 'item %d misses a key' % i
+    elif kind == 'bad_weight' and not val:
+        w = r.choice(['-1', '0', '0.0', '-0', '.nan', '.NaN', '.inf', '-.inf', '1e400', '-1e-300',
+                      'nan', 'inf'])
+        items[i][1] = ('weight', w)
+        what = 'weight %s' % w
+        if w in ('nan', 'inf'):  # plain words: not numbers in YAML 1.1 either
+            what += ' (a word)'
+    elif kind in ('bad_weight', 'wrong_type'):
+        k = r.randrange(2)
+        bad = r.choice(['[1, 2]', '{a: 1}', 'null', '~', '""', '!!binary aGk=', '!!int 5', '"3"',
+                        '[]', 'true'])
+        items[i][k] = (items[i][k][0], bad)
+        what = '%s: %s' % (items[i][k][0], bad)
+        if items[i][k][0] == 'weight' and bad == '!!int 5':
+            expect = 'accept'  # a tagged integer is a number
+        if items[i][k][0] in ('path', 'name') and bad == 'true':
+            expect = 'any'  # a plain word where a string belongs is that string
+        if items[i][k][0] == 'name' and bad == '!!int 5':
+            expect = 'any'
+        if items[i][k][0] in ('path', 'name') and bad == '"3"':
+            expect = 'accept'  # a quoted string is a string
+    elif kind == 'empty':
+        return 'blend %s: []' % key, emit_blend(doc, key, '[]'), [], 'reject', key
+    elif kind == 'not_mapping':
+        text = r.choice(['[a, b]', '[[1, 2]]', '{a: 1}', '[1]', '[null]', '[[]]'])
+        return 'blend %s: %s' % (key, text), emit_blend(doc, key, text), [], 'reject', key
+    elif kind == 'unknown_key':
+        items[i].append((r.choice(['wieght', 'paths', 'name' if not val else 'weight', 'x']), '1'))
+        what = 'an unknown key'
+    elif kind == 'dup_key':
+        items[i].append(items[i][r.randrange(len(items[i]))])
+        what = 'a duplicate key'
+    elif kind == 'dup_item':
+        if n == 1:
+            items.append(list(items[0]))
+        else:
+            items[i] = list(items[(i + 1) % n])
+        what = 'two items alike'
+    elif kind == 'many':
+        m = r.choice([1000, 1024, 1025, 3000])
+        if val:
+            items = [[('name', 's%d' % j), ('path', q(GLOBS[j % 4]))] for j in range(m)]
+        else:
+            items = [[('path', q('data/' + './' * (j // 4) + GLOBS[j % 4][5:])), ('weight', '1')]
+                     for j in range(m)]
+        expect = 'accept' if m <= 1024 else 'reject'
+        what = '%d items' % m
+    elif kind == 'deep':
+        d = r.choice([5, 30, 63, 70, 500])
+        k = r.randrange(2)
+        items[i][k] = (items[i][k][0], '[' * d + '1' + ']' * d)
+        what = 'a value nested %d deep' % d
+        key = None if d + 4 > 64 else key  # past 64 levels YAML itself is refused
+    elif kind == 'huge' and not val:
+        items = [[('path', q(GLOBS[0])), ('weight', '1e308')], [('path', q(GLOBS[1])), ('weight', r.choice(['1e308', '1', '1e-300']))]]
+        expect = 'accept' if items[1][1][1] == '1e308' else 'reject'
+        what = 'weights %s and %s' % (items[0][1][1], items[1][1][1])
+    elif kind == 'bad_name' and val:
+        bad = r.choice(['"a/b"', '"x y"', '"%s"' % ('n' * 65), '"val_loss:1"', '"é"'])
+        items[i][0] = ('name', bad)
+        what = 'name %s' % bad
+    else:
+        expect, what = 'accept', 'valid (%s does not apply to %s)' % (kind, key)
+    text = blend_text(r, items, r.random() < 0.4 and kind != 'many')
+    label = 'blend %s: %s' % (key or 'data', what)
+    if r.random() < 0.25 and kind not in ('many', 'deep') and '\n' not in text:
+        sets = ['%s=%s' % (key or 'data.train', text)]
+        return label + ' (--set)', doc.emit(), sets, expect, key
+    return label, emit_blend(doc, key or ('data.val' if val else 'data.train'), text), [], expect, key
+
+
+def emit_blend(doc, key, text):
+    section, name = key.split('.')
+    doc.set(section, name, text)
+    return doc.emit()
+
+
 FAMILIES = [('unknown_key', fam_unknown_key), ('dup_key', fam_dup_key), ('huge', fam_huge),
             ('negative', fam_negative), ('zero', fam_zero), ('wrong_type', fam_wrong_type),
             ('tags', fam_tags), ('quotes', fam_quotes), ('deep', fam_deep),
@@ -322,7 +440,9 @@ def named(out, path, sets):
 class Case:
     def __init__(self, args, i, fam, gen, base_path, base_cfg, keys, workdir):
         r = random.Random('%d/%d' % (args.seed, i))
-        label, data, self.sets, self.expect = gen(r, Doc(base_cfg), keys)
+        out = gen(r, Doc(base_cfg), keys)
+        label, data, self.sets, self.expect = out[:4]
+        self.key = out[4] if len(out) > 4 else None  # what a refusal must name besides the file
         self.fam = fam
         self.path = os.path.join(workdir, 'c%04d_%s.yaml' % (i, fam))
         with open(self.path, 'wb') as f:
@@ -345,6 +465,8 @@ class Case:
             return self.problems.append(('crash', '%s: exit %d, documented %s: %s' % (what, rc, allowed, out[-300:])))
         if rc != 0 and not named(out, self.path, self.sets):
             self.problems.append(('unnamed', '%s: exit %d names neither file nor key: %s' % (what, rc, out[-300:])))
+        elif rc == 2 and self.key and self.key not in out:
+            self.problems.append(('unnamed', '%s: exit 2 does not name %s: %s' % (what, self.key, out[-300:])))
 
 
 def small_for_training(plan_json):
@@ -378,6 +500,7 @@ def main():
     ap.add_argument('--harness', default=os.path.join(ROOT, 'build', 'tests', 'fuzz_config_check'))
     ap.add_argument('--seed', type=int, default=1)
     ap.add_argument('--cases', type=int, default=260)
+    ap.add_argument('--blend-cases', type=int, default=200)
     ap.add_argument('--cli', type=int, default=12, help='cases also run through the real binary')
     ap.add_argument('--trains', type=int, default=3)
     ap.add_argument('--jobs', type=int, default=2)
@@ -395,6 +518,10 @@ def main():
             # Half the cases start from tiny.yaml (small enough to plan and train).
             base = bases[0] if r.random() < 0.5 or fam == 'sizes' else r.choice(bases)
             cases.append(Case(args, i, fam, gen, base, base_cfgs[base], keys, workdir))
+        for i in range(args.cases, args.cases + args.blend_cases):
+            r = random.Random('%d/pick/%d' % (args.seed, i))
+            base = bases[0] if r.random() < 0.7 else r.choice(bases)
+            cases.append(Case(args, i, 'blend', fam_blend, base, base_cfgs[base], keys, workdir))
         # check, every case (main.c's, in the harness)
         for c, (rc, out, dt) in zip(cases, run_batches(args, [c.argv('check') for c in cases])):
             c.judge('check', rc, out, dt, (0, 2), CHECK_S)
@@ -438,7 +565,7 @@ def main():
             train_rcs = list(pool.map(lambda a: train(args, a[1], workdir, a[0]), enumerate(trained)))
     elapsed = time.monotonic() - t0
     failed = 0
-    for fam, _ in FAMILIES:
+    for fam, _ in FAMILIES + [('blend', fam_blend)]:
         rs = [c for c in cases if c.fam == fam]
         count = {k: sum(1 for c in rs for p in c.problems if p[0] == k)
                  for k in ('crash', 'hang', 'wrong_success', 'wrong_refusal', 'unnamed')}

@@ -10,6 +10,7 @@ CFG=tests/configs/tiny.yaml
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 export OPENBLAS_NUM_THREADS=1
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} # as tests/run_all.sh says why
 MPIRUN=(timeout 180 mpirun --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS)
 [ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
 fails=0

@@ -3,8 +3,8 @@ reference's. The shell tests call it through match_reference (tests/lib.sh); tes
 imports errors() and rows().
 
   parity.py REF RUN [loss=TOL] [norm=TOL] [val=TOL] [param=TOL] [steps=N] [from=STEP]
-      Largest relative differences: loss and grad_norm over the step lines, val_loss over
-      the eval lines, and the final parameters (model.bin) relative to the reference's
+      Largest relative differences: loss and grad_norm over the step lines, val_loss (or each
+      val_loss/NAME) over the eval lines, and the final parameters (model.bin) relative to the reference's
       largest. Each quantity given a TOL is checked (<= TOL); the others are not computed.
       Both runs must have the same step and eval lines (N step lines with steps=N); with
       from=STEP only the lines from that step on, matched by step number.
@@ -90,7 +90,8 @@ def tolerances(ref, run, opts):
     if 'val' in opts:
         evals = paired(ref, run, 'eval', first)
         assert evals, 'no eval lines to compare'
-        checks.append(('val', max(rel(x, y, 'val_loss') for x, y in evals)))
+        # val_loss, or val_loss/NAME for each named set of data.val
+        checks.append(('val', max(rel(x, y, k) for x, y in evals for k in x if k.startswith('val_loss'))))
     if 'param' in opts:
         checks.append(('param', param_error(ref, run)))
     assert checks, 'nothing to check: give loss=, norm=, val= or param='

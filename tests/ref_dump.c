@@ -12,7 +12,7 @@
 #include "compute/backend.h"
 #include "comm/comm.h"
 #include "config/config.h"
-#include "io/data.h"
+#include "io/data_order.h"
 #include "io/llmc.h"
 #include "io/model_init.h"
 #include "config/config_layout.h"
@@ -32,7 +32,7 @@ static int write_file(const char *dir, const char *name, const void *data, size_
 }
 
 int main(int argc, char **argv) {
-    backend_cpu_prepare_process(argv);
+    backend_cpu_prepare_process(argv, 0);
     if (argc < 3) {
         fprintf(stderr, "usage: ref_dump CONFIG OUTDIR [STEPS]\n");
         return 2;
@@ -49,7 +49,7 @@ int main(int argc, char **argv) {
     comm *cm;
     model m;
     zero_state *z;
-    data_stream ds;
+    data_order ds; // the trainer's order of data.train (tests/configs/ref.yaml: plain)
     if (backend_cpu_create(&be, cfg.system.threads) || comm_self_create(&cm, NULL)) return 1;
     // One process, fp32: the model and a ZeRO layer of one replica holding its parameters
     // (from model.init_from or run.seed, as a run starts) and gradients.
@@ -61,7 +61,8 @@ int main(int argc, char **argv) {
     if (model_init_open(&mi, &cfg, &m.table)) return 1;
     const zero_config zc = config_zero_config(&cfg, 0);
     if (zero_create(&z, &zc, &m, model_init_entry, &mi, be, cm, NULL) ||
-        data_open(&ds, cfg.data.train, T, cfg.model.vocab_size, GB, "data.train"))
+        data_order_open(&ds, &cfg.data.train, cfg.data.shuffle, cfg.run.seed, T,
+                        cfg.model.vocab_size, GB))
         return 1;
     model_init_close(&mi);
     if (zero_local_params(z, host)) return 1; // the initial model as the run holds it
@@ -73,7 +74,8 @@ int main(int argc, char **argv) {
         *targets = xmalloc((size_t)B * T * sizeof(int));
     double loss_sum = 0.0;
     for (int micro = 0; micro < n_micro; micro++) {
-        data_batch(&ds, data_micro_batch_start(0, GB, 1, 0, micro, B), B, inputs, targets);
+        data_order_batch(&ds, 0, (int)data_micro_batch_start(0, GB, 1, 0, micro, B), B, inputs,
+                         targets);
         if (model_forward(&m, 0, 0, inputs, targets)) return 1;
         loss_sum += model_take_loss(&m);
         if (micro == 0) {
@@ -96,12 +98,12 @@ int main(int argc, char **argv) {
     int *tokens = xmalloc(2 * per_step * (size_t)steps * sizeof(int));
     for (int s = 0; s < steps; s++) {
         int *in = tokens + 2 * per_step * s, *tg = in + per_step;
-        data_batch(&ds, (int64_t)s * GB, GB, in, tg);
+        data_order_batch(&ds, s, 0, GB, in, tg);
     }
     if (write_file(dir, "tokens.bin", tokens, 2 * per_step * (size_t)steps * sizeof(int))) return 1;
     printf("ref_dump: wrote %s (loss %.6f)\n", dir, loss_sum / ((double)GB * T));
     free(tokens), free(inputs), free(targets), free(host);
-    data_close(&ds);
+    data_order_close(&ds);
     zero_free(z);
     model_free(&m);
     be->destroy(be);

@@ -10,6 +10,10 @@
 set -u
 cd "$(dirname "$0")/.."
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+# What train and sample would restart themselves with (README "CPU threads"), set here so
+# that the suite's ~1000 processes skip the restart (~0.1 s each on 2 cores);
+# tests/test_threads.sh unsets it and checks the restart itself.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 patterns=("$@")
 log=$(mktemp -d)/tests.log
 : >"$log"

@@ -80,7 +80,8 @@ static void check_mode(const char *what, char **sets, int n_set) {
                model_init_open(&mi, &cfg, &m.table) == TRI_OK);
     const zero_config zc = config_zero_config(&cfg, 0);
     TRI_ASSERT(zero_create(&z, &zc, &m, model_init_entry, &mi, be, cm, NULL) == TRI_OK &&
-               data_open(&ds, cfg.data.train, T, cfg.model.vocab_size, GB, "data.train") == TRI_OK);
+               data_open(&ds, cfg.data.train.items[0].path, T, cfg.model.vocab_size, GB,
+                         "data.train") == TRI_OK);
     model_init_close(&mi);
     int *inputs = xmalloc((size_t)B * T * sizeof(int)),
         *targets = xmalloc((size_t)B * T * sizeof(int));
@@ -105,7 +106,7 @@ static void check_mode(const char *what, char **sets, int n_set) {
 
 int main(int argc, char **argv) {
     (void)argc;
-    backend_cpu_prepare_process(argv);
+    backend_cpu_prepare_process(argv, 0);
     log_init();
     char bf16[] = "train.precision=bf16", rc[] = "parallel.recompute=full";
     char *none[] = {NULL}, *only16[] = {bf16}, *onlyrc[] = {rc}, *both[] = {bf16, rc};

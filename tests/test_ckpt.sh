@@ -154,12 +154,14 @@ off = int(re.search(r'tensor: h0.qkvw, kind: param.*byte_offset: (\d+)', m).grou
 f = open('$W/bad/rank_00000.bin', 'r+b'); f.seek(off + 100); b = f.read(1); f.seek(off + 100); f.write(bytes([b[0] ^ 1]))"
 damaged ckpt_missing_rank_file "rank file .*rank_00000.bin is missing" rm $W/bad/rank_00000.bin
 EXTRA="--set model.d_model=64" damaged ckpt_other_model \
-    "tensor wte is \[256, 32\] in the checkpoint but \[256, 64\] in this model" true
+    "model.d_model 32 -> 64: the checkpoint's tensors are d_model wide" true
 damaged ckpt_no_manifest "is not a checkpoint (no manifest.yaml" rm $W/bad/manifest.yaml
 
 # --- edited manifests (issue 15): the seal, every field's range and the regions' tiling ------
-# manifest_tool FILE reseal|v1: seals FILE again after an edit (a version 2 manifest's last line
-# is the CRC-32C of the bytes before it), or makes it a version 1 manifest (no seal line).
+# manifest_tool FILE reseal|v1: seals FILE again after an edit (a version 2 or 3 manifest's last
+# line is the CRC-32C of the bytes before it), or makes it a version 1 manifest (no seal line,
+# no data order: version 3's data_order and data_sources lines out, and the config's
+# data.shuffle, a key that came with version 3).
 manifest_tool() {
     /usr/bin/python3 - "$1" "$2" <<'PY'
 import sys
@@ -180,7 +182,9 @@ if lines[-1].startswith(b'manifest_crc32c:'):
     lines = lines[:-1]
 body = b''.join(lines)
 if what == 'v1':
-    body = body.replace(b'\nversion: 2\n', b'\nversion: 1\n')
+    body = b''.join(l for l in lines if not l.startswith((b'data_order:', b'data_sources:',
+                                                          b'  - {path:', b'    shuffle:')))
+    body = body.replace(b'\nversion: 3\n', b'\nversion: 1\n')
 else:
     body += b'manifest_crc32c: 0x%08x\n' % crc32c(body)
 open(path, 'wb').write(body)
@@ -193,16 +197,20 @@ damaged ckpt_manifest_samples_edited "tokens: 2560, but samples 88 x config.mode
 damaged ckpt_manifest_optim_t_edited "manifest.yaml:7: optim_t: 7, but step is 10" \
     sed -i 's/^optim_t: 10$/optim_t: 7/' $W/bad/manifest.yaml
 damaged ckpt_manifest_truncated "no 'manifest_crc32c: 0x...' line at its end" truncate -s 5000 $W/bad/manifest.yaml
-damaged ckpt_manifest_newer_version "format version '3': this trident reads versions 1 to 2" \
-    sed -i 's/^version: 2$/version: 3/' $W/bad/manifest.yaml
+damaged ckpt_manifest_newer_version "format version '4': this trident reads versions 1 to 3" \
+    sed -i 's/^version: 3$/version: 4/' $W/bad/manifest.yaml
 v1_edit() { manifest_tool $W/bad/manifest.yaml v1 && sed -i 's/^step: 10$/step: 12/' $W/bad/manifest.yaml; }
 damaged ckpt_manifest_v1_edited "optim_t: 10, but step is 12" v1_edit
-# A version 1 checkpoint (as trident wrote them before the seal) still resumes, bitwise.
-rm -rf $W/v1 $W/rv1 && cp -r $W/c20/step_00000010 $W/v1 && manifest_tool $W/v1/manifest.yaml v1
-mkdir -p $W/rv1 && cp $W/r20/metrics.jsonl $W/rv1/
+# A version 1 checkpoint (as trident wrote them before the seal, and before data.shuffle: a
+# run in plain order) still resumes, bitwise, in its plain order (the config's shuffle aside).
+$T train $CFG "${ONE[@]}" --set data.shuffle=false --set run.out_dir=$W/r20p \
+    --set checkpoint.dir=$W/c20p >$W/r20p.log 2>&1
+rm -rf $W/v1 $W/rv1 && cp -r $W/c20p/step_00000010 $W/v1 && manifest_tool $W/v1/manifest.yaml v1
+mkdir -p $W/rv1 && cp $W/r20p/metrics.jsonl $W/rv1/
 $T train $CFG "${ONE[@]}" --set run.out_dir=$W/rv1 --set checkpoint.dir=$W/cv1 --set checkpoint.resume=$W/v1 >$W/rv1.log 2>&1
-if out=$(same_steps $W/r20 $W/rv1) && cmp -s $W/r20/model.bin $W/rv1/model.bin &&
-    grep -q "format version 1 has no manifest checksum" $W/rv1.log && grep -q "^version: 1$" $W/v1/manifest.yaml; then
+if out=$(same_steps $W/r20p $W/rv1) && cmp -s $W/r20p/model.bin $W/rv1/model.bin &&
+    grep -q "format version 1 has no manifest checksum" $W/rv1.log && grep -q "^version: 1$" $W/v1/manifest.yaml &&
+    grep -q "was written before data.shuffle: continuing in plain order" $W/rv1.log; then
     pass "ckpt_version1_resumes_bitwise $out"
 else fail ckpt_version1_resumes_bitwise "$out $(grep -h error $W/rv1.log | head -2)"; fi
 # Issue 15's tp2 case: one region line copied over another and the manifest sealed again, so

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The checkpoint fuzzer (tests/ckpt_fuzz.c says what each family damages and what each case
-# must end in) on three checkpoint.dirs: one process (fp32), tp 2 on two ranks (two rank
-# files, column and row splits) and one process in bf16 (fp32 master weights), two
+# must end in) on four checkpoint.dirs: one process (fp32), tp 2 on two ranks (two rank
+# files, column and row splits), one process in bf16 (fp32 master weights) and one process
+# reading a blend of two sources (a data order with two sources and a schedule state), two
 # checkpoints each.
 #   FUZZ_CASES=N (default 150: cases per family)   FUZZ_SEED=S (default 1)
 # e.g. FUZZ_CASES=5000 FUZZ_SEED=7 bash tests/test_ckpt_fuzz.sh for a long run.
@@ -17,11 +18,14 @@ $T train $CFG "${C[@]}" --set train.steps=10 --set checkpoint.every=5 --set run.
 $T train $CFG "${C[@]}" --set train.steps=2 --set checkpoint.every=1 --set train.precision=bf16 \
     --set run.out_dir=$W/rC --set checkpoint.dir=$W/C >$W/C.log 2>&1 ||
     fail ckpt_fuzz_base_bf16 "$(tail -2 $W/C.log)"
+$T train $CFG "${C[@]}" --set train.steps=6 --set checkpoint.every=3 --set run.out_dir=$W/rD \
+    --set 'data.train=[{path: "data/kjv_ot_train_*.bin", weight: 0.7}, {path: "data/kjv_nt_train_*.bin", weight: 0.3}]' \
+    --set checkpoint.dir=$W/D >$W/D.log 2>&1 || fail ckpt_fuzz_base_blend "$(tail -2 $W/D.log)"
 # Thousands of small files are written and removed: in memory where there is a tmpfs.
 work=$(mktemp -d -p /dev/shm 2>/dev/null || mktemp -d -p $W)
 trap 'rm -rf "$W" "$work"' EXIT
 t0=$SECONDS
 build/tests/ckpt_fuzz --seed "${FUZZ_SEED:-1}" --cases "${FUZZ_CASES:-150}" --work "$work" \
-    $W/A $W/B $W/C || fails=$((fails + 1))
+    $W/A $W/B $W/C $W/D || fails=$((fails + 1))
 echo "checkpoint fuzzer: $((SECONDS - t0)) s; $fails failed"
 [ $fails = 0 ]

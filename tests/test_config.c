@@ -28,6 +28,20 @@ static int streq(const char *a, const char *b) { return a && b && !strcmp(a, b);
 
 // ---------------------------------------------------------------------------------------
 
+// Every key of the table says what a resume with another value does (config.h's resume_class
+// and the effect text that config_resume.c prints): a key added without one fails here.
+static void test_resume_classes(void) {
+    int bad = -1;
+    for (int k = 0; k < K_COUNT && bad < 0; k++)
+        if (CONFIG_KEYS[k].resume == RESUME_UNSET || !CONFIG_KEYS[k].effect ||
+            !CONFIG_KEYS[k].effect[0])
+            bad = k;
+    char path[64] = "";
+    if (bad >= 0) config_key_path(bad, path, sizeof path);
+    TEST_CHECK(bad < 0, "config_every_key_has_resume_class",
+               "%s has no resume class or effect (add FREE, GUARDED or FIXED to its entry)", path);
+}
+
 static void test_defaults(void) {
     run_config cfg;
     config_defaults(&cfg);
@@ -45,10 +59,11 @@ static void test_defaults(void) {
              cfg.optim.lr == 1e-3 && cfg.optim.min_lr == 1e-4 && cfg.optim.warmup_steps == 100 &&
              cfg.optim.decay == DECAY_COSINE && cfg.optim.beta1 == 0.9 && cfg.optim.beta2 == 0.95 &&
              cfg.optim.eps == 1e-8 && cfg.optim.weight_decay == 0.1 &&
-             streq(cfg.data.train, "data/kjv_train_*.bin") &&
-             streq(cfg.data.val, "data/kjv_val_*.bin") && cfg.data.eval_every == 200 &&
-             cfg.data.eval_batches == 20 && !cfg.checkpoint.dir && cfg.checkpoint.every == 500 &&
-             cfg.checkpoint.keep == 3 && cfg.checkpoint.async == 1 &&
+             streq(cfg.data.train.items[0].path, "data/kjv_train_*.bin") &&
+             !cfg.data.train.listed && cfg.data.train.n == 1 && cfg.data.shuffle == 1 &&
+             streq(cfg.data.val.items[0].path, "data/kjv_val_*.bin") &&
+             cfg.data.eval_every == 200 && cfg.data.eval_batches == 20 && !cfg.checkpoint.dir &&
+             cfg.checkpoint.every == 500 && cfg.checkpoint.keep == 3 && cfg.checkpoint.async == 1 &&
              streq(cfg.checkpoint.resume, "auto") && cfg.log.every == 10 && !cfg.log.metrics &&
              !cfg.log.tensorboard && cfg.system.backend == BACKEND_AUTO &&
              cfg.system.comm == COMM_AUTO && cfg.system.threads == 0 &&
@@ -151,10 +166,11 @@ static int full_values_ok(const run_config *c) {
            c->optim.lr == 6.0e-4 && c->optim.min_lr == 6e-5 && c->optim.warmup_steps == 700 &&
            c->optim.decay == DECAY_LINEAR && c->optim.beta1 == 0.85 && c->optim.beta2 == 0.999 &&
            c->optim.eps == 1.0e-6 && c->optim.weight_decay == 0.0 &&
-           streq(c->data.train, "data/fineweb_train_*.bin") &&
-           streq(c->data.val, "data/fineweb_val_000.bin") && c->data.eval_every == 0 &&
-           c->data.eval_batches == 5 && streq(c->checkpoint.dir, "/tmp/ckpt") &&
-           c->checkpoint.every == 0 && c->checkpoint.keep == 1 && c->checkpoint.async == 0 &&
+           streq(c->data.train.items[0].path, "data/fineweb_train_*.bin") &&
+           streq(c->data.val.items[0].path, "data/fineweb_val_000.bin") &&
+           c->data.eval_every == 0 && c->data.eval_batches == 5 &&
+           streq(c->checkpoint.dir, "/tmp/ckpt") && c->checkpoint.every == 0 &&
+           c->checkpoint.keep == 1 && c->checkpoint.async == 0 &&
            streq(c->checkpoint.resume, "none") && c->log.every == 1 &&
            streq(c->log.metrics, "/tmp/m.jsonl") && streq(c->log.tensorboard, "/tmp/tb") &&
            c->system.backend == BACKEND_CUDA && c->system.comm == COMM_NCCL &&
@@ -449,7 +465,7 @@ static void test_enums(void) {
     } cases[] = {
         {"parallel.schedule=1fb1", "parallel.schedule: expected one of gpipe, 1f1b, interleaved, "
                                    "got 1fb1; did you mean 1f1b?"},
-        {"train.precision=fp8", "train.precision: expected one of fp32, bf16, got fp8"},
+        {"train.precision=fp8", "train.precision: expected one of fp32, bf16, tf32, got fp8"},
         {"train.grad_dtype=BF16", "did you mean bf16?"},
         {"train.reduce_dtype=half", "train.reduce_dtype: expected one of fp32, bf16"},
         {"optim.decay=cos", "optim.decay: expected one of cosine, linear, constant, got cos; did "
@@ -622,7 +638,7 @@ static void test_set(void) {
              cfg.optim.min_lr == 1e-5 && cfg.parallel.sequence_parallel == 1 &&
              streq(cfg.run.name, "my run") && streq(cfg.run.out_dir, "runs/my run") &&
              !cfg.model.init_from && !cfg.checkpoint.dir && cfg.system.comm_timeout_s == 5.0 &&
-             streq(cfg.data.train, "x_*.bin");
+             streq(cfg.data.train.items[0].path, "x_*.bin");
     TEST_CHECK(ok, "--set overrides: ints, floats, bools, strings, null", "rc %d stderr: %s", rc,
                g_err);
     if (rc == TRI_OK) config_free(&cfg);
@@ -758,6 +774,7 @@ static void test_world(void) {
 int main(void) {
     if (harness_init("test_config")) return 1;
     test_defaults();
+    test_resume_classes();
     test_empty_file();
     test_full_file();
     test_design_example();

@@ -351,7 +351,7 @@ static void test_xent_ranks(backend *b, int V_valid) {
 
 int main(int argc, char **argv) {
     (void)argc;
-    backend_cpu_prepare_process(argv); // the OpenBLAS kernels trident itself runs with
+    backend_cpu_prepare_process(argv, 0); // the OpenBLAS kernels trident itself runs with
     log_init();
     test_memory();
     test_expf();

@@ -447,7 +447,7 @@ static int bench(int threads) {
 // ---------------------------------------------------------------------------------------
 
 int main(int argc, char **argv) {
-    backend_cpu_prepare_process(argv); // the OpenBLAS kernels trident itself runs with
+    backend_cpu_prepare_process(argv, 0); // the OpenBLAS kernels trident itself runs with
     log_init();
     if (argc > 1 && !strcmp(argv[1], "--bench")) return bench(argc > 2 ? atoi(argv[2]) : 2);
     if (argc > 2 && !strcmp(argv[1], "--fa2-defect")) { // the model's checks with a defect

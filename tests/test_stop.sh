@@ -13,7 +13,11 @@
 #     step, and a resume that repeats the evaluation and continues bitwise;
 #   - SIGTERM during a long resume (TRIDENT_TEST_RESUME_DELAY_MS), to one process and to both
 #     ranks of a job as Slurm sends it: exit 0 within 10 s, nothing written, and the rerun
-#     continues bitwise.
+#     continues bitwise;
+#   - Ctrl-C (SIGINT to the process group, as a terminal sends it) to one process and to a
+#     2-rank job under scripts/launch.sh, with and without checkpoint.dir: a checkpoint of the
+#     step and exit 0 (a resume continues bitwise), or a last line saying nothing could be
+#     saved; a second Ctrl-C: exit 130 at once.
 # Every run is bounded by `timeout`.
 set -u
 source "$(dirname "$0")/lib.sh"
@@ -239,6 +243,104 @@ resume_stop rs_np2 2
 if [ $rc = 0 ] && [ $elapsed -lt 10000 ] && [ "$(grep -c "stopped by SIGTERM during start-up (phase 'resume')" $W/rs_np2.log)" = 1 ]; then
     pass "stop_sigterm_resume_np2 ($elapsed ms after the signal to both ranks)"
 else fail stop_sigterm_resume_np2 "exit $rc after $elapsed ms: $(tail -3 $W/rs_np2.log | tr '\n' ' ')"; fi
+
+# --- Ctrl-C (issue 16): a first SIGINT stops after the current step with a checkpoint and
+# exit 0, as SIGTERM does; without checkpoint.dir the last line says nothing could be saved;
+# a second SIGINT ends the process at once (exit 130). One process, and 2 ranks under
+# scripts/launch.sh, whose Ctrl-C (SIGINT to its process group, as a terminal sends it) reaches
+# the ranks as SIGUSR1: mpirun itself would abort the job.
+C=(--set data.eval_every=0 --set log.every=1 --set checkpoint.every=1000 --set system.threads=1)
+# Steps of about half a second, so that a second Ctrl-C lands while the first is honoured.
+SLOW=(--set model.d_model=256 --set model.n_head=4 --set model.seq_len=128 --set train.micro_batch=8
+      --set train.global_batch=16)
+# ctrl_c NAME COUNT NP [ARGS...]: trains in the background (NP 1: trident alone; 2: launch.sh
+# -n 2), waits for step 5, sends COUNT SIGINTs 0.1 s apart to the process group (a terminal's
+# Ctrl-C), and sets rc, elapsed (ms from the last SIGINT to the end) and left (processes of
+# the run still there).
+ctrl_c() {
+    local name=$1 count=$2 np=$3 i job guard
+    shift 3
+    # setsid: the run leads a process group of its own, which the SIGINTs go to (no `timeout`
+    # in it: that would pass each one on again; a watchdog bounds the run instead)
+    if [ $np = 1 ]; then
+        env --default-signal=INT setsid $T train $CFG "${C[@]}" --set train.steps=100000 \
+            --set run.out_dir=$W/$name "$@" >$W/$name.log 2>&1 &
+    else
+        env --default-signal=INT setsid scripts/launch.sh -n $np $CFG "${C[@]}" \
+            --set train.steps=100000 --set run.out_dir=$W/$name "$@" >$W/$name.log 2>&1 &
+    fi
+    job=$!
+    (sleep 120 && kill -KILL -- -$job) 2>/dev/null &
+    guard=$!
+    wait_for $W/$name.log "step     5/" || true
+    for i in $(seq $count); do
+        [ $i -gt 1 ] && sleep 0.1
+        kill -INT -- -$job 2>/dev/null
+    done
+    local t0=$(date +%s%N)
+    wait $job
+    rc=$?
+    elapsed=$(ms_since $t0)
+    kill $guard 2>/dev/null
+    sleep 0.2 # ranks that outlive the job would still be there
+    left=$(pgrep -f "run.out_dir=$W/$name( |$)" | wc -l)
+}
+latest_step() { sed -n 's/^step_0*\([0-9]\)/\1/p' $1/latest 2>/dev/null; }
+
+M1=(--set train.steps=300)
+timeout 60 $T train $CFG "${C[@]}" "${M1[@]}" --set run.out_dir=$W/cref >$W/cref.log 2>&1
+ctrl_c c1 1 1 --set checkpoint.dir=$W/cc1 "${M1[@]}"
+at=$(latest_step $W/cc1)
+if [ $rc = 0 ] && [ $elapsed -lt 10000 ] && [ -n "$at" ] &&
+    tail -1 $W/c1.log | grep -q "^stopped by SIGINT after step $at: checkpoint written to $W/cc1; a run with checkpoint.resume: auto continues from it$"; then
+    pass "stop_ctrl_c_1proc_checkpoint (step $at, $elapsed ms)"
+else fail stop_ctrl_c_1proc_checkpoint "exit $rc after $elapsed ms, latest '$at': $(tail -2 $W/c1.log | tr '\n' ' ')"; fi
+# The stop's checkpoint resumes bitwise: the same run as the uninterrupted reference.
+if [ -n "$at" ] && [ "$at" -lt 300 ]; then
+    timeout 60 $T train $CFG "${C[@]}" "${M1[@]}" --set run.out_dir=$W/c1 --set checkpoint.dir=$W/cc1 >$W/c1b.log 2>&1
+    rc=$?
+    if [ $rc = 0 ] && out=$(same_steps $W/cref $W/c1 1) && cmp -s $W/cref/model.bin $W/c1/model.bin; then
+        pass "stop_ctrl_c_1proc_resume_bitwise $out"
+    else fail stop_ctrl_c_1proc_resume_bitwise "exit $rc: ${out:-} $(tail -2 $W/c1b.log | tr '\n' ' ')"; fi
+else fail stop_ctrl_c_1proc_resume_bitwise "no checkpoint before step 300 to resume ('$at')"; fi
+
+ctrl_c c2 1 1
+if [ $rc = 0 ] && [ $elapsed -lt 10000 ] && [ ! -e $W/c2/model.bin ] &&
+    tail -1 $W/c2.log | grep -q "^warning: stopped by SIGINT after step [0-9]* without a checkpoint: nothing could be saved, since checkpoint.dir is not set"; then
+    pass "stop_ctrl_c_1proc_no_checkpoint_dir ($elapsed ms)"
+else fail stop_ctrl_c_1proc_no_checkpoint_dir "exit $rc after $elapsed ms: $(tail -2 $W/c2.log | tr '\n' ' ')"; fi
+
+ctrl_c c3 2 1 --set checkpoint.dir=$W/cc3 "${SLOW[@]}"
+if [ $rc = 130 ] && [ $elapsed -lt 1500 ] && [ ! -e $W/cc3/latest ] && [ $left = 0 ] &&
+    tail -1 $W/c3.log | grep -q "second SIGINT: exiting at once, without a checkpoint"; then
+    pass "stop_ctrl_c_twice_1proc_exit130 ($elapsed ms after the second)"
+else fail stop_ctrl_c_twice_1proc_exit130 "exit $rc after $elapsed ms, latest '$(cat $W/cc3/latest 2>/dev/null)', $left left: $(tail -2 $W/c3.log | tr '\n' ' ')"; fi
+
+ctrl_c l1 1 2 --set checkpoint.dir=$W/cl1
+at=$(latest_step $W/cl1)
+if [ $rc = 0 ] && [ $elapsed -lt 10000 ] && [ -n "$at" ] && [ $left = 0 ] &&
+    grep -q "^launch: Ctrl-C: every rank stops after its current step" $W/l1.log &&
+    tail -1 $W/l1.log | grep -q "^stopped by SIGUSR1 after step $at: checkpoint written to $W/cl1; a run with checkpoint.resume: auto continues from it$"; then
+    pass "stop_ctrl_c_launch_np2_checkpoint (step $at, $elapsed ms)"
+else fail stop_ctrl_c_launch_np2_checkpoint "exit $rc after $elapsed ms, latest '$at', $left left: $(tail -3 $W/l1.log | tr '\n' ' ')"; fi
+
+# (mpirun passes stdout and stderr on apart: the last step lines and the report may come after
+# the warning, which is the last line of stderr)
+ctrl_c l2 1 2
+if [ $rc = 0 ] && [ $elapsed -lt 10000 ] && [ $left = 0 ] &&
+    [ "$(grep -c 'nothing could be saved, since checkpoint.dir is not set' $W/l2.log)" = 1 ] &&
+    grep -v "^step \|^  \|^outputs:\|^next:" $W/l2.log | tail -1 |
+    grep -q "^warning: stopped by SIGUSR1 after step [0-9]* without a checkpoint: nothing could be saved"; then
+    pass "stop_ctrl_c_launch_np2_no_checkpoint_dir ($elapsed ms)"
+else fail stop_ctrl_c_launch_np2_no_checkpoint_dir "exit $rc after $elapsed ms, $left left: $(tail -3 $W/l2.log | tr '\n' ' ')"; fi
+
+# A second Ctrl-C: launch.sh passes SIGINT to mpirun, which kills the ranks within about 2 s
+# (SIGTERM, then SIGKILL: odls_base_sigkill_timeout); launch.sh exits 130.
+ctrl_c l3 2 2 --set checkpoint.dir=$W/cl3 "${SLOW[@]}"
+if [ $rc = 130 ] && [ $elapsed -lt 6000 ] && [ $left = 0 ] &&
+    grep -q "^launch: Ctrl-C again: ending the job at once, without a checkpoint" $W/l3.log; then
+    pass "stop_ctrl_c_twice_launch_np2_exit130 ($elapsed ms after the second)"
+else fail stop_ctrl_c_twice_launch_np2_exit130 "exit $rc after $elapsed ms, $left left: $(tail -3 $W/l3.log | tr '\n' ' ')"; fi
 
 echo "stop tests: $fails failed"
 [ $fails = 0 ]

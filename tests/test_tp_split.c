@@ -112,7 +112,7 @@ static void check_vocab(backend *be, const run_config *cfg, int tp) {
 
 int main(int argc, char **argv) {
     (void)argc;
-    backend_cpu_prepare_process(argv);
+    backend_cpu_prepare_process(argv, 0);
     log_init();
     backend *be;
     if (backend_cpu_create(&be, 1)) return 1;

@@ -136,19 +136,6 @@ static int is_host_pointer(const void *p) {
     return attr.type == cudaMemoryTypeUnregistered || attr.type == cudaMemoryTypeHost;
 }
 
-// The device staging buffer holds at least `bytes` (grown by reallocation; its users complete
-// before they return, so none is in flight on it).
-static tri_status scratch_reserve(nccl_ctx *x, size_t bytes) {
-    if (x->scratch_bytes >= bytes) return TRI_OK;
-    if (x->scratch) CUDA_CHECK(cudaFree(x->scratch));
-    x->scratch = NULL;
-    x->scratch_bytes = 0;
-    size_t want = bytes < 4096 ? 4096 : bytes;
-    CUDA_CHECK(cudaMalloc(&x->scratch, want));
-    x->scratch_bytes = want;
-    return TRI_OK;
-}
-
 static size_t align_up(size_t n) { return (n + 255) & ~(size_t)255; }
 
 // ---- collectives ----
@@ -239,9 +226,12 @@ static tri_status launch_broadcast(comm *c, comm_group_id g, const void *send, v
 
 // Starts collective `op` on group g (checked and counted by the caller; `payload` names it
 // in a timeout message). Device buffers leave the request in flight in req. Host buffers
-// are staged through device scratch (both in one region for the in-place forms NCCL shares:
+// are staged through device memory (both in one region for the in-place forms NCCL shares:
 // all_reduce, broadcast, reduce_scatter's send == recv; all_gather's send == recv is an
-// overlap, two regions) and complete here: copy in, launch, wait, copy out, wait.
+// overlap, two regions) and complete here: copy in, launch, wait, copy out, wait. The region
+// is the scratch made at creation when it fits (the trainer's host values: a few words),
+// else stream-ordered memory on the group's stream, freed there after the copy out: never a
+// cudaMalloc, which would synchronise the device in the middle of a step.
 static tri_status start_collective(comm *c, comm_group_id g, int op, const void *send,
                                    size_t send_bytes, void *recv, size_t recv_bytes, size_t payload,
                                    launch_fn launch, const coll_args *a, comm_request *req) {
@@ -250,6 +240,7 @@ static tri_status start_collective(comm *c, comm_group_id g, int op, const void 
     nccl_request *r = nccl_request_get(x);
     nccl_request_note(r, g, op, payload, -1);
     tri_status st = TRI_OK;
+    void *own = NULL; // stream-ordered staging of host buffers larger than the scratch
     TRI_CHECK_GOTO(nccl_order_inputs(c, 1u << g), st, fail);
     if (!is_host_pointer(send) && !is_host_pointer(recv)) {
         TRI_CHECK_GOTO(launch(c, g, send, recv, a, r), st, fail);
@@ -262,9 +253,13 @@ static tri_status start_collective(comm *c, comm_group_id g, int op, const void 
     {
         const int in_place = send == recv && op != COMM_OP_ALL_GATHER;
         const size_t larger = send_bytes > recv_bytes ? send_bytes : recv_bytes;
-        TRI_CHECK_GOTO(scratch_reserve(x, in_place ? larger : align_up(send_bytes) + recv_bytes),
-                       st, fail);
-        char *dev_send = (char *)x->scratch;
+        const size_t need = in_place ? larger : align_up(send_bytes) + recv_bytes;
+        char *stage = (char *)x->scratch;
+        if (need > x->scratch_bytes) {
+            CUDA_CHECK_GOTO(cudaMallocAsync((void **)&own, need, grp->stream), st, fail);
+            stage = (char *)own;
+        }
+        char *dev_send = stage;
         char *dev_recv = in_place ? dev_send : dev_send + align_up(send_bytes);
         CUDA_CHECK_GOTO(cudaMemcpyAsync(dev_send, send, send_bytes, cudaMemcpyDefault, grp->stream),
                         st, fail);
@@ -274,9 +269,12 @@ static tri_status start_collective(comm *c, comm_group_id g, int op, const void 
         // The stream is idle now, so a copy into pageable memory cannot block on the collective.
         CUDA_CHECK_GOTO(cudaMemcpyAsync(recv, dev_recv, recv_bytes, cudaMemcpyDefault, grp->stream),
                         st, fail);
+        if (own) CUDA_CHECK_GOTO(cudaFreeAsync(own, grp->stream), st, fail);
+        own = NULL;
         return nccl_request_finish(c, r);
     }
 fail:
+    if (own) (void)cudaFreeAsync(own, grp->stream);
     nccl_request_put(x, r);
     return st;
 }
@@ -327,8 +325,7 @@ static tri_status nccl_barrier_start(comm *c, comm_group_id g, comm_request *req
     (void)req;
     TRI_CHECK(check_usable(c, g, COMM_OP_COUNT));
     nccl_ctx *x = ctx_of(c);
-    TRI_CHECK(scratch_reserve(x, sizeof(float)));
-    nccl_group *grp = &x->groups[g];
+    nccl_group *grp = &x->groups[g]; // the barrier's word: the scratch made at creation
     nccl_request *r = nccl_request_get(x);
     nccl_request_note(r, g, COMM_OP_COUNT, 0, -1);
     tri_status st = TRI_OK;

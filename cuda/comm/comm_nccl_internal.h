@@ -23,6 +23,8 @@ extern "C" {
 
 // ---- state ----
 
+#define NCCL_SCRATCH_BYTES ((size_t)64 << 10)
+
 #define MAX_PENDING_PEERS 8
 
 // What a request runs on one group's stream, to name it if it times out.
@@ -72,8 +74,10 @@ typedef struct {
     nccl_p2p_op *p2p; // (n_p2p) collected for group_end_start
     int n_p2p, cap_p2p;
     int aborted; // set once the communicators were aborted: every later call fails
-    // Device staging for host buffers and the barrier's word. Only operations that complete
-    // before they return use it, so regrowing it never pulls it from under one in flight.
+    // Device staging for host buffers (the few values the trainer reduces from the host) and
+    // the barrier's word: NCCL_SCRATCH_BYTES, made at creation. Larger host buffers are
+    // staged through stream-ordered memory of their own. Only operations that complete before
+    // they return use either.
     void *scratch;
     size_t scratch_bytes;
     cudaEvent_t inputs_event;    // recorded on compute_stream, waited for by group streams

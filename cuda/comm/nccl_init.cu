@@ -178,6 +178,10 @@ tri_status comm_nccl_create(comm **out, const mesh *m, launch_info *li, double t
     x->coord = mesh_coord_of(m, li->rank);
     CUDA_CHECK_GOTO(cudaGetDevice(&x->device), rc, fail);
     CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&x->inputs_event, cudaEventDisableTiming), rc, fail);
+    // The staging of small host buffers and the barrier's word, made here: nothing in a step
+    // allocates with cudaMalloc (which synchronises the device, NCCL's kernels included).
+    CUDA_CHECK_GOTO(cudaMalloc(&x->scratch, NCCL_SCRATCH_BYTES), rc, fail);
+    x->scratch_bytes = NCCL_SCRATCH_BYTES;
 
     for (int g = 0; g < COMM_GROUP_COUNT; g++) {
         build_group(c, m, (comm_group_id)g);

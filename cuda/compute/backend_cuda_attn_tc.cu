@@ -39,7 +39,7 @@
 // dimension zero-padded up to DP). Shared memory per block (atc_smem below): HS 64: forward
 // 70 KiB, dq 79 KiB, dkv 88.5 KiB; HS 128: 110, 111 and 120.5 KiB. Any other head size, or a
 // device whose opt-in shared memory per block is smaller, falls back to the fp32 kernels on
-// a widened copy of qkv (allocated in stream order, freed after the op).
+// a widened copy of qkv (the widened workspace, sized at start: compute/cuda_workspace.h).
 #include "backend_cuda_internal.cuh"
 
 #include <cuda_bf16.h>

@@ -2,17 +2,21 @@
 // else includes: the context, the op-level check macros, the device scratch and the ops
 // that live in files of their own.
 //
-// Files: backend_cuda.cu (memory, creation, the function table), backend_cuda_matmul.cu
-// (cuBLASLt), backend_cuda_attn.cu (flash-style causal attention: the dispatch and the fp32
+// Files: backend_cuda.cu (memory, workspaces, uploads, creation, the function table),
+// backend_cuda_matmul.cu (cuBLASLt), backend_cuda_gemm.cu (the bf16 GEMM where cuBLASLt has
+// none), backend_cuda_attn.cu (flash-style causal attention: the dispatch and the fp32
 // kernels; _tc.cu the v1 bf16 kernels, _fa2.cu and _fa2_bwd.cu the FlashAttention-2 ones),
 // backend_cuda_ops.cu (LayerNorm, pointwise, embeddings, cross-entropy, optimizer and
 // reductions).
 //
 // Streams: every op of a backend is enqueued on the context's one stream (non-blocking with
 // respect to the legacy default stream), in call order, so ops see each other's results
-// without any host synchronisation. The host waits only where the contract hands it a value:
-// copy_to_host, sumsq and synchronize. A comm backend on other streams reads buffers the
-// caller has synchronised first (compute/cuda_api.h), and its results are complete on return.
+// without any host synchronisation. The host waits only where the contract hands it a value
+// (copy_to_host, sumsq, synchronize), for a copy from pinned host memory, and when the upload
+// ring comes round to a slot whose copy is still queued (the host is that many uploads ahead).
+// The NCCL comm backend, on streams of its own, orders its collectives after this stream
+// with an event, and comm_wait makes this stream wait for their results on another (comm.h:
+// compute_stream), so the model's tp collectives never block the host either.
 //
 // Errors: an op returns nothing (backend.h), and a failed launch or library call leaves the
 // CUDA context unusable, so an op that fails reports the statement, file:line, rank and
@@ -22,11 +26,16 @@
 
 #include <cublasLt.h>
 
+#include <atomic>
 #include <mutex>
 #include <unordered_map>
 
 #include "../base/cuda_common.h"
 #include "compute/cuda_api.h" // backend.h with C linkage
+extern "C" {
+#include "compute/cuda_workspace.h"
+#include "compute/upload_ring.h"
+}
 
 // cuBLASLt plans (descriptors, layouts and the chosen algorithm), one per distinct GEMM.
 #define CUDA_LT_MAX_PLANS 128
@@ -40,20 +49,38 @@ typedef struct {
     cublasLtHandle_t lt;
     void *lt_workspace; // CUDA_LT_WORKSPACE_BYTES, the backend's own (not in mem_peak_bytes)
     size_t lt_workspace_bytes;
-    cublasComputeType_t compute; // CUBLAS_COMPUTE_32F, or _FAST_TF32 with TRIDENT_CUDA_TF32=1
-    cuda_lt_plan *plans;         // CUDA_LT_MAX_PLANS, n_plans used
+    // The compute type of fp32-operand matmuls: CUBLAS_COMPUTE_32F, or _FAST_TF32 when the
+    // backend's tf32 is set (train.precision tf32) or TRIDENT_CUDA_TF32=1 forces it; the
+    // matmul entries refresh it from those at every call.
+    cublasComputeType_t compute;
+    int tf32_forced;     // TRIDENT_CUDA_TF32=1
+    int fallback_forced; // TRIDENT_TEST_CUDA_FALLBACK=1: every cuBLASLt fallback taken
+    cuda_lt_plan *plans; // CUDA_LT_MAX_PLANS, n_plans used
     int n_plans;
     // Per-op device workspace (bias-gradient rows, LayerNorm partial sums, attention's row
-    // deltas, the embedding backward's sort), grown on demand, never shrunk; the backend's
-    // own, so not in mem_peak_bytes (as the CPU backend's scratch).
+    // deltas, the embedding backward's sort), and the bf16 attention fallback's fp32 copy of
+    // qkv: sized by reserve from the run's shapes (compute/cuda_workspace.h), stream-ordered
+    // allocations of the device's pool. An op past them grows them in stream order (counted
+    // in `allocs`, reported once); the backend's own, so not in mem_peak_bytes.
     void *scratch;
     size_t scratch_bytes;
-    int att_max_hs;         // largest attention head size the device's shared memory allows
-    int att_fa2;            // TRIDENT_CUDA_ATTN: 1 for the FA2 kernels (default), 0 for v1
-    unsigned att_fa2_heads; // head sizes whose FA2 kernels fit the device (bits HS / 16)
-    int gelu_epilogue;      // cuBLASLt's GELU epilogues compute gelu_tanh here (probed at start)
-    int bf16_out;           // TRIDENT_CUDA_BF16_PATH: 1 for fused (default), 0 for v1
-    double *host_result;    // pinned: where sumsq's result lands for the host
+    void *widened;
+    size_t widened_bytes;
+    int reserved; // reserve sized the workspaces for the run
+    int grew;     // a workspace grew after that (reported once)
+    // Token uploads: a ring of pinned slots (compute/upload_ring.h), one event per slot.
+    upload_ring ring;
+    void *ring_host;
+    cudaEvent_t ring_events[CUDA_UPLOAD_SLOTS];
+    std::atomic<uint64_t> allocs; // device (and pinned) allocations: backend.alloc_count
+    char name[256];               // the device's name (backend.device_name)
+    char bus_id[32];              // its PCI bus id (backend.device_bus_id)
+    int att_max_hs;               // largest attention head size the device's shared memory allows
+    int att_fa2;                  // TRIDENT_CUDA_ATTN: 1 for the FA2 kernels (default), 0 for v1
+    unsigned att_fa2_heads;       // head sizes whose FA2 kernels fit the device (bits HS / 16)
+    int gelu_epilogue;   // cuBLASLt's GELU epilogues compute gelu_tanh here (probed at start)
+    int bf16_out;        // TRIDENT_CUDA_BF16_PATH: 1 for fused (default), 0 for v1
+    double *host_result; // pinned: where sumsq's result lands for the host
     // alloc()/free() may come from another host thread (a checkpoint writer), hence the lock.
     std::mutex mem_lock;
     std::unordered_map<void *, size_t> *mem_sizes; // bytes of every live alloc()
@@ -81,12 +108,14 @@ static inline void cuda_op_check(cudaError_t err, const char *what, const char *
                   __LINE__)
 
 // A device workspace of at least `bytes` (256-byte aligned), valid until the next call;
-// earlier ops that used it have been enqueued before, so stream order protects them, and a
-// growth waits for them before freeing the old buffer.
+// `bytes` comes from the op's function of compute/cuda_workspace.h, which reserve sized it
+// by. Earlier ops that used it were enqueued before, so stream order protects them; a
+// growth frees the old buffer in stream order too (no synchronisation).
 void *cuda_scratch(cuda_ctx *x, size_t bytes);
-
-// Rounds up to a multiple of 256 bytes: where scratch is carved into several arrays.
-static inline size_t cuda_align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+// The same mechanism for the widened workspace (cuda_widened_copy).
+void *cuda_widened_space(cuda_ctx *x, size_t bytes);
+// Counts a device allocation (backend.alloc_count).
+static inline void cuda_count_alloc(cuda_ctx *x) { x->allocs.fetch_add(1); }
 
 // Grid of `threads`-thread blocks for a grid-stride loop over n elements.
 static inline unsigned cuda_grid_for(size_t n, int threads) {
@@ -125,6 +154,13 @@ void cuda_matmul_fwd16(backend *b, uint16_t *out16, uint16_t *pre16, operand inp
 void cuda_matmul_bwd16(backend *b, uint16_t *dinp16, float *dweight, float *dbias, operand dout,
                        operand inp, operand weight, const uint16_t *pre16, int N, int IC, int OC);
 
+// ---- the fallback GEMM (backend_cuda_gemm.cu) ----
+// D (m, n) = op(A) (m, k) op(B) (k, n) + beta D, column-major as cuBLASLt's (op: transposed
+// when ta / tb), on bf16 A and B read in place, fp32 products summed over k in order: where
+// cuBLASLt has no bf16 algorithm. beta 0 never reads D.
+void cuda_gemm_bf16_fallback(cuda_ctx *x, int ta, int tb, int m, int n, int k, const uint16_t *A,
+                             int lda, const uint16_t *B, int ldb, float *D, int ldd, float beta);
+
 // ---- attention (backend_cuda_attn.cu) ----
 // Reads TRIDENT_CUDA_ATTN (TRI_ERR_CONFIG for a value it does not know), sets x->att_max_hs
 // from the device's opt-in shared memory per block, and readies the FA2 kernels.
@@ -162,18 +198,19 @@ void cuda_attention_bwd_bf16(backend *b, float *dqkv, const float *dout, const u
 void cuda_add_inplace(cuda_ctx *x, float *dst, const float *src, size_t n);
 // dbias (OC) += column sums of dout (N, OC), rows in order (without the cuBLASLt epilogue).
 void cuda_column_sums_add(cuda_ctx *x, float *dbias, const float *dout, int N, int OC);
-// An fp32 copy of n bf16 elements, allocated in stream order (the bf16 ops' fallbacks to
-// their fp32 forms); cuda_widened_free releases it after the ops enqueued so far.
+// An fp32 copy of n bf16 elements (the bf16 attention's fallback to its fp32 form) in the
+// widened workspace, which reserve sized when the run's head size needs it: one copy at a
+// time, valid until cuda_widened_free, which marks it unused again (nothing to free).
 float *cuda_widened_copy(cuda_ctx *x, const uint16_t *src, size_t n);
 void cuda_widened_free(cuda_ctx *x, float *p);
-// n floats allocated in stream order (free with cuda_widened_free): the fp32 result a
-// bf16-output matmul rounds when cuBLASLt has no bf16-D algorithm for it.
-float *cuda_f32_temp(cuda_ctx *x, size_t n);
 // out16 = bf16(pre), or with pre16: pre16 = bf16(pre), out16 = bf16(gelu_tanh(pre)).
 void cuda_round_gelu(cuda_ctx *x, uint16_t *out16, uint16_t *pre16, const float *pre, size_t n);
 // dinp16 = bf16(dinp * gelu_tanh'(pre16)), the factor only with pre16.
 void cuda_gelu_bwd_round(cuda_ctx *x, uint16_t *dinp16, const float *dinp, const uint16_t *pre16,
                          size_t n);
+// The temporary storage CUB's radix sort of the embedding backward asks for, for `tokens`
+// tokens and V_local rows (reserve sizes the scratch with it).
+size_t cuda_embedding_sort_bytes(cuda_ctx *x, int tokens, int V_local);
 // The same over bf16 dout (the bf16 matmul's fallback), widened as it is read.
 void cuda_column_sums_add_bf16(cuda_ctx *x, float *dbias, const uint16_t *dout, int N, int OC);
 // out (N, OC) = bias broadcast over the rows (the matmul's fallback bias path).

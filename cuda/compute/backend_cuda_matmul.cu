@@ -14,49 +14,56 @@
 // GEMM accumulates on it (beta = 1), and dbias comes from an ordered column-sum kernel.
 //
 // Plans: descriptors, layouts and the algorithm the heuristic picks are made once per
-// distinct (operation, shape, epilogue, pointer alignment) and cached, so a step costs no
-// heuristic queries after the first, and the same GEMM always runs the same algorithm
-// (bitwise reproducible). Alignments are part of the key because cuBLASLt's heuristics
-// assume 256-byte aligned pointers unless told otherwise, and parameters carved out of one
-// buffer are aligned only to their offsets.
+// distinct (operation, shape, compute type, epilogue, pointer alignments) and cached, so a
+// step costs no heuristic queries after the first, and the same GEMM always runs the same
+// algorithm (bitwise reproducible). The alignment of every pointer (A, B, D, the bias and
+// the GELU aux matrix) is part of the key, and the heuristic is asked with the epilogue's
+// pointers already set, because cuBLASLt reads the alignments it may assume off them (its
+// heuristics assume 256-byte aligned pointers unless told otherwise, and parameters carved
+// out of one buffer are aligned only to their offsets).
 //
-// Compute type: CUBLAS_COMPUTE_32F (full fp32 FMA) by default; TRIDENT_CUDA_TF32=1 selects
-// CUBLAS_COMPUTE_32F_FAST_TF32 (see backend_cuda.cu).
+// Compute type of fp32 operands: CUBLAS_COMPUTE_32F (full fp32 FMA) by default;
+// CUBLAS_COMPUTE_32F_FAST_TF32 with train.precision tf32 or TRIDENT_CUDA_TF32=1 (see
+// backend_cuda.cu). TRIDENT_TEST_CUDA_FALLBACK=1 refuses every epilogue and every bf16
+// algorithm, so that the GPU checks run each fallback below.
 //
 // bf16 operands (operand tags DTYPE_BF16; train.precision bf16): A and B are
 // CUDA_R_16BF, D (and C, the accumulated one) stays CUDA_R_32F, with CUBLAS_COMPUTE_32F:
 // tensor-core products accumulated in fp32. The bias (BIAS) and the bias gradient (BGRADB)
 // are of D's type, fp32, as the fp32 path's are. Where cuBLASLt has no bf16 algorithm at all
 // (operands only 2-byte aligned, as ZeRO-3's gathered buckets can leave them, or leading
-// dimensions its tensor-core kernels refuse), the op widens its bf16 operands into fp32
-// copies (stream-ordered allocations, freed after the GEMM) and runs the fp32 path: the same
-// exact products, so only speed differs.
+// dimensions its tensor-core kernels refuse), that GEMM runs in the fallback kernel of
+// backend_cuda_gemm.cu, which reads the bf16 operands in place: the same exact products and
+// no extra memory, so only speed differs.
 //
 // bf16 outputs (matmul_fwd16 / _bwd16, TRIDENT_CUDA_BF16_PATH=fused): D is CUDA_R_16BF, the
 // bias stays fp32 (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE), and the GELU epilogues' aux takes
 // D's type, bf16 (the default of EPILOGUE_AUX_DATA_TYPE): the forward writes bf16(gelu(pre))
 // and bf16(pre) from the fp32 accumulator, DGELU reads the bf16 pre. Where cuBLASLt has no
-// such algorithm, the fp32 GEMM runs into a stream-ordered temporary and one kernel rounds
-// (and applies the GELU or its derivative): the same values, one extra pass.
+// such algorithm, the fp32-output path above (cuBLASLt, or the fallback GEMM reading the bf16
+// operands in place) runs over chunks of rows into the op workspace (cuda_ws_matmul_out16,
+// reserved at start) and one kernel rounds each chunk (and applies the GELU or its
+// derivative): the same values, one extra pass, no allocation.
 #include "backend_cuda_internal.cuh"
 #include "base/env.h"
 
 #include <stdint.h>
 #include <string.h>
 
-// 32 MiB: what cuBLASLt's Hopper kernels ask for at most.
-#define CUDA_LT_WORKSPACE_BYTES ((size_t)32 << 20)
-
 struct cuda_lt_plan {
     // key
     cublasOperation_t ta, tb;
     cudaDataType_t ab; // A's and B's element type: CUDA_R_32F or CUDA_R_16BF
     cudaDataType_t dt; // D's (and the GELU aux's): CUDA_R_32F (0, memset keys) or CUDA_R_16BF
+    cublasComputeType_t compute; // _32F, or _32F_FAST_TF32 for fp32 operands in TF32
     int m, n, k, lda, ldb, ldd;
     cublasLtEpilogue_t epilogue;
     int align_a, align_b, align_d;
-    int align_aux;   // the GELU epilogues' auxiliary matrix (0: none)
-    const void *aux; // not part of the key: the pointer the heuristic sees at build time
+    int align_aux;  // the GELU epilogues' auxiliary matrix (0: none)
+    int align_bias; // the bias (BIAS) or bias-gradient (BGRADB) vector (0: none)
+    // Not part of the key: the pointers the heuristic sees at build time (their alignments
+    // are in the key); every launch sets the real ones.
+    const void *aux, *bias;
     // value
     int supported; // 0: no algorithm for this epilogue (the caller falls back)
     cublasLtMatmulDesc_t desc;
@@ -103,6 +110,7 @@ tri_status cuda_matmul_init(cuda_ctx *x) {
         x->lt = NULL;
         return TRI_ERR_INTERNAL;
     }
+    cuda_count_alloc(x);
     CUDA_CHECK(cudaMalloc(&x->lt_workspace, CUDA_LT_WORKSPACE_BYTES));
     x->lt_workspace_bytes = CUDA_LT_WORKSPACE_BYTES;
     x->plans = (cuda_lt_plan *)xcalloc(CUDA_LT_MAX_PLANS, sizeof(cuda_lt_plan));
@@ -136,9 +144,7 @@ void cuda_matmul_free(cuda_ctx *x) {
 
 // Descriptors of a new plan and the heuristic's choice for it.
 static void plan_build(cuda_ctx *x, cuda_lt_plan *p) {
-    // bf16 operands accumulate in plain fp32 (TF32 applies to fp32 operands only).
-    const cublasComputeType_t compute = p->ab == CUDA_R_16BF ? CUBLAS_COMPUTE_32F : x->compute;
-    LT_OP_CHECK(cublasLtMatmulDescCreate(&p->desc, compute, CUDA_R_32F));
+    LT_OP_CHECK(cublasLtMatmulDescCreate(&p->desc, p->compute, CUDA_R_32F));
     LT_OP_CHECK(
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &p->ta, sizeof p->ta));
     LT_OP_CHECK(
@@ -157,6 +163,11 @@ static void plan_build(cuda_ctx *x, cuda_lt_plan *p) {
         LT_OP_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                    &bias_type, sizeof bias_type));
     }
+    // The epilogue's pointers before the heuristic: cuBLASLt reads their alignment off them
+    // (cublasLt.h: routines that do not dereference a pointer still depend on its value).
+    if (p->align_bias)
+        LT_OP_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                   &p->bias, sizeof p->bias));
     if (p->align_aux) { // GELU_AUX(_BIAS) writes, DGELU reads, a matrix of D's type and shape
         const int64_t aux_ld = p->ldd;
         LT_OP_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
@@ -166,6 +177,10 @@ static void plan_build(cuda_ctx *x, cuda_lt_plan *p) {
     }
 
     cublasLtMatmulPreference_t pref;
+    if (x->fallback_forced && (p->epilogue != CUBLASLT_EPILOGUE_DEFAULT || p->ab == CUDA_R_16BF)) {
+        p->supported = 0; // TRIDENT_TEST_CUDA_FALLBACK=1: the fallback, as if none existed
+        return;
+    }
     LT_OP_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     LT_OP_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                      &x->lt_workspace_bytes,
@@ -205,7 +220,8 @@ static cuda_lt_plan *plan_get(cuda_ctx *x, const cuda_lt_plan *key) {
             p->m == key->m && p->n == key->n && p->k == key->k && p->lda == key->lda &&
             p->ldb == key->ldb && p->ldd == key->ldd && p->epilogue == key->epilogue &&
             p->align_a == key->align_a && p->align_b == key->align_b &&
-            p->align_d == key->align_d && p->align_aux == key->align_aux)
+            p->align_d == key->align_d && p->align_aux == key->align_aux &&
+            p->align_bias == key->align_bias && p->compute == key->compute)
             return p;
     }
     if (x->n_plans == CUDA_LT_MAX_PLANS) { // more shapes than any model has: start over
@@ -220,27 +236,31 @@ static cuda_lt_plan *plan_get(cuda_ctx *x, const cuda_lt_plan *key) {
 }
 
 // D (m, n) = op(A) op(B) + beta D, column-major, A and B of type `ab`, with `epilogue`
-// (bias: its vector or bias gradient; aux: the GELU epilogues' matrix, NULL for the others).
-// Returns 0, having done nothing, when cuBLASLt has no algorithm for that epilogue.
-// The cached plan of such a GEMM (built on first use).
+// (bias: its vector or bias gradient, NULL for none; aux: the GELU epilogues' matrix, NULL
+// for the others). The cached plan of such a GEMM (built on first use): every pointer's
+// alignment is in the key, and the heuristic saw pointers of those alignments.
 static cuda_lt_plan *plan_for(cuda_ctx *x, cudaDataType_t ab, cublasOperation_t ta,
                               cublasOperation_t tb, int m, int n, int k, const void *A, int lda,
                               const void *B, int ldb, const float *D, int ldd,
-                              cublasLtEpilogue_t epilogue, const float *aux) {
+                              cublasLtEpilogue_t epilogue, const float *bias, const float *aux) {
     cuda_lt_plan key;
     memset(&key, 0, sizeof key);
     key.ta = ta, key.tb = tb, key.ab = ab, key.m = m, key.n = n, key.k = k;
+    // bf16 operands accumulate in plain fp32 (TF32 applies to fp32 operands only).
+    key.compute = ab == CUDA_R_16BF ? CUBLAS_COMPUTE_32F : x->compute;
     key.lda = lda, key.ldb = ldb, key.ldd = ldd, key.epilogue = epilogue;
     key.align_a = ptr_alignment(A), key.align_b = ptr_alignment(B), key.align_d = ptr_alignment(D);
     key.align_aux = aux ? ptr_alignment(aux) : 0, key.aux = aux;
+    key.align_bias = bias ? ptr_alignment(bias) : 0, key.bias = bias;
     return plan_get(x, &key);
 }
 
+// Returns 0, having done nothing, when cuBLASLt has no algorithm for that epilogue.
 static int lt_matmul_aux(cuda_ctx *x, cudaDataType_t ab, cublasOperation_t ta, cublasOperation_t tb,
                          int m, int n, int k, const void *A, int lda, const void *B, int ldb,
                          float *D, int ldd, float beta, cublasLtEpilogue_t epilogue,
                          const float *bias, const float *aux) {
-    cuda_lt_plan *p = plan_for(x, ab, ta, tb, m, n, k, A, lda, B, ldb, D, ldd, epilogue, aux);
+    cuda_lt_plan *p = plan_for(x, ab, ta, tb, m, n, k, A, lda, B, ldb, D, ldd, epilogue, bias, aux);
     if (!p->supported) return 0;
     if (bias)
         LT_OP_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
@@ -271,6 +291,23 @@ static int lt_matmul(cuda_ctx *x, cudaDataType_t ab, cublasOperation_t ta, cubla
                          NULL);
 }
 
+// D = op(A) op(B) + beta D without epilogue: cuBLASLt's algorithm, or where it has none for
+// bf16 operands (pointers only 2-byte aligned, as ZeRO-3's gathered buckets can leave them,
+// or leading dimensions its kernels refuse) the fallback kernel, which reads the bf16
+// operands as they are (backend_cuda_gemm.cu): the same exact products, fp32 sums in a fixed
+// order, no widened copies. fp32 operands always have an algorithm (plan_build aborts
+// otherwise).
+static void gemm(cuda_ctx *x, cudaDataType_t ab, cublasOperation_t ta, cublasOperation_t tb, int m,
+                 int n, int k, const void *A, int lda, const void *B, int ldb, float *D, int ldd,
+                 float beta) {
+    if (lt_matmul(x, ab, ta, tb, m, n, k, A, lda, B, ldb, D, ldd, beta, CUBLASLT_EPILOGUE_DEFAULT,
+                  NULL))
+        return;
+    TRI_ASSERT(ab == CUDA_R_16BF);
+    cuda_gemm_bf16_fallback(x, ta == CUBLAS_OP_T, tb == CUBLAS_OP_T, m, n, k, (const uint16_t *)A,
+                            lda, (const uint16_t *)B, ldb, D, ldd, beta);
+}
+
 // The forward for operands of type ab.
 static void matmul_fwd(cuda_ctx *x, cudaDataType_t ab, float *out, const void *inp,
                        const void *weight, const float *bias, int N, int IC, int OC) {
@@ -290,8 +327,7 @@ static void matmul_fwd(cuda_ctx *x, cudaDataType_t ab, float *out, const void *i
         cuda_broadcast_rows(x, out, bias, N, OC);
         beta = 1.0f;
     }
-    lt_matmul(x, ab, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight, IC, inp, IC, out, OC, beta,
-              CUBLASLT_EPILOGUE_DEFAULT, NULL);
+    gemm(x, ab, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight, IC, inp, IC, out, OC, beta);
 }
 
 // The backward for operands of type ab.
@@ -305,84 +341,44 @@ static void matmul_bwd(cuda_ctx *x, cudaDataType_t ab, float *dinp, float *dweig
         return;
     }
     if (dinp)
-        lt_matmul(x, ab, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC, dout, OC, dinp, IC, 0.0f,
-                  CUBLASLT_EPILOGUE_DEFAULT, NULL);
+        gemm(x, ab, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC, dout, OC, dinp, IC, 0.0f);
     if (dbias) {
-        float *dbias_step = (float *)cuda_scratch(x, (size_t)OC * sizeof(float));
+        float *dbias_step = (float *)cuda_scratch(x, cuda_ws_bias_grad((size_t)OC));
         if (lt_matmul(x, ab, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, dout, OC, dweight, IC,
                       1.0f, CUBLASLT_EPILOGUE_BGRADB, dbias_step)) {
             cuda_add_inplace(x, dbias, dbias_step, (size_t)OC);
             return;
         }
     }
-    lt_matmul(x, ab, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, dout, OC, dweight, IC, 1.0f,
-              CUBLASLT_EPILOGUE_DEFAULT, NULL);
+    gemm(x, ab, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, dout, OC, dweight, IC, 1.0f);
     if (dbias && ab == CUDA_R_16BF)
         cuda_column_sums_add_bf16(x, dbias, (const uint16_t *)dout, N, OC);
     else if (dbias) cuda_column_sums_add(x, dbias, (const float *)dout, N, OC);
 }
 
 // Does cuBLASLt have a bf16 algorithm (without epilogue) for a GEMM of this shape and these
-// operands? The plan is cached, so asking costs nothing after the first time.
+// operands? The plan is cached, so asking costs nothing after the first time. (The GELU
+// epilogues are tried only where it does.)
 static int bf16_supported(cuda_ctx *x, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                           int k, const void *A, int lda, const void *B, int ldb, const float *D,
                           int ldd) {
     return plan_for(x, CUDA_R_16BF, ta, tb, m, n, k, A, lda, B, ldb, D, ldd,
-                    CUBLASLT_EPILOGUE_DEFAULT, NULL)
+                    CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL)
         ->supported;
-}
-
-// The bf16 forward: cuBLASLt's bf16 GEMM where it has an algorithm, else the fp32 one on
-// widened copies (the same exact products).
-static void matmul_fwd_bf16(cuda_ctx *x, float *out, const uint16_t *inp, const uint16_t *weight,
-                            const float *bias, int N, int IC, int OC) {
-    if (N <= 0 || OC <= 0 || IC <= 0 ||
-        bf16_supported(x, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight, IC, inp, IC, out, OC)) {
-        matmul_fwd(x, CUDA_R_16BF, out, inp, weight, bias, N, IC, OC);
-        return;
-    }
-    float *w_inp = cuda_widened_copy(x, inp, (size_t)N * IC);
-    float *w_weight = cuda_widened_copy(x, weight, (size_t)OC * IC);
-    matmul_fwd(x, CUDA_R_32F, out, w_inp, w_weight, bias, N, IC, OC);
-    cuda_widened_free(x, w_inp);
-    cuda_widened_free(x, w_weight);
-}
-
-static void matmul_bwd_bf16(cuda_ctx *x, float *dinp, float *dweight, float *dbias,
-                            const uint16_t *dout, const uint16_t *inp, const uint16_t *weight,
-                            int N, int IC, int OC) {
-    if (N <= 0 || OC <= 0 || IC <= 0 ||
-        ((!dinp ||
-          bf16_supported(x, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC, dout, OC, dinp, IC)) &&
-         bf16_supported(x, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, dout, OC, dweight, IC))) {
-        matmul_bwd(x, CUDA_R_16BF, dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
-        return;
-    }
-    float *w_dout = cuda_widened_copy(x, dout, (size_t)N * OC);
-    float *w_inp = cuda_widened_copy(x, inp, (size_t)N * IC);
-    float *w_weight = cuda_widened_copy(x, weight, (size_t)OC * IC);
-    matmul_bwd(x, CUDA_R_32F, dinp, dweight, dbias, w_dout, w_inp, w_weight, N, IC, OC);
-    cuda_widened_free(x, w_dout);
-    cuda_widened_free(x, w_inp);
-    cuda_widened_free(x, w_weight);
 }
 
 // The forward and the backward of the operands' dtype (backend_matmul_fwd / _bwd checked
 // that they agree), without GELU.
 static void matmul_fwd_typed(cuda_ctx *x, float *out, operand inp, operand weight,
                              const float *bias, int N, int IC, int OC) {
-    if (inp.dtype == DTYPE_BF16)
-        matmul_fwd_bf16(x, out, (const uint16_t *)inp.ptr, (const uint16_t *)weight.ptr, bias, N,
-                        IC, OC);
-    else matmul_fwd(x, CUDA_R_32F, out, inp.ptr, weight.ptr, bias, N, IC, OC);
+    matmul_fwd(x, inp.dtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F, out, inp.ptr, weight.ptr,
+               bias, N, IC, OC);
 }
 
 static void matmul_bwd_typed(cuda_ctx *x, float *dinp, float *dweight, float *dbias, operand dout,
                              operand inp, operand weight, int N, int IC, int OC) {
-    if (dout.dtype == DTYPE_BF16)
-        matmul_bwd_bf16(x, dinp, dweight, dbias, (const uint16_t *)dout.ptr,
-                        (const uint16_t *)inp.ptr, (const uint16_t *)weight.ptr, N, IC, OC);
-    else matmul_bwd(x, CUDA_R_32F, dinp, dweight, dbias, dout.ptr, inp.ptr, weight.ptr, N, IC, OC);
+    matmul_bwd(x, dout.dtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F, dinp, dweight, dbias,
+               dout.ptr, inp.ptr, weight.ptr, N, IC, OC);
 }
 
 // ---- bf16 outputs ----
@@ -399,7 +395,9 @@ static int lt_matmul_d16(cuda_ctx *x, cublasOperation_t ta, cublasOperation_t tb
     key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb, key.ldd = ldd;
     key.epilogue = epilogue;
     key.align_a = ptr_alignment(A), key.align_b = ptr_alignment(B), key.align_d = ptr_alignment(D);
+    key.compute = CUBLAS_COMPUTE_32F; // bf16 operands: fp32 accumulation, never TF32
     key.align_aux = aux ? ptr_alignment(aux) : 0, key.aux = aux;
+    key.align_bias = bias ? ptr_alignment(bias) : 0, key.bias = bias;
     cuda_lt_plan *p = plan_get(x, &key);
     if (!p->supported) return 0;
     if (bias)
@@ -436,28 +434,49 @@ void cuda_matmul_fwd16(backend *b, uint16_t *out16, uint16_t *pre16, operand inp
         lt_matmul_d16(x, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight.ptr, IC, inp.ptr, IC, out16,
                       OC, epi, bias, pre16))
         return;
-    const size_t n = (size_t)N * OC;
-    float *pre = cuda_f32_temp(x, n);
-    matmul_fwd_typed(x, pre, inp, weight, bias, N, IC, OC);
-    cuda_round_gelu(x, out16, pre16, pre, n);
-    cuda_widened_free(x, pre);
+    // No bf16-D algorithm: the fp32-output path (matmul_fwd: cuBLASLt or the fallback GEMM)
+    // a chunk of rows at a time into the op workspace, each rounded (and GELU'd) after it.
+    // matmul_fwd itself asks for no workspace, so the chunk may take the scratch.
+    const size_t chunk = cuda_out16_chunk_rows((size_t)N, (size_t)OC);
+    float *pre = (float *)cuda_scratch(x, cuda_ws_matmul_out16((size_t)N, (size_t)OC));
+    const cudaDataType_t ab = inp.dtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    const char *in = (const char *)inp.ptr;
+    for (size_t r0 = 0; r0 < (size_t)N; r0 += chunk) {
+        const size_t rows = (size_t)N - r0 < chunk ? (size_t)N - r0 : chunk;
+        const size_t at = r0 * (size_t)OC;
+        matmul_fwd(x, ab, pre, in + r0 * IC * dtype_size(inp.dtype), weight.ptr, bias, (int)rows,
+                   IC, OC);
+        cuda_round_gelu(x, out16 + at, pre16 ? pre16 + at : NULL, pre, rows * (size_t)OC);
+    }
 }
 
 void cuda_matmul_bwd16(backend *b, uint16_t *dinp16, float *dweight, float *dbias, operand dout,
                        operand inp, operand weight, const uint16_t *pre16, int N, int IC, int OC) {
     cuda_ctx *x = cuda_ctx_of(b);
     const cublasLtEpilogue_t epi = pre16 ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT;
-    if (N > 0 && OC > 0 && IC > 0 && (!pre16 || (x->gelu_epilogue && IC % 8 == 0)) &&
-        lt_matmul_d16(x, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight.ptr, IC, dout.ptr, OC, dinp16,
-                      IC, epi, NULL, pre16)) {
-        matmul_bwd_typed(x, NULL, dweight, dbias, dout, inp, weight, N, IC, OC);
-        return;
+    const int direct = N > 0 && OC > 0 && IC > 0 && (!pre16 || (x->gelu_epilogue && IC % 8 == 0)) &&
+                       lt_matmul_d16(x, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight.ptr, IC,
+                                     dout.ptr, OC, dinp16, IC, epi, NULL, pre16);
+    // The weight and bias gradients (their own workspace, in stream order before the chunks
+    // below take it).
+    matmul_bwd_typed(x, NULL, dweight, dbias, dout, inp, weight, N, IC, OC);
+    if (direct || N <= 0 || IC <= 0) return;
+    // No bf16-D algorithm: dinp's fp32 GEMM (cuBLASLt or the fallback GEMM, no workspace of
+    // its own) a chunk of rows at a time into the op workspace, each rounded (times
+    // gelu_tanh'(pre16)) after it. OC 0: an empty product, zeros.
+    const size_t chunk = cuda_out16_chunk_rows((size_t)N, (size_t)IC);
+    float *d = (float *)cuda_scratch(x, cuda_ws_matmul_out16((size_t)N, (size_t)IC));
+    const cudaDataType_t ab = dout.dtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    const char *dptr = (const char *)dout.ptr;
+    for (size_t r0 = 0; r0 < (size_t)N; r0 += chunk) {
+        const size_t rows = (size_t)N - r0 < chunk ? (size_t)N - r0 : chunk;
+        const size_t at = r0 * (size_t)IC;
+        if (OC > 0)
+            gemm(x, ab, CUBLAS_OP_N, CUBLAS_OP_N, IC, (int)rows, OC, weight.ptr, IC,
+                 dptr + r0 * OC * dtype_size(dout.dtype), OC, d, IC, 0.0f);
+        else CUDA_OP_CHECK(cudaMemsetAsync(d, 0, rows * IC * sizeof(float), x->stream));
+        cuda_gelu_bwd_round(x, dinp16 + at, d, pre16 ? pre16 + at : NULL, rows * (size_t)IC);
     }
-    const size_t n = (size_t)N * IC;
-    float *dinp = cuda_f32_temp(x, n);
-    matmul_bwd_typed(x, dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
-    cuda_gelu_bwd_round(x, dinp16, dinp, pre16, n);
-    cuda_widened_free(x, dinp);
 }
 
 // ---- the GELU epilogues ----
@@ -489,6 +508,7 @@ static int gelu_epilogue_matches(cuda_ctx *x) {
         h[i] = (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
     }
     int ok = 0;
+    cuda_count_alloc(x);
     if (cudaMalloc((void **)&dev, (n_in + n_out) * sizeof(float)) != cudaSuccess) {
         free(h);
         return 0;
@@ -531,9 +551,16 @@ static int gelu_epilogue_matches(cuda_ctx *x) {
 // The table's forward. With gelu_pre (the fc layer): one cuBLASLt call writing gelu(pre) and
 // pre where the epilogue is available for this shape (aux ld a multiple of 8, a 16-byte
 // aligned bias), else the GEMM into gelu_pre, and backend_matmul_fwd runs the GELU kernel.
+// The compute type of fp32 operands for this call: TF32 when the trainer asked for it
+// (train.precision tf32) or TRIDENT_CUDA_TF32=1 forces it. Part of every plan's key.
+static void refresh_compute(backend *b, cuda_ctx *x) {
+    x->compute = b->tf32 || x->tf32_forced ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
 int cuda_matmul_fwd(backend *b, float *out, float *gelu_pre, operand inp, operand weight,
                     const float *bias, int N, int IC, int OC) {
     cuda_ctx *x = cuda_ctx_of(b);
+    refresh_compute(b, x);
     const int bf16 = inp.dtype == DTYPE_BF16;
     const cudaDataType_t ab = bf16 ? CUDA_R_16BF : CUDA_R_32F;
     if (gelu_pre && x->gelu_epilogue && N > 0 && IC > 0 && OC % 8 == 0 &&
@@ -554,6 +581,7 @@ int cuda_matmul_fwd(backend *b, float *out, float *gelu_pre, operand inp, operan
 int cuda_matmul_bwd(backend *b, float *dinp, float *dweight, float *dbias, operand dout,
                     operand inp, operand weight, const float *gelu_pre, int N, int IC, int OC) {
     cuda_ctx *x = cuda_ctx_of(b);
+    refresh_compute(b, x);
     const int bf16 = dout.dtype == DTYPE_BF16;
     const cudaDataType_t ab = bf16 ? CUDA_R_16BF : CUDA_R_32F;
     if (gelu_pre && x->gelu_epilogue && N > 0 && OC > 0 && IC % 8 == 0 && IC > 0 &&

@@ -16,10 +16,10 @@
 #include <math.h>
 
 #define OPS_THREADS 256
-#define LN_ROWS_PER_BLOCK 8 // one warp per row
-#define LN_CHUNK 128        // rows per partial column sum
+#define LN_ROWS_PER_BLOCK 8    // one warp per row
+#define LN_CHUNK CUDA_LN_CHUNK // rows per partial column sum (compute/cuda_workspace.h)
 #define XENT_THREADS 512
-#define SUMSQ_MAX_BLOCKS 1024
+#define SUMSQ_MAX_BLOCKS CUDA_SUMSQ_MAX_BLOCKS
 #define EMB_COLS 128 // columns per block of the embedding backward
 
 // gelu_tanh(x) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3), as in backend_cpu.c.
@@ -142,7 +142,7 @@ static void column_sums(cuda_ctx *x, float *dweight, float *dbias, const T *dout
     if (N <= 0 || C <= 0) return;
     const int nchunks = (N + LN_CHUNK - 1) / LN_CHUNK;
     const size_t part = cuda_align256((size_t)nchunks * C * sizeof(float));
-    float *pb = (float *)cuda_scratch(x, 2 * part);
+    float *pb = (float *)cuda_scratch(x, cuda_ws_column_sums((size_t)N, (size_t)C)); // 2 parts
     float *pw = (float *)((char *)pb + part);
     dim3 grid((C + 31) / 32, nchunks), block(32, 8);
     if (dweight) {
@@ -337,19 +337,13 @@ void cuda_from_bf16(backend *b, float *dst, const uint16_t *src, size_t n) {
 }
 
 float *cuda_widened_copy(cuda_ctx *x, const uint16_t *src, size_t n) {
-    float *dst = NULL;
-    CUDA_OP_CHECK(cudaMallocAsync((void **)&dst, (n ? n : 1) * sizeof(float), x->stream));
+    float *dst = (float *)cuda_widened_space(x, cuda_align256(n * sizeof(float)));
     if (n) LAUNCH_N(from_bf16_kernel, x, n, dst, src, n);
     return dst;
 }
 
-void cuda_widened_free(cuda_ctx *x, float *p) { CUDA_OP_CHECK(cudaFreeAsync(p, x->stream)); }
-
-float *cuda_f32_temp(cuda_ctx *x, size_t n) {
-    float *p = NULL;
-    CUDA_OP_CHECK(cudaMallocAsync((void **)&p, (n ? n : 1) * sizeof(float), x->stream));
-    return p;
-}
+// Nothing to free: the next copy reuses the workspace after the ops enqueued so far.
+void cuda_widened_free(cuda_ctx *x, float *p) { TRI_ASSERT(p == x->widened); }
 
 // The bf16-output matmuls' fallbacks (cuBLASLt without a bf16-D algorithm): what their
 // epilogues compute, from the fp32 GEMM result. pre16 may be NULL (no GELU: out16 = pre).
@@ -461,20 +455,32 @@ __global__ void embedding_bwd_pos_kernel(float *dwpe, const float *dout, int B, 
     }
 }
 
+// Key bits that tell V_local rows apart (at least 1).
+static int sort_end_bit(int V_local) {
+    int end_bit = 1;
+    while (end_bit < 32 && (1u << end_bit) <= (unsigned)V_local) end_bit++;
+    return end_bit;
+}
+
+size_t cuda_embedding_sort_bytes(cuda_ctx *x, int tokens, int V_local) {
+    size_t sort_bytes = 0;
+    if (tokens <= 0 || V_local <= 0) return 0;
+    CUDA_OP_CHECK(cub::DeviceRadixSort::SortPairs(NULL, sort_bytes, (const unsigned *)NULL,
+                                                  (unsigned *)NULL, (const int *)NULL, (int *)NULL,
+                                                  tokens, 0, sort_end_bit(V_local), x->stream));
+    return sort_bytes;
+}
+
 void cuda_embedding_bwd(backend *b, float *dwte, float *dwpe, const float *dout, const int *tokens,
                         int B, int T, int C, int vocab_start, int V_local) {
     cuda_ctx *x = cuda_ctx_of(b);
     const int n = B * T;
     if (n <= 0 || C <= 0) return;
     if (V_local > 0) {
-        int end_bit = 1;
-        while (end_bit < 32 && (1u << end_bit) <= (unsigned)V_local) end_bit++;
-        size_t sort_bytes = 0;
-        CUDA_OP_CHECK(cub::DeviceRadixSort::SortPairs(NULL, sort_bytes, (const unsigned *)NULL,
-                                                      (unsigned *)NULL, (const int *)NULL,
-                                                      (int *)NULL, n, 0, end_bit, x->stream));
+        const int end_bit = sort_end_bit(V_local);
+        size_t sort_bytes = cuda_embedding_sort_bytes(x, n, V_local);
         const size_t arr = cuda_align256((size_t)n * sizeof(int));
-        char *ws = (char *)cuda_scratch(x, 4 * arr + sort_bytes);
+        char *ws = (char *)cuda_scratch(x, cuda_ws_embedding_bwd((size_t)n, sort_bytes));
         unsigned *keys_in = (unsigned *)ws, *keys = (unsigned *)(ws + arr);
         int *order_in = (int *)(ws + 2 * arr), *order = (int *)(ws + 3 * arr);
         embedding_keys_kernel<<<(n + OPS_THREADS - 1) / OPS_THREADS, OPS_THREADS, 0, x->stream>>>(
@@ -638,7 +644,7 @@ static void sumsq_to(cuda_ctx *x, double *out, double *partial, const float *xs,
 double cuda_sumsq(backend *b, const float *xs, size_t n) {
     cuda_ctx *x = cuda_ctx_of(b);
     if (!n) return 0.0;
-    double *partial = (double *)cuda_scratch(x, (SUMSQ_MAX_BLOCKS + 1) * sizeof(double));
+    double *partial = (double *)cuda_scratch(x, cuda_ws_sumsq());
     double *out = partial + SUMSQ_MAX_BLOCKS;
     sumsq_to(x, out, partial, xs, n, 0);
     CUDA_OP_CHECK(
@@ -649,7 +655,7 @@ double cuda_sumsq(backend *b, const float *xs, size_t n) {
 
 void cuda_sumsq_add(backend *b, double *acc, const float *xs, size_t n) {
     cuda_ctx *x = cuda_ctx_of(b);
-    sumsq_to(x, acc, (double *)cuda_scratch(x, SUMSQ_MAX_BLOCKS * sizeof(double)), xs, n, 1);
+    sumsq_to(x, acc, (double *)cuda_scratch(x, cuda_ws_sumsq()), xs, n, 1);
 }
 
 struct adamw_coef {

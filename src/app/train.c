@@ -15,25 +15,24 @@
 #include "io/llmc.h"
 #include "plan/plan.h"
 
-// Micro-batch `micro` of the training step tr->step: the stream continues where the
-// checkpoint left it, also with another global batch (samples start.samples on are taken in
-// order).
+// Micro-batch `micro` of the training step tr->step: positions [pos, pos + B) of the step's
+// global batch in the data order (io/data_order.h), which continues where the checkpoint
+// left it.
 static void load_train_batch(void *ctx, int micro, int *inputs, int *targets) {
     trainer *tr = ctx;
     const run_config *cfg = tr->cfg;
     const int GB = cfg->train.global_batch, B = cfg->train.micro_batch;
-    int64_t first = tr->start.samples - (int64_t)tr->start.step * GB +
-                    data_micro_batch_start(tr->step, GB, tr->dp, tr->dp_rank, micro, B);
-    data_batch(&tr->train, first, B, inputs, targets);
+    const int pos = (int)data_micro_batch_start(0, GB, tr->dp, tr->dp_rank, micro, B);
+    data_order_batch(&tr->train, tr->step, pos, B, inputs, targets);
 }
 
-// Micro-batch `micro` of evaluation batch tr->eval_batch.
+// Micro-batch `micro` of evaluation batch tr->eval_batch of validation set tr->eval_set.
 static void load_eval_batch(void *ctx, int micro, int *inputs, int *targets) {
     trainer *tr = ctx;
     const run_config *cfg = tr->cfg;
     const int GB = cfg->train.global_batch, B = cfg->train.micro_batch;
     int64_t first = data_micro_batch_start(tr->eval_batch, GB, tr->dp, tr->dp_rank, micro, B);
-    data_batch(&tr->val, first, B, inputs, targets);
+    data_batch(&tr->val[tr->eval_set], first, B, inputs, targets);
 }
 
 // Whether step n (1-based) ends with an evaluation.
@@ -41,24 +40,28 @@ static int eval_due(const run_config *cfg, int n) {
     return cfg->data.eval_every > 0 && (n % cfg->data.eval_every == 0 || n == cfg->train.steps);
 }
 
-// Mean validation loss over eval_batches batches of global_batch sequences, split over the
-// dp replicas as a training step is: always the same leading part of the validation
-// stream, whatever the layout, so evaluations compare across steps and layouts. Each batch
-// runs the forward-only table. A stop request ends it within one batch on every rank
-// (TRI_STOPPED; the request is agreed before each batch, as at the step boundaries).
+// Mean validation loss of each set of data.val (val_loss[tr->n_val]) over eval_batches
+// batches of global_batch sequences, split over the dp replicas as a training step is:
+// always the same leading part of the set's plain stream, whatever the layout, so
+// evaluations compare across steps and layouts. Each batch runs the forward-only table. A
+// stop request ends it within one batch on every rank (TRI_STOPPED; the request is agreed
+// before each batch, as at the step boundaries).
 static tri_status evaluate(trainer *tr, double *val_loss) {
     const run_config *cfg = tr->cfg;
     const int T = cfg->model.seq_len, GB = cfg->train.global_batch;
-    double waited = 0.0, sum = 0.0;
+    double waited = 0.0;
     const exec_batches batches = {load_eval_batch, tr};
-    for (tr->eval_batch = 0; tr->eval_batch < cfg->data.eval_batches; tr->eval_batch++) {
-        TRI_CHECK(trainer_agree_stop(tr));
-        TRI_CHECK(executor_run(&tr->exec, &tr->eval_sched, batches, 0.0f, 0, &waited));
+    for (tr->eval_set = 0; tr->eval_set < tr->n_val; tr->eval_set++) {
+        for (tr->eval_batch = 0; tr->eval_batch < cfg->data.eval_batches; tr->eval_batch++) {
+            TRI_CHECK(trainer_agree_stop(tr));
+            TRI_CHECK(executor_run(&tr->exec, &tr->eval_sched, batches, 0.0f, 0, &waited));
+        }
+        TRI_CHECK(executor_take_loss(&tr->exec, &val_loss[tr->eval_set]));
     }
-    TRI_CHECK(executor_take_loss(&tr->exec, &sum));
     if (tr->dp > 1)
-        TRI_CHECK(comm_all_reduce(tr->cm, COMM_GROUP_DP, &sum, 1, DTYPE_FP64, COMM_REDUCE_SUM));
-    *val_loss = sum / ((double)cfg->data.eval_batches * GB * T);
+        TRI_CHECK(comm_all_reduce(tr->cm, COMM_GROUP_DP, val_loss, (size_t)tr->n_val, DTYPE_FP64,
+                                  COMM_REDUCE_SUM));
+    for (int i = 0; i < tr->n_val; i++) val_loss[i] /= (double)cfg->data.eval_batches * GB * T;
     return TRI_OK;
 }
 
@@ -160,9 +163,16 @@ static tri_status step_boundary(trainer *tr, int *stop) {
 static tri_status checkpoint_step(trainer *tr, int n, int64_t samples, int async, char *note,
                                   size_t note_len) {
     const run_config *cfg = tr->cfg;
-    ckpt_progress p = {n, samples, samples * cfg->model.seq_len, optim_steps_taken(tr->optim)};
+    ckpt_progress p = {.step = n,
+                       .samples = samples,
+                       .tokens = samples * cfg->model.seq_len,
+                       .optim_t = optim_steps_taken(tr->optim)};
+    data_order_cursor(&tr->train, n, &p.order);
+    TRI_ASSERT(data_order_samples(&tr->train, n) == samples);
     double blocked = 0.0;
-    TRI_CHECK(ckpt_save(tr->ckpt, &p, async, &blocked));
+    tri_status rc = ckpt_save(tr->ckpt, &p, async, &blocked);
+    data_cursor_free(&p.order);
+    TRI_CHECK(rc);
     metrics_write_checkpoint(&tr->metrics, n, cfg->checkpoint.dir, 1e3 * blocked);
     snprintf(note, note_len, " | ckpt blocked %.1f ms%s", 1e3 * blocked, async ? " (async)" : "");
     return TRI_OK;
@@ -245,12 +255,26 @@ static void log_step(trainer *tr, int n, int64_t samples, double loss, double lr
              ckpt_note);
 }
 
-// The evaluation of step n: TRI_STOPPED when a stop request cut it short (no line written).
+// "1.2345" for the single set, "web 1.2345 | code 2.3456" for named ones.
+static void format_val(const trainer *tr, const double *val, char *out, size_t n) {
+    size_t len = 0;
+    out[0] = '\0';
+    for (int i = 0; i < tr->n_val && len < n; i++)
+        len += (size_t)snprintf(out + len, n - len, "%s%s%s%.4f", i ? " | " : "",
+                                tr->val_names ? tr->val_names[i] : "", tr->val_names ? " " : "",
+                                val[i]);
+}
+
+// The evaluation of step n (val[tr->n_val]): TRI_STOPPED when a stop request cut it short (no
+// line written).
 static tri_status eval_step(trainer *tr, int n, double *val) {
     TRI_CHECK(evaluate(tr, val));
-    metrics_write_eval(&tr->metrics, n, *val);
-    tb_write_eval(&tr->tb, n, NULL, *val);
-    LOG_INFO("step %5d/%d | val loss %.4f", n, tr->cfg->train.steps, *val);
+    metrics_write_eval(&tr->metrics, n, tr->val_names, val, tr->n_val);
+    for (int i = 0; i < tr->n_val; i++)
+        tb_write_eval(&tr->tb, n, tr->val_names ? tr->val_names[i] : NULL, val[i]);
+    char text[2048];
+    format_val(tr, val, text, sizeof text);
+    LOG_INFO("step %5d/%d | val loss %s", n, tr->cfg->train.steps, text);
     return TRI_OK;
 }
 
@@ -305,9 +329,10 @@ static tri_status finish_stopped(trainer *tr, const loop_state *ls) {
                  ls->in_eval ? " and repeats the evaluation" : "");
     else
         snprintf(saved, sizeof saved,
-                 "no checkpoint.dir set, so the %d steps trained are lost (no model.bin either)",
+                 "nothing could be saved, since checkpoint.dir is not set: the %d steps trained "
+                 "are lost (no model.bin either); set checkpoint.dir to make a stop resumable",
                  n - tr->start.step);
-    train_report_outputs(tr); // before any warning about metrics: that stays the last line
+    train_report_outputs(tr, n); // before the reason: that stays the last line
     metrics_describe_failure(&tr->metrics, lost, sizeof lost);
     if (tr->metrics_lost) {
         if (tr->li->rank == 0) {
@@ -319,15 +344,28 @@ static tri_status finish_stopped(trainer *tr, const loop_state *ls) {
         return TRI_ERR_CKPT;
     }
     if (tr->ckpt || !trained || complete) LOG_INFO("stopped %s: %s", what, saved);
-    else LOG_WARN("stopped %s without a checkpoint: %s", what, saved);
+    else if (tr->li->rank == 0) // every rank stops alike: the job says it once
+        LOG_WARN("stopped %s without a checkpoint: %s", what, saved);
     return TRI_OK;
+}
+
+// A step should allocate nothing on the device: its buffers come from the arenas and the
+// backend's workspaces were sized at start-up (backend.reserve). An allocation there can
+// synchronise the device while collectives are in flight, so a device backend says so once.
+static void note_step_allocs(trainer *tr, uint64_t allocs) {
+    if (allocs && tr->be->device_memory && !tr->step_allocs)
+        LOG_WARN("step %d made %llu device allocations (cudaMalloc in the middle of a step can "
+                 "stall collectives); please report this as a bug",
+                 tr->step + 1, (unsigned long long)allocs);
+    tr->step_allocs += allocs;
 }
 
 static tri_status train_loop(trainer *tr) {
     run_config *cfg = tr->cfg;
     model *m = &tr->model;
     const int64_t tokens_per_step = (int64_t)cfg->train.global_batch * cfg->model.seq_len;
-    double first_loss = NAN, last_loss = NAN, last_val = NAN, total_s = 0.0;
+    double first_loss = NAN, last_loss = NAN, total_s = 0.0;
+    double *last_val = tr->last_val; // NaN until an evaluation
     int stop = 0;
     loop_state ls = {tr->start.step, -1, 0};
     tri_status final_ckpt = TRI_OK; // of the last step's checkpoint
@@ -340,10 +378,16 @@ static tri_status train_loop(trainer *tr) {
              cfg->run.name, (long long)m->table.global_numel, cfg->train.steps,
              cfg->train.global_batch, cfg->model.seq_len, tr->n_micro, cfg->train.micro_batch,
              tr->be->name, tr->be->threads);
+    if (tr->be->threads > 0) { // the CPU backend
+        char wait[128];
+        backend_cpu_wait_describe(wait, sizeof wait);
+        LOG_INFO("threads: %d per rank (%s); idle waiting: %s", tr->be->threads, tr->threads_why,
+                 wait);
+    }
     if (tr->eval_first && eval_due(cfg, tr->start.step)) {
         LOG_INFO("step %5d/%d | evaluating again: %s has no val loss of this step", tr->start.step,
                  cfg->train.steps, tr->li->rank == 0 ? tr->metrics.path : "metrics.jsonl");
-        tri_status rc = eval_step(tr, tr->start.step, &last_val);
+        tri_status rc = eval_step(tr, tr->start.step, last_val);
         if (rc == TRI_STOPPED) ls.in_eval = stop = 1;
         else TRI_CHECK(rc);
     }
@@ -351,8 +395,10 @@ static tri_status train_loop(trainer *tr) {
         double t0 = time_now_s();
         tr->cm->step = tr->step + 1;
         double loss = 0.0, norm = 0.0, lr = 0.0, waited = 0.0;
+        const uint64_t allocs = tr->be->alloc_count(tr->be);
         TRI_CHECK(train_step(tr, &loss, &norm, &lr, &waited));
         double dt = time_now_s() - t0;
+        note_step_allocs(tr, tr->be->alloc_count(tr->be) - allocs);
         total_s += dt;
         if (isnan(first_loss)) first_loss = loss;
         last_loss = loss;
@@ -380,7 +426,7 @@ static tri_status train_loop(trainer *tr) {
         if (logged) log_step(tr, n, samples, loss, lr, norm, dt, waited, ckpt_note);
         // A stopped run skips the evaluation; a resumed run does it (tr->eval_first).
         if (!stop && eval_due(cfg, n)) {
-            tri_status rc = eval_step(tr, n, &last_val);
+            tri_status rc = eval_step(tr, n, last_val);
             if (rc == TRI_STOPPED) ls.in_eval = stop = 1;
             else TRI_CHECK(rc);
         }
@@ -390,14 +436,24 @@ static tri_status train_loop(trainer *tr) {
     TRI_CHECK(save_model(tr, final_ckpt != TRI_OK));
     tri_status metrics_rc = tr->li->rank == 0 ? metrics_close(&tr->metrics) : TRI_OK;
     if (tr->metrics_lost) metrics_rc = TRI_ERR_CKPT;
-    char val[64] = "", lost[640] = "";
-    if (!isnan(last_val)) snprintf(val, sizeof val, ", val loss %.4f", last_val);
+    char val[2048] = "", lost[640] = "";
+    if (tr->n_val > 0 && !isnan(last_val[0])) {
+        snprintf(val, sizeof val, ", val loss ");
+        format_val(tr, last_val, val + strlen(val), sizeof val - strlen(val));
+    }
     const int trained = cfg->train.steps - tr->start.step;
-    LOG_INFO("done: %d steps in %.1f s, loss %.4f -> %.4f%s, %.0f tok/s, peak memory %.1f MiB",
-             trained, total_s, first_loss, last_loss, val,
-             trained > 0 ? trained * (double)tokens_per_step / total_s : 0.0,
-             tr->be->mem_peak_bytes(tr->be) / 1048576.0);
-    train_report_outputs(tr); // before any warning about metrics: that stays the last line
+    if (trained <= 0) // a resume at or past train.steps (resume_diff.h says so at start)
+        LOG_INFO("done: nothing to train (the checkpoint is at step %d, train.steps is %d)",
+                 tr->start.step, cfg->train.steps);
+    else
+        LOG_INFO("done: %d steps in %.1f s, loss %.4f -> %.4f%s, %.0f tok/s, peak memory %.1f "
+                 "MiB",
+                 trained, total_s, first_loss, last_loss, val,
+                 trained * (double)tokens_per_step / total_s,
+                 tr->be->mem_peak_bytes(tr->be) / 1048576.0);
+    LOG_DEBUG("%s backend: %llu device allocations inside the %d training steps", tr->be->name,
+              (unsigned long long)tr->step_allocs, trained);
+    train_report_outputs(tr, -1); // before any warning about metrics: that stays the last line
     metrics_describe_failure(&tr->metrics, lost, sizeof lost);
     if (metrics_rc != TRI_OK && tr->li->rank == 0) {
         LOG_ERROR("training finished and %s/model.bin was written, but %s", cfg->run.out_dir, lost);

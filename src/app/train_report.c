@@ -72,48 +72,58 @@ static void own_command_line(char *out, size_t n) {
     shell_command(out, n, words, count);
 }
 
-void train_report_outputs(const trainer *tr) {
+void train_report_outputs(const trainer *tr, int stopped_at) {
     const run_config *cfg = tr->cfg;
     const char *out = cfg->run.out_dir, *bin = program_invocation_name;
+    const int steps = cfg->train.steps, last = stopped_at >= 0 ? stopped_at : steps;
+    const int model = last >= steps; // the final model is written at the last step only
     char metrics[4096];
     if (cfg->log.metrics) snprintf(metrics, sizeof metrics, "%s", cfg->log.metrics);
     else snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", out);
     LOG_INFO("outputs:");
-    LOG_INFO("  model        %s/model.bin", out);
+    if (model) LOG_INFO("  model        %s/model.bin", out);
+    else LOG_INFO("  model        none yet (stopped at step %d of %d)", last, steps);
     LOG_INFO("  metrics      %s", metrics);
     if (cfg->log.tensorboard)
         LOG_INFO("  tensorboard  %s (tensorboard --logdir %s)", cfg->log.tensorboard,
                  cfg->log.tensorboard);
-    // The last step always writes a checkpoint; a run resumed at its last step wrote none.
+    // The last step always writes a checkpoint, and so does a stop after a trained step; a
+    // run resumed at its last step wrote none.
     char ckpt[4200] = "";
     struct stat st;
-    if (cfg->checkpoint.dir)
-        snprintf(ckpt, sizeof ckpt, "%s/step_%08d", cfg->checkpoint.dir, cfg->train.steps);
+    if (cfg->checkpoint.dir) snprintf(ckpt, sizeof ckpt, "%s/step_%08d", cfg->checkpoint.dir, last);
     if (ckpt[0] && stat(ckpt, &st) != 0) ckpt[0] = '\0';
     if (ckpt[0]) LOG_INFO("  checkpoint   %s", ckpt);
-    else if (cfg->checkpoint.dir) LOG_INFO("  checkpoint   none at step %d", cfg->train.steps);
+    else if (cfg->checkpoint.dir) LOG_INFO("  checkpoint   none at step %d", last);
     else LOG_INFO("  checkpoint   none (checkpoint.dir is null: set it to make a run resumable)");
+    // sample and export read the model, or else the checkpoint (DESIGN.md "CLI").
+    const char *source = model ? out : ckpt[0] ? cfg->checkpoint.dir : NULL;
+    if (!source) return;
 
     char cmd[3600], safetensors[4200];
     snprintf(safetensors, sizeof safetensors, "%s/model.safetensors", out);
     LOG_INFO("next:");
-    shell_command(cmd, sizeof cmd, (const char *[]){bin, "sample", out, "--tokens", "200"}, 5);
+    shell_command(cmd, sizeof cmd, (const char *[]){bin, "sample", source, "--tokens", "200"}, 5);
     if (cmd[0]) LOG_INFO("  sample       %s", cmd);
     shell_command(
         cmd, sizeof cmd,
-        (const char *[]){bin, "export", out, "--format", "safetensors", "--out", safetensors}, 7);
+        (const char *[]){bin, "export", source, "--format", "safetensors", "--out", safetensors},
+        7);
     if (cmd[0]) LOG_INFO("  export       %s", cmd);
     own_command_line(cmd, sizeof cmd);
+    // The same command resumes from the last checkpoint (with more steps after the last one);
+    // a run given a checkpoint path would start from that one again, hence resume: auto.
+    const char *auto_resume = strcmp(cfg->checkpoint.resume, "auto")
+                                  ? " --set checkpoint.resume=auto"
+                                  : "";
+    const int to = model ? 2 * steps : steps;
+    char more[64] = "";
+    if (model) snprintf(more, sizeof more, " --set train.steps=%d", to);
     if (ckpt[0] && cmd[0]) {
-        // The same command with more steps resumes from the last checkpoint and trains on (a
-        // run given a checkpoint path would start from that one again, hence resume: auto).
-        LOG_INFO("  resume       %s%s --set train.steps=%d", cmd,
-                 strcmp(cfg->checkpoint.resume, "auto") ? " --set checkpoint.resume=auto" : "",
-                 2 * cfg->train.steps);
-        LOG_INFO("               (from %s on to step %d%s)", ckpt, 2 * cfg->train.steps,
+        LOG_INFO("  resume       %s%s%s", cmd, auto_resume, more);
+        LOG_INFO("               (from %s on to step %d%s)", ckpt, to,
                  tr->li->world > 1 ? ", launched as this run was: the same mpirun or srun" : "");
     } else if (ckpt[0]) {
-        LOG_INFO("  resume       the command of this run with --set train.steps=%d",
-                 2 * cfg->train.steps);
+        LOG_INFO("  resume       the command of this run%s%s", auto_resume, more);
     }
 }

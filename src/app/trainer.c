@@ -4,6 +4,9 @@
 // optimizer carve), the initial parameters, a resumed checkpoint and the run record.
 #include "app/trainer_internal.h"
 
+#include "app/resume_diff.h"
+
+#include <math.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -16,13 +19,18 @@
 #include "plan/plan.h"
 
 // The backend's practical matmul rate, measured once (about 0.1 s) as the MFU denominator
-// on the CPU, where no datasheet peak applies.
-static double measure_matmul_rate(backend *be) {
+// where no datasheet peak applies: on the CPU, and on a GPU the planner's table does not
+// have. bf16: on bf16 operands (a device backend's tensor cores; the CPU widens them and
+// measures its fp32 rate, as it always has).
+static double measure_matmul_rate(backend *be, int bf16) {
     const int N = 512, K = 768, M = 768;
-    float *a = be->alloc(be, (size_t)N * K * 4), *w = be->alloc(be, (size_t)M * K * 4);
+    const size_t in = bf16 ? sizeof(uint16_t) : sizeof(float);
+    void *a = be->alloc(be, (size_t)N * K * in), *w = be->alloc(be, (size_t)M * K * in);
     float *o = be->alloc(be, (size_t)N * M * 4);
     if (!a || !w || !o) return 0.0;
-    backend_matmul_fwd(be, o, NULL, operand_fp32(a), operand_fp32(w), NULL, N, K, M); // warm-up
+    const operand oa = bf16 ? operand_bf16(a) : operand_fp32(a);
+    const operand ow = bf16 ? operand_bf16(w) : operand_fp32(w);
+    backend_matmul_fwd(be, o, NULL, oa, ow, NULL, N, K, M); // warm-up
     be->synchronize(be);
     // The best of several short windows: interference only ever lowers a measurement.
     double best = 0.0;
@@ -30,7 +38,7 @@ static double measure_matmul_rate(backend *be) {
         int reps = 0;
         double t0 = time_now_s(), t;
         do {
-            backend_matmul_fwd(be, o, NULL, operand_fp32(a), operand_fp32(w), NULL, N, K, M);
+            backend_matmul_fwd(be, o, NULL, oa, ow, NULL, N, K, M);
             be->synchronize(be);
             reps++;
             t = time_now_s() - t0;
@@ -42,13 +50,104 @@ static double measure_matmul_rate(backend *be) {
     return best;
 }
 
+// The MFU denominator: the backend's own peak where it states one; for a GPU the planner's
+// device table knows, that device's dense peak of the run's precision (bf16, TF32 or fp32),
+// said once; else the measured matmul rate (the CPU; an unknown GPU, with a note).
+static double mfu_peak(trainer *tr) {
+    backend *be = tr->be;
+    const precision_kind prec = tr->cfg->train.precision_mode;
+    if (be->peak_flops > 0) return be->peak_flops;
+    plan_device dev;
+    if (be->device_name && plan_device_for_gpu(be->device_name, &dev) == 0) {
+        const char *what;
+        const double peak = plan_device_peak(&dev, prec, &what);
+        LOG_INFO("MFU against the %s's dense %s peak, %.4g TFLOP/s (the planner's device %s)",
+                 dev.description, what, peak / 1e12, dev.name);
+        return peak;
+    }
+    if (be->device_name)
+        LOG_INFO("MFU against the measured matmul rate: %s is not in the planner's device table "
+                 "(%s)",
+                 be->device_name, plan_device_names());
+    return measure_matmul_rate(be, be->device_memory && prec == PRECISION_BF16);
+}
+
+// data.train (io/data_order.h) and data.val's sets; rank 0 says what they hold.
 static tri_status open_data(trainer *tr) {
     run_config *cfg = tr->cfg;
-    const int T = cfg->model.seq_len, V = cfg->model.vocab_size;
-    TRI_CHECK(data_open(&tr->train, cfg->data.train, T, V, cfg->train.global_batch, "data.train"));
-    if (cfg->data.eval_every > 0)
-        TRI_CHECK(data_open(&tr->val, cfg->data.val, T, V, cfg->train.global_batch, "data.val"));
+    const int T = cfg->model.seq_len, V = cfg->model.vocab_size, G = cfg->train.global_batch;
+    TRI_CHECK(
+        data_order_open(&tr->train, &cfg->data.train, cfg->data.shuffle, cfg->run.seed, T, V, G));
+    tr->train.notes = tr->li->rank == 0;
+    const config_data_sources *val = &cfg->data.val;
+    tr->last_val = xmalloc((size_t)val->n * sizeof(double));
+    for (int i = 0; i < val->n; i++) tr->last_val[i] = NAN;
+    if (cfg->data.eval_every == 0) return TRI_OK;
+    tr->val = xcalloc((size_t)val->n, sizeof *tr->val);
+    tr->val_names = val->listed ? xcalloc((size_t)val->n, sizeof(char *)) : NULL;
+    for (int i = 0; i < val->n; i++) {
+        char what[64];
+        if (val->listed) snprintf(what, sizeof what, "data.val[%d].path", i);
+        else snprintf(what, sizeof what, "data.val");
+        TRI_CHECK(data_open(&tr->val[i], val->items[i].path, T, V, G, what));
+        tr->n_val = i + 1;
+        if (val->listed) tr->val_names[i] = val->items[i].name;
+    }
     return TRI_OK;
+}
+
+// Rank 0's lines on the data (once the order a resume continues is known).
+static void describe_data(const trainer *tr) {
+    const run_config *cfg = tr->cfg;
+    if (tr->li->rank != 0) return;
+    data_order_describe(&tr->train, cfg->train.steps);
+    const int64_t reads = (int64_t)cfg->data.eval_batches * cfg->train.global_batch;
+    for (int i = 0; i < tr->n_val; i++) {
+        const data_stream *ds = &tr->val[i];
+        LOG_INFO("data.val%s%s: %s: %d shard%s, %lld tokens, %lld samples; each evaluation reads "
+                 "the first %lld (%d batches of %d) in plain order%s",
+                 tr->val_names ? " " : "", tr->val_names ? tr->val_names[i] : "",
+                 cfg->data.val.items[i].path, ds->n_shards, ds->n_shards > 1 ? "s" : "",
+                 (long long)ds->n_tokens, (long long)ds->n_samples, (long long)reads,
+                 cfg->data.eval_batches, cfg->train.global_batch,
+                 reads > ds->n_samples ? ", wrapping around: some twice" : "");
+    }
+}
+
+// The data order that a resume continues (io/data_order.h): the checkpoint's. A config that
+// asks for another one (data.shuffle, run.seed, data.train) is refused, unless
+// checkpoint.resume_changes: allow, which continues in the config's order from here.
+static tri_status resume_data_order(trainer *tr, const char *path) {
+    run_config *cfg = tr->cfg;
+    const data_cursor *c = &tr->start.order;
+    const int rank0 = tr->li->rank == 0;
+    char diff[8192];
+    const int n = data_order_compare(c, cfg, diff, sizeof diff);
+    if (n && cfg->checkpoint.resume_changes != RESUME_CHANGES_ALLOW) {
+        if (rank0) {
+            LOG_ERROR("checkpoint %s recorded another data order than this config asks for:\n%s",
+                      path, diff);
+            LOG_HINT("resume with the checkpoint's data order (set the config back), or set "
+                     "checkpoint.resume_changes: allow to continue in the config's order from "
+                     "step %d",
+                     tr->start.step);
+        } else {
+            sleep(2); // rank 0 reports first: the launcher ends the job at the first exit
+        }
+        return TRI_ERR_CONFIG;
+    }
+    if (n && rank0)
+        LOG_WARN("checkpoint.resume_changes: allow: the data order changes at step %d:\n%s\n"
+                 "each source continues after the samples it gave before, and the blend "
+                 "schedule starts anew",
+                 tr->start.step, diff);
+    if (!n && !c->recorded) {
+        if (rank0)
+            LOG_INFO("checkpoint %s was written before data.shuffle: continuing in plain order",
+                     path);
+        cfg->data.shuffle = 0; // what this run does, in its run record and checkpoints
+    }
+    return data_order_resume(&tr->train, c, path);
 }
 
 // The comm backend of the mesh (comm_create_for): none for a world of one; NCCL for a
@@ -88,7 +187,8 @@ static tri_status open_dirs(trainer *tr) {
     return rundir_open(&tr->dirs, tr->cfg, tr->cm, tr->li->rank, tr->li->local_rank, &plan);
 }
 
-// Resumes per checkpoint.resume (before anything is written), and prepares the writer.
+// Resumes per checkpoint.resume (before anything is written): first the differences between
+// the checkpoint's config and this one (resume_diff.h), then the state. Prepares the writer.
 static tri_status open_checkpoints(trainer *tr) {
     const run_config *cfg = tr->cfg;
     char path[4096];
@@ -98,8 +198,10 @@ static tri_status open_checkpoints(trainer *tr) {
     TRI_CHECK(rc);
     ckpt_state view = trainer_checkpoint_view(tr);
     if (path[0]) {
+        TRI_CHECK(resume_check(path, cfg, tr->cm, tr->li->world, &tr->resume_json));
         TRI_CHECK(ckpt_load(path, &view, &tr->start));
         tr->resumed = 1;
+        TRI_CHECK(resume_data_order(tr, path));
     } else if (cfg->checkpoint.dir && !strcmp(cfg->checkpoint.resume, "auto")) {
         LOG_INFO("no checkpoint in %s: starting from step 0", cfg->checkpoint.dir);
     }
@@ -120,6 +222,9 @@ static tri_status create_model(trainer *tr) {
     const model_layout ml = config_model_layout(cfg, tr->coord.tp, tr->coord.pp, n_slots,
                                                 backend_traits_of(tr->be));
     TRI_CHECK(model_create(&tr->model, &cfg->model, &ml, tr->be, tr->cm, &tr->pool));
+    // The backend's own workspaces for the model's shapes, before the first step.
+    const backend_shapes shapes = model_op_shapes(&cfg->model, &ml);
+    TRI_CHECK(tr->be->reserve(tr->be, &shapes));
     // The initial parameters go into the ZeRO layer's buffers entry by entry (model_init.h);
     // every rank learns whether any rank's part of a model file was bad.
     model_init mi;
@@ -203,6 +308,27 @@ static tri_status open_outputs(trainer *tr, const char *extra_json) {
     return (tri_status)(int)shared[0];
 }
 
+// The run record's "data_train" (each source: path, weight, share, shards, tokens, samples,
+// epochs in this run) and "data_val" (each set: name, path, shards, tokens, samples).
+static void data_json(const trainer *tr, FILE *f) {
+    fputs(",\"data_train\":", f);
+    data_order_json(&tr->train, tr->cfg->train.steps, f);
+    fputs(",\"data_val\":[", f);
+    for (int i = 0; i < tr->n_val; i++) {
+        fputs(i ? ",{" : "{", f);
+        if (tr->val_names) {
+            fputs("\"name\":", f);
+            config_print_quoted(f, tr->val_names[i]);
+            fputc(',', f);
+        }
+        fputs("\"path\":", f);
+        config_print_quoted(f, tr->cfg->data.val.items[i].path);
+        fprintf(f, ",\"shards\":%d,\"tokens\":%lld,\"samples\":%lld}", tr->val[i].n_shards,
+                (long long)tr->val[i].n_tokens, (long long)tr->val[i].n_samples);
+    }
+    fputc(']', f);
+}
+
 tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     tr->cfg = cfg;
     tr->li = li;
@@ -222,23 +348,24 @@ tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     tr->dp = cfg->parallel.dp;
     tr->dp_rank = tr->coord.dp;
     tr->n_micro = config_micro_batches(cfg);
-    // system.threads 0: the node's cores divided among the ranks started on it.
-    int threads = cfg->system.threads;
-    if (threads == 0) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = (int)(cores / (li->local_size > 0 ? li->local_size : 1));
-        if (threads < 1) threads = 1;
-    }
+    // system.threads 0: the cores this rank may use, shared with the ranks of its node.
+    const int threads = backend_cpu_fit_threads(cfg->system.threads, li->local_size,
+                                                tr->threads_why, sizeof tr->threads_why);
     // The compute backend first: on the CUDA path it selects the device that NCCL's
     // communicators and every buffer belong to.
     stop_phase("compute backend");
     TRI_CHECK(backend_create_for(cfg->system.backend, li->local_rank, threads, &tr->be));
+    if (cfg->train.precision_mode == PRECISION_TF32 &&
+        !backend_set_tf32(tr->be, 1)) // the CPU: fp32 FMA, the same results as fp32
+        LOG_INFO("train.precision: tf32 runs as fp32 on the %s backend, which has no TF32 "
+                 "units",
+                 tr->be->name);
     stop_phase("communicators");
     TRI_CHECK(create_comm(tr));
     TRI_CHECK(startup_boundary(tr, "data"));
     // Before the model exists, so that the peak memory is the model's and optimizer's alone.
     // The MFU denominator: the backend's datasheet peak, or its measured matmul rate.
-    tr->peak_flops = tr->be->peak_flops > 0 ? tr->be->peak_flops : measure_matmul_rate(tr->be);
+    tr->peak_flops = mfu_peak(tr);
     TRI_CHECK(open_data(tr));
     TRI_CHECK(startup_boundary(tr, "model"));
     const int pp = cfg->parallel.pp, v = cfg->parallel.virtual_stages;
@@ -249,25 +376,40 @@ tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     TRI_CHECK(open_dirs(tr));
     TRI_CHECK(startup_boundary(tr, "resume"));
     TRI_CHECK(open_checkpoints(tr));
+    describe_data(tr);
     TRI_CHECK(startup_boundary(tr, "metrics"));
     tr->flops_per_token = plan_flops_per_token(cfg);
-    char memory[1024], extra[1536];
+    char memory[1024], *extra = NULL;
+    size_t extra_len = 0;
     TRI_CHECK(memory_json(tr, memory, sizeof memory));
-    snprintf(extra, sizeof extra,
-             ",\"n_params\":%lld,\"threads\":%d,\"micro_batches\":%d,\"flops_per_token\":%.0f,"
-             "\"mfu_peak_flops\":%.4g,\"rank_params\":%zu%s",
-             (long long)tr->model.table.global_numel, tr->be->threads, tr->n_micro,
-             tr->flops_per_token, tr->peak_flops, tr->model.table.local_numel, memory);
-    // A resumed run says from which step, so that scripts/plot.py joins the restarts there.
-    if (tr->resumed) {
-        size_t len = strlen(extra);
-        snprintf(extra + len, sizeof extra - len, ",\"resumed_from_step\":%d", tr->start.step);
-    }
-    TRI_CHECK(open_outputs(tr, extra));
+    char wait[128] = "";
+    if (tr->be->threads > 0) backend_cpu_wait_describe(wait, sizeof wait);
+    FILE *f = open_memstream(&extra, &extra_len);
+    TRI_ASSERT(f);
+    // threads_why and omp_wait: rank 0's view (its node); neither holds a character that
+    // JSON would escape (backend.h).
+    fprintf(f,
+            ",\"n_params\":%lld,\"threads\":%d,\"threads_why\":\"%s\",\"omp_wait\":\"%s\","
+            "\"micro_batches\":%d,\"flops_per_token\":%.0f,\"mfu_peak_flops\":%.4g,"
+            "\"rank_params\":%zu%s",
+            (long long)tr->model.table.global_numel, tr->be->threads,
+            tr->be->threads > 0 ? tr->threads_why : "", wait, tr->n_micro, tr->flops_per_token,
+            tr->peak_flops, tr->model.table.local_numel, memory);
+    // A resumed run says from which step, so that scripts/plot.py joins the restarts there,
+    // and the changes it made to the checkpoint's config.
+    if (tr->resumed)
+        fprintf(f, ",\"resumed_from_step\":%d%s", tr->start.step,
+                tr->resume_json ? tr->resume_json : "");
+    data_json(tr, f);
+    TRI_ASSERT(fclose(f) == 0);
+    rc = open_outputs(tr, extra);
+    free(extra);
+    TRI_CHECK(rc);
     return startup_boundary(tr, "first step");
 }
 
 void trainer_free(trainer *tr) {
+    free(tr->resume_json);
     ckpt_writer_free(tr->ckpt);
     metrics_free(&tr->metrics);
     tb_close(&tr->tb);
@@ -282,7 +424,11 @@ void trainer_free(trainer *tr) {
     }
     sched_free(&tr->sched);
     sched_free(&tr->eval_sched);
-    data_close(&tr->train);
-    data_close(&tr->val);
+    data_order_close(&tr->train);
+    for (int i = 0; i < tr->n_val; i++) data_close(&tr->val[i]);
+    free(tr->val);
+    free(tr->val_names);
+    free(tr->last_val);
+    data_cursor_free(&tr->start.order);
     if (tr->cm) comm_destroy(tr->cm);
 }

@@ -12,6 +12,7 @@
 #include "config/config.h"
 #include "io/checkpoint.h"
 #include "io/data.h"
+#include "io/data_order.h"
 #include "io/metrics.h"
 #include "io/tensorboard.h"
 #include "io/rundir.h"
@@ -32,24 +33,33 @@ typedef struct {
     zero_state *zero;
     optimizer *optim;
     executor exec;
-    data_stream train, val;
+    data_order train;       // data.train: its sources, blend schedule and shuffled order
+    data_stream *val;       // (n_val) data.val's sets, read in plain order
+    const char **val_names; // (n_val) their names, or NULL for the single glob (val_loss)
+    int n_val;
+    int eval_set;           // the set being evaluated
+    double *last_val;       // (n_val, at least 1) the latest evaluation's losses, NaN before one
     sched_table sched;      // the training step's table of this pipeline rank
     sched_table eval_sched; // evaluation's forward-only table
     metrics_log metrics;
-    tb_log tb;         // rank 0 with log.tensorboard set; closed otherwise
-    double loop_start; // when the training loop began (the step line's elapsed time)
+    tb_log tb;             // rank 0 with log.tensorboard set; closed otherwise
+    double loop_start;     // when the training loop began (the step line's elapsed time)
+    char threads_why[256]; // how the CPU threads were chosen (backend_cpu_fit_threads)
     int dp, dp_rank, n_micro;
     int step;       // the optimizer step being run (0-based), for the batch loader
     int eval_batch; // the evaluation batch being run
     double flops_per_token, peak_flops;
-    rundir dirs;         // run.out_dir and checkpoint.dir, locked (rank 0)
-    ckpt_writer *ckpt;   // NULL without checkpoint.dir
-    ckpt_progress start; // where training starts: zero, or the resumed checkpoint's
+    uint64_t step_allocs; // device allocations the training steps made (backend.alloc_count):
+                          // none is expected (a step sized everything at start-up)
+    rundir dirs;          // run.out_dir and checkpoint.dir, locked (rank 0)
+    ckpt_writer *ckpt;    // NULL without checkpoint.dir
+    ckpt_progress start;  // where training starts: zero, or the resumed checkpoint's
     int resumed;
-    int eval_first;   // resumed at an evaluation step whose evaluation metrics.jsonl lacks (a
-                      // stop or a kill cut it short): the loop runs it before the first step
-    int metrics_lost; // rank 0 could not write metrics.jsonl (log.metrics_required): the run
-                      // stops at the step boundary and exits 4, on every rank
+    char *resume_json; // the run record's `,"resume_changes":[...]` of a resume (resume_diff.h)
+    int eval_first;    // resumed at an evaluation step whose evaluation metrics.jsonl lacks (a
+                       // stop or a kill cut it short): the loop runs it before the first step
+    int metrics_lost;  // rank 0 could not write metrics.jsonl (log.metrics_required): the run
+                       // stops at the step boundary and exits 4, on every rank
 } trainer;
 
 // trainer.c
@@ -63,8 +73,9 @@ ckpt_state trainer_checkpoint_view(trainer *tr);
 void train_progress(char *buf, size_t n, double mfu, double elapsed_s, int step, int first_step,
                     int steps);
 // After training (rank 0 prints): where the model, metrics, event files and last checkpoint
-// are, and the exact commands that sample, export and resume the run.
-void train_report_outputs(const trainer *tr);
+// are, and the exact commands that sample, export and resume the run. stopped_at: the step a
+// run stopped early (by a signal, or lost metrics) reached; -1 for a run that finished.
+void train_report_outputs(const trainer *tr, int stopped_at);
 // Whether any rank was asked to stop (base/stop.h), agreed over the world; every rank calls
 // it at the same point. TRI_STOPPED then (the request is recorded on every rank), else TRI_OK.
 tri_status trainer_agree_stop(trainer *tr);

@@ -29,6 +29,15 @@ const env_desc ENV_TABLE[ENV_COUNT] = {
                               "staged only under a device backend with system.comm: mpi",
                               "every MPI call is staged through host buffers on the CPU path "
                               "too, as when ranks share a GPU (train and comm-test)"},
+    [ENV_TEST_GPU_BUS_ID] = {"TRIDENT_TEST_GPU_BUS_ID", ENV_BY_TEST_HOOK,
+                             "PCI bus ids, comma-separated", "only a device backend asks",
+                             "the CPU path acts as if local rank i used the GPU of item i (mod "
+                             "the count; as many GPUs visible as items): system.comm auto "
+                             "stages MPI when two ranks share one, as on a GPU"},
+    [ENV_TEST_CUDA_FALLBACK] = {"TRIDENT_TEST_CUDA_FALLBACK", ENV_BY_TEST_HOOK, "1",
+                                "cuBLASLt's epilogues and bf16 algorithms where it has them",
+                                "the CUDA backend takes every cuBLASLt fallback: bias broadcast "
+                                "and column sums, the GELU kernels, the bf16 fallback GEMM"},
     [ENV_TEST_CKPT_DELAY_MS] = {"TRIDENT_TEST_CKPT_DELAY_MS", ENV_BY_TEST_HOOK, "milliseconds", "0",
                                 "a pause after each MiB of a checkpoint rank file, so "
                                 "that a kill lands inside a write"},
@@ -54,9 +63,17 @@ const env_desc ENV_TABLE[ENV_COUNT] = {
                                "the CPU backend takes the bf16-output matmul route the CUDA "
                                "backend takes (fp32 GEMM then rounding inside the op), so "
                                "that route runs, and is checked bitwise, without a GPU"},
-    [ENV_BLAS_REEXEC] = {"TRIDENT_BLAS_REEXEC", ENV_BY_INTERNAL, "1", "not restarted yet",
-                         "set before trident restarts itself with OPENBLAS_CORETYPE, so that "
-                         "it restarts at most once"},
+    [ENV_TEST_CGROUP_ROOT] = {"TRIDENT_TEST_CGROUP_ROOT", ENV_BY_TEST_HOOK, "a directory",
+                              "the real /proc/self/cgroup and /sys/fs/cgroup",
+                              "system.threads 0 reads proc/self/cgroup and sys/fs/cgroup/... "
+                              "under this directory, so that a test can give it cgroup "
+                              "quotas and cpusets"},
+    [ENV_REEXEC] = {"TRIDENT_REEXEC", ENV_BY_INTERNAL,
+                    "the variables it set (OPENBLAS_CORETYPE, OMP_WAIT_POLICY)",
+                    "not restarted yet",
+                    "set before trident restarts itself with the variables that libraries read "
+                    "as they load, so that it restarts at most once and the run record tells "
+                    "its choice from the user's"},
     [ENV_OPENBLAS_CORETYPE] = {"OPENBLAS_CORETYPE", ENV_BY_USER, "an OpenBLAS core name",
                                "trident picks Haswell or SkylakeX when OpenBLAS chose generic "
                                "kernels on an AVX2 CPU, and restarts itself once",
@@ -81,6 +98,14 @@ const env_desc ENV_TABLE[ENV_COUNT] = {
                              "the OpenMP default; trident's CPU backend sets its own count "
                              "from system.threads; scripts/launch.sh and the Slurm script set "
                              "the same value"},
+    [ENV_OMP_WAIT_POLICY] = {"OMP_WAIT_POLICY", ENV_BY_USER, "passive|active",
+                             "train and sample restart themselves once with passive",
+                             "read by OpenMP when it loads: passive threads sleep when idle, "
+                             "active ones spin; when set, trident keeps it (the tests set "
+                             "passive and skip the restart)"},
+    [ENV_GOMP_SPINCOUNT] = {"GOMP_SPINCOUNT", ENV_BY_USER, "N|infinite", "as OMP_WAIT_POLICY says",
+                            "read by libgomp when it loads: an idle thread spins N times, then "
+                            "sleeps; when set, trident sets no OMP_WAIT_POLICY"},
 };
 
 const char *env_get(env_id id) { return getenv(ENV_TABLE[id].name); }

@@ -169,7 +169,11 @@ const char *comm_group_name(comm_group_id g);
 //   a device backend (be->device_memory)
 //                                   NCCL (comm_nccl_create); kind COMM_MPI: MPI staged
 //                                   through host memory (comm_staged.h), which lets several
-//                                   ranks share one GPU
+//                                   ranks share one GPU; kind COMM_AUTO stages too when
+//                                   ranks share a GPU (comm_gpus.h: every rank's bus id,
+//                                   exchanged through the launcher, or more ranks on a node
+//                                   than devices), with a warning; kind COMM_NCCL is then
+//                                   refused (TRI_ERR_CONFIG)
 //   a host backend                  MPI (comm_mpi_create); kind COMM_NCCL is refused
 //                                   (TRI_ERR_CONFIG)
 // TRIDENT_COMM_STAGED=1 wraps MPI in the staged backend on a host backend too (for the

@@ -315,6 +315,53 @@ tri_status launch_exchange(launch_info *li, const char *key, int root, void *val
     return st;
 }
 
+static tri_status launch_all_gather_impl(launch_info *li, const char *key, const void *mine,
+                                         size_t bytes, void *all) {
+    const pmix_proc_t *me = li->impl;
+    pmix_value_t val;
+    PMIX_VALUE_CONSTRUCT(&val);
+    val.type = PMIX_BYTE_OBJECT;
+    val.data.bo.bytes = (char *)mine; // PMIx_Put copies the value
+    val.data.bo.size = bytes;
+    PMIX_CHECK(li, PMIx_Put(PMIX_GLOBAL, key, &val));
+    PMIX_CHECK(li, PMIx_Commit());
+    TRI_CHECK(launch_fence_impl(li, 1));
+    for (int r = 0; r < li->world; r++) {
+        char *dst = (char *)all + (size_t)r * bytes;
+        if (r == li->rank) {
+            memcpy(dst, mine, bytes);
+            continue;
+        }
+        pmix_proc_t from;
+        PMIX_PROC_CONSTRUCT(&from);
+        PMIX_LOAD_PROCID(&from, me->nspace, (pmix_rank_t)r);
+        pmix_value_t *got = NULL;
+        PMIX_CHECK(li, PMIx_Get(&from, key, NULL, 0, &got));
+        const int ok = got->type == PMIX_BYTE_OBJECT && got->data.bo.size == bytes;
+        if (!ok)
+            LOG_ERROR("PMIx key %s from rank %d: expected %zu bytes, got type %d of %zu bytes", key,
+                      r, bytes, (int)got->type,
+                      got->type == PMIX_BYTE_OBJECT ? got->data.bo.size : (size_t)0);
+        else memcpy(dst, got->data.bo.bytes, bytes);
+        PMIX_VALUE_RELEASE(got);
+        if (!ok) return TRI_ERR_COMM;
+    }
+    return TRI_OK;
+}
+
+tri_status launch_all_gather(launch_info *li, const char *key, const void *mine, size_t bytes,
+                             void *all) {
+    if (li->singleton || li->world == 1) {
+        memcpy(all, mine, bytes);
+        return TRI_OK;
+    }
+    const char *phase = stop_phase_name();
+    stop_phase("PMIx key exchange");
+    tri_status st = launch_all_gather_impl(li, key, mine, bytes, all);
+    stop_phase(phase);
+    return st;
+}
+
 tri_status launch_fence(launch_info *li) {
     if (li->singleton || li->world == 1) return TRI_OK;
     const char *phase = stop_phase_name();

@@ -22,6 +22,12 @@ tri_status launch_init(launch_info *li);
 // into `value`. A collective over the world: every rank must call it with the same key.
 tri_status launch_exchange(launch_info *li, const char *key, int root, void *value, size_t bytes);
 
+// Every rank publishes `bytes` of `mine` under `key`; after a fence each rank reads every
+// rank's value into all[rank * bytes] (its own copied). A collective over the world: every
+// rank calls it with the same key and size, once per key. A world of one copies `mine`.
+tri_status launch_all_gather(launch_info *li, const char *key, const void *mine, size_t bytes,
+                             void *all);
+
 // Barrier over the world through PMIx (no data).
 tri_status launch_fence(launch_info *li);
 

@@ -68,3 +68,8 @@ void backend_attention_bwd(backend *b, float *dqkv, const float *dout, operand q
     check_operands("attention_bwd", (const operand[]){qkv, out}, names, 2);
     b->attention_bwd(b, dqkv, dout, qkv, out, state, B, T, NH, HS);
 }
+
+int backend_set_tf32(backend *b, int on) {
+    b->tf32 = b->has_tf32 && on;
+    return b->tf32;
+}

@@ -64,6 +64,19 @@ typedef struct {
     int bf16_out;         // backend.bf16_out
 } backend_traits;
 
+// The largest operands a run hands the ops (the model's dimensions on this rank,
+// model_op_shapes), so that a backend can size its own workspaces once, before the first
+// step (backend.reserve), instead of allocating in the middle of one.
+typedef struct {
+    int rows;       // rows of the activations: B * T (N)
+    int B, T;       // micro-batch and sequence length (attention)
+    int C;          // d_model: the LayerNorm width
+    int NH, HS;     // attention heads on this rank and the head size
+    int bias_cols;  // the widest matmul output that has a bias (3C/tp, 4C/tp, C)
+    int V_local;    // vocabulary rows on this rank (the embedding backward sorts tokens by row)
+    tri_dtype attn; // the attention's operands: DTYPE_BF16 under train.precision bf16
+} backend_shapes;
+
 // One AdamW step (backend.adamw): its hyperparameters, the clipping scale and the step.
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay;
@@ -92,6 +105,15 @@ struct backend {
     // (TRIDENT_CUDA_BF16_PATH=fused, the default), 0 on the CPU, whose fp32 reference path
     // stays as it was (TRIDENT_TEST_CPU_BF16_OUT=1 sets it there for the tests).
     int bf16_out;
+    // The device, for the comm choice (comm_gpus.h) and the MFU peak (the planner's device
+    // table): its name as the driver gives it ("NVIDIA H200") and its PCI bus id
+    // ("0000:19:00.0"); NULL on the CPU. Set at creation.
+    const char *device_name;
+    const char *device_bus_id;
+    // train.precision tf32: fp32 matmuls may round their operands to TF32 on tensor cores.
+    // has_tf32: the backend can (a fact, in its table); tf32: asked for (backend_set_tf32).
+    int has_tf32;
+    int tf32;
 
     // ---- memory ----
     void *(*alloc)(backend *b, size_t bytes); // zero-filled; NULL on failure
@@ -102,6 +124,14 @@ struct backend {
     void (*copy)(backend *b, void *dst, const void *src, size_t bytes); // device to device
     void (*synchronize)(backend *b);
     size_t (*mem_peak_bytes)(backend *b); // high-water mark of alloc()ed bytes
+    // Sizes the backend's own workspaces for ops up to `s` (called once the model exists,
+    // before the first step), so that no op allocates during a step. An op past them still
+    // works (it grows a workspace, counted by alloc_count). TRI_ERR_INTERNAL (reported) when
+    // the memory cannot be had.
+    tri_status (*reserve)(backend *b, const backend_shapes *s);
+    // Device allocations made so far, alloc()'s and the backend's own: the trainer checks
+    // that a step makes none (an allocation can synchronise the device in the middle of it).
+    uint64_t (*alloc_count)(backend *b);
 
     // ---- linear layers (called through backend_matmul_fwd / _bwd) ----
     // The operands of a call (inp, weight; dout) are all fp32 or all bf16 (the wrappers
@@ -248,12 +278,37 @@ static inline backend_traits backend_traits_of(const backend *b) {
     return t;
 }
 
-// Called first thing in main(): when OpenBLAS picked its generic kernels on a CPU with
-// AVX2/AVX-512 (it does not know CPUs newer than itself), sets OPENBLAS_CORETYPE and
-// restarts the process once with the same arguments. Returns when nothing is to be done.
-void backend_cpu_prepare_process(char **argv);
+// train.precision tf32: on a backend with TF32 units (has_tf32) its fp32 matmuls run in TF32
+// from the next op on; elsewhere nothing changes. Returns b->tf32.
+int backend_set_tf32(backend *b, int on);
 
-// Creates the CPU backend with `threads` compute threads (0: all cores).
+// Called first thing in main(), before any thread, file or communicator exists
+// (backend_cpu_process.c says why). Restarts the process once with the same arguments when
+// a library must see a variable as it loads: OPENBLAS_CORETYPE when OpenBLAS picked its
+// generic kernels on a CPU with AVX2/AVX-512 (it does not know CPUs newer than itself), and,
+// with `passive_wait` (the commands that compute on the CPU), OMP_WAIT_POLICY=passive unless
+// OMP_WAIT_POLICY or GOMP_SPINCOUNT is set. Returns when nothing is to be done or the
+// restart failed.
+void backend_cpu_prepare_process(char **argv, int passive_wait);
+
+// How OpenMP's idle threads wait in this process, for the run record and the start line:
+// "OMP_WAIT_POLICY=passive (set by trident)", "GOMP_SPINCOUNT=1000", ... Holds no quote,
+// backslash or control character.
+void backend_cpu_wait_describe(char *out, size_t n);
+
+// The compute threads of one rank: `requested` (system.threads) when > 0, else the cores
+// this process may use (affinity mask, cgroup quota) shared among the `local_ranks` of its
+// node that may use them. `why` says how ("2 cores allowed, 1 rank on this node"), for the
+// start line and the run record; it holds no quote, backslash or control character.
+int backend_cpu_fit_threads(int requested, int local_ranks, char *why, size_t n);
+
+// The rule of backend_cpu_fit_threads as a pure function (for the tests): mask_cpus in the
+// affinity mask, node_cpus on the node (cgroup cpuset, else online), quota_cpus the cgroup's
+// CPU quota in cores (0: none). At least 1.
+int backend_cpu_threads_rule(int mask_cpus, int node_cpus, double quota_cpus, int local_ranks);
+
+// Creates the CPU backend with `threads` compute threads (0: backend_cpu_fit_threads for one
+// process).
 tri_status backend_cpu_create(backend **out, int threads);
 
 // ---- the typed ops, as callers use them (backend.c) ----

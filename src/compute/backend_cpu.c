@@ -17,7 +17,6 @@
 #include <math.h>
 #include <omp.h>
 #include <string.h>
-#include <unistd.h>
 #if defined(__AVX__)
 #include <immintrin.h>
 #endif
@@ -64,6 +63,7 @@ static void *cpu_alloc(backend *b, size_t bytes) {
     h->bytes = bytes;
     h->magic = CPU_ALLOC_MAGIC;
     cpu_ctx *ctx = ctx_of(b);
+    atomic_fetch_add(&ctx->allocs, 1);
     size_t now = atomic_fetch_add(&ctx->mem_current, bytes) + bytes;
     size_t peak = atomic_load(&ctx->mem_peak);
     while (now > peak && !atomic_compare_exchange_weak(&ctx->mem_peak, &peak, now)) {
@@ -81,6 +81,15 @@ static void cpu_free(backend *b, void *ptr) {
 }
 
 static size_t cpu_mem_peak_bytes(backend *b) { return atomic_load(&ctx_of(b)->mem_peak); }
+
+// The CPU's workspaces are host memory, grown on demand: growing one synchronises nothing,
+// so nothing is sized ahead.
+static tri_status cpu_reserve(backend *b, const backend_shapes *s) {
+    (void)b, (void)s;
+    return TRI_OK;
+}
+
+static uint64_t cpu_alloc_count(backend *b) { return atomic_load(&ctx_of(b)->allocs); }
 
 static void cpu_copy(backend *b, void *dst, const void *src, size_t bytes) {
     (void)b;
@@ -714,6 +723,10 @@ static const backend cpu_backend_table = {
     /* .attn_state            = */ ATTN_STATE_PROBS,
     /* .stream                = */ NULL,
     /* .bf16_out              = */ 0, // set by TRIDENT_TEST_CPU_BF16_OUT=1 (tests)
+    /* .device_name           = */ NULL,
+    /* .device_bus_id         = */ NULL,
+    /* .has_tf32              = */ 0, // fp32 FMA only: train.precision tf32 runs as fp32
+    /* .tf32                  = */ 0,
     /* .alloc                 = */ cpu_alloc,
     /* .free                  = */ cpu_free,
     /* .copy_to_device        = */ cpu_copy,
@@ -722,6 +735,8 @@ static const backend cpu_backend_table = {
     /* .copy                  = */ cpu_copy,
     /* .synchronize           = */ cpu_synchronize,
     /* .mem_peak_bytes        = */ cpu_mem_peak_bytes,
+    /* .reserve               = */ cpu_reserve,
+    /* .alloc_count           = */ cpu_alloc_count,
     /* .matmul_fwd            = */ cpu_matmul_fwd,
     /* .matmul_bwd            = */ cpu_matmul_bwd,
     /* .matmul_fwd16          = */ cpu_matmul_fwd16,
@@ -751,80 +766,30 @@ static const backend cpu_backend_table = {
     /* .destroy               = */ cpu_destroy,
 };
 
-// OpenBLAS 0.3.21 does not know CPUs newer than it (Sapphire/Emerald Rapids under KVM
-// among them) and falls back to its generic SSE3 "Prescott" kernels, ~5x slower than its
-// AVX-512 ones. Its core is chosen when the library loads, from OPENBLAS_CORETYPE, so the
-// process picks the core the CPU supports and starts itself again, once, before anything
-// else happens (no thread, file or communicator exists yet).
-static int blas_core_is_generic(const char **core_out) {
-#if defined(__x86_64__)
-    const char *core = openblas_get_corename();
-    static const char *const generic[] = {"Prescott",  "Core2", "Penryn", "Dunnington",
-                                          "Nehalem",   "Atom",  "Katmai", "Coppermine",
-                                          "Northwood", "Banias"};
-    *core_out = core;
-    for (size_t i = 0; i < sizeof generic / sizeof generic[0]; i++)
-        if (core && !strcmp(core, generic[i]))
-            return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-    *core_out = NULL;
-#endif
-    return 0;
-}
-
-static const char *blas_core_for_cpu(void) {
-#if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
-        return "SkylakeX";
-#endif
-    return "Haswell";
-}
-
-void backend_cpu_prepare_process(char **argv) {
-    const char *core;
-    if (env_get(ENV_OPENBLAS_CORETYPE) || env_get(ENV_BLAS_REEXEC) || !blas_core_is_generic(&core))
-        return;
-    env_set(ENV_OPENBLAS_CORETYPE, blas_core_for_cpu());
-    env_set(ENV_BLAS_REEXEC, "1"); // never loop
-    fflush(NULL);
-    execv("/proc/self/exe", argv);
-    env_unset(ENV_OPENBLAS_CORETYPE); // exec failed: carry on with the generic kernels
-}
-
-// Says so when the generic kernels are still in use (OPENBLAS_CORETYPE forced them, or the
-// restart failed).
-static void warn_generic_blas_core(void) {
-    const char *core;
-    static int warned = 0; // once per process, not once per backend
-    if (warned || !blas_core_is_generic(&core)) return;
-    warned = 1;
-    LOG_WARN("OpenBLAS uses its generic '%s' kernels on this AVX2 CPU; matmuls run several "
-             "times slower than they could.\nHINT: export OPENBLAS_CORETYPE=%s before starting "
-             "trident.",
-             core, blas_core_for_cpu());
-}
-
 tri_status backend_cpu_create(backend **out, int threads) {
     *out = NULL;
     if (threads < 0) {
-        LOG_ERROR("system.threads must be >= 0 (0: all cores), got %d", threads);
+        LOG_ERROR("system.threads must be >= 0 (0: fit to the cores), got %d", threads);
         return TRI_ERR_CONFIG;
     }
-    if (threads == 0) threads = omp_get_num_procs();
+    if (threads == 0) { // one process (sample): the cores it may use
+        char why[512];
+        threads = backend_cpu_fit_threads(0, 1, why, sizeof why);
+    }
     backend *b = xmalloc(sizeof *b);
     *b = cpu_backend_table;
     cpu_ctx *ctx = xcalloc(1, sizeof *ctx);
     ctx->threads = threads;
     atomic_init(&ctx->mem_current, 0);
     atomic_init(&ctx->mem_peak, 0);
+    atomic_init(&ctx->allocs, 0);
     b->ctx = ctx;
     b->threads = threads;
     b->bf16_out = env_flag(ENV_TEST_CPU_BF16_OUT);
     omp_set_num_threads(threads);
     // One thread inside OpenBLAS: parallelism comes from OpenMP (cpu_gemm), see the top.
     openblas_set_num_threads(1);
-    warn_generic_blas_core();
+    backend_cpu_warn_generic_blas();
     *out = b;
     return TRI_OK;
 }

@@ -35,6 +35,7 @@ typedef struct {
     // Atomic: alloc() may also be called from another host thread (a checkpoint writer).
     _Atomic size_t mem_current; // bytes handed out by alloc() and not yet freed
     _Atomic size_t mem_peak;    // high-water mark of mem_current
+    _Atomic uint64_t allocs;    // alloc() calls (alloc_count)
     float *scratch;             // per-op workspace (per-thread partials, attention dP), 64B aligned
     size_t scratch_floats;
     float *widened; // bf16 attention operands widened to fp32 (cpu_widened)
@@ -68,6 +69,10 @@ void cpu_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, 
                        int HS);
 void cpu_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv, operand out,
                        const void *state, int B, int T, int NH, int HS);
+
+// Warns once per process when OpenBLAS runs its generic kernels on an AVX2 CPU
+// (backend_cpu_process.c).
+void backend_cpu_warn_generic_blas(void);
 
 // exp(x) within 2 ulp of expf for x in [-86.9, 88.3]; 0 below (no subnormals), +inf
 // above, NaN stays NaN. Cephes' expf: x = n ln2 + r with |r| <= ln2/2, a degree-7

@@ -36,9 +36,10 @@ int cuda_in_build(void);
 
 // The CUDA compute backend (cuda/backend_cuda.cu) on `device`, which the caller selected
 // with cuda_device_select. Every op runs on one stream of its own; see backend.h for the ops
-// and cuda/backend_cuda_internal.cuh for the streams and errors. TRIDENT_CUDA_TF32=1 runs the
-// matmuls in TF32 (faster, outside the fp32 tolerances). TRI_ERR_INTERNAL when the device
-// cannot be set up.
+// and cuda/backend_cuda_internal.cuh for the streams and errors. Its fp32 matmuls run in TF32
+// (faster, outside the fp32 tolerances) once backend_set_tf32 asked for it (train.precision
+// tf32), or always with TRIDENT_CUDA_TF32=1. TRI_ERR_INTERNAL when the device cannot be set
+// up.
 tri_status backend_cuda_create(backend **out, int device);
 
 #ifdef __cplusplus

@@ -22,6 +22,47 @@
 
 #define DP_AUTO (-1)
 
+// train.precision: the dtype of the parameters and kept activations, and for fp32 whether
+// the matmuls may round their operands to TF32 on tensor cores. The first two values are
+// tri_dtype's DTYPE_FP32 and DTYPE_BF16.
+typedef enum { PRECISION_FP32 = 0, PRECISION_BF16 = 1, PRECISION_TF32 = 2 } precision_kind;
+
+// checkpoint.resume_changes: what a resume does when a guarded key differs from the
+// checkpoint's (config_resume.h).
+typedef enum { RESUME_CHANGES_REFUSE = 0, RESUME_CHANGES_ALLOW = 1 } resume_changes_kind;
+
+// What a resume does when a key differs from the value the checkpoint recorded (each key of
+// the table has one; README "Checkpoints and resume", "Resuming"):
+//   FREE     the run goes on and says what the change does (layout, steps, evaluation,
+//            logging, checkpoints, system);
+//   GUARDED  it changes what is trained (model hyper-parameters, optimizer, global batch,
+//            data, precision, seed): refused (exit 2) unless checkpoint.resume_changes: allow;
+//   FIXED    the checkpoint's tensors cannot fit the model (its shape): refused (exit 4)
+//            whatever checkpoint.resume_changes says.
+// RESUME_UNSET is no class: tests/test_config.c fails on a key that has it.
+typedef enum { RESUME_UNSET = 0, RESUME_FREE, RESUME_GUARDED, RESUME_FIXED } resume_class;
+
+// One source of data.train's or one set of data.val's list form (README "Config reference").
+typedef struct {
+    char *path;    // a glob of token shards
+    char *name;    // data.val: the set's name (reported as val_loss/NAME); NULL for data.train
+    double weight; // data.train: > 0, normalised over the list; 1 in the string form
+} config_data_source;
+
+// data.train or data.val: a single glob (the string form: one item, weight 1, no name) or a
+// list (`listed`): data.train's weighted sources, data.val's named sets.
+typedef struct {
+    config_data_source *items;
+    int n; // >= 1
+    int listed;
+} config_data_sources;
+
+// At most this many items in data.train's or data.val's list (each opens its shards).
+#define CONFIG_DATA_SOURCES_MAX 1024
+// The smallest share of data.train's total weight a source may have: smaller ones would draw
+// nothing for millions of steps (io/data_blend.h quantises shares to 2^-20 of a sample).
+#define CONFIG_DATA_SHARE_MIN 1e-6
+
 typedef struct {
     struct {
         char *name;
@@ -43,13 +84,17 @@ typedef struct {
     } parallel;
     struct {
         int micro_batch, global_batch, steps;
+        precision_kind precision_mode; // the key train.precision
+        // What the modules take: precision_mode's storage dtype (DTYPE_FP32 for tf32), set
+        // by config_load; grad_dtype and reduce_dtype are keys.
         tri_dtype precision, grad_dtype, reduce_dtype;
         double grad_clip; // 0 = off
     } train;
     optim_config optim; // parallel/optim.h: lr, min_lr, warmup_steps, decay, ...
     struct {
-        char *train;
-        char *val;
+        config_data_sources train; // a glob, or weighted sources: a blend (io/data_blend.h)
+        config_data_sources val;   // a glob (val_loss), or named sets (val_loss/NAME)
+        int shuffle;               // a seeded permutation per epoch (io/data.h), else plain order
         int eval_every, eval_batches;
         char *tokenizer; // the tokenizer.json that made the shards (null: none recorded)
     } data;
@@ -57,6 +102,7 @@ typedef struct {
         char *dir;
         int every, keep, async;
         char *resume;
+        resume_changes_kind resume_changes;
     } checkpoint;
     struct {
         int every;
@@ -123,6 +169,12 @@ void config_print_yaml(const run_config *cfg, FILE *f, int indent);
 // Writes the resolved config as one JSON object (no newline) to `f`.
 void config_print_json(const run_config *cfg, FILE *f);
 
+// Shortest text that reads back to exactly v, always with a '.' in the mantissa so that
+// YAML 1.1 readers (PyYAML) see a float: 0.1, 1.0e-08, 300.0.
+void config_format_double(double v, char *buf, size_t n);
+// Writes s double-quoted, with escapes valid in both JSON and YAML.
+void config_print_quoted(FILE *f, const char *s);
+
 void config_free(run_config *cfg);
 
 // Names of enum values as they appear in YAML ("1f1b", "bf16", ...).
@@ -131,3 +183,4 @@ const char *config_decay_name(decay_kind d);
 const char *config_backend_name(backend_kind b);
 const char *config_comm_name(comm_kind c);
 const char *config_recompute_name(recompute_kind r);
+const char *config_precision_name(precision_kind p);

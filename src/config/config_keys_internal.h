@@ -11,6 +11,7 @@
 //   config_print    the resolved config as YAML or JSON; the shortest exact text of a number
 //   config_diag     messages: collection with their origin, sorting, "did you mean"
 //   config_values   one YAML value into one key: tags, quotes, the key's type
+//   config_sources  data.train's and data.val's list forms (weighted sources, named sets)
 //   config_sizes    what the keys imply for ints, the parameter table and a rank's buffers
 //   config_rules    ranges of single keys, rules between keys, rules of the world size
 //   config_parse    defaults, the YAML file (libyaml), --set overrides, config_load
@@ -21,7 +22,8 @@
 
 #include <inttypes.h>
 
-typedef enum { KT_INT, KT_U64, KT_F64, KT_BOOL, KT_STR, KT_ENUM, KT_DP } key_type;
+// KT_SOURCES: data.train and data.val, a glob or a list (config_sources.c).
+typedef enum { KT_INT, KT_U64, KT_F64, KT_BOOL, KT_STR, KT_ENUM, KT_DP, KT_SOURCES } key_type;
 
 // Every key, in DESIGN.md order; indexes CONFIG_KEYS.
 // clang-format off
@@ -35,8 +37,9 @@ typedef enum {
     K_TRAIN_GRAD_DTYPE, K_TRAIN_REDUCE_DTYPE, K_TRAIN_GRAD_CLIP,
     K_OPT_LR, K_OPT_MIN_LR, K_OPT_WARMUP_STEPS, K_OPT_DECAY, K_OPT_BETA1, K_OPT_BETA2,
     K_OPT_EPS, K_OPT_WEIGHT_DECAY,
-    K_DATA_TRAIN, K_DATA_VAL, K_DATA_EVAL_EVERY, K_DATA_EVAL_BATCHES, K_DATA_TOKENIZER,
-    K_CKPT_DIR, K_CKPT_EVERY, K_CKPT_KEEP, K_CKPT_ASYNC, K_CKPT_RESUME,
+    K_DATA_TRAIN, K_DATA_VAL, K_DATA_SHUFFLE, K_DATA_EVAL_EVERY, K_DATA_EVAL_BATCHES,
+    K_DATA_TOKENIZER,
+    K_CKPT_DIR, K_CKPT_EVERY, K_CKPT_KEEP, K_CKPT_ASYNC, K_CKPT_RESUME, K_CKPT_RESUME_CHANGES,
     K_LOG_EVERY, K_LOG_METRICS, K_LOG_METRICS_REQUIRED, K_LOG_TENSORBOARD,
     K_SYS_BACKEND, K_SYS_COMM, K_SYS_THREADS, K_SYS_COMM_TIMEOUT_S, K_SYS_INIT_TIMEOUT_S,
     K_COUNT
@@ -52,13 +55,22 @@ typedef struct {
     const char *const *names;       // ENUM: value names by value; STR: the allowed values
     unsigned char nullable;         // STR: null (NULL) allowed
     double def_num;                 // default of numeric, bool and enum keys
-    const char *def_str;            // default of STR keys
+    const char *def_str;            // default of STR keys, and the glob of SOURCES keys
+    // On a resume whose value differs from the checkpoint's (config_resume.c): the key's
+    // class, and what the change does, said after "resume: key FROM -> TO: " (config_resume.c
+    // adds numbers for some keys: the layout, the steps, the schedule).
+    resume_class resume;
+    const char *effect;
+    // The value (as YAML text) of a checkpoint whose manifest does not record this key: one
+    // written before the key existed, under the behaviour before it. NULL: the default.
+    const char *absent;
 } key_desc;
 
 extern const key_desc CONFIG_KEYS[K_COUNT];
 
 // The field of key k in cfg: an int for INT, DP, BOOL and ENUM keys (enum fields are
-// int-sized), a uint64_t for U64, a double for F64, a char * (owned, or NULL) for STR.
+// int-sized), a uint64_t for U64, a double for F64, a char * (owned, or NULL) for STR, a
+// config_data_sources (owned) for SOURCES.
 void *config_key_field(run_config *cfg, key_id k);
 const void *config_key_cfield(const run_config *cfg, key_id k);
 int config_key_int(const run_config *cfg, key_id k);

@@ -14,7 +14,7 @@
 #include "config/config_diag_internal.h"
 #include "config/config_keys_internal.h"
 #include "config/config_rules_internal.h"
-#include "config/config_values_internal.h"
+#include "config/config_sources_internal.h"
 
 // ---------------------------------------------------------------------------------------
 // Defaults
@@ -26,6 +26,7 @@ void config_defaults(run_config *cfg) {
         void *p = config_key_field(cfg, k);
         switch (d->type) {
         case KT_STR: *(char **)p = xstrdup(d->def_str); break;
+        case KT_SOURCES: config_sources_set_glob(p, d->def_str); break;
         case KT_U64: *(uint64_t *)p = (uint64_t)d->def_num; break;
         case KT_F64: *(double *)p = d->def_num; break;
         default: *(int *)p = (int)d->def_num; break;
@@ -35,6 +36,7 @@ void config_defaults(run_config *cfg) {
 
 void config_free(run_config *cfg) {
     for (int k = 0; k < K_COUNT; k++) {
+        if (CONFIG_KEYS[k].type == KT_SOURCES) config_sources_free(config_key_field(cfg, k));
         if (CONFIG_KEYS[k].type != KT_STR) continue;
         char **slot = config_key_field(cfg, k);
         free(*slot);
@@ -68,9 +70,8 @@ static void parse_section(config_ctx *c, run_config *cfg, yaml_document_t *doc,
             char path[64];
             config_report(c, loc, config_key_path(k, path, sizeof path),
                           "duplicate key (first set at line %d)", c->loc[k].line);
-        } else {
-            scalar_view v = config_view_of(val, tags);
-            config_set_value(c, cfg, k, &v, (config_loc){node_line(val), -1});
+        } else { // config_set_node takes data.train's and data.val's lists too
+            config_set_node(c, cfg, doc, val, tags, k, (config_loc){node_line(val), -1});
         }
     }
 }
@@ -251,7 +252,9 @@ static void apply_set(config_ctx *c, run_config *cfg, int i, const char *arg) {
         yaml_node_t *root = yaml_document_get_root_node(&doc);
         scalar_view v = {.type = YAML_SCALAR_NODE, .text = "", .len = 0, .kind = VALUE_PLAIN};
         if (root) v = config_view_of(root, &tags);
-        config_set_value(c, cfg, k, &v, (config_loc){0, i});
+        if (root && CONFIG_KEYS[k].type == KT_SOURCES)
+            config_set_sources(c, cfg, k, &doc, root, &tags, (config_loc){0, i});
+        else config_set_value(c, cfg, k, &v, (config_loc){0, i});
         yaml_document_delete(&doc);
     }
     c->cur_set = -1;
@@ -310,6 +313,10 @@ tri_status config_load(run_config *cfg, const char *path, int n_set, char **sets
             snprintf(dir, sizeof dir, "runs/%s", cfg->run.name);
             config_set_string(cfg, K_RUN_OUT_DIR, dir);
         }
+        // train.precision as the modules take it: tf32 stores fp32 (the matmuls' math is the
+        // compute backend's, backend_set_tf32).
+        cfg->train.precision = cfg->train.precision_mode == PRECISION_BF16 ? DTYPE_BF16
+                                                                           : DTYPE_FP32;
         config_check_ranges(&c, cfg);
         config_check_rules(&c, cfg);
     }

@@ -36,7 +36,7 @@ void config_format_double(double v, char *buf, size_t n) {
 
 // Writes s double-quoted with escapes valid in both JSON and YAML. The Unicode line
 // breaks U+0085, U+2028, U+2029 are escaped since YAML would fold them.
-static void print_quoted(FILE *f, const char *s) {
+void config_print_quoted(FILE *f, const char *s) {
     fputc('"', f);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
@@ -67,6 +67,35 @@ static int plain_safe(const char *s) {
     return 1;
 }
 
+// A glob as a string key's value; a list in flow style (JSON is YAML's flow style too).
+static void print_sources(const config_data_sources *s, FILE *f, int json) {
+    if (!s->listed) {
+        if (!json && plain_safe(s->items[0].path)) fputs(s->items[0].path, f);
+        else config_print_quoted(f, s->items[0].path);
+        return;
+    }
+    fputc('[', f);
+    for (int i = 0; i < s->n; i++) {
+        const config_data_source *it = &s->items[i];
+        fputs(!i ? "" : json ? "," : ", ", f);
+        fputs(json ? "{\"" : "{", f);
+        if (it->name) {
+            fputs(json ? "name\":" : "name: ", f);
+            config_print_quoted(f, it->name);
+            fputs(json ? ",\"" : ", ", f);
+        }
+        fputs(json ? "path\":" : "path: ", f);
+        config_print_quoted(f, it->path);
+        if (!it->name) {
+            char num[48];
+            config_format_double(it->weight, num, sizeof num);
+            fprintf(f, json ? ",\"weight\":%s" : ", weight: %s", num);
+        }
+        fputc('}', f);
+    }
+    fputc(']', f);
+}
+
 // Writes key k's value as YAML (json = 0) or JSON (json = 1).
 static void print_value(const run_config *cfg, key_id k, FILE *f, int json) {
     const void *p = config_key_cfield(cfg, k);
@@ -85,18 +114,39 @@ static void print_value(const run_config *cfg, key_id k, FILE *f, int json) {
         break;
     case KT_ENUM: {
         const char *name = config_enum_name(CONFIG_KEYS[k].names, INT_MAX, *(const int *)p);
-        if (json) print_quoted(f, name);
+        if (json) config_print_quoted(f, name);
         else fputs(name, f);
         break;
     }
+    case KT_SOURCES: print_sources(p, f, json); break;
     case KT_STR: {
         const char *s = *(char *const *)p;
         if (!s) fputs("null", f);
         else if (!json && plain_safe(s)) fputs(s, f);
-        else print_quoted(f, s);
+        else config_print_quoted(f, s);
         break;
     }
     }
+}
+
+char *config_value_text(const run_config *cfg, key_id k, int json) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) tri_out_of_host_memory(0, "a config value's text");
+    print_value(cfg, k, f, json);
+    fclose(f);
+    return text;
+}
+
+char *config_quoted(const char *s) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) tri_out_of_host_memory(0, "a config value's text");
+    config_print_quoted(f, s);
+    fclose(f);
+    return text;
 }
 
 static int starts_section(key_id k) {

@@ -2,8 +2,13 @@
 // and config_print_json, in config_print.c), and the number text they use, which messages
 // about values use too. Private to src/config: other modules use config.h.
 #pragma once
-#include "config/config.h"
+#include "config/config_keys_internal.h"
 
-// Shortest text that reads back to exactly v, always with a '.' in the mantissa so that
-// YAML 1.1 readers (PyYAML) see a float: 0.1, 1.0e-08, 300.0.
-void config_format_double(double v, char *buf, size_t n);
+// config_format_double (the number text) and config_print_quoted (a quoted string) are
+// public (config.h): the data order's records use them too.
+
+// Key k's value as config_print_yaml (json = 0) or config_print_json (json = 1) writes it,
+// malloc'd: equal values have equal texts (numbers in their shortest exact form).
+char *config_value_text(const run_config *cfg, key_id k, int json);
+// s as a double-quoted string valid in both JSON and YAML, malloc'd.
+char *config_quoted(const char *s);

@@ -102,6 +102,7 @@ static void expected_desc(key_id k, char *buf, size_t n) {
     case KT_BOOL: snprintf(buf, n, "true or false"); break;
     case KT_DP: snprintf(buf, n, "auto or an integer >= 1"); break;
     case KT_ENUM: list_choices(d->names, buf, n); break;
+    case KT_SOURCES: snprintf(buf, n, "a glob or a list"); break;
     case KT_STR: // a string with fixed choices (model.arch) reads like an enum
         if (d->names) list_choices(d->names, buf, n);
         else snprintf(buf, n, "a string");
@@ -261,6 +262,7 @@ void config_set_value(config_ctx *c, run_config *cfg, key_id k, const scalar_vie
         case KT_BOOL: ok = set_bool(c, cfg, k, v); break;
         case KT_ENUM: ok = set_enum(c, cfg, k, v); break;
         case KT_STR: ok = set_str(c, cfg, k, v); break;
+        case KT_SOURCES: TRI_ASSERT(!"KT_SOURCES values go through config_set_sources"); break;
         }
     }
     c->bad[k] = !ok;

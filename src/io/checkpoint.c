@@ -183,7 +183,8 @@ struct ckpt_writer {
     unsigned char *image; // host copy of the spans, back to back
     char dir[PATH_BYTES]; // checkpoint.dir
     char tmp[PATH_BYTES], final[PATH_BYTES];
-    ckpt_progress progress;
+    ckpt_progress progress; // its order is not kept: order_text holds it
+    char *order_text;       // the manifest's data order lines (manifest_write_data_order)
     int pending, threaded;
     pthread_t thread, prefault;
     int prefaulting; // the prefault thread has not been joined yet
@@ -354,6 +355,7 @@ static tri_status write_manifest(ckpt_writer *w) {
         s->world, cfg->parallel.tp, cfg->parallel.pp, cfg->parallel.dp,
         cfg->parallel.virtual_stages, zero_layout_of(s->zero)->stage,
         config_schedule_name(cfg->parallel.schedule));
+    fputs(w->order_text, f);
     fprintf(f, "config:\n");
     config_print_yaml(cfg, f, 2);
     param_table full;
@@ -503,7 +505,17 @@ tri_status ckpt_commit(ckpt_writer *w) {
 tri_status ckpt_save(ckpt_writer *w, const ckpt_progress *p, int async, double *blocked_s) {
     double t0 = time_now_s();
     TRI_CHECK(ckpt_commit(w));
+    TRI_ASSERT(p->order.recorded && p->order.step == p->step);
     w->progress = *p;
+    memset(&w->progress.order, 0, sizeof w->progress.order);
+    // The data order as text now: the caller's cursor moves on while the manifest waits.
+    free(w->order_text);
+    size_t order_len = 0;
+    w->order_text = NULL;
+    FILE *of = open_memstream(&w->order_text, &order_len);
+    TRI_ASSERT(of);
+    manifest_write_data_order(of, &p->order);
+    TRI_ASSERT(fclose(of) == 0);
     pathf(w->final, "%s/step_%08d", w->dir, p->step);
     pathf(w->tmp, "%s.tmp", w->final);
     tri_status rc = TRI_OK;
@@ -547,5 +559,6 @@ void ckpt_writer_free(ckpt_writer *w) {
     if (w->threaded) pthread_join(w->thread, NULL);
     free(w->spans);
     free(w->image);
+    free(w->order_text);
     free(w);
 }

@@ -24,16 +24,20 @@
 #include "compute/backend.h"
 #include "comm/comm.h"
 #include "config/config.h"
+#include "io/data_order.h"
 #include "model/params.h"
 #include "parallel/optim.h"
 #include "parallel/zero.h"
 
 // Where training stands: what a checkpoint restores besides the tensors.
 typedef struct {
-    int step;        // optimizer steps done
-    int64_t samples; // global sample index of the next training sample (the data cursor)
-    int64_t tokens;  // tokens trained on
-    int optim_t;     // AdamW's step counter (bias correction)
+    int step;          // optimizer steps done
+    int64_t samples;   // global sample index of the next training sample (all sources)
+    int64_t tokens;    // tokens trained on
+    int optim_t;       // AdamW's step counter (bias correction)
+    data_cursor order; // the data order at `step` (ckpt_save copies it; ckpt_load and
+                       // ckpt_verify fill it, the caller's to data_cursor_free: recorded from
+                       // format version 3 on, one plain stream before)
 } ckpt_progress;
 
 // A rank's training state as the checkpoint code sees it.
@@ -76,6 +80,22 @@ void ckpt_writer_free(ckpt_writer *w);
 // warning saying why. TRI_ERR_CKPT when a named checkpoint does not exist, and when step_N
 // directories exist but none is complete: never a fresh start over checkpoints.
 tri_status ckpt_resolve_resume(const run_config *cfg, char *path, size_t n);
+
+// What a checkpoint recorded about the run that wrote it, for a resume to compare with its own
+// config (config_resume.h) before it loads anything.
+typedef struct {
+    char *manifest; // the path of its manifest.yaml
+    char *config;   // the manifest's `config:` block: the writer's resolved config, as YAML
+    size_t config_len;
+    int config_line; // where the block starts in the manifest
+    int step;        // the checkpoint's step
+} ckpt_recorded;
+
+// Reads and checks the manifest of the checkpoint directory `path` whole (as ckpt_load does:
+// the seal, every field, the regions; not the rank files) and keeps what `r` holds. One
+// process, no comm. TRI_ERR_CKPT with the file and field named when it is damaged.
+tri_status ckpt_read_recorded(const char *path, ckpt_recorded *r);
+void ckpt_recorded_free(ckpt_recorded *r);
 
 // Collective: restores parameters, Adam moments and progress from the checkpoint directory
 // `path` into the state of this rank, whatever layout wrote it. Every rank returns the same

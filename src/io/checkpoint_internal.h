@@ -6,14 +6,17 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include <yaml.h>
+
 #include "io/checkpoint.h"
 
 #define CKPT_FORMAT "trident-checkpoint"
 #define PATH_BYTES 4352 // every path buffer here; checkpoint.dir is limited to 4000 bytes
 // The manifest's format version. 1: the first format. 2: version 1 with a last line
-// `manifest_crc32c: 0x........`, the CRC-32C of every byte before that line. A reader takes
+// `manifest_crc32c: 0x........`, the CRC-32C of every byte before that line. 3: version 2
+// with the data order (data_order and data_sources: checkpoint_order.c). A reader takes
 // every version from 1 to CKPT_VERSION and refuses any other, naming it.
-#define CKPT_VERSION 2
+#define CKPT_VERSION 3
 #define CKPT_SEAL_KEY "manifest_crc32c"
 
 typedef enum { KIND_PARAM = 0, KIND_MASTER, KIND_ADAM_M, KIND_ADAM_V, KIND_COUNT } ckpt_kind;
@@ -90,6 +93,10 @@ typedef struct {
     int n_files;
     region *regions;
     int n_regions;
+    char *config_yaml; // the `config:` block (the resolved config), from line config_line
+    size_t config_len;
+    int config_line;
+    data_cursor order; // version 3: the recorded data order; before: one plain stream
 } manifest;
 
 // Reads and checks <dir>/manifest.yaml. Errors name the file, the line and the field, and
@@ -101,6 +108,18 @@ int manifest_find_tensor(const manifest *m, const char *name);
 // The seal of version 2 for the manifest text `text` (n bytes, every line ended by '\n'):
 // the line "manifest_crc32c: 0x........\n" (into `line`, at least 32 bytes) that follows it.
 void manifest_seal(const char *text, size_t n, char *line, size_t cap);
+
+// ---- the data order (checkpoint_order.c) ----
+
+// The lines "data_order: {...}" and "data_sources:" with one line per source, for cursor c.
+void manifest_write_data_order(FILE *f, const data_cursor *c);
+// Reads m->order (m's version, step and samples already read): version 3's data_order and
+// data_sources, each field checked against the manifest's samples and step, the config it
+// records (run.seed, train.global_batch, data.shuffle, data.train) and the blend schedule;
+// before version 3, config.data.train's one stream in plain order at m->samples. 0, or 1
+// with the problem in why[n] and its line in *line.
+int manifest_read_data_order(yaml_document_t *d, yaml_node_t *root, manifest *m, char *why,
+                             size_t n, int *line);
 
 // ---- paths ----
 

@@ -611,6 +611,30 @@ static void check_regions(reader *rd) {
 
 // ---- reading ----
 
+// The block of lines from `config:` (at column 0) to the next line that starts at column 0:
+// the resolved config, kept for the resume's comparison (config_resume.h).
+static void keep_config_block(manifest *m, const char *text, size_t n) {
+    int line = 1;
+    for (size_t at = 0; at < n; line++) {
+        const char *eol = memchr(text + at, '\n', n - at);
+        size_t end = eol ? (size_t)(eol - text) + 1 : n;
+        if (end - at >= 8 && !strncmp(text + at, "config:", 7) &&
+            (text[at + 7] == '\n' || text[at + 7] == ' ' || text[at + 7] == '\r')) {
+            size_t stop = end;
+            while (stop < n && (text[stop] == ' ' || text[stop] == '\n')) {
+                const char *next = memchr(text + stop, '\n', n - stop);
+                stop = next ? (size_t)(next - text) + 1 : n;
+            }
+            m->config_yaml = xmalloc(stop - at + 1);
+            memcpy(m->config_yaml, text + at, stop - at);
+            m->config_yaml[stop - at] = '\0';
+            m->config_len = stop - at, m->config_line = line;
+            return;
+        }
+        at = end;
+    }
+}
+
 // The whole file, NUL-terminated; NULL with errno set.
 static char *read_bytes(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
@@ -718,11 +742,16 @@ tri_status manifest_read(manifest *m, const char *dir) {
         yaml_node_t *root = yaml_document_get_root_node(&doc);
         if (root->type != YAML_MAPPING_NODE) fail(&rd, 1, "not a mapping of fields");
         parse_header(&rd, root);
+        char why[1024];
+        int line = 0;
+        if (rd.rc == TRI_OK && manifest_read_data_order(&doc, root, m, why, sizeof why, &line))
+            fail(&rd, line, "%s", why);
         parse_tensors(&rd, root);
         parse_files(&rd, root);
         if (rd.rc == TRI_OK) check_tensors_match_model(&rd);
         parse_regions(&rd, root);
         if (rd.rc == TRI_OK) check_regions(&rd);
+        if (rd.rc == TRI_OK) keep_config_block(m, text, body);
         yaml_document_delete(&doc);
     } else if (rd.rc == TRI_OK) {
         rd.rc = TRI_ERR_CKPT;
@@ -744,7 +773,9 @@ void manifest_free(manifest *m) {
     free(m->files);
     free(m->file_bytes);
     free(m->regions);
+    free(m->config_yaml);
+    data_cursor_free(&m->order);
     m->tensors = NULL, m->by_name = NULL, m->files = NULL, m->file_bytes = NULL;
-    m->regions = NULL;
+    m->regions = NULL, m->config_yaml = NULL;
     m->n_tensors = m->n_files = m->n_regions = 0;
 }

@@ -402,12 +402,41 @@ static tri_status load_rank(const char *path, const ckpt_state *s, manifest *m) 
     return ckpt_agree(s->cm, rc);
 }
 
+tri_status ckpt_read_recorded(const char *path, ckpt_recorded *r) {
+    memset(r, 0, sizeof *r);
+    manifest m;
+    tri_status rc = manifest_read(&m, path);
+    if (rc != TRI_OK) return rc;
+    if (!m.config_yaml) {
+        LOG_ERROR("checkpoint %s: its config: section is not a block of lines under 'config:' "
+                  "(as trident writes it)",
+                  m.path);
+        rc = TRI_ERR_CKPT;
+    } else {
+        *r = (ckpt_recorded){.manifest = xstrdup(m.path),
+                             .config = m.config_yaml,
+                             .config_len = m.config_len,
+                             .config_line = m.config_line,
+                             .step = m.step};
+        m.config_yaml = NULL; // moved
+    }
+    manifest_free(&m);
+    return rc;
+}
+
+void ckpt_recorded_free(ckpt_recorded *r) {
+    free(r->manifest);
+    free(r->config);
+    memset(r, 0, sizeof *r);
+}
+
 tri_status ckpt_load(const char *path, const ckpt_state *s, ckpt_progress *p) {
     manifest m;
     memset(&m, 0, sizeof m);
     tri_status rc = load_rank(path, s, &m);
     if (rc == TRI_OK) {
-        *p = (ckpt_progress){m.step, m.samples, m.tokens, m.optim_t};
+        *p = (ckpt_progress){m.step, m.samples, m.tokens, m.optim_t, m.order};
+        memset(&m.order, 0, sizeof m.order); // now the caller's
         optim_set_steps_taken(s->optim, m.optim_t);
         LOG_INFO("resumed from %s: step %d, %lld tokens seen, next sample %lld", path, m.step,
                  (long long)m.tokens, (long long)m.samples);
@@ -491,7 +520,10 @@ tri_status ckpt_verify(const char *path, ckpt_progress *p) {
     loader_init(&ld, &m);
     for (int i = 0; i < m.n_regions && rc == TRI_OK; i++) rc = read_region(&ld, &m.regions[i]);
     loader_free(&ld);
-    if (rc == TRI_OK) *p = (ckpt_progress){m.step, m.samples, m.tokens, m.optim_t};
+    if (rc == TRI_OK) {
+        *p = (ckpt_progress){m.step, m.samples, m.tokens, m.optim_t, m.order};
+        memset(&m.order, 0, sizeof m.order); // now the caller's
+    }
     manifest_free(&m);
     return rc;
 }

@@ -192,6 +192,7 @@ tri_status data_open(data_stream *ds, const char *pattern, int T, int vocab_size
         ds->n_samples += ds->shards[i].n_samples;
         total_tokens += ds->shards[i].ntok;
     }
+    ds->n_tokens = total_tokens;
     int64_t needed = min_samples > 1 ? min_samples : 1;
     if (ds->n_samples < needed) {
         char hint[512];
@@ -258,6 +259,41 @@ int64_t data_micro_batch_start(int64_t step, int global_batch, int dp, int dp_ra
     TRI_ASSERT((int64_t)(micro + 1) * micro_batch <= global_batch / dp);
     return step * global_batch + (int64_t)dp_rank * (global_batch / dp) +
            (int64_t)micro * micro_batch;
+}
+
+// splitmix64's finaliser: a bijective mix of 64 bits with full avalanche.
+static uint64_t data_mix64(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+#define DATA_FEISTEL_ROUNDS 6
+
+uint64_t data_permute(uint64_t n, uint64_t key, uint64_t epoch, uint64_t i) {
+    TRI_ASSERT(i < n);
+    if (n <= 1) return 0;
+    int bits = 64 - __builtin_clzll(n - 1); // 2^bits >= n
+    bits += bits & 1;                       // two halves of h bits
+    const int h = bits / 2;
+    const uint64_t mask = (UINT64_C(1) << h) - 1;
+    uint64_t round_key[DATA_FEISTEL_ROUNDS];
+    const uint64_t k0 = data_mix64(key ^ data_mix64(epoch + 0x9e3779b97f4a7c15ULL));
+    for (int r = 0; r < DATA_FEISTEL_ROUNDS; r++)
+        round_key[r] = data_mix64(k0 + (uint64_t)(r + 1) * 0x9e3779b97f4a7c15ULL);
+    uint64_t x = i;
+    do { // a Feistel network is a bijection of [0, 2^bits) whatever its round function
+        uint64_t left = x >> h, right = x & mask;
+        for (int r = 0; r < DATA_FEISTEL_ROUNDS; r++) {
+            uint64_t next = left ^ (data_mix64(right ^ round_key[r]) & mask);
+            left = right;
+            right = next;
+        }
+        x = left << h | right;
+    } while (x >= n);
+    return x;
 }
 
 void data_close(data_stream *ds) {

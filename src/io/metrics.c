@@ -217,12 +217,26 @@ void metrics_write_step(metrics_log *ml, const metrics_step *s) {
                 (unsigned long long)s->comm_pp, (unsigned long long)s->comm_dp, bubble);
 }
 
-void metrics_write_eval(metrics_log *ml, int step, double val_loss) {
+void metrics_write_eval(metrics_log *ml, int step, const char *const *names, const double *val_loss,
+                        int n) {
     if (!has_file(ml)) return;
     char v[32], what[32];
-    metrics_format_double(v, sizeof v, val_loss);
     snprintf(what, sizeof what, "eval %d line", step);
-    write_linef(ml, what, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%s}\n", step, v);
+    // Names are [A-Za-z0-9_.-] (config validation): no JSON escapes needed.
+    char *line = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&line, &len);
+    TRI_ASSERT(f);
+    fprintf(f, "{\"type\":\"eval\",\"step\":%d", step);
+    for (int i = 0; i < n; i++) {
+        metrics_format_double(v, sizeof v, val_loss[i]);
+        if (names) fprintf(f, ",\"val_loss/%s\":%s", names[i], v);
+        else fprintf(f, ",\"val_loss\":%s", v);
+    }
+    fputs("}\n", f);
+    TRI_ASSERT(fclose(f) == 0);
+    write_line(ml, line, len, what);
+    free(line);
 }
 
 void metrics_write_checkpoint(metrics_log *ml, int step, const char *dir, double blocked_ms) {

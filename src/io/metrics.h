@@ -46,7 +46,10 @@ typedef struct {
 } metrics_step;
 
 void metrics_write_step(metrics_log *ml, const metrics_step *s);
-void metrics_write_eval(metrics_log *ml, int step, double val_loss);
+// {"type":"eval","step":N,"val_loss":...} for one unnamed set (names NULL, n 1), or
+// {"type":"eval","step":N,"val_loss/NAME":...,...} for the named sets of data.val.
+void metrics_write_eval(metrics_log *ml, int step, const char *const *names, const double *val_loss,
+                        int n);
 // {"type":"checkpoint",...}: a checkpoint started at `step` (timing fields: blocked_ms).
 // Also fsyncs the file, so that the lines up to a checkpoint are on disk with it.
 void metrics_write_checkpoint(metrics_log *ml, int step, const char *dir, double blocked_ms);

@@ -53,6 +53,20 @@ model_dims model_dims_of(const model_config *mc, const model_layout *ml) {
     return d;
 }
 
+backend_shapes model_op_shapes(const model_config *mc, const model_layout *ml) {
+    model_dims d;
+    set_dims(&d, mc, ml);
+    backend_shapes s = {0};
+    s.rows = d.N, s.B = d.B, s.T = d.T, s.C = d.C;
+    s.NH = d.NH_local, s.HS = d.HS;
+    // Biased matmuls: qkv (3C/tp), fc (4C/tp), and the row-parallel projections (C).
+    s.bias_cols = d.C4_local > d.C3_local ? d.C4_local : d.C3_local;
+    if (d.C > s.bias_cols) s.bias_cols = d.C;
+    s.V_local = d.has_embed ? d.Vp_local : 0; // only the first stage's backward embeds
+    s.attn = ml->precision;
+    return s;
+}
+
 // ---- buffers ----
 
 #define WIDE(field, name)                                                                          \

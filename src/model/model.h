@@ -169,6 +169,10 @@ static inline size_t model_head_chunk_rows(size_t N) {
 void model_buffers(mem_specs *specs, const model_config *mc, const model_layout *ml,
                    const param_table *pt, model *m);
 
+// The largest operands the model on the rank `ml` describes hands the backend's ops
+// (backend.reserve sizes the backend's own workspaces by them; the planner states those).
+backend_shapes model_op_shapes(const model_config *mc, const model_layout *ml);
+
 // Builds the table and carves the activations and scratch of `ml` from `pool` (or the backend
 // when pool is NULL). The parameters and gradients are the store's: call model_set_store
 // before the first forward. The tp group of `cm` is the shard's.

@@ -9,9 +9,22 @@
 #define G(m, idx) model_grad(m, idx)
 #define P16(m, idx) model_param16(m, idx)
 
+// The tp collectives of a layer use the non-blocking forms, waited for at once with
+// comm_wait: on NCCL the compute stream waits for the collective's event and the host goes
+// on enqueueing (nothing drains the GPU); on MPI (host memory) comm_wait completes the
+// call as the blocking form would, with bitwise the same result. A failed start leaves
+// nothing in flight (req.impl NULL), so every path waits for what it started.
+static tri_status tp_finish(model *m, tri_status started, comm_request *req) {
+    TRI_CHECK(started);
+    return comm_wait(m->cm, req);
+}
+
 tri_status model_tp_all_reduce(model *m, float *x, size_t n) {
     if (m->d.tp == 1) return TRI_OK;
-    return comm_all_reduce(m->cm, COMM_GROUP_TP, x, n, DTYPE_FP32, COMM_REDUCE_SUM);
+    comm_request req;
+    return tp_finish(
+        m, comm_all_reduce_start(m->cm, COMM_GROUP_TP, x, n, DTYPE_FP32, COMM_REDUCE_SUM, &req),
+        &req);
 }
 
 tri_status model_tp_reduce_rows(model *m, float *partial, float *rows) {
@@ -20,8 +33,11 @@ tri_status model_tp_reduce_rows(model *m, float *partial, float *rows) {
         TRI_ASSERT(partial == rows);
         return model_tp_all_reduce(m, partial, (size_t)d->N * d->C);
     }
-    return comm_reduce_scatter(m->cm, COMM_GROUP_TP, partial, rows, (size_t)d->N_local * d->C,
-                               DTYPE_FP32);
+    comm_request req;
+    return tp_finish(m,
+                     comm_reduce_scatter_start(m->cm, COMM_GROUP_TP, partial, rows,
+                                               (size_t)d->N_local * d->C, DTYPE_FP32, &req),
+                     &req);
 }
 
 // Forward of "copy to the tp region" under SP: `full` (N, C) holds this rank's rows at
@@ -30,8 +46,11 @@ static tri_status tp_gather_rows(model *m, float *full) {
     const model_dims *d = &m->d;
     if (!d->sp) return TRI_OK;
     size_t block = (size_t)d->N_local * d->C;
-    return comm_all_gather(m->cm, COMM_GROUP_TP, full + (size_t)d->row0 * d->C, full, block,
-                           DTYPE_FP32);
+    comm_request req;
+    return tp_finish(m,
+                     comm_all_gather_start(m->cm, COMM_GROUP_TP, full + (size_t)d->row0 * d->C,
+                                           full, block, DTYPE_FP32, &req),
+                     &req);
 }
 
 tri_status model_dresidual_all_rows(model *m, float *dres, float **out) {
@@ -41,8 +60,11 @@ tri_status model_dresidual_all_rows(model *m, float *dres, float **out) {
         return TRI_OK;
     }
     *out = m->rows_full;
-    return comm_all_gather(m->cm, COMM_GROUP_TP, dres, m->rows_full, (size_t)d->N_local * d->C,
-                           DTYPE_FP32);
+    comm_request req;
+    return tp_finish(m,
+                     comm_all_gather_start(m->cm, COMM_GROUP_TP, dres, m->rows_full,
+                                           (size_t)d->N_local * d->C, DTYPE_FP32, &req),
+                     &req);
 }
 
 typedef struct {

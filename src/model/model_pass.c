@@ -49,34 +49,59 @@ static tri_status head_forward(model *m, model_acts *a) {
 }
 
 // Vocab-parallel cross-entropy: no rank ever holds the full-vocabulary logits. The sum of
-// the per-token losses is added to the loss accumulator.
-static tri_status loss_forward(model *m, model_acts *a, const int *targets) {
+// the per-token losses is added to the loss accumulator. The tp reductions are non-blocking
+// (model_internal.h): the row maxima first, then the sums of exp and the target logits
+// together, both in flight at once (started in the same order on every rank).
+static tri_status loss_forward(model *m, model_acts *a) {
     backend *be = m->be;
     const model_dims *d = &m->d;
     const int N = d->N;
-    be->copy_to_device(be, a->targets, targets, (size_t)N * sizeof(int));
     be->xent_max(be, a->rowmax, a->logits, N, d->Vp_local, d->vocab_start, d->V);
-    if (d->tp > 1)
-        TRI_CHECK(comm_all_reduce(m->cm, COMM_GROUP_TP, a->rowmax, N, DTYPE_FP32, COMM_REDUCE_MAX));
+    if (d->tp > 1) {
+        comm_request req;
+        TRI_CHECK(comm_all_reduce_start(m->cm, COMM_GROUP_TP, a->rowmax, N, DTYPE_FP32,
+                                        COMM_REDUCE_MAX, &req));
+        TRI_CHECK(comm_wait(m->cm, &req));
+    }
     be->xent_sumexp(be, a->sumexp, a->target_logit, a->logits, a->rowmax, a->targets, N,
                     d->Vp_local, d->vocab_start, d->V);
-    TRI_CHECK(model_tp_all_reduce(m, a->sumexp, N));
-    TRI_CHECK(model_tp_all_reduce(m, a->target_logit, N));
+    if (d->tp > 1) {
+        comm_request sums[2];
+        tri_status st = comm_all_reduce_start(m->cm, COMM_GROUP_TP, a->sumexp, N, DTYPE_FP32,
+                                              COMM_REDUCE_SUM, &sums[0]);
+        sums[1].impl = NULL;
+        if (st == TRI_OK)
+            st = comm_all_reduce_start(m->cm, COMM_GROUP_TP, a->target_logit, N, DTYPE_FP32,
+                                       COMM_REDUCE_SUM, &sums[1]);
+        // Both waited for, also after a failed start (comm.h).
+        for (int k = 0; k < 2; k++) {
+            tri_status w = comm_wait(m->cm, &sums[k]);
+            if (st == TRI_OK) st = w;
+        }
+        TRI_CHECK(st);
+    }
     be->xent_loss(be, a->losses, a->rowmax, a->sumexp, a->target_logit, N);
     be->loss_sum(be, m->loss_acc, a->losses, (size_t)N);
     return TRI_OK;
 }
 
+// The micro-batch's token ids go to the device at the start of its forward, both copies
+// together (on CUDA through a pinned ring, queued on the compute stream: nothing waits for
+// them): the inputs where the chunk holds the embedding (its backward reads them too), the
+// targets where it holds the loss.
 tri_status model_forward(model *m, int slot, int chunk, const int *inputs, const int *targets) {
     model_acts *a = &m->slots[slot];
+    const size_t tokens = (size_t)m->d.N * sizeof(int);
     const int first_layer = params_chunk_first_layer(&m->table, chunk);
     TRI_CHECK(begin_pass(m, chunk, 0));
-    m->be->copy_to_device(m->be, a->inputs, inputs, (size_t)m->d.N * sizeof(int));
+    if (holds_embedding(m, chunk)) m->be->copy_to_device(m->be, a->inputs, inputs, tokens);
+    const int loss = holds_head(m, chunk) && targets;
+    if (loss) m->be->copy_to_device(m->be, a->targets, targets, tokens);
     if (holds_embedding(m, chunk)) TRI_CHECK(embedding_forward(m, a));
     for (int i = 0; i < m->d.Lc; i++) TRI_CHECK(model_layer_forward(m, a, first_layer + i, i));
     if (!holds_head(m, chunk)) return TRI_OK;
     TRI_CHECK(head_forward(m, a));
-    return targets ? loss_forward(m, a, targets) : TRI_OK;
+    return loss ? loss_forward(m, a) : TRI_OK;
 }
 
 // ---- backward ----

@@ -8,6 +8,7 @@
 
 #include "base/checked.h"
 
+#include "compute/cuda_workspace.h"
 #include "compute/mempool.h"
 #include "config/config_layout.h"
 #include "model/model.h"
@@ -73,6 +74,20 @@ static void stage_memory(plan_stage *s, const layout *lo, const stage_tables *st
     s->mem_total = 0;
     for (int k = 0; k < MEM_KIND_COUNT; k++) s->mem_total = sat_add_u64(s->mem_total, s->mem[k]);
     s->host_startup = plan_host_startup_bytes(lo->cfg, st->pt);
+    s->backend_device = s->backend_pinned = 0;
+    if (lo->dev->cuda) { // what the CUDA backend's reserve takes for this stage's shapes
+        const model_layout ml = config_model_layout(lo->cfg, 0, s->pp_rank, s->n_slots,
+                                                    plan_device_traits(lo->dev));
+        const backend_shapes sh = model_op_shapes(&lo->cfg->model, &ml);
+        const cuda_workspace w = cuda_workspace_for(&sh, cuda_ws_sort_bound((size_t)sh.rows));
+        s->backend_device = cuda_workspace_device_bytes(&w);
+        s->backend_pinned = w.upload;
+    }
+}
+
+// What a stage needs on its device: the arenas and the backend's own workspaces.
+static uint64_t stage_device_bytes(const plan_stage *s) {
+    return sat_add_u64(s->mem_total, s->backend_device);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -522,7 +537,7 @@ tri_status plan_compute_cached(plan_result *p, const run_config *cfg, const plan
     p->flops_per_token = plan_flops_per_token(cfg);
     p->tokens_per_step = (double)cfg->train.global_batch * cfg->model.seq_len;
     p->bubble = sched_bubble_fraction(cfg->parallel.schedule, pp, lo.v, lo.m);
-    p->peak_flops = cfg->train.precision == DTYPE_BF16 ? dev->peak_bf16 : dev->peak_fp32;
+    p->peak_flops = plan_device_peak(dev, cfg->train.precision_mode, NULL);
     p->usable_bytes = dev->mem_bytes - dev->reserve_bytes;
     p->stages = xcalloc((size_t)pp, sizeof(plan_stage));
     // First, middle and last stages differ; every middle stage holds the same sizes.
@@ -552,7 +567,8 @@ tri_status plan_compute_cached(plan_result *p, const run_config *cfg, const plan
         const double end = s->t_comm[PLAN_PHASE_STEP_END];
         if (end > p->t_step_end) p->t_step_end = end;
         if (s->t_optimizer > p->t_optimizer) p->t_optimizer = s->t_optimizer;
-        if (s->mem_total > p->stages[p->worst_stage].mem_total) p->worst_stage = r;
+        if (stage_device_bytes(s) > stage_device_bytes(&p->stages[p->worst_stage]))
+            p->worst_stage = r;
     }
     // The final save's pieces: the largest over the whole model's tensors, which the stage
     // kinds' tables hold between them.
@@ -564,7 +580,7 @@ tri_status plan_compute_cached(plan_result *p, const run_config *cfg, const plan
         p->stages[r].host_save = plan_host_save_bytes(cfg, kinds[stage_kind(&lo, r)].pt, piece);
     for (int k = 0; k < 3; k++)
         if (built[k]) zero_layout_free(&kinds[k].zl);
-    p->fits = (double)p->stages[p->worst_stage].mem_total <= p->usable_bytes;
+    p->fits = (double)stage_device_bytes(&p->stages[p->worst_stage]) <= p->usable_bytes;
     // The schedule: m micro-batches plus the fill and drain, (pp-1)/v of the slowest stage's.
     p->t_schedule = t_micro * (lo.m + (double)(pp - 1) / lo.v);
     p->step_s = p->t_schedule + p->t_step_end + p->t_optimizer;

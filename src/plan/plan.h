@@ -28,6 +28,7 @@ typedef struct {
     const char *description;
     double peak_bf16;     // dense bf16 FLOP/s of one device (no sparsity)
     double peak_fp32;     // dense fp32 FLOP/s (no TF32)
+    double peak_tf32;     // dense TF32 tensor-core FLOP/s (no sparsity); the CPU: fp32's
     double mem_bytes;     // memory of one device (cpu: this machine's RAM / ranks on it)
     double reserve_bytes; // of it, not available to trident's buffers (runtime, comm buffers)
     double mem_bw;        // memory bandwidth of one device, bytes/s
@@ -35,10 +36,13 @@ typedef struct {
     double inter_bw;      // per device, one direction, between nodes (InfiniBand), bytes/s
     int per_node;         // devices per node
     double latency_intra, latency_inter; // seconds per collective call
-    double efficiency;    // achieved fraction of peak by a large matmul (and attention)
-    double gemm_half;     // a matmul whose smallest dimension is this runs at half of that
-    attn_state_kind attn; // how the device's backend keeps attention state (backend.h)
-    int bf16_out;         // its matmuls write bf16 outputs (backend.h): CUDA yes, the CPU no
+    double efficiency;       // achieved fraction of peak by a large matmul (and attention)
+    double gemm_half;        // a matmul whose smallest dimension is this runs at half of that
+    attn_state_kind attn;    // how the device's backend keeps attention state (backend.h)
+    int cuda;                // runs the CUDA backend, whose own workspaces count too
+                             // (compute/cuda_workspace.h)
+    const char *driver_name; // how the driver names this part ("NVIDIA H200"); NULL: none
+    int bf16_out;            // its matmuls write bf16 outputs (backend.h): CUDA yes, the CPU no
 } plan_device;
 
 // The backend traits the device's buffers follow.
@@ -49,6 +53,13 @@ static inline backend_traits plan_device_traits(const plan_device *d) {
 // Fills *dev with device `name` (case-insensitive). The CPU's memory, cores and hence ranks
 // per node are this machine's. Returns 0, or -1 for an unknown name.
 int plan_device_lookup(const char *name, int world, plan_device *dev);
+// The entry of the GPU the driver names `driver_name` (backend.device_name): the SXM parts of
+// the table, matched by their driver names; a PCIe or NVL variant (other peaks) or any other
+// GPU is not in it. Returns 0, or -1 when none matches.
+int plan_device_for_gpu(const char *driver_name, plan_device *dev);
+// The dense peak of `dev` for a run of precision p (bf16, TF32 or plain fp32): the MFU
+// denominator; *what names it ("bf16", "tf32", "fp32") when what is not NULL.
+double plan_device_peak(const plan_device *dev, precision_kind p, const char **what);
 // The device a config's system.backend implies: cuda -> h100; cpu and auto -> cpu (this
 // build trains on the CPU; the planner never probes for GPUs).
 const char *plan_device_default(const run_config *cfg);
@@ -73,7 +84,11 @@ typedef struct {
     int64_t rank_params; // parameters held (table.local_numel)
     int n_slots;         // activation slots (the schedule's in-flight bound)
     uint64_t mem[MEM_KIND_COUNT];
-    uint64_t mem_total;
+    uint64_t mem_total; // the arenas: the run record's "memory_planned"
+    // The compute backend's own memory outside the arenas (on a CUDA device its workspaces,
+    // compute/cuda_workspace.h; 0 on the CPU): on the device (counted in `fits`), and pinned
+    // host memory.
+    uint64_t backend_device, backend_pinned;
     // Host memory outside the arenas (plan_host_*): its peak at start-up, and at the final
     // save (tp rank 0, dp rank 0; 0 where model.bin is not written).
     uint64_t host_startup, host_save;
@@ -93,7 +108,7 @@ typedef struct {
     plan_stage *stages; // pp of them
     plan_device dev;
     double usable_bytes; // dev.mem_bytes - dev.reserve_bytes
-    int fits;            // every stage's total within usable_bytes
+    int fits;            // every stage's total (and backend_device) within usable_bytes
     int worst_stage;     // the stage with the most memory
     // Prediction: the schedule phase runs (m + (pp-1)/v) times the slowest stage's
     // per-micro-batch time; then the step-end communication and the optimizer.

@@ -1,5 +1,6 @@
 // plan_device.c: the planner's device table. Datasheet numbers (NVIDIA H100 and H200 SXM,
-// A100 80GB SXM: dense tensor-core bf16, fp32 without TF32, HBM size and bandwidth, NVLink
+// A100 80GB SXM: dense tensor-core bf16 and TF32 (half the sparse figures the datasheets
+// lead with), fp32 without TF32, HBM size and bandwidth, NVLink
 // per GPU in one direction, one 400 Gb/s (H100, H200) or 200 Gb/s (A100) InfiniBand NIC per
 // GPU) and, for the CPU, nominal figures of one x86-64-v3 core with this machine's memory.
 // The efficiencies, reserves and latencies are the planner's assumptions; `trident plan`
@@ -16,6 +17,7 @@ static const plan_device DEVICES[] = {
         /* .description   = */ "NVIDIA H100 80GB SXM",
         /* .peak_bf16     = */ 989e12,
         /* .peak_fp32     = */ 67e12,
+        /* .peak_tf32     = */ 494.5e12,
         /* .mem_bytes     = */ 80e9,
         /* .reserve_bytes = */ 3e9,
         /* .mem_bw        = */ 3.35e12,
@@ -27,6 +29,8 @@ static const plan_device DEVICES[] = {
         /* .efficiency    = */ 0.6,
         /* .gemm_half     = */ 128,
         /* .attn          = */ ATTN_STATE_LSE,
+        /* .cuda          = */ 1,
+        /* .driver_name   = */ "NVIDIA H100 80GB HBM3",
         /* .bf16_out      = */ 1,
     },
     {
@@ -34,6 +38,7 @@ static const plan_device DEVICES[] = {
         /* .description   = */ "NVIDIA H200 141GB SXM",
         /* .peak_bf16     = */ 989e12,
         /* .peak_fp32     = */ 67e12,
+        /* .peak_tf32     = */ 494.5e12,
         /* .mem_bytes     = */ 141e9,
         /* .reserve_bytes = */ 3e9,
         /* .mem_bw        = */ 4.8e12,
@@ -45,6 +50,8 @@ static const plan_device DEVICES[] = {
         /* .efficiency    = */ 0.6,
         /* .gemm_half     = */ 128,
         /* .attn          = */ ATTN_STATE_LSE,
+        /* .cuda          = */ 1,
+        /* .driver_name   = */ "NVIDIA H200",
         /* .bf16_out      = */ 1,
     },
     {
@@ -52,6 +59,7 @@ static const plan_device DEVICES[] = {
         /* .description   = */ "NVIDIA A100 80GB SXM",
         /* .peak_bf16     = */ 312e12,
         /* .peak_fp32     = */ 19.5e12,
+        /* .peak_tf32     = */ 156e12,
         /* .mem_bytes     = */ 80e9,
         /* .reserve_bytes = */ 3e9,
         /* .mem_bw        = */ 2.039e12,
@@ -63,6 +71,8 @@ static const plan_device DEVICES[] = {
         /* .efficiency    = */ 0.6,
         /* .gemm_half     = */ 128,
         /* .attn          = */ ATTN_STATE_LSE,
+        /* .cuda          = */ 1,
+        /* .driver_name   = */ "NVIDIA A100-SXM4-80GB",
         /* .bf16_out      = */ 1,
     },
     {
@@ -72,6 +82,7 @@ static const plan_device DEVICES[] = {
         /* .description   = */ "CPU core (x86-64-v3, one rank per core)",
         /* .peak_bf16     = */ 96e9,
         /* .peak_fp32     = */ 96e9,
+        /* .peak_tf32     = */ 96e9,
         /* .mem_bytes     = */ 0,
         /* .reserve_bytes = */ 0.2e9,
         /* .mem_bw        = */ 10e9,
@@ -83,6 +94,8 @@ static const plan_device DEVICES[] = {
         /* .efficiency    = */ 0.6,
         /* .gemm_half     = */ 16,
         /* .attn          = */ ATTN_STATE_PROBS,
+        /* .cuda          = */ 0,
+        /* .driver_name   = */ NULL,
         /* .bf16_out      = */ 0,
     },
 };
@@ -102,6 +115,27 @@ int plan_device_lookup(const char *name, int world, plan_device *dev) {
         return 0;
     }
     return -1;
+}
+
+int plan_device_for_gpu(const char *driver_name, plan_device *dev) {
+    if (!driver_name) return -1;
+    for (size_t i = 0; i < N_DEVICES; i++) {
+        const char *want = DEVICES[i].driver_name;
+        // "NVIDIA H200" names the SXM part; "NVIDIA H200 NVL" is another (its peaks differ).
+        if (!want || strncasecmp(driver_name, want, strlen(want)) != 0) continue;
+        const char *rest = driver_name + strlen(want);
+        if (*rest && (strcasestr(rest, "NVL") || strcasestr(rest, "PCIe"))) continue;
+        *dev = DEVICES[i];
+        return 0;
+    }
+    return -1;
+}
+
+double plan_device_peak(const plan_device *dev, precision_kind p, const char **what) {
+    if (what) *what = p == PRECISION_BF16 ? "bf16" : p == PRECISION_TF32 ? "tf32" : "fp32";
+    return p == PRECISION_BF16   ? dev->peak_bf16
+           : p == PRECISION_TF32 ? dev->peak_tf32
+                                 : dev->peak_fp32;
 }
 
 const char *plan_device_default(const run_config *cfg) {

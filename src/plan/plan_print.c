@@ -4,6 +4,8 @@
 #include "io/metrics.h"
 #include "plan/plan.h"
 
+#include "compute/cuda_workspace.h"
+
 #define N_ASSUMPTIONS 12
 
 // Decimal units (GB = 1e9 bytes), as datasheets and the ZeRO paper count.
@@ -40,13 +42,15 @@ static const char *op_name(comm_op_id op) {
 static int assumptions(const plan_result *p, const run_config *cfg, char out[][320]) {
     const plan_device *d = &p->dev;
     char a[32], b[32], c[32], e[32];
+    const char *peak_name;
+    plan_device_peak(d, cfg->train.precision_mode, &peak_name);
     int n = 0;
     snprintf(out[n++], 320,
              "a matmul runs at %.0f%% of the device's dense %s peak (%.4g TFLOP/s) "
              "times s / (s + %.0f), s its smallest dimension (micro_batch x seq_len, d_model "
              "or its tp share); attention at %.0f%%; recompute runs each layer's forward again",
-             100 * d->efficiency, cfg->train.precision == DTYPE_BF16 ? "bf16" : "fp32",
-             p->peak_flops / 1e12, d->gemm_half, 100 * d->efficiency);
+             100 * d->efficiency, peak_name, p->peak_flops / 1e12, d->gemm_half,
+             100 * d->efficiency);
     snprintf(out[n++], 320,
              "collectives are rings: an all-reduce moves 2(n-1)/n of its buffer over "
              "each rank's link, a reduce-scatter or all-gather (n-1)/n, a send its message");
@@ -208,8 +212,9 @@ void plan_print_text(const plan_result *p, const run_config *cfg, FILE *f) {
             p->tp, p->pp, p->dp, p->virtual_stages, config_schedule_name(cfg->parallel.schedule),
             cfg->parallel.zero, p->zero != cfg->parallel.zero ? " (0 in effect: dp 1)" : "",
             cfg->parallel.sequence_parallel ? "true" : "false",
-            config_recompute_name(cfg->parallel.recompute), dtype_name(cfg->train.precision),
-            dtype_name(cfg->train.grad_dtype), dtype_name(cfg->train.reduce_dtype));
+            config_recompute_name(cfg->parallel.recompute),
+            config_precision_name(cfg->train.precision_mode), dtype_name(cfg->train.grad_dtype),
+            dtype_name(cfg->train.reduce_dtype));
     fprintf(f,
             "batch: %d sequences x %d tokens = %s tokens per step; micro_batch %d, %d "
             "micro-batches per replica\n",
@@ -225,10 +230,29 @@ void plan_print_text(const plan_result *p, const run_config *cfg, FILE *f) {
             fmt_bytes(a, sizeof a, (double)plan_model_state_bytes(s0)),
             (double)plan_model_state_bytes(s0) / (double)s0->rank_params);
     if (p->pp > 1) print_stages(p, f);
-    fprintf(f, "\nfits: %s: stage %d needs %s of %s usable (%s - %s reserved)\n",
-            p->fits ? "yes" : "NO", w->pp_rank, fmt_bytes(a, sizeof a, (double)w->mem_total),
-            fmt_bytes(b, sizeof b, p->usable_bytes), fmt_bytes(c, sizeof c, p->dev.mem_bytes),
-            fmt_bytes(d, sizeof d, p->dev.reserve_bytes));
+    if (p->dev.cuda)
+        fprintf(f,
+                "  CUDA backend workspaces outside the arenas: %s on the device (op workspace, "
+                "cuBLASLt's %s%s), %s pinned host (token uploads); reserved at start-up\n",
+                fmt_bytes(a, sizeof a, (double)s0->backend_device),
+                fmt_bytes(b, sizeof b, (double)CUDA_LT_WORKSPACE_BYTES),
+                cuda_attention_bf16_native(cfg->model.d_model / cfg->model.n_head) ||
+                        cfg->train.precision != DTYPE_BF16
+                    ? ""
+                    : ", the bf16 attention's widened qkv",
+                fmt_bytes(c, sizeof c, (double)s0->backend_pinned));
+    if (p->dev.cuda)
+        fprintf(f,
+                "\nfits: %s: stage %d needs %s + %s workspaces of %s usable (%s - %s reserved)\n",
+                p->fits ? "yes" : "NO", w->pp_rank, fmt_bytes(a, sizeof a, (double)w->mem_total),
+                fmt_bytes(e, sizeof e, (double)w->backend_device),
+                fmt_bytes(b, sizeof b, p->usable_bytes), fmt_bytes(c, sizeof c, p->dev.mem_bytes),
+                fmt_bytes(d, sizeof d, p->dev.reserve_bytes));
+    else
+        fprintf(f, "\nfits: %s: stage %d needs %s of %s usable (%s - %s reserved)\n",
+                p->fits ? "yes" : "NO", w->pp_rank, fmt_bytes(a, sizeof a, (double)w->mem_total),
+                fmt_bytes(b, sizeof b, p->usable_bytes), fmt_bytes(c, sizeof c, p->dev.mem_bytes),
+                fmt_bytes(d, sizeof d, p->dev.reserve_bytes));
     print_host(p, cfg, f);
     print_comm(p, f);
 
@@ -325,9 +349,13 @@ void plan_print_json(const plan_result *p, const run_config *cfg, FILE *f) {
     json_memory(f, s0, MEM_RECORDED);
     fprintf(f,
             ",\"scratch_bytes\":%llu,\"total_bytes\":%llu,\"host_startup_bytes\":%llu,"
-            "\"host_save_bytes\":%llu,\"comm_bytes\":",
+            "\"host_save_bytes\":%llu,",
             (unsigned long long)s0->mem[MEM_SCRATCH], (unsigned long long)s0->mem_total,
             (unsigned long long)s0->host_startup, (unsigned long long)s0->host_save);
+    if (p->dev.cuda) // the CUDA backend's own workspaces (compute/cuda_workspace.h)
+        fprintf(f, "\"backend_device_bytes\":%llu,\"backend_pinned_bytes\":%llu,",
+                (unsigned long long)s0->backend_device, (unsigned long long)s0->backend_pinned);
+    fprintf(f, "\"comm_bytes\":");
     json_comm_bytes(f, s0);
     fprintf(f, ",\"comm\":");
     json_comm(f, s0);

@@ -17,6 +17,9 @@
 //   build/tests/gpu/test_gpu_ops --attention   only the attention rows (tests/gpu/run.sh runs
 //                                              them again with TRIDENT_CUDA_ATTN=v1)
 //   build/tests/gpu/test_gpu_ops --bench-attn  attention timings alone, per head size
+//   build/tests/gpu/test_gpu_ops --matmuls     the matmul rows only (with
+//                                              TRIDENT_TEST_CUDA_FALLBACK=1: every cuBLASLt
+//                                              fallback, the bf16 fallback GEMM among them)
 //
 // TRIDENT_CUDA_TF32=1 must be unset: TF32 matmuls are ~1e-3 off by design.
 #include "../fa2_model.h"
@@ -102,20 +105,21 @@ static void test_memory(void) {
 // ---------------------------------------------------------------------------------------
 
 int main(int argc, char **argv) {
-    backend_cpu_prepare_process(argv); // OpenBLAS's fast kernels for the CPU reference
+    backend_cpu_prepare_process(argv, 0); // OpenBLAS's fast kernels for the CPU reference
     log_init();
-    int do_bench = 0, self_test = 0, attention_only = 0, fa2_model_dut = 0;
+    int do_bench = 0, self_test = 0, attention_only = 0, fa2_model_dut = 0, matmuls = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bench")) do_bench = 1;
         else if (!strcmp(argv[i], "--bench-small")) do_bench = 2;
         else if (!strcmp(argv[i], "--bench-attn")) do_bench = 3;
         else if (!strcmp(argv[i], "--self-test")) self_test = 1;
         else if (!strcmp(argv[i], "--attention")) attention_only = 1;
+        else if (!strcmp(argv[i], "--matmuls")) matmuls = 1;
         else if (!strcmp(argv[i], "--fa2-model")) self_test = fa2_model_dut = 1;
         else {
             fprintf(stderr,
                     "usage: %s [--bench | --bench-small | --bench-attn] [--self-test | "
-                    "--fa2-model] [--attention]\n",
+                    "--fa2-model] [--attention | --matmuls]\n",
                     argv[0]);
             return 2;
         }
@@ -138,9 +142,10 @@ int main(int argc, char **argv) {
                    "--self-test runs the harness on the CPU)\n");
             return 1;
         }
+        // TRIDENT_TEST_CUDA_FALLBACK=1 (read by the backend): the same rows on every fallback.
         const char *kernels = getenv("TRIDENT_CUDA_ATTN");
-        snprintf(test_tag, sizeof test_tag, " (cuda%s%s)", kernels ? " attn " : "",
-                 kernels ? kernels : "");
+        snprintf(test_tag, sizeof test_tag, " (cuda%s%s%s)", kernels ? " attn " : "",
+                 kernels ? kernels : "", getenv("TRIDENT_TEST_CUDA_FALLBACK") ? ", fallbacks" : "");
         if (getenv("TRIDENT_CUDA_TF32"))
             printf("note: TRIDENT_CUDA_TF32 is set; fp32 tolerances will not hold\n");
         // flash-style attention: the backward recomputes the probabilities from each row's
@@ -154,9 +159,10 @@ int main(int argc, char **argv) {
         dut->destroy(dut), cpu->destroy(cpu);
         return 0;
     }
-    if (!attention_only) test_memory();
+    if (!attention_only && !matmuls) test_memory();
     for (size_t i = 0; i < N_OP_CASES; i++)
-        if (!attention_only || OP_CASES[i].op == &OP_ATTENTION)
+        if ((!attention_only || OP_CASES[i].op == &OP_ATTENTION) &&
+            (!matmuls || OP_CASES[i].op == &OP_MATMUL))
             op_case_check_twin(&OP_CASES[i], i, dut, cpu, test_tag);
     print_error_table();
     dut->destroy(dut), cpu->destroy(cpu);
