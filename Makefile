@@ -175,8 +175,10 @@ test-asan: deps
 		echo "$$(grep -c '^PASS ' $(SAN_BUILD)/sanitize.log) passed, $$(grep -c '^FAIL ' $(SAN_BUILD)/sanitize.log) failed"; \
 		grep -q "^PASS " $(SAN_BUILD)/sanitize.log && ! grep -q "^FAIL " $(SAN_BUILD)/sanitize.log
 
-# What CI runs besides make test: the suites that do not fit its 10 minutes.
+# What CI runs besides make test: the suites that do not fit its 10 minutes (the sanitizers;
+# the blend test on every layout).
 test-full: test-asan
+	@$(MAKE) --no-print-directory all && bash tests/test_blend.sh --all-layouts
 
 # Speed measurements, never run by `make test` (which asserts no timing): the tokenizer
 # against Hugging Face tokenizers (scripts/bench-tokenize.sh [THREADS] [MB]), and the step

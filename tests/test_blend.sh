@@ -5,8 +5,9 @@
 #   - the run says what it reads (sources, tokens, samples, epochs), its run record holds each
 #     source's path, weight, share, tokens and samples, its eval lines val_loss/ot and /nt;
 #     each checkpoint records how many samples each source gave (exactly its share here);
-#   - tp 2, pp 2 and dp 2 (ZeRO-1) read the same batches: the same losses as one process
-#     (FP32_PARITY, as the layout tests);
+#   - dp 2 (ZeRO-1) reads the same batches: the same losses as one process (FP32_PARITY, as
+#     the layout tests, which run tp, pp and dp with the default shuffled order); with
+#     --all-layouts (make test-full) tp 2 and pp 2 too, which place no data of their own;
 #   - a checkpoint of step 10 on one process, resumed on dp 2, continues with the same
 #     metrics as the uninterrupted run;
 #   - a resume whose config asks for another order (data.shuffle, the weights) is refused,
@@ -79,7 +80,9 @@ PY
 else fail blend_val_sets_in_tensorboard_and_plot "tags: $(ls $W/tb 2>&1); plot: $out"; fi
 
 # Every layout reads the same batches.
-for layout in "tp2 parallel.tp=2" "pp2 parallel.pp=2" "dp2 parallel.dp=2"; do
+LAYOUTS=("dp2 parallel.dp=2")
+[ "${1:-}" = --all-layouts ] && LAYOUTS+=("tp2 parallel.tp=2" "pp2 parallel.pp=2")
+for layout in "${LAYOUTS[@]}"; do
     set -- $layout
     name=blend_$1
     if "${MPIRUN[@]}" -np 2 $T train $CFG "${COMMON[@]}" --set $2 --set run.out_dir=$W/$name \
