@@ -155,7 +155,7 @@ data/kjv_ot_train_000.bin: data/kjv.txt | $(BUILD)/tools/make_byte_shards
 run: deps
 	@$(MAKE) --no-print-directory all
 	$(BUILD)/trident train configs/default.yaml
-	$(BUILD)/trident sample runs/kjv-tiny --prompt "And God said" --tokens 200
+	$(BUILD)/trident sample runs/kjv-tiny --prompt "And God said" --tokens 200 --temperature 0.5
 
 # `make test T=PATTERN` runs only the tests whose name matches (tests/run_all.sh: a glob such
 # as 'test_ops*', or a substring such as dp). T is not exported: the test scripts use T for

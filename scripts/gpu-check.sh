@@ -26,11 +26,15 @@
 #                       with fp32 and with bf16 operands), fp32 then TF32; then
 #                       --bench-attn: attention per head size at T 1024 and 2048 on the FA2
 #                       kernels, then on v1 (TRIDENT_CUDA_ATTN=v1)
+#        bf16-path.log  10 bf16 steps of tests/configs/tiny.yaml on the fused bf16 data path
+#                       (matmuls writing bf16 outputs) and on v1 (TRIDENT_CUDA_BF16_PATH=v1),
+#                       whose losses must agree within bf16's rounding (tests/parity.py)
 #        bench-gpu.log  scripts/bench-gpu.sh: trident against PyTorch, 124M and 350M
 #        summary.txt    the pass/fail line and the benchmark table
-#    Each phase has its own time limit (GPU_CHECK_TEST_S 150, _OPS_S 60, _BENCH_S 210
-#    seconds), so one that hangs still leaves the others' results; GPU_CHECK_PHASES picks
-#    phases for a rerun (command="GPU_CHECK_PHASES=bench-gpu bash scripts/gpu-check.sh").
+#    Each phase has its own time limit (GPU_CHECK_TEST_S 150, _BF16_S 35, _OPS_S 60,
+#    _BENCH_S 175 seconds: 420 in all), so one that hangs still leaves the others' results;
+#    GPU_CHECK_PHASES picks phases for a rerun
+#    (command="GPU_CHECK_PHASES=bench-gpu bash scripts/gpu-check.sh").
 #    STEPS (default 8) sets the benchmark's steps per run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -106,7 +110,7 @@ wrap "$B/tests/gpu/test_gpu_ops" "$B/bin/test_gpu_ops"
     "$B/trident" --version 2>&1
 } >"$OUT/env.txt"
 
-PHASES=" ${GPU_CHECK_PHASES:-test-gpu bench-ops bench-gpu} "
+PHASES=" ${GPU_CHECK_PHASES:-test-gpu bf16-path bench-ops bench-gpu} "
 phase() { # name seconds command...
     local name=$1 secs=$2
     shift 2
@@ -119,16 +123,24 @@ phase() { # name seconds command...
     return $rc
 }
 phase test-gpu "${GPU_CHECK_TEST_S:-150}" tests/gpu/run.sh "$B"
+phase bf16-path "${GPU_CHECK_BF16_S:-35}" bash -c "for p in fused v1; do
+    rm -rf /tmp/gpu-check-bf16-\$p
+    TRIDENT_CUDA_BF16_PATH=\$p '$B/trident' train tests/configs/tiny.yaml \\
+        --set system.backend=cuda --set train.precision=bf16 --set train.steps=10 \\
+        --set data.eval_every=0 --set run.out_dir=/tmp/gpu-check-bf16-\$p || exit 1
+done
+python3 tests/parity.py /tmp/gpu-check-bf16-v1 /tmp/gpu-check-bf16-fused loss=2e-2 steps=10"
 phase bench-ops "${GPU_CHECK_OPS_S:-60}" bash -c "'$B/tests/gpu/test_gpu_ops' --bench &&
     TRIDENT_CUDA_TF32=1 '$B/tests/gpu/test_gpu_ops' --bench &&
     '$B/tests/gpu/test_gpu_ops' --bench-attn &&
     TRIDENT_CUDA_ATTN=v1 '$B/tests/gpu/test_gpu_ops' --bench-attn"
-phase bench-gpu "${GPU_CHECK_BENCH_S:-210}" env STEPS="${STEPS:-8}" TRIDENT_BIN="$B/trident" \
+phase bench-gpu "${GPU_CHECK_BENCH_S:-175}" env STEPS="${STEPS:-8}" TRIDENT_BIN="$B/trident" \
     BENCH_OUT=/tmp/bench-gpu scripts/bench-gpu.sh
 
 {
     grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/test-gpu.log" || echo "test-gpu: no summary line"
     grep '^FAIL' "$OUT/test-gpu.log"
+    tail -2 "$OUT/bf16-path.log"
     grep -E '^bench: (these ops|matmul qkv|attention)' "$OUT/bench-ops.log"
     grep -E '^\|' "$OUT/bench-gpu.log"
 } >"$OUT/summary.txt" 2>/dev/null

@@ -582,7 +582,7 @@ int main(int argc, char **argv) {
     char work[] = "/tmp/fuzz-cli-XXXXXX";
     if (!mkdtemp(work)) return perror("mkdtemp"), 1;
     g_work = work;
-    setenv("TRIDENT_BLAS_REEXEC", "1", 1); // a child is never re-executed (it is not trident)
+    setenv("TRIDENT_REEXEC", "1", 1); // a child is never re-executed (it is not trident)
     setenv("OPENBLAS_NUM_THREADS", "1", 1);
     log_init();
     int failed = 0, through_cli = 0;

@@ -53,7 +53,7 @@ int main(int argc, char **argv) {
     if (backend_cpu_create(&be, cfg.system.threads) || comm_self_create(&cm, NULL)) return 1;
     // One process, fp32: the model and a ZeRO layer of one replica holding its parameters
     // (from model.init_from or run.seed, as a run starts) and gradients.
-    const model_layout ml = config_model_layout(&cfg, 0, 0, 1, be->attn_state);
+    const model_layout ml = config_model_layout(&cfg, 0, 0, 1, backend_traits_of(be));
     if (model_create(&m, &cfg.model, &ml, be, cm, NULL)) return 1;
     size_t bytes = m.table.local_numel * sizeof(float);
     float *host = xmalloc(bytes);

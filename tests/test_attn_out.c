@@ -70,7 +70,7 @@ static void check_mode(const char *what, char **sets, int n_set) {
     TRI_ASSERT(backend_cpu_create(&be, 1) == TRI_OK && comm_self_create(&cm, NULL) == TRI_OK);
     real_fwd = be->attention_fwd, real_bwd = be->attention_bwd;
     be->attention_fwd = wrapped_fwd, be->attention_bwd = wrapped_bwd;
-    const model_layout ml = config_model_layout(&cfg, 0, 0, 1, be->attn_state);
+    const model_layout ml = config_model_layout(&cfg, 0, 0, 1, backend_traits_of(be));
     model m;
     zero_state *z;
     model_init mi;

@@ -172,6 +172,9 @@ static void check_sort_bound(void) {
     TEST_CHECK(ok, "workspace_sort_bound_covers_cub", "%s", bad);
 }
 
+// The CUDA backend's traits (the planner's GPU entries).
+static const backend_traits CUDA_TRAITS = {.attn = ATTN_STATE_LSE, .bf16_out = 1};
+
 // A resolved config of C = d_model, T = seq_len (B 16, 12 layers, GPT-2's vocabulary) with
 // these settings, on tp * pp ranks.
 static void model_config_of(run_config *c, int C, int T, int tp, int pp, int sp, tri_dtype prec,
@@ -190,11 +193,12 @@ static void model_config_of(run_config *c, int C, int T, int tp, int pp, int sp,
 // Every workspace request the ops make for this rank's model (the calls of model_layer.c and
 // model_pass.c, written out from the model's dims), within the reservation.
 static int requests_fit(const run_config *c, int tp_rank, int pp_rank, char *why, size_t n) {
-    const model_layout ml = config_model_layout(c, tp_rank, pp_rank, 1, ATTN_STATE_LSE);
+    const model_layout ml = config_model_layout(c, tp_rank, pp_rank, 1, CUDA_TRAITS);
     const model_dims d = model_dims_of(&c->model, &ml);
     const backend_shapes sh = model_op_shapes(&c->model, &ml);
     const size_t sort = cuda_ws_sort_bound((size_t)d.N);
     const cuda_workspace w = cuda_workspace_for(&sh, sort);
+    const int bf16 = ml.precision == DTYPE_BF16;
     struct {
         const char *what;
         size_t bytes;
@@ -212,6 +216,13 @@ static int requests_fit(const run_config *c, int tp_rank, int pp_rank, char *why
         {"attention", (size_t)d.B * d.NH_local * d.T * sizeof(float)},
         {"sumsq", cuda_ws_sumsq()},
         {"embedding", d.has_embed ? cuda_ws_embedding_bwd((size_t)d.N, sort) : 0},
+        // bf16: the bf16-output matmuls' fallback, forward (qkv, fc) and input gradients
+        // (fc, qkv: C; fcproj: 4C/tp; attproj: C/tp)
+        {"qkv out16", bf16 ? cuda_ws_matmul_out16((size_t)d.N, (size_t)d.C3_local) : 0},
+        {"fc out16", bf16 ? cuda_ws_matmul_out16((size_t)d.N, (size_t)d.C4_local) : 0},
+        {"C dinp16", bf16 ? cuda_ws_matmul_out16((size_t)d.N, (size_t)d.C) : 0},
+        {"fcproj dinp16", bf16 ? cuda_ws_matmul_out16((size_t)d.N, (size_t)d.C4_local) : 0},
+        {"attproj dinp16", bf16 ? cuda_ws_matmul_out16((size_t)d.N, (size_t)d.C_local) : 0},
     };
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++)
         if (req[i].bytes > w.scratch) {
@@ -231,6 +242,32 @@ static int requests_fit(const run_config *c, int tp_rank, int pp_rank, char *why
         return 0;
     }
     return 1;
+}
+
+// The bf16-output fallback's chunks: at least one row, at most the op's rows, each chunk
+// within the workspace the op asks for, that workspace bounded however large the model, and
+// nondecreasing in rows and columns (reserve sizes it for the widest shape only).
+static void check_out16_chunks(void) {
+    const size_t rows[] = {0, 1, 7, 512, 8192, 16384, 1u << 20};
+    const size_t cols[] = {1, 64, 768, 2304, 3072, 16384, CUDA_OUT16_CHUNK_FLOATS + 3};
+    const size_t nr = sizeof rows / sizeof rows[0], nc = sizeof cols / sizeof cols[0];
+    int ok = 1;
+    char why[160] = "";
+    for (size_t i = 0; i < nr && ok; i++)
+        for (size_t j = 0; j < nc && ok; j++) {
+            const size_t r = rows[i], c = cols[j], k = cuda_out16_chunk_rows(r, c);
+            const size_t ws = cuda_ws_matmul_out16(r, c);
+            const size_t cap = (c > CUDA_OUT16_CHUNK_FLOATS ? c : CUDA_OUT16_CHUNK_FLOATS) * 4;
+            ok = (r == 0 ? k == 0 : k >= 1 && k <= r) && k * c * sizeof(float) <= ws &&
+                 ws <= cuda_align256(cap);
+            for (size_t i2 = i; i2 < nr && ok; i2++)
+                for (size_t j2 = j; j2 < nc && ok; j2++)
+                    ok = ws <= cuda_ws_matmul_out16(rows[i2], cols[j2]);
+            if (!ok)
+                snprintf(why, sizeof why, "rows %zu cols %zu: chunk %zu, workspace %zu", r, c, k,
+                         ws);
+        }
+    TEST_CHECK(ok, "out16_chunks_fit_their_workspace", "%s", why);
 }
 
 static void check_workspace_fits_ops(void) {
@@ -262,7 +299,7 @@ static void check_workspace_fits_ops(void) {
     c.train.precision = DTYPE_BF16, c.train.precision_mode = PRECISION_BF16;
     c.train.micro_batch = 4, c.train.global_batch = 4;
     TRI_ASSERT(config_resolve_world(&c, 1) == TRI_OK);
-    const model_layout ml = config_model_layout(&c, 0, 0, 1, ATTN_STATE_LSE);
+    const model_layout ml = config_model_layout(&c, 0, 0, 1, CUDA_TRAITS);
     const backend_shapes sh = model_op_shapes(&c.model, &ml);
     const cuda_workspace w = cuda_workspace_for(&sh, cuda_ws_sort_bound((size_t)sh.rows));
     if (ok) ok = requests_fit(&c, 0, 0, why, sizeof why) && w.widened > 0;
@@ -273,44 +310,52 @@ static void check_workspace_fits_ops(void) {
 
 // What `trident plan --device h100` states for each stage is what the trainer reserves
 // (trainer.c: model_op_shapes of its layout, then backend.reserve), and the fit counts it.
-static void check_plan_states_workspace(void) {
-    run_config c; // narrow: the first stage's embedding sort is its largest request
-    model_config_of(&c, 64, 256, 2, 2, 0, DTYPE_BF16, 2);
+static void check_plan_states_workspace_of(int bf16, int *ok, char *why, size_t n) {
+    run_config c; // narrow: the first stage's embedding sort is its largest fp32 request
+    model_config_of(&c, 64, 256, 2, 2, 0, bf16 ? DTYPE_BF16 : DTYPE_FP32, 2);
     plan_device dev;
     TRI_ASSERT(plan_device_lookup("h100", 4, &dev) == 0);
     plan_result p;
     TRI_ASSERT(plan_compute(&p, &c, &dev) == TRI_OK);
-    int ok = 1;
-    char why[200] = "";
-    for (int r = 0; r < 2 && ok; r++) {
-        const model_layout ml = config_model_layout(&c, 0, r, p.stages[r].n_slots, ATTN_STATE_LSE);
+    for (int r = 0; r < 2 && *ok; r++) {
+        const model_layout ml = config_model_layout(&c, 0, r, p.stages[r].n_slots, CUDA_TRAITS);
         const backend_shapes sh = model_op_shapes(&c.model, &ml);
         const cuda_workspace w = cuda_workspace_for(&sh, cuda_ws_sort_bound((size_t)sh.rows));
         const uint64_t want = cuda_workspace_device_bytes(&w);
-        ok = p.stages[r].backend_device == want && p.stages[r].backend_pinned == w.upload &&
-             want >= CUDA_LT_WORKSPACE_BYTES && (r == 0) == (sh.V_local > 0);
-        if (!ok)
-            snprintf(why, sizeof why, "stage %d: plan %llu / %llu, reserve %llu / %zu", r,
+        *ok = p.stages[r].backend_device == want && p.stages[r].backend_pinned == w.upload &&
+              want >= CUDA_LT_WORKSPACE_BYTES && (r == 0) == (sh.V_local > 0);
+        if (!*ok)
+            snprintf(why, n, "stage %d: plan %llu / %llu, reserve %llu / %zu", r,
                      (unsigned long long)p.stages[r].backend_device,
                      (unsigned long long)p.stages[r].backend_pinned, (unsigned long long)want,
                      w.upload);
     }
-    if (ok && p.stages[0].backend_device == p.stages[1].backend_device) {
-        ok = 0;
-        snprintf(why, sizeof why, "both stages state %llu (the first sorts the embedding's tokens)",
+    // In fp32 the first stage's embedding sort is its largest request (in bf16 the matmuls'
+    // fallback outgrows it here).
+    if (*ok && !bf16 && p.stages[0].backend_device == p.stages[1].backend_device) {
+        *ok = 0;
+        snprintf(why, n, "both stages state %llu (the first sorts the embedding's tokens)",
                  (unsigned long long)p.stages[0].backend_device);
     }
     plan_free(&p);
     // The CPU device has no such workspaces (the run record's memory is the arenas alone).
     TRI_ASSERT(plan_device_lookup("cpu", 4, &dev) == 0);
     TRI_ASSERT(plan_compute(&p, &c, &dev) == TRI_OK);
-    if (ok && (p.stages[0].backend_device || p.stages[0].backend_pinned)) {
-        ok = 0;
-        snprintf(why, sizeof why, "the cpu device states %llu backend bytes",
+    if (*ok && (p.stages[0].backend_device || p.stages[0].backend_pinned)) {
+        *ok = 0;
+        snprintf(why, n, "the cpu device states %llu backend bytes",
                  (unsigned long long)p.stages[0].backend_device);
     }
     plan_free(&p);
     config_free(&c);
+}
+
+static void check_plan_states_workspace(void) {
+    int ok = 1;
+    char why[200] = "";
+    // fp32, then bf16 (whose bf16-output matmuls' fallback workspace is a term too).
+    for (int bf16 = 0; bf16 < 2 && ok; bf16++)
+        check_plan_states_workspace_of(bf16, &ok, why, sizeof why);
     TEST_CHECK(ok, "workspace_plan_equals_reserve", "%s", why);
 }
 
@@ -390,6 +435,7 @@ int main(void) {
     check_shared_gpus();
     check_upload_ring();
     check_sort_bound();
+    check_out16_chunks();
     check_workspace_fits_ops();
     check_plan_states_workspace();
     check_gpu_table();

@@ -287,6 +287,7 @@ static const backend cuda_backend_table = {
     /* .peak_flops            = */ 0, // the trainer takes the device's from plan's table
     /* .attn_state            = */ ATTN_STATE_LSE, // flash-style attention: row statistics only
     /* .stream                = */ NULL,           // the context's stream, set below
+    /* .bf16_out              = */ 0,              // TRIDENT_CUDA_BF16_PATH, set below
     /* .device_name           = */ NULL,           // the context's, set below
     /* .device_bus_id         = */ NULL,
     /* .has_tf32              = */ 1, // sm_80 and newer (the oldest CUDA_ARCH)
@@ -303,6 +304,8 @@ static const backend cuda_backend_table = {
     /* .alloc_count           = */ cuda_alloc_count,
     /* .matmul_fwd            = */ cuda_matmul_fwd,
     /* .matmul_bwd            = */ cuda_matmul_bwd,
+    /* .matmul_fwd16          = */ cuda_matmul_fwd16,
+    /* .matmul_bwd16          = */ cuda_matmul_bwd16,
     /* .layernorm_fwd         = */ cuda_layernorm_fwd,
     /* .layernorm_bwd         = */ cuda_layernorm_bwd,
     /* .residual_fwd          = */ cuda_residual_fwd,
@@ -377,6 +380,7 @@ tri_status backend_cuda_create(backend **out, int device) {
         x->fallback_forced = env_flag(ENV_TEST_CUDA_FALLBACK);
         x->compute = x->tf32_forced ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
         TRI_CHECK_GOTO(cuda_matmul_init(x), rc, fail);
+        b->bf16_out = x->bf16_out;
         TRI_CHECK_GOTO(cuda_attention_init(x, prop.sharedMemPerBlockOptin), rc, fail);
         LOG_DEBUG("CUDA backend on device %d (%s, sm_%d%d, %d SMs, %.1f GiB), matmuls in %s, "
                   "GELU %s",

@@ -79,6 +79,7 @@ typedef struct {
     int att_fa2;                  // TRIDENT_CUDA_ATTN: 1 for the FA2 kernels (default), 0 for v1
     unsigned att_fa2_heads;       // head sizes whose FA2 kernels fit the device (bits HS / 16)
     int gelu_epilogue;   // cuBLASLt's GELU epilogues compute gelu_tanh here (probed at start)
+    int bf16_out;        // TRIDENT_CUDA_BF16_PATH: 1 for fused (default), 0 for v1
     double *host_result; // pinned: where sumsq's result lands for the host
     // alloc()/free() may come from another host thread (a checkpoint writer), hence the lock.
     std::mutex mem_lock;
@@ -146,6 +147,12 @@ int cuda_matmul_fwd(backend *b, float *out, float *gelu_pre, operand inp, operan
                     const float *bias, int N, int IC, int OC);
 int cuda_matmul_bwd(backend *b, float *dinp, float *dweight, float *dbias, operand dout,
                     operand inp, operand weight, const float *gelu_pre, int N, int IC, int OC);
+// The bf16-output entries (backend.h matmul_fwd16 / _bwd16): cuBLASLt writes a bf16 D (and a
+// bf16 GELU aux) where it has an algorithm, else the fp32 GEMM and one rounding kernel.
+void cuda_matmul_fwd16(backend *b, uint16_t *out16, uint16_t *pre16, operand inp, operand weight,
+                       const float *bias, int N, int IC, int OC);
+void cuda_matmul_bwd16(backend *b, uint16_t *dinp16, float *dweight, float *dbias, operand dout,
+                       operand inp, operand weight, const uint16_t *pre16, int N, int IC, int OC);
 
 // ---- the fallback GEMM (backend_cuda_gemm.cu) ----
 // D (m, n) = op(A) (m, k) op(B) (k, n) + beta D, column-major as cuBLASLt's (op: transposed
@@ -196,6 +203,11 @@ void cuda_column_sums_add(cuda_ctx *x, float *dbias, const float *dout, int N, i
 // time, valid until cuda_widened_free, which marks it unused again (nothing to free).
 float *cuda_widened_copy(cuda_ctx *x, const uint16_t *src, size_t n);
 void cuda_widened_free(cuda_ctx *x, float *p);
+// out16 = bf16(pre), or with pre16: pre16 = bf16(pre), out16 = bf16(gelu_tanh(pre)).
+void cuda_round_gelu(cuda_ctx *x, uint16_t *out16, uint16_t *pre16, const float *pre, size_t n);
+// dinp16 = bf16(dinp * gelu_tanh'(pre16)), the factor only with pre16.
+void cuda_gelu_bwd_round(cuda_ctx *x, uint16_t *dinp16, const float *dinp, const uint16_t *pre16,
+                         size_t n);
 // The temporary storage CUB's radix sort of the embedding backward asks for, for `tokens`
 // tokens and V_local rows (reserve sizes the scratch with it).
 size_t cuda_embedding_sort_bytes(cuda_ctx *x, int tokens, int V_local);

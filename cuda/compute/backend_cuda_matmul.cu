@@ -35,7 +35,17 @@
 // dimensions its tensor-core kernels refuse), that GEMM runs in the fallback kernel of
 // backend_cuda_gemm.cu, which reads the bf16 operands in place: the same exact products and
 // no extra memory, so only speed differs.
+//
+// bf16 outputs (matmul_fwd16 / _bwd16, TRIDENT_CUDA_BF16_PATH=fused): D is CUDA_R_16BF, the
+// bias stays fp32 (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE), and the GELU epilogues' aux takes
+// D's type, bf16 (the default of EPILOGUE_AUX_DATA_TYPE): the forward writes bf16(gelu(pre))
+// and bf16(pre) from the fp32 accumulator, DGELU reads the bf16 pre. Where cuBLASLt has no
+// such algorithm, the fp32-output path above (cuBLASLt, or the fallback GEMM reading the bf16
+// operands in place) runs over chunks of rows into the op workspace (cuda_ws_matmul_out16,
+// reserved at start) and one kernel rounds each chunk (and applies the GELU or its
+// derivative): the same values, one extra pass, no allocation.
 #include "backend_cuda_internal.cuh"
+#include "base/env.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -43,7 +53,8 @@
 struct cuda_lt_plan {
     // key
     cublasOperation_t ta, tb;
-    cudaDataType_t ab;           // A's and B's element type: CUDA_R_32F or CUDA_R_16BF
+    cudaDataType_t ab; // A's and B's element type: CUDA_R_32F or CUDA_R_16BF
+    cudaDataType_t dt; // D's (and the GELU aux's): CUDA_R_32F (0, memset keys) or CUDA_R_16BF
     cublasComputeType_t compute; // _32F, or _32F_FAST_TF32 for fp32 operands in TF32
     int m, n, k, lda, ldb, ldd;
     cublasLtEpilogue_t epilogue;
@@ -105,6 +116,17 @@ tri_status cuda_matmul_init(cuda_ctx *x) {
     x->plans = (cuda_lt_plan *)xcalloc(CUDA_LT_MAX_PLANS, sizeof(cuda_lt_plan));
     x->n_plans = 0;
     x->gelu_epilogue = gelu_epilogue_matches(x);
+    static const char *const paths[] = {"fused", "v1"};
+    const int k = env_choice(ENV_TRIDENT_CUDA_BF16_PATH, paths, 2, 0);
+    if (k < 0) {
+        LOG_ERROR("TRIDENT_CUDA_BF16_PATH=%s: the CUDA bf16 data paths are fused or v1",
+                  env_get(ENV_TRIDENT_CUDA_BF16_PATH));
+        LOG_HINT("unset it for the default (fused); v1 selects the previous path (fp32 matmul "
+                 "outputs rounded by a separate pass), to bisect a failing device run (README "
+                 "\"Environment variables\")");
+        return TRI_ERR_CONFIG;
+    }
+    x->bf16_out = k == 0;
     return TRI_OK;
 }
 
@@ -135,13 +157,18 @@ static void plan_build(cuda_ctx *x, cuda_lt_plan *p) {
         cublasLtMatrixLayoutCreate(&p->la, p->ab, ta ? p->k : p->m, ta ? p->m : p->k, p->lda));
     LT_OP_CHECK(
         cublasLtMatrixLayoutCreate(&p->lb, p->ab, tb ? p->n : p->k, tb ? p->k : p->n, p->ldb));
-    LT_OP_CHECK(cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_32F, p->m, p->n, p->ldd));
+    LT_OP_CHECK(cublasLtMatrixLayoutCreate(&p->ld, p->dt, p->m, p->n, p->ldd));
+    if (p->dt != CUDA_R_32F) { // a bf16 D: the bias (and bias gradient) stays fp32
+        const int32_t bias_type = CUDA_R_32F;
+        LT_OP_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                   &bias_type, sizeof bias_type));
+    }
     // The epilogue's pointers before the heuristic: cuBLASLt reads their alignment off them
     // (cublasLt.h: routines that do not dereference a pointer still depend on its value).
     if (p->align_bias)
         LT_OP_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                    &p->bias, sizeof p->bias));
-    if (p->align_aux) { // GELU_AUX(_BIAS) writes, DGELU reads, an fp32 matrix shaped like D
+    if (p->align_aux) { // GELU_AUX(_BIAS) writes, DGELU reads, a matrix of D's type and shape
         const int64_t aux_ld = p->ldd;
         LT_OP_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
                                                    &aux_ld, sizeof aux_ld));
@@ -189,12 +216,12 @@ static void plan_build(cuda_ctx *x, cuda_lt_plan *p) {
 static cuda_lt_plan *plan_get(cuda_ctx *x, const cuda_lt_plan *key) {
     for (int i = 0; i < x->n_plans; i++) {
         cuda_lt_plan *p = &x->plans[i];
-        if (p->ta == key->ta && p->tb == key->tb && p->ab == key->ab && p->m == key->m &&
-            p->n == key->n && p->k == key->k && p->lda == key->lda && p->ldb == key->ldb &&
-            p->ldd == key->ldd && p->epilogue == key->epilogue && p->align_a == key->align_a &&
-            p->align_b == key->align_b && p->align_d == key->align_d &&
-            p->align_aux == key->align_aux && p->align_bias == key->align_bias &&
-            p->compute == key->compute)
+        if (p->ta == key->ta && p->tb == key->tb && p->ab == key->ab && p->dt == key->dt &&
+            p->m == key->m && p->n == key->n && p->k == key->k && p->lda == key->lda &&
+            p->ldb == key->ldb && p->ldd == key->ldd && p->epilogue == key->epilogue &&
+            p->align_a == key->align_a && p->align_b == key->align_b &&
+            p->align_d == key->align_d && p->align_aux == key->align_aux &&
+            p->align_bias == key->align_bias && p->compute == key->compute)
             return p;
     }
     if (x->n_plans == CUDA_LT_MAX_PLANS) { // more shapes than any model has: start over
@@ -352,6 +379,104 @@ static void matmul_bwd_typed(cuda_ctx *x, float *dinp, float *dweight, float *db
                              operand inp, operand weight, int N, int IC, int OC) {
     matmul_bwd(x, dout.dtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F, dinp, dweight, dbias,
                dout.ptr, inp.ptr, weight.ptr, N, IC, OC);
+}
+
+// ---- bf16 outputs ----
+
+// D (m, n) bf16 = op(A) op(B) with bf16 A, B and `epilogue` (bias fp32; aux bf16, NULL for
+// the epilogues without one), beta 0. Returns 0, having done nothing, without an algorithm.
+static int lt_matmul_d16(cuda_ctx *x, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                         int k, const void *A, int lda, const void *B, int ldb, uint16_t *D,
+                         int ldd, cublasLtEpilogue_t epilogue, const float *bias,
+                         const uint16_t *aux) {
+    cuda_lt_plan key;
+    memset(&key, 0, sizeof key);
+    key.ta = ta, key.tb = tb, key.ab = CUDA_R_16BF, key.dt = CUDA_R_16BF;
+    key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb, key.ldd = ldd;
+    key.epilogue = epilogue;
+    key.align_a = ptr_alignment(A), key.align_b = ptr_alignment(B), key.align_d = ptr_alignment(D);
+    key.compute = CUBLAS_COMPUTE_32F; // bf16 operands: fp32 accumulation, never TF32
+    key.align_aux = aux ? ptr_alignment(aux) : 0, key.aux = aux;
+    key.align_bias = bias ? ptr_alignment(bias) : 0, key.bias = bias;
+    cuda_lt_plan *p = plan_get(x, &key);
+    if (!p->supported) return 0;
+    if (bias)
+        LT_OP_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                   &bias, sizeof bias));
+    if (aux)
+        LT_OP_CHECK(cublasLtMatmulDescSetAttribute(
+            p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+    const float alpha = 1.0f, beta = 0.0f;
+    cublasStatus_t st = cublasLtMatmul(x->lt, p->desc, &alpha, A, p->la, B, p->lb, &beta, D, p->ld,
+                                       D, p->ld, &p->algo, x->lt_workspace, x->lt_workspace_bytes,
+                                       x->stream);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED) { // refused at launch: the caller's fallback
+        LOG_DEBUG("cuBLASLt: bf16 output with epilogue %d refused at launch for (%d x %d x %d); "
+                  "using the fallback",
+                  (int)epilogue, m, n, k);
+        p->supported = 0;
+        return 0;
+    }
+    LT_OP_CHECK(st);
+    return 1;
+}
+
+void cuda_matmul_fwd16(backend *b, uint16_t *out16, uint16_t *pre16, operand inp, operand weight,
+                       const float *bias, int N, int IC, int OC) {
+    cuda_ctx *x = cuda_ctx_of(b);
+    if (N <= 0 || OC <= 0) return;
+    // The epilogue reads the bias with vector loads (16-byte aligned only); the GELU aux
+    // needs its leading dimension a multiple of 8 and the GELU probe's match.
+    const int can = IC > 0 && (!bias || ptr_alignment(bias) >= 16);
+    cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    if (pre16) epi = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    if (can && (!pre16 || (x->gelu_epilogue && OC % 8 == 0)) &&
+        lt_matmul_d16(x, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight.ptr, IC, inp.ptr, IC, out16,
+                      OC, epi, bias, pre16))
+        return;
+    // No bf16-D algorithm: the fp32-output path (matmul_fwd: cuBLASLt or the fallback GEMM)
+    // a chunk of rows at a time into the op workspace, each rounded (and GELU'd) after it.
+    // matmul_fwd itself asks for no workspace, so the chunk may take the scratch.
+    const size_t chunk = cuda_out16_chunk_rows((size_t)N, (size_t)OC);
+    float *pre = (float *)cuda_scratch(x, cuda_ws_matmul_out16((size_t)N, (size_t)OC));
+    const cudaDataType_t ab = inp.dtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    const char *in = (const char *)inp.ptr;
+    for (size_t r0 = 0; r0 < (size_t)N; r0 += chunk) {
+        const size_t rows = (size_t)N - r0 < chunk ? (size_t)N - r0 : chunk;
+        const size_t at = r0 * (size_t)OC;
+        matmul_fwd(x, ab, pre, in + r0 * IC * dtype_size(inp.dtype), weight.ptr, bias, (int)rows,
+                   IC, OC);
+        cuda_round_gelu(x, out16 + at, pre16 ? pre16 + at : NULL, pre, rows * (size_t)OC);
+    }
+}
+
+void cuda_matmul_bwd16(backend *b, uint16_t *dinp16, float *dweight, float *dbias, operand dout,
+                       operand inp, operand weight, const uint16_t *pre16, int N, int IC, int OC) {
+    cuda_ctx *x = cuda_ctx_of(b);
+    const cublasLtEpilogue_t epi = pre16 ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT;
+    const int direct = N > 0 && OC > 0 && IC > 0 && (!pre16 || (x->gelu_epilogue && IC % 8 == 0)) &&
+                       lt_matmul_d16(x, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight.ptr, IC,
+                                     dout.ptr, OC, dinp16, IC, epi, NULL, pre16);
+    // The weight and bias gradients (their own workspace, in stream order before the chunks
+    // below take it).
+    matmul_bwd_typed(x, NULL, dweight, dbias, dout, inp, weight, N, IC, OC);
+    if (direct || N <= 0 || IC <= 0) return;
+    // No bf16-D algorithm: dinp's fp32 GEMM (cuBLASLt or the fallback GEMM, no workspace of
+    // its own) a chunk of rows at a time into the op workspace, each rounded (times
+    // gelu_tanh'(pre16)) after it. OC 0: an empty product, zeros.
+    const size_t chunk = cuda_out16_chunk_rows((size_t)N, (size_t)IC);
+    float *d = (float *)cuda_scratch(x, cuda_ws_matmul_out16((size_t)N, (size_t)IC));
+    const cudaDataType_t ab = dout.dtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    const char *dptr = (const char *)dout.ptr;
+    for (size_t r0 = 0; r0 < (size_t)N; r0 += chunk) {
+        const size_t rows = (size_t)N - r0 < chunk ? (size_t)N - r0 : chunk;
+        const size_t at = r0 * (size_t)IC;
+        if (OC > 0)
+            gemm(x, ab, CUBLAS_OP_N, CUBLAS_OP_N, IC, (int)rows, OC, weight.ptr, IC,
+                 dptr + r0 * OC * dtype_size(dout.dtype), OC, d, IC, 0.0f);
+        else CUDA_OP_CHECK(cudaMemsetAsync(d, 0, rows * IC * sizeof(float), x->stream));
+        cuda_gelu_bwd_round(x, dinp16 + at, d, pre16 ? pre16 + at : NULL, rows * (size_t)IC);
+    }
 }
 
 // ---- the GELU epilogues ----

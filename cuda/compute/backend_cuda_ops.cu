@@ -345,6 +345,46 @@ float *cuda_widened_copy(cuda_ctx *x, const uint16_t *src, size_t n) {
 // Nothing to free: the next copy reuses the workspace after the ops enqueued so far.
 void cuda_widened_free(cuda_ctx *x, float *p) { TRI_ASSERT(p == x->widened); }
 
+// The bf16-output matmuls' fallbacks (cuBLASLt without a bf16-D algorithm): what their
+// epilogues compute, from the fp32 GEMM result. pre16 may be NULL (no GELU: out16 = pre).
+__global__ void round_gelu_kernel(uint16_t *out16, uint16_t *pre16, const float *pre, size_t n) {
+    GRID_STRIDE(i, n) {
+        const float xi = pre[i];
+        float y = xi;
+        if (pre16) {
+            const float u = GELU_K0 * (xi + GELU_K1 * xi * xi * xi);
+            y = xi * (1.0f / (1.0f + expf(-2.0f * u)));
+            pre16[i] = __bfloat16_as_ushort(__float2bfloat16_rn(xi));
+        }
+        out16[i] = __bfloat16_as_ushort(__float2bfloat16_rn(y));
+    }
+}
+
+void cuda_round_gelu(cuda_ctx *x, uint16_t *out16, uint16_t *pre16, const float *pre, size_t n) {
+    if (n) LAUNCH_N(round_gelu_kernel, x, n, out16, pre16, pre, n);
+}
+
+// dinp16 = bf16(dinp * gelu_tanh'(pre16 widened)), or bf16(dinp) without pre16.
+__global__ void gelu_bwd_round_kernel(uint16_t *dinp16, const float *dinp, const uint16_t *pre16,
+                                      size_t n) {
+    GRID_STRIDE(i, n) {
+        float g = dinp[i];
+        if (pre16) {
+            const float xi = __bfloat162float(__ushort_as_bfloat16(pre16[i]));
+            const float u = GELU_K0 * (xi + GELU_K1 * xi * xi * xi);
+            const float du = GELU_K0 * (1.0f + 3.0f * GELU_K1 * xi * xi);
+            const float s = 1.0f / (1.0f + expf(-2.0f * u));
+            g *= s + 2.0f * xi * s * (1.0f - s) * du;
+        }
+        dinp16[i] = __bfloat16_as_ushort(__float2bfloat16_rn(g));
+    }
+}
+
+void cuda_gelu_bwd_round(cuda_ctx *x, uint16_t *dinp16, const float *dinp, const uint16_t *pre16,
+                         size_t n) {
+    if (n) LAUNCH_N(gelu_bwd_round_kernel, x, n, dinp16, dinp, pre16, n);
+}
+
 // ---------------------------------------------------------------------------------------
 // Embeddings
 

@@ -216,11 +216,11 @@ static tri_status create_model(trainer *tr) {
     run_config *cfg = tr->cfg;
     const int n_slots = tr->sched.max_in_flight;
     uint64_t arenas[MEM_KIND_COUNT];
-    plan_rank_memory(cfg, tr->coord.tp, tr->coord.pp, tr->dp_rank, n_slots, tr->be->attn_state,
-                     arenas);
+    plan_rank_memory(cfg, tr->coord.tp, tr->coord.pp, tr->dp_rank, n_slots,
+                     backend_traits_of(tr->be), arenas);
     TRI_CHECK(mem_pool_create(&tr->pool, tr->be, arenas));
     const model_layout ml = config_model_layout(cfg, tr->coord.tp, tr->coord.pp, n_slots,
-                                                tr->be->attn_state);
+                                                backend_traits_of(tr->be));
     TRI_CHECK(model_create(&tr->model, &cfg->model, &ml, tr->be, tr->cm, &tr->pool));
     // The backend's own workspaces for the model's shapes, before the first step.
     const backend_shapes shapes = model_op_shapes(&cfg->model, &ml);

@@ -19,6 +19,12 @@ const env_desc ENV_TABLE[ENV_COUNT] = {
                                "structure on bf16 q, k, v; D from O) or v1, the previous ones "
                                "(to bisect a failing device run); any other value is an error "
                                "(exit 2)"},
+    [ENV_TRIDENT_CUDA_BF16_PATH] = {"TRIDENT_CUDA_BF16_PATH", ENV_BY_USER, "fused|v1", "fused",
+                                    "the CUDA backend's bf16 data path: fused (the matmuls write "
+                                    "bf16 outputs and the bf16 GELU input themselves) or v1, the "
+                                    "previous one (fp32 outputs rounded by a separate pass; to "
+                                    "bisect a failing device run); any other value is an error "
+                                    "(exit 2)"},
     [ENV_TEST_COMM_STAGED] = {"TRIDENT_COMM_STAGED", ENV_BY_TEST_HOOK, "1",
                               "staged only under a device backend with system.comm: mpi",
                               "every MPI call is staged through host buffers on the CPU path "
@@ -52,6 +58,11 @@ const env_desc ENV_TABLE[ENV_COUNT] = {
                                    "no limit",
                                    "a host allocation (xmalloc and friends) of more than this "
                                    "many bytes fails as out of host memory does"},
+    [ENV_TEST_CPU_BF16_OUT] = {"TRIDENT_TEST_CPU_BF16_OUT", ENV_BY_TEST_HOOK, "1",
+                               "the CPU's bf16 runs round each matmul output in its own pass",
+                               "the CPU backend takes the bf16-output matmul route the CUDA "
+                               "backend takes (fp32 GEMM then rounding inside the op), so "
+                               "that route runs, and is checked bitwise, without a GPU"},
     [ENV_TEST_CGROUP_ROOT] = {"TRIDENT_TEST_CGROUP_ROOT", ENV_BY_TEST_HOOK, "a directory",
                               "the real /proc/self/cgroup and /sys/fs/cgroup",
                               "system.threads 0 reads proc/self/cgroup and sys/fs/cgroup/... "

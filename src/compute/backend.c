@@ -38,6 +38,23 @@ void backend_matmul_bwd(backend *b, float *dinp, float *dweight, float *dbias, o
         b->gelu_bwd(b, dinp, gelu_pre, dinp, (size_t)N * IC);
 }
 
+void backend_matmul_fwd16(backend *b, uint16_t *out16, uint16_t *pre16, operand inp, operand weight,
+                          const float *bias, int N, int IC, int OC) {
+    static const char *const names[] = {"inp", "weight"};
+    check_operands("matmul_fwd16", (const operand[]){inp, weight}, names, 2);
+    TRI_ASSERT(inp.dtype == DTYPE_BF16 && N >= 0 && IC >= 0 && OC >= 0);
+    b->matmul_fwd16(b, out16, pre16, inp, weight, bias, N, IC, OC);
+}
+
+void backend_matmul_bwd16(backend *b, uint16_t *dinp16, float *dweight, float *dbias, operand dout,
+                          operand inp, operand weight, const uint16_t *pre16, int N, int IC,
+                          int OC) {
+    static const char *const names[] = {"dout", "inp", "weight"};
+    check_operands("matmul_bwd16", (const operand[]){dout, inp, weight}, names, 3);
+    TRI_ASSERT(dout.dtype == DTYPE_BF16 && dinp16 && N >= 0 && IC >= 0 && OC >= 0);
+    b->matmul_bwd16(b, dinp16, dweight, dbias, dout, inp, weight, pre16, N, IC, OC);
+}
+
 void backend_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, int T, int NH,
                            int HS) {
     static const char *const names[] = {"qkv"};

@@ -57,6 +57,13 @@ static inline size_t attn_state_bytes(attn_state_kind kind, size_t B, size_t T, 
 
 typedef struct backend backend;
 
+// What a rank's buffers depend on in the backend it runs on (or the device a plan is for):
+// the model sizes its activations by it and the planner sums the same specs.
+typedef struct {
+    attn_state_kind attn; // backend.attn_state
+    int bf16_out;         // backend.bf16_out
+} backend_traits;
+
 // The largest operands a run hands the ops (the model's dimensions on this rank,
 // model_op_shapes), so that a backend can size its own workspaces once, before the first
 // step (backend.reserve), instead of allocating in the middle of one.
@@ -92,6 +99,12 @@ struct backend {
     void *stream; // the stream every op runs on, in call order (a cudaStream_t), for
                   // a comm backend that orders itself against it with events; NULL
                   // on the CPU. Set at creation.
+    // The matmuls write bf16 outputs themselves (matmul_fwd16 / matmul_bwd16), so the bf16
+    // model needs no separate rounding pass after a GEMM nor the fp32 copy it rounds from
+    // (model_bf16_direct decides; the model's buffers and the planner follow). 1 on CUDA
+    // (TRIDENT_CUDA_BF16_PATH=fused, the default), 0 on the CPU, whose fp32 reference path
+    // stays as it was (TRIDENT_TEST_CPU_BF16_OUT=1 sets it there for the tests).
+    int bf16_out;
     // The device, for the comm choice (comm_gpus.h) and the MFU peak (the planner's device
     // table): its name as the driver gives it ("NVIDIA H200") and its PCI bus id
     // ("0000:19:00.0"); NULL on the CPU. Set at creation.
@@ -141,6 +154,21 @@ struct backend {
     // and backend_matmul_bwd runs gelu_bwd. Returns 0 without gelu_pre.
     int (*matmul_bwd)(backend *b, float *dinp, float *dweight, float *dbias, operand dout,
                       operand inp, operand weight, const float *gelu_pre, int N, int IC, int OC);
+    // The same GEMMs with bf16 outputs, for a consumer that reads the bf16 rounding anyway
+    // (bf16 operands). Every backend implements them; bf16_out says whether the model routes
+    // its bf16 activations through them. The values are matmul_fwd's (and
+    // gelu_fwd's) rounded once to nearest even, so an fp32 GEMM followed by to_bf16 gives the
+    // same bits up to the order of the GEMM's sums:
+    //   pre16 NULL:  out16 (N, OC) = bf16(inp @ weight^T + bias)
+    //   pre16 given: pre16 = bf16(pre), out16 = bf16(gelu_tanh(pre)), pre in fp32 as above
+    //                (the GELU reads the fp32 pre, not its rounding)
+    // Any fallback (no cuBLASLt algorithm for a bf16 D) is the backend's own.
+    void (*matmul_fwd16)(backend *b, uint16_t *out16, uint16_t *pre16, operand inp, operand weight,
+                         const float *bias, int N, int IC, int OC);
+    // dinp16 (N, IC) = bf16((dout @ weight) * gelu_tanh'(pre16 widened)), the factor only
+    // when pre16 is given; dweight, dbias as matmul_bwd (fp32, accumulated).
+    void (*matmul_bwd16)(backend *b, uint16_t *dinp16, float *dweight, float *dbias, operand dout,
+                         operand inp, operand weight, const uint16_t *pre16, int N, int IC, int OC);
 
     // ---- normalisation and pointwise ----
     // out (N, C) = (inp - mean) * rstd * weight + bias; saves mean (N), rstd (N). eps 1e-5.
@@ -245,6 +273,11 @@ struct backend {
     void (*destroy)(backend *b);
 };
 
+static inline backend_traits backend_traits_of(const backend *b) {
+    backend_traits t = {b->attn_state, b->bf16_out};
+    return t;
+}
+
 // train.precision tf32: on a backend with TF32 units (has_tf32) its fp32 matmuls run in TF32
 // from the next op on; elsewhere nothing changes. Returns b->tf32.
 int backend_set_tf32(backend *b, int on);
@@ -286,6 +319,12 @@ void backend_matmul_fwd(backend *b, float *out, float *gelu_pre, operand inp, op
                         const float *bias, int N, int IC, int OC);
 void backend_matmul_bwd(backend *b, float *dinp, float *dweight, float *dbias, operand dout,
                         operand inp, operand weight, const float *gelu_pre, int N, int IC, int OC);
+// The bf16-output forms (table: matmul_fwd16 / matmul_bwd16); bf16 operands.
+void backend_matmul_fwd16(backend *b, uint16_t *out16, uint16_t *pre16, operand inp, operand weight,
+                          const float *bias, int N, int IC, int OC);
+void backend_matmul_bwd16(backend *b, uint16_t *dinp16, float *dweight, float *dbias, operand dout,
+                          operand inp, operand weight, const uint16_t *pre16, int N, int IC,
+                          int OC);
 void backend_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, int T, int NH,
                            int HS);
 void backend_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv, operand out,

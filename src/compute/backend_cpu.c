@@ -22,6 +22,7 @@
 #endif
 
 #include "base/bf16.h"
+#include "base/env.h"
 
 static inline cpu_ctx *ctx_of(backend *b) { return (cpu_ctx *)b->ctx; }
 
@@ -124,6 +125,10 @@ float *cpu_scratch(cpu_ctx *ctx, size_t floats) {
 
 float *cpu_widened(cpu_ctx *ctx, size_t floats) {
     return grow(&ctx->widened, &ctx->widened_floats, floats);
+}
+
+float *cpu_out_stage(cpu_ctx *ctx, size_t floats) {
+    return grow(&ctx->out_stage, &ctx->out_stage_floats, floats);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -599,6 +604,35 @@ static int cpu_matmul_bwd(backend *b, float *dinp, float *dweight, float *dbias,
     return 0;
 }
 
+// bf16 outputs (TRIDENT_TEST_CPU_BF16_OUT): the fp32 op above into the output stage, then
+// rounded, which is what the model's fp32 route computes with a to_bf16 after it: the same
+// ops on the same values in the same order, so the two routes agree bitwise here (the test
+// that the model routes its bf16 outputs right, on a machine without a GPU).
+static void cpu_matmul_fwd16(backend *b, uint16_t *out16, uint16_t *pre16, operand inp,
+                             operand weight, const float *bias, int N, int IC, int OC) {
+    const size_t n = (size_t)N * OC;
+    float *pre = cpu_out_stage(ctx_of(b), pre16 ? 2 * n : n), *out = pre16 ? pre + n : pre;
+    matmul_fwd_bf16(b, pre, inp.ptr, weight.ptr, bias, N, IC, OC);
+    if (pre16) {
+        cpu_gelu_fwd(b, out, pre, n);
+        cpu_to_bf16(b, pre16, pre, n);
+    }
+    cpu_to_bf16(b, out16, out, n);
+}
+
+static void cpu_matmul_bwd16(backend *b, uint16_t *dinp16, float *dweight, float *dbias,
+                             operand dout, operand inp, operand weight, const uint16_t *pre16,
+                             int N, int IC, int OC) {
+    const size_t n = (size_t)N * IC;
+    float *dinp = cpu_out_stage(ctx_of(b), pre16 ? 2 * n : n), *pre = dinp + n;
+    matmul_bwd_bf16(b, dinp, dweight, dbias, dout.ptr, inp.ptr, weight.ptr, N, IC, OC);
+    if (pre16) {
+        cpu_from_bf16(b, pre, pre16, n);
+        cpu_gelu_bwd(b, dinp, pre, dinp, n);
+    }
+    cpu_to_bf16(b, dinp16, dinp, n);
+}
+
 typedef struct {
     float lr, beta1, beta2, eps, wd, grad_scale, inv_bc1, inv_bc2;
 } adamw_coef;
@@ -675,6 +709,7 @@ static void cpu_destroy(backend *b) {
     cpu_ctx *ctx = ctx_of(b);
     free(ctx->scratch);
     free(ctx->widened);
+    free(ctx->out_stage);
     free(ctx);
     free(b);
 }
@@ -687,6 +722,7 @@ static const backend cpu_backend_table = {
     /* .peak_flops            = */ 0, // measured: no datasheet peak applies
     /* .attn_state            = */ ATTN_STATE_PROBS,
     /* .stream                = */ NULL,
+    /* .bf16_out              = */ 0, // set by TRIDENT_TEST_CPU_BF16_OUT=1 (tests)
     /* .device_name           = */ NULL,
     /* .device_bus_id         = */ NULL,
     /* .has_tf32              = */ 0, // fp32 FMA only: train.precision tf32 runs as fp32
@@ -703,6 +739,8 @@ static const backend cpu_backend_table = {
     /* .alloc_count           = */ cpu_alloc_count,
     /* .matmul_fwd            = */ cpu_matmul_fwd,
     /* .matmul_bwd            = */ cpu_matmul_bwd,
+    /* .matmul_fwd16          = */ cpu_matmul_fwd16,
+    /* .matmul_bwd16          = */ cpu_matmul_bwd16,
     /* .layernorm_fwd         = */ cpu_layernorm_fwd,
     /* .layernorm_bwd         = */ cpu_layernorm_bwd,
     /* .residual_fwd          = */ cpu_residual_fwd,
@@ -747,6 +785,7 @@ tri_status backend_cpu_create(backend **out, int threads) {
     atomic_init(&ctx->allocs, 0);
     b->ctx = ctx;
     b->threads = threads;
+    b->bf16_out = env_flag(ENV_TEST_CPU_BF16_OUT);
     omp_set_num_threads(threads);
     // One thread inside OpenBLAS: parallelism comes from OpenMP (cpu_gemm), see the top.
     openblas_set_num_threads(1);

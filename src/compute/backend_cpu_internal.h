@@ -40,6 +40,8 @@ typedef struct {
     size_t scratch_floats;
     float *widened; // bf16 attention operands widened to fp32 (cpu_widened)
     size_t widened_floats;
+    float *out_stage; // the fp32 results the bf16-output matmuls round (cpu_out_stage)
+    size_t out_stage_floats;
 } cpu_ctx;
 
 // A workspace of at least `floats` floats, grown (never shrunk) on demand. Not counted
@@ -50,6 +52,9 @@ float *cpu_scratch(cpu_ctx *ctx, size_t floats);
 // The same for the bf16 attention ops' widened qkv, which the fp32 attention they call reads
 // while it uses the scratch.
 float *cpu_widened(cpu_ctx *ctx, size_t floats);
+// The same for the fp32 results of matmul_fwd16 / matmul_bwd16 before their rounding (the
+// GEMMs they call use the scratch and the widened buffer's neighbour, never this one).
+float *cpu_out_stage(cpu_ctx *ctx, size_t floats);
 
 // C (M, N) = alpha * op(A) @ op(B) + beta * C, row-major, split into tiles of C over the
 // context's threads (K is never split, so each element is summed in one fixed order).

@@ -11,6 +11,21 @@ size_t cuda_ws_column_sums(size_t rows, size_t cols) {
 
 size_t cuda_ws_bias_grad(size_t cols) { return cuda_align256(sat_mul_size(cols, sizeof(float))); }
 
+size_t cuda_out16_chunk_rows(size_t rows, size_t cols) {
+    size_t chunk = cols ? CUDA_OUT16_CHUNK_FLOATS / cols : rows;
+    if (chunk < 1) chunk = 1;
+    return chunk < rows ? chunk : rows;
+}
+
+// min(rows * cols, max(CUDA_OUT16_CHUNK_FLOATS, cols)) floats: at least one chunk of the
+// op's shape (cuda_out16_chunk_rows * cols), and nondecreasing in rows and cols, so that the
+// reservation for the widest shape covers every narrower one.
+size_t cuda_ws_matmul_out16(size_t rows, size_t cols) {
+    const size_t cap = cols > CUDA_OUT16_CHUNK_FLOATS ? cols : CUDA_OUT16_CHUNK_FLOATS;
+    const size_t n = sat_mul_size(rows, cols);
+    return cuda_align256(sat_mul_size(n < cap ? n : cap, sizeof(float)));
+}
+
 size_t cuda_ws_attention_bwd(size_t B, size_t NH, size_t T) {
     return cuda_align256(sat_mul_size(sat_mul3_size(B, NH, T), sizeof(float)));
 }
@@ -46,6 +61,9 @@ cuda_workspace cuda_workspace_for(const backend_shapes *s, size_t sort_bytes) {
     w.scratch = max_size(w.scratch,
                          cuda_ws_attention_bwd((size_t)s->B, (size_t)s->NH, (size_t)s->T));
     w.scratch = max_size(w.scratch, cuda_ws_sumsq());
+    // bf16 runs: the bf16-output matmuls' fallback (outputs and input gradients are at most
+    // the widest biased width wide).
+    if (s->attn == DTYPE_BF16) w.scratch = max_size(w.scratch, cuda_ws_matmul_out16(rows, widest));
     if (s->V_local > 0) w.scratch = max_size(w.scratch, cuda_ws_embedding_bwd(rows, sort_bytes));
     if (s->attn == DTYPE_BF16 && !cuda_attention_bf16_native(s->HS))
         w.widened = cuda_align256(

@@ -13,6 +13,7 @@
 #define CUDA_LN_CHUNK 128                          // rows per partial column sum
 #define CUDA_SUMSQ_MAX_BLOCKS 1024                 // blocks of the fixed-order sum of squares
 #define CUDA_UPLOAD_SLOTS 8                        // slots of the pinned upload ring
+#define CUDA_OUT16_CHUNK_FLOATS ((size_t)2 << 20)  // the bf16-output fallback's fp32 rows
 
 // Rounds up to a multiple of 256 bytes (where a workspace is carved into several arrays);
 // saturates at the largest multiple of 256.
@@ -27,6 +28,12 @@ static inline size_t cuda_align256(size_t bytes) {
 size_t cuda_ws_column_sums(size_t rows, size_t cols);
 // A matmul backward's bias gradient from cuBLASLt's BGRADB epilogue, added into dbias after.
 size_t cuda_ws_bias_grad(size_t cols);
+// A bf16-output matmul (matmul_fwd16 / _bwd16) where cuBLASLt has no bf16-D algorithm: the
+// fp32 GEMM runs over chunks of cuda_out16_chunk_rows rows into this workspace, and a kernel
+// rounds each chunk into the bf16 output (at most CUDA_OUT16_CHUNK_FLOATS floats, or one row
+// when a row is wider, however large the model).
+size_t cuda_out16_chunk_rows(size_t rows, size_t cols);
+size_t cuda_ws_matmul_out16(size_t rows, size_t cols);
 // The attention backward's row deltas, D = rowsum(dO * O): (B, NH, T) floats.
 size_t cuda_ws_attention_bwd(size_t B, size_t NH, size_t T);
 // The sum of squares' per-block partials and its result.

@@ -17,7 +17,7 @@ model_shard config_model_shard(const run_config *cfg, int tp_rank, int pp_rank) 
 }
 
 model_layout config_model_layout(const run_config *cfg, int tp_rank, int pp_rank, int n_slots,
-                                 attn_state_kind attn) {
+                                 backend_traits bt) {
     return (model_layout){.shard = config_model_shard(cfg, tp_rank, pp_rank),
                           .micro_batch = cfg->train.micro_batch,
                           .n_slots = n_slots,
@@ -25,7 +25,8 @@ model_layout config_model_layout(const run_config *cfg, int tp_rank, int pp_rank
                           .recompute = cfg->parallel.recompute,
                           .precision = cfg->train.precision,
                           .grad_dtype = cfg->train.grad_dtype,
-                          .attn_state = attn};
+                          .attn_state = bt.attn,
+                          .bf16_out = bt.bf16_out};
 }
 
 zero_config config_zero_config(const run_config *cfg, int dp_rank) {
@@ -42,10 +43,10 @@ zero_config config_zero_config(const run_config *cfg, int dp_rank) {
 }
 
 void config_rank_memory_of(const run_config *cfg, const param_table *pt, const zero_layout *zl,
-                           int tp_rank, int pp_rank, int dp_rank, int n_slots, attn_state_kind attn,
+                           int tp_rank, int pp_rank, int dp_rank, int n_slots, backend_traits bt,
                            uint64_t mem[MEM_KIND_COUNT]) {
     mem_specs s = {0};
-    const model_layout ml = config_model_layout(cfg, tp_rank, pp_rank, n_slots, attn);
+    const model_layout ml = config_model_layout(cfg, tp_rank, pp_rank, n_slots, bt);
     const zero_config zc = config_zero_config(cfg, dp_rank);
     model_buffers(&s, &cfg->model, &ml, pt, NULL);
     zero_buffers(&s, &zc, zl, pt, NULL);
@@ -55,14 +56,14 @@ void config_rank_memory_of(const run_config *cfg, const param_table *pt, const z
 }
 
 void config_rank_memory(const run_config *cfg, int tp_rank, int pp_rank, int dp_rank, int n_slots,
-                        attn_state_kind attn, uint64_t mem[MEM_KIND_COUNT]) {
+                        backend_traits bt, uint64_t mem[MEM_KIND_COUNT]) {
     param_table pt;
     zero_layout zl;
     const model_shard sh = config_model_shard(cfg, tp_rank, pp_rank);
     params_build(&pt, &cfg->model, &sh);
     const zero_config zc = config_zero_config(cfg, dp_rank);
     zero_layout_build(&zl, &zc, &pt);
-    config_rank_memory_of(cfg, &pt, &zl, tp_rank, pp_rank, dp_rank, n_slots, attn, mem);
+    config_rank_memory_of(cfg, &pt, &zl, tp_rank, pp_rank, dp_rank, n_slots, bt, mem);
     zero_layout_free(&zl);
     params_free(&pt);
 }

@@ -252,10 +252,10 @@ void config_check_rank_memory(config_ctx *c, const run_config *cfg, int dp) {
                           (long long)m, v, (long long)(m * v), SCHED_MAX_PAIRS);
         return;
     }
-    // The attention state of the smallest kind the backend may keep: the planner's device
-    // decides on auto; no device holds less.
-    const attn_state_kind attn = cfg->system.backend == BACKEND_CPU ? ATTN_STATE_PROBS
-                                                                    : ATTN_STATE_LSE;
+    // The traits of the smallest buffers the backend may carve (attention state, bf16 matmul
+    // outputs): the planner's device decides on auto; no device holds less.
+    const int cpu = cfg->system.backend == BACKEND_CPU;
+    const backend_traits bt = {.attn = cpu ? ATTN_STATE_PROBS : ATTN_STATE_LSE, .bf16_out = !cpu};
     int stages[3];
     const int n = distinct_stages(pp, stages);
     for (int i = 0; i < n; i++) {
@@ -271,7 +271,7 @@ void config_check_rank_memory(config_ctx *c, const run_config *cfg, int dp) {
         }
         const int n_slots = (int)slots;
         uint64_t mem[MEM_KIND_COUNT], total = 0;
-        config_rank_memory(&rc, 0, stages[i], 0, n_slots, attn, mem);
+        config_rank_memory(&rc, 0, stages[i], 0, n_slots, bt, mem);
         for (int k = 0; k < MEM_KIND_COUNT; k++) total = sat_add_u64(total, mem[k]);
         if (total > CONFIG_RANK_BYTES_MAX) {
             report_memory(c, cfg, stages[i], n_slots, mem, total);

@@ -108,9 +108,10 @@ static size_t mm16_numel(const model_dims *d) {
 // layers 0 (a slot under recompute) only each layer's input and the chunk's output; `head`:
 // the LM head's and loss's buffers. The work activations under bf16 without recompute are
 // lean: only the wide ones a layer computes in fp32 (its residual stream, statistics and
-// attention state stay in the slot).
+// attention state stay in the slot), and with the matmuls writing bf16 outputs (direct:
+// model_bf16_direct) not even qkv, fch and fch_gelu, which then exist only as bf16.
 static void slot_buffers(mem_specs *s, const model_dims *d, size_t att_bytes, int layers, int head,
-                         int work, int bf16, int recompute, model *m, model_acts *a) {
+                         int work, int bf16, int recompute, int direct, model *m, model_acts *a) {
     const size_t N = (size_t)d->N, Nl = (size_t)d->N_local, L = (size_t)layers, C = (size_t)d->C;
     const size_t f = sizeof(float);
 #define ADD(name, bytes, field)                                                                    \
@@ -138,6 +139,7 @@ static void slot_buffers(mem_specs *s, const model_dims *d, size_t att_bytes, in
         const int as16 = bf16 && !work;
         for (int k = 0; k < ACT_WIDE; k++) {
             const model_wide *w = &MODEL_WIDE[k];
+            if (work && direct && (k == ACT_QKV || k == ACT_FCH || k == ACT_FCH_GELU)) continue;
             const size_t elem = as16 ? sizeof(uint16_t) : f;
             mem_specs_add(s, as16 ? w->name16 : w->name, MEM_ACTIVATION,
                           SZ4(L, N, model_wide_cols(d, k), elem),
@@ -165,7 +167,8 @@ static void sized_slots(mem_specs *s, const model_dims *d, size_t att, int n_slo
                         int bf16) {
     mem_specs one = {0};
     uint64_t kinds[MEM_KIND_COUNT];
-    slot_buffers(&one, d, att, recompute ? 0 : d->Lc, d->has_head, 0, bf16, recompute, NULL, NULL);
+    slot_buffers(&one, d, att, recompute ? 0 : d->Lc, d->has_head, 0, bf16, recompute, 0, NULL,
+                 NULL);
     mem_specs_totals(&one, kinds);
     mem_specs_free(&one);
     mem_specs_add(s, "activation.slots", MEM_ACTIVATION,
@@ -183,10 +186,11 @@ void model_buffers(mem_specs *s, const model_config *mc, const model_layout *ml,
                                         (size_t)d.NH_local);
     if (!m && ml->n_slots > 0) sized_slots(s, &d, att, ml->n_slots, recompute, bf16);
     for (int k = 0; m && k < ml->n_slots; k++)
-        slot_buffers(s, &d, att, recompute ? 0 : d.Lc, d.has_head, 0, bf16, recompute, m,
+        slot_buffers(s, &d, att, recompute ? 0 : d.Lc, d.has_head, 0, bf16, recompute, 0, m,
                      &m->slots[k]);
+    const int direct = model_bf16_direct(ml->precision, ml->recompute, ml->bf16_out);
     if (recompute || bf16)
-        slot_buffers(s, &d, att, 1, 0, 1, bf16, recompute, m, m ? &m->work : NULL);
+        slot_buffers(s, &d, att, 1, 0, 1, bf16, recompute, direct, m, m ? &m->work : NULL);
     if (recompute && bf16) { // the widest activation, rounded through bf16 in place
         const size_t widest = (size_t)(d.C4_local > d.C ? d.C4_local : d.C);
         mem_specs_add(s, "activation.round16", MEM_ACTIVATION, SZ(N, widest, sizeof(uint16_t)),
@@ -203,7 +207,10 @@ void model_buffers(mem_specs *s, const model_config *mc, const model_layout *ml,
     mem_specs_add(s, "scratch.dln", MEM_SCRATCH, SZ(N, C, f), DST(m->dln));
     mem_specs_add(s, "scratch.dqkv", MEM_SCRATCH, SZ(N, d.C3_local, f), DST(m->dqkv));
     mem_specs_add(s, "scratch.datty", MEM_SCRATCH, SZ(N, d.C_local, f), DST(m->datty));
-    mem_specs_add(s, "scratch.dfch", MEM_SCRATCH, SZ(N, d.C4_local, f), DST(m->dfch));
+    if (direct) // the fc layer's input gradient, written as bf16 by the fcproj backward
+        mem_specs_add(s, "scratch.dfch16", MEM_SCRATCH, SZ(N, d.C4_local, sizeof(uint16_t)),
+                      DST(m->dfch16));
+    else mem_specs_add(s, "scratch.dfch", MEM_SCRATCH, SZ(N, d.C4_local, f), DST(m->dfch));
     if (d.sp) mem_specs_add(s, "scratch.rows_full", MEM_SCRATCH, SZ(N, C, f), DST(m->rows_full));
     if (d.has_head)
         mem_specs_add(s, "scratch.loss_acc", MEM_SCRATCH, sizeof(double), DST(m->loss_acc));
@@ -232,6 +239,8 @@ tri_status model_create(model *m, const model_config *mc, const model_layout *ml
     m->bf16 = ml->precision == DTYPE_BF16;
     m->g16 = ml->grad_dtype == DTYPE_BF16;
     m->recompute = ml->recompute == RECOMPUTE_FULL;
+    m->bf16_direct = model_bf16_direct(ml->precision, ml->recompute, ml->bf16_out);
+    TRI_ASSERT(!m->bf16_direct || be->bf16_out); // the layout's traits are this backend's
     m->att_state_bytes = attn_state_bytes(ml->attn_state, (size_t)d->B, (size_t)d->T,
                                           (size_t)d->NH_local);
     TRI_ASSERT(ml->n_slots >= 1 && ml->n_slots <= MODEL_MAX_SLOTS); // config_sizes.c

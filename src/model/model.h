@@ -38,7 +38,18 @@ typedef struct {
     tri_dtype precision;        // parameters and kept activations: DTYPE_FP32 or DTYPE_BF16
     tri_dtype grad_dtype;       // gradient accumulation: DTYPE_FP32 or DTYPE_BF16
     attn_state_kind attn_state; // how the backend keeps attention state for the backward
+    int bf16_out;               // the backend's matmuls write bf16 outputs (backend.h)
 } model_layout;
+
+// Whether the layers' matmuls write their bf16 outputs themselves (backend_matmul_fwd16 /
+// _bwd16: qkv, the MLP's GELU output and GELU input, the fc layer's input gradient) instead
+// of an fp32 output that a to_bf16 pass rounds: bf16 precision on a backend that offers it,
+// without recompute (which re-rounds fp32 work copies in the backward: the previous route).
+// The layer's buffers (model_buffers) follow the same answer.
+static inline int model_bf16_direct(tri_dtype precision, recompute_kind recompute,
+                                    int backend_bf16_out) {
+    return precision == DTYPE_BF16 && recompute == RECOMPUTE_NONE && backend_bf16_out;
+}
 
 typedef struct {
     int L, C, NH, HS, T, B, V, Vp; // global sizes; B = micro-batch
@@ -122,6 +133,7 @@ typedef struct {
     size_t *stage_off;
     model_acts *slots; // one per micro-batch in flight (the schedule's bound)
     int n_slots;
+    int bf16_direct;   // model_bf16_direct: the layers' matmuls write their bf16 outputs
     int recompute;     // parallel.recompute full: slots keep each layer's input only; the
                        // rest of a layer's activations lives in `work` (one layer's worth),
                        // filled by the forward and again, identically, before its backward
@@ -133,7 +145,8 @@ typedef struct {
     float *dln;             // (N, C): d(LayerNorm output), partial over tp before its reduction
     float *dqkv;            // (N, 3C/tp)
     float *datty;           // (N, C/tp)
-    float *dfch;            // (N, 4C/tp)
+    float *dfch;            // (N, 4C/tp); NULL under bf16_direct, which uses dfch16
+    uint16_t *dfch16;       // (N, 4C/tp) bf16: the fc layer's input gradient (bf16_direct)
     float *rows_full;       // (N, C), SP only: a row-parallel output before its reduce-scatter,
                             // or the residual gradient gathered over tp
     double *loss_acc;       // last stage: the loss sums of the forwards since model_take_loss

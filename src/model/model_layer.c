@@ -152,15 +152,27 @@ static void linear_gelu_fwd(model *m, float *out, float *pre, const float *inp,
 }
 
 // Its backward into dinp and the gradients of entry w (dbias: its bias's, or NULL). Under
-// bf16 dout is rounded into mm16 first. gelu_pre: the layer's input is gelu(gelu_pre), and
+// bf16 dout is rounded into mm16 first, unless dout16 holds that rounding already (written
+// so by the matmul before: bf16_direct). gelu_pre: the layer's input is gelu(gelu_pre), and
 // dinp is the gradient at gelu_pre (NULL: at the input).
 static void linear_bwd(model *m, float *dinp, int w, float *dbias, const float *dout,
-                       const float *inp, const uint16_t *inp16, const float *gelu_pre, int N,
-                       int IC, int OC) {
+                       const uint16_t *dout16, const float *inp, const uint16_t *inp16,
+                       const float *gelu_pre, int N, int IC, int OC) {
     backend *be = m->be;
-    if (m->bf16) be->to_bf16(be, m->mm16, dout, (size_t)N * OC);
-    backend_matmul_bwd(be, dinp, G(m, w), dbias, OPND(m, dout, m->mm16), OPND(m, inp, inp16),
-                       OPND(m, P(m, w), P16(m, w)), gelu_pre, N, IC, OC);
+    if (m->bf16 && !dout16) be->to_bf16(be, m->mm16, dout, (size_t)N * OC);
+    backend_matmul_bwd(be, dinp, G(m, w), dbias, OPND(m, dout, dout16 ? dout16 : m->mm16),
+                       OPND(m, inp, inp16), OPND(m, P(m, w), P16(m, w)), gelu_pre, N, IC, OC);
+}
+
+// bf16_direct: the fcproj backward (after the GELU) with its input gradient, times the
+// GELU's derivative at the kept bf16 GELU input fch16, written as bf16 into dfch16 (the
+// fc backward's dout); dout is rounded into mm16 first, as linear_bwd does.
+static void linear_gelu_bwd16(model *m, uint16_t *dinp16, int w, float *dbias, const float *dout,
+                              const uint16_t *inp16, const uint16_t *pre16, int N, int IC, int OC) {
+    backend *be = m->be;
+    be->to_bf16(be, m->mm16, dout, (size_t)N * OC);
+    backend_matmul_bwd16(be, dinp16, G(m, w), dbias, operand_bf16(m->mm16), operand_bf16(inp16),
+                         operand_bf16(P16(m, w)), pre16, N, IC, OC);
 }
 
 // bf16: the attention output O as the attention backward's operand (backend.h), the same bits
@@ -245,9 +257,15 @@ tri_status model_layer_forward(model *m, model_acts *acts, int l, int i) {
     TRI_CHECK(model_layernorm_to_all_rows(m, a.ln1, a.ln1_mean, a.ln1_rstd, a.in, LP(PARAM_LN1W),
                                           LP(PARAM_LN1B)));
     keep_bf16(m, acts, &a, i, ACT_LN1);
-    model_linear_fwd(m, a.qkv, a.ln1, IN16(ACT_LN1), LW(PARAM_QKVW), LP(PARAM_QKVB), N, C,
-                     d->C3_local);
-    keep_bf16(m, acts, &a, i, ACT_QKV);
+    if (m->bf16_direct) // qkv straight into the slot's bf16 (its one reader takes bf16)
+        backend_matmul_fwd16(be, IN16(ACT_QKV), NULL, operand_bf16(IN16(ACT_LN1)),
+                             operand_bf16(P16(m, LW(PARAM_QKVW))), LP(PARAM_QKVB), N, C,
+                             d->C3_local);
+    else {
+        model_linear_fwd(m, a.qkv, a.ln1, IN16(ACT_LN1), LW(PARAM_QKVW), LP(PARAM_QKVB), N, C,
+                         d->C3_local);
+        keep_bf16(m, acts, &a, i, ACT_QKV);
+    }
     backend_attention_fwd(be, a.atty, a.att_state, OPND(m, a.qkv, IN16(ACT_QKV)), d->B, d->T,
                           d->NH_local, d->HS);
     keep_bf16(m, acts, &a, i, ACT_ATTY);
@@ -255,10 +273,15 @@ tri_status model_layer_forward(model *m, model_acts *acts, int l, int i) {
     TRI_CHECK(rowpar_residual(m, a.res2, a.in, a.atty, IN16(ACT_ATTY), LW(PARAM_ATTPROJW),
                               LP(PARAM_ATTPROJB), d->C_local, &ln2));
     keep_bf16(m, acts, &a, i, ACT_LN2);
-    linear_gelu_fwd(m, a.fch_gelu, a.fch, a.ln2, IN16(ACT_LN2), LW(PARAM_FCW), LP(PARAM_FCB), N, C,
-                    d->C4_local);
-    keep_bf16(m, acts, &a, i, ACT_FCH);
-    keep_bf16(m, acts, &a, i, ACT_FCH_GELU);
+    if (m->bf16_direct) // the GELU output and its input (the backward's aux) as bf16
+        backend_matmul_fwd16(be, IN16(ACT_FCH_GELU), IN16(ACT_FCH), operand_bf16(IN16(ACT_LN2)),
+                             operand_bf16(P16(m, LW(PARAM_FCW))), LP(PARAM_FCB), N, C, d->C4_local);
+    else {
+        linear_gelu_fwd(m, a.fch_gelu, a.fch, a.ln2, IN16(ACT_LN2), LW(PARAM_FCW), LP(PARAM_FCB), N,
+                        C, d->C4_local);
+        keep_bf16(m, acts, &a, i, ACT_FCH);
+        keep_bf16(m, acts, &a, i, ACT_FCH_GELU);
+    }
     TRI_CHECK(rowpar_residual(m, a.out, a.res2, a.fch_gelu, IN16(ACT_FCH_GELU), LW(PARAM_FCPROJW),
                               LP(PARAM_FCPROJB), d->C4_local, NULL));
 #undef LP
@@ -284,7 +307,7 @@ tri_status model_layer_backward(model *m, model_acts *acts, int l, int i) {
     const model_dims *d = &m->d;
     const int N = d->N, C = d->C;
     layer_acts a = layer_acts_of(m, acts, i);
-    if (m->bf16 && !m->recompute) load_bf16(m, acts, &a, i);
+    if (m->bf16 && !m->recompute && !m->bf16_direct) load_bf16(m, acts, &a, i);
     if (m->bf16 && m->recompute) { // GELU's input as the backward reads it without recompute
         m->be->to_bf16(m->be, m->round16, a.fch, wide_numel(m, ACT_FCH));
         m->be->from_bf16(m->be, a.fch, m->round16, wide_numel(m, ACT_FCH));
@@ -298,22 +321,26 @@ tri_status model_layer_backward(model *m, model_acts *acts, int l, int i) {
 #define IN16(which) (m->bf16 ? stored_bf16(m, acts, &a, i, which) : NULL)
     // MLP: out = res2 + fcproj(gelu(fc(ln2(res2)))).
     TRI_CHECK(model_dresidual_all_rows(m, acts->dres, &dout));
-    linear_bwd(m, m->dfch, LW(PARAM_FCPROJW), LG(PARAM_FCPROJB), dout, a.fch_gelu,
-               IN16(ACT_FCH_GELU), a.fch, N, d->C4_local, C); // dfch: at gelu's input
-    linear_bwd(m, m->dln, LW(PARAM_FCW), LG(PARAM_FCB), m->dfch, a.ln2, IN16(ACT_LN2), NULL, N, C,
-               d->C4_local);
+    if (m->bf16_direct) // dfch16: at gelu's input, already the fc backward's bf16 operand
+        linear_gelu_bwd16(m, m->dfch16, LW(PARAM_FCPROJW), LG(PARAM_FCPROJB), dout,
+                          IN16(ACT_FCH_GELU), IN16(ACT_FCH), N, d->C4_local, C);
+    else
+        linear_bwd(m, m->dfch, LW(PARAM_FCPROJW), LG(PARAM_FCPROJB), dout, NULL, a.fch_gelu,
+                   IN16(ACT_FCH_GELU), a.fch, N, d->C4_local, C); // dfch: at gelu's input
+    linear_bwd(m, m->dln, LW(PARAM_FCW), LG(PARAM_FCB), m->dfch, m->dfch16, a.ln2, IN16(ACT_LN2),
+               NULL, N, C, d->C4_local);
     TRI_CHECK(model_layernorm_bwd_from_all_rows(m, acts->dres, a.res2, LP(PARAM_LN2W),
                                                 LG(PARAM_LN2W), LG(PARAM_LN2B), a.ln2_mean,
                                                 a.ln2_rstd));
     // Attention: res2 = in + attproj(attention(qkv(ln1(in)))).
     TRI_CHECK(model_dresidual_all_rows(m, acts->dres, &dout));
-    linear_bwd(m, m->datty, LW(PARAM_ATTPROJW), LG(PARAM_ATTPROJB), dout, a.atty, IN16(ACT_ATTY),
-               NULL, N, d->C_local, C);
+    linear_bwd(m, m->datty, LW(PARAM_ATTPROJW), LG(PARAM_ATTPROJB), dout, NULL, a.atty,
+               IN16(ACT_ATTY), NULL, N, d->C_local, C);
     backend_attention_bwd(be, m->dqkv, m->datty, OPND(m, a.qkv, IN16(ACT_QKV)),
                           OPND(m, a.atty, m->bf16 ? attn_out16(m, acts, &a, i) : NULL), a.att_state,
                           d->B, d->T, d->NH_local, d->HS);
-    linear_bwd(m, m->dln, LW(PARAM_QKVW), LG(PARAM_QKVB), m->dqkv, a.ln1, IN16(ACT_LN1), NULL, N, C,
-               d->C3_local);
+    linear_bwd(m, m->dln, LW(PARAM_QKVW), LG(PARAM_QKVB), m->dqkv, NULL, a.ln1, IN16(ACT_LN1), NULL,
+               N, C, d->C3_local);
     TRI_CHECK(model_layernorm_bwd_from_all_rows(m, acts->dres, a.in, LP(PARAM_LN1W), LG(PARAM_LN1W),
                                                 LG(PARAM_LN1B), a.ln1_mean, a.ln1_rstd));
 #undef LP

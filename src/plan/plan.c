@@ -63,21 +63,21 @@ typedef struct {
 // Memory: the specs the rank's model, ZeRO layer and optimizer carve.
 
 void plan_rank_memory(const run_config *cfg, int tp_rank, int pp_rank, int dp_rank, int n_slots,
-                      attn_state_kind attn, uint64_t mem[MEM_KIND_COUNT]) {
-    config_rank_memory(cfg, tp_rank, pp_rank, dp_rank, n_slots, attn, mem);
+                      backend_traits bt, uint64_t mem[MEM_KIND_COUNT]) {
+    config_rank_memory(cfg, tp_rank, pp_rank, dp_rank, n_slots, bt, mem);
 }
 
 static void stage_memory(plan_stage *s, const layout *lo, const stage_tables *st) {
     s->rank_params = (int64_t)st->pt->local_numel;
-    config_rank_memory_of(lo->cfg, st->pt, &st->zl, 0, s->pp_rank, 0, s->n_slots, lo->dev->attn,
-                          s->mem);
+    config_rank_memory_of(lo->cfg, st->pt, &st->zl, 0, s->pp_rank, 0, s->n_slots,
+                          plan_device_traits(lo->dev), s->mem);
     s->mem_total = 0;
     for (int k = 0; k < MEM_KIND_COUNT; k++) s->mem_total = sat_add_u64(s->mem_total, s->mem[k]);
     s->host_startup = plan_host_startup_bytes(lo->cfg, st->pt);
     s->backend_device = s->backend_pinned = 0;
     if (lo->dev->cuda) { // what the CUDA backend's reserve takes for this stage's shapes
         const model_layout ml = config_model_layout(lo->cfg, 0, s->pp_rank, s->n_slots,
-                                                    lo->dev->attn);
+                                                    plan_device_traits(lo->dev));
         const backend_shapes sh = model_op_shapes(&lo->cfg->model, &ml);
         const cuda_workspace w = cuda_workspace_for(&sh, cuda_ws_sort_bound((size_t)sh.rows));
         s->backend_device = cuda_workspace_device_bytes(&w);
@@ -498,7 +498,7 @@ static void stage_tables_build(stage_tables *st, plan_cache *c, const layout *lo
     st->pt = cached_table(c, lo, r);
     const zero_config zc = config_zero_config(cfg, 0);
     zero_layout_build(&st->zl, &zc, st->pt);
-    const model_layout ml = config_model_layout(cfg, 0, r, 1, lo->dev->attn);
+    const model_layout ml = config_model_layout(cfg, 0, r, 1, plan_device_traits(lo->dev));
     st->d = model_dims_of(&cfg->model, &ml);
 }
 

@@ -42,7 +42,13 @@ typedef struct {
     int cuda;                // runs the CUDA backend, whose own workspaces count too
                              // (compute/cuda_workspace.h)
     const char *driver_name; // how the driver names this part ("NVIDIA H200"); NULL: none
+    int bf16_out;            // its matmuls write bf16 outputs (backend.h): CUDA yes, the CPU no
 } plan_device;
+
+// The backend traits the device's buffers follow.
+static inline backend_traits plan_device_traits(const plan_device *d) {
+    return (backend_traits){.attn = d->attn, .bf16_out = d->bf16_out};
+}
 
 // Fills *dev with device `name` (case-insensitive). The CPU's memory, cores and hence ranks
 // per node are this machine's. Returns 0, or -1 for an unknown name.
@@ -125,12 +131,12 @@ tri_status plan_compute_cached(plan_result *p, const run_config *cfg, const plan
                                plan_cache *cache);
 
 // The arenas of the rank at (tp_rank, pp_rank, dp_rank) of `cfg` (resolved) with n_slots
-// activation slots, on a backend whose attention keeps `attn`: config_layout.h's
+// activation slots, on a backend of traits `bt`: config_layout.h's
 // config_rank_memory, the sums of model_buffers, zero_buffers and optim_buffers, byte for
 // byte what that rank's model, ZeRO layer and optimizer carve (the trainer sizes its arenas
 // with it).
 void plan_rank_memory(const run_config *cfg, int tp_rank, int pp_rank, int dp_rank, int n_slots,
-                      attn_state_kind attn, uint64_t mem[MEM_KIND_COUNT]);
+                      backend_traits bt, uint64_t mem[MEM_KIND_COUNT]);
 
 // Host memory a rank allocates outside its arenas (plan_host.c lists what and where): at
 // start-up, for the rank whose table is pt; at the final save, for a rank whose pieces hold

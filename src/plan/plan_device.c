@@ -31,6 +31,7 @@ static const plan_device DEVICES[] = {
         /* .attn          = */ ATTN_STATE_LSE,
         /* .cuda          = */ 1,
         /* .driver_name   = */ "NVIDIA H100 80GB HBM3",
+        /* .bf16_out      = */ 1,
     },
     {
         /* .name          = */ "h200",
@@ -51,6 +52,7 @@ static const plan_device DEVICES[] = {
         /* .attn          = */ ATTN_STATE_LSE,
         /* .cuda          = */ 1,
         /* .driver_name   = */ "NVIDIA H200",
+        /* .bf16_out      = */ 1,
     },
     {
         /* .name          = */ "a100",
@@ -71,6 +73,7 @@ static const plan_device DEVICES[] = {
         /* .attn          = */ ATTN_STATE_LSE,
         /* .cuda          = */ 1,
         /* .driver_name   = */ "NVIDIA A100-SXM4-80GB",
+        /* .bf16_out      = */ 1,
     },
     {
         // One rank per core: 3 GHz x 2 AVX2 FMA units x 8 fp32 lanes x 2 FLOPs; bf16 is
@@ -93,6 +96,7 @@ static const plan_device DEVICES[] = {
         /* .attn          = */ ATTN_STATE_PROBS,
         /* .cuda          = */ 0,
         /* .driver_name   = */ NULL,
+        /* .bf16_out      = */ 0,
     },
 };
 #define N_DEVICES (sizeof DEVICES / sizeof DEVICES[0])

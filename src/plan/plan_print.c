@@ -86,8 +86,11 @@ static int assumptions(const plan_result *p, const run_config *cfg, char out[][3
         snprintf(out[n++], 320,
                  "bf16 as this build trains it: parameters, their all-gathers and "
                  "the activations kept for the backward 2 bytes; master weights 4, Adam m + v 8; "
-                 "fp32 staging of one layer's parameters and activations; the residual stream "
-                 "and messages 4 bytes; gradients per train.grad_dtype");
+                 "fp32 staging of one layer's parameters and activations%s; the residual stream "
+                 "and messages 4 bytes; gradients per train.grad_dtype",
+                 model_bf16_direct(cfg->train.precision, cfg->parallel.recompute, d->bf16_out)
+                     ? " (not qkv's and the MLP's: bf16 matmul outputs)"
+                     : "");
     snprintf(out[n++], 320,
              "steady-state steps: no evaluation, no checkpoint (under zero3_gather "
              "step, a step after an evaluation gathers nothing before its first pass)");
