@@ -108,7 +108,7 @@ expect did_you_mean_command_alias 2 "unknown command generate; did you mean samp
 expect unknown_command_lists 2 "the commands are train, check, plan" $T frobnicate
 expect did_you_mean_choice 2 "--format needs llmc or safetensors, got safetensor; did you mean safetensors\?" \
     $T export x --format safetensor --out "$W/x"
-expect did_you_mean_bf16 2 "train.precision: expected one of fp32, bf16, got bfloat16; did you mean bf16\?" \
+expect did_you_mean_bf16 2 "train.precision: expected one of fp32, bf16, tf32, got bfloat16; did you mean bf16\?" \
     $T check $CFG --set train.precision=bfloat16
 expect did_you_mean_fp32 2 "train.grad_dtype: .*got float32; did you mean fp32\?" $T check $CFG --set train.grad_dtype=float32
 expect did_you_mean_recompute 2 "parallel.recompute: .*got true; did you mean full\?" $T check $CFG --set parallel.recompute=true
