@@ -36,3 +36,31 @@ match_reference() {
     if out=$(/usr/bin/python3 tests/parity.py "$ref" "$run" "$@" 2>&1); then pass "$name $out"
     else fail "$name" "$out"; fi
 }
+
+# manifest_rewrite FILE [DROP] [VERSION]: rewrites a checkpoint manifest as an older trident
+# or a hand edit would leave it: drops the lines matching the regex DROP (at their start),
+# sets `version:` to VERSION, and seals it again (the last line is the CRC-32C of the bytes
+# before it), except as version 1, which has no seal.
+manifest_rewrite() {
+    /usr/bin/python3 - "$1" "${2:-}" "${3:-}" <<'PY'
+import re, sys
+path, drop, version = sys.argv[1], sys.argv[2], sys.argv[3]
+lines = [l for l in open(path, 'rb').read().splitlines(keepends=True)
+         if not l.startswith(b'manifest_crc32c:') and not (drop and re.match(drop.encode(), l))]
+body = b''.join(lines)
+if version:
+    body = re.sub(rb'(?m)^version: \d+$', b'version: ' + version.encode(), body)
+table = []
+for i in range(256):  # CRC-32C (Castagnoli), reflected
+    c = i
+    for _ in range(8):
+        c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+    table.append(c)
+crc = 0xFFFFFFFF
+for b in body:
+    crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
+if version != '1':
+    body += b'manifest_crc32c: 0x%08x\n' % (crc ^ 0xFFFFFFFF)
+open(path, 'wb').write(body)
+PY
+}

@@ -139,23 +139,8 @@ $T train $CFG "${PLAIN[@]}" --set data.shuffle=false --set run.out_dir=$W/plain 
     --set checkpoint.dir=$W/ckp --set checkpoint.every=10 --set checkpoint.async=false \
     >$W/plain.log 2>&1 || fail blend_plain_run "$(tail -2 $W/plain.log | tr '\n' ' ')"
 rm -rf $W/ckp/step_00000020 && echo step_00000010 >$W/ckp/latest
-/usr/bin/python3 - $W/ckp/step_00000010/manifest.yaml <<'PY'
-import re, sys
-path = sys.argv[1]
-keep = [l for l in open(path).read().splitlines(True)
-        if not re.match(r'(data_order:|data_sources:|  - \{path:|    shuffle:|    resume_changes:|manifest_crc32c:)', l)]
-text = ''.join(keep).replace('version: 3\n', 'version: 2\n').encode()
-table = []
-for i in range(256):  # CRC-32C (Castagnoli), reflected
-    c = i
-    for _ in range(8):
-        c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-    table.append(c)
-crc = 0xFFFFFFFF
-for b in text:
-    crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
-open(path, 'wb').write(text + b'manifest_crc32c: 0x%08x\n' % (crc ^ 0xFFFFFFFF))
-PY
+manifest_rewrite $W/ckp/step_00000010/manifest.yaml \
+    '(data_order:|data_sources:|  - \{path:|    shuffle:|    resume_changes:)' 2
 mkdir -p $W/v2 && head -n 12 $W/plain/metrics.jsonl >$W/v2/metrics.jsonl
 if $T train $CFG "${PLAIN[@]}" --set run.out_dir=$W/v2 --set checkpoint.dir=$W/ckp \
         >$W/v2.log 2>&1; then

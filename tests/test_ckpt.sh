@@ -163,32 +163,11 @@ damaged ckpt_no_manifest "is not a checkpoint (no manifest.yaml" rm $W/bad/manif
 # no data order: version 3's data_order and data_sources lines out, and the config's
 # data.shuffle, a key that came with version 3).
 manifest_tool() {
-    /usr/bin/python3 - "$1" "$2" <<'PY'
-import sys
-path, what = sys.argv[1], sys.argv[2]
-table = []
-for i in range(256):
-    c = i
-    for _ in range(8):
-        c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-    table.append(c)
-def crc32c(data):
-    c = 0xFFFFFFFF
-    for b in data:
-        c = table[(c ^ b) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
-lines = open(path, 'rb').read().splitlines(keepends=True)
-if lines[-1].startswith(b'manifest_crc32c:'):
-    lines = lines[:-1]
-body = b''.join(lines)
-if what == 'v1':
-    body = b''.join(l for l in lines if not l.startswith((b'data_order:', b'data_sources:',
-                                                          b'  - {path:', b'    shuffle:')))
-    body = body.replace(b'\nversion: 3\n', b'\nversion: 1\n')
-else:
-    body += b'manifest_crc32c: 0x%08x\n' % crc32c(body)
-open(path, 'wb').write(body)
-PY
+    if [ "$2" = v1 ]; then
+        manifest_rewrite "$1" '(data_order:|data_sources:|  - \{path:|    shuffle:)' 1
+    else
+        manifest_rewrite "$1"
+    fi
 }
 damaged ckpt_manifest_step_negative "manifest.yaml:4: step: -3 is out of range" \
     sed -i 's/^step: 10$/step: -3/' $W/bad/manifest.yaml

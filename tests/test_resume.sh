@@ -87,23 +87,7 @@ else fail resume_shape_refused_even_with_allow "exit $rc: $(grep -h 'error\|HINT
 
 # --- a checkpoint written before a key existed: the key is compared as its default
 cp -r $CK $W/old
-/usr/bin/python3 - $W/old/manifest.yaml <<'PY'
-import sys
-table = []
-for i in range(256):
-    c = i
-    for _ in range(8):
-        c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-    table.append(c)
-def crc32c(data):
-    c = 0xFFFFFFFF
-    for b in data:
-        c = table[(c ^ b) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
-lines = open(sys.argv[1], 'rb').read().splitlines(keepends=True)
-body = b''.join(l for l in lines[:-1] if not l.startswith(b'    resume_changes:'))
-open(sys.argv[1], 'wb').write(body + b'manifest_crc32c: 0x%08x\n' % crc32c(body))
-PY
+manifest_rewrite $W/old/manifest.yaml '    resume_changes:'
 $T train $CFG "${B[@]}" --set train.steps=12 --set run.out_dir=$W/oldr --set checkpoint.dir=$W/coldr \
     --set checkpoint.resume=$W/old >$W/oldr.log 2>&1
 rc=$?
