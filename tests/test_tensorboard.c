@@ -3,37 +3,12 @@
 // files already in the directory; a directory that cannot be made fails tb_open with exit 4
 // naming the key. tests/test_tensorboard.sh reads the events back with TensorBoard itself.
 #include "io/tensorboard.h"
+#include "config_harness.h"
 #include "testlib.h"
 
 #include <fcntl.h>
 #include <string.h>
 #include <unistd.h>
-
-static char g_dir[256];
-static char g_err[8192]; // stderr of the last captured call
-
-static int capture_begin(void) {
-    char path[300];
-    snprintf(path, sizeof path, "%s/stderr.txt", g_dir);
-    fflush(stderr);
-    int saved = dup(2);
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-    dup2(fd, 2);
-    close(fd);
-    return saved;
-}
-
-static void capture_end(int saved) {
-    char path[300];
-    snprintf(path, sizeof path, "%s/stderr.txt", g_dir);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    FILE *f = fopen(path, "r");
-    size_t n = f ? fread(g_err, 1, sizeof g_err - 1, f) : 0;
-    g_err[n] = '\0';
-    if (f) fclose(f);
-}
 
 static int count(const char *s, const char *what) {
     int n = 0;
