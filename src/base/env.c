@@ -30,6 +30,11 @@ const env_desc ENV_TABLE[ENV_COUNT] = {
                                   "0",
                                   "a pause before each tensor span a resume reads, so that a "
                                   "stop signal lands inside a resume"},
+    [ENV_TEST_NCCL_ONE_RANK] = {"TRIDENT_TEST_NCCL_ONE_RANK", ENV_BY_TEST_HOOK, "1",
+                                "a world of one uses no comm backend (every group has one rank)",
+                                "a world of one on a GPU with system.comm: nccl (comm-test --comm "
+                                "nccl) runs every collective through NCCL on one-rank "
+                                "communicators: a single GPU's check of the NCCL backend"},
     [ENV_TEST_METRICS_FULL_BYTES] = {"TRIDENT_TEST_METRICS_FULL_BYTES", ENV_BY_TEST_HOOK, "bytes",
                                      "no limit but the file system's",
                                      "metrics.jsonl acts as if its file system were full once it "
@@ -43,11 +48,6 @@ const env_desc ENV_TABLE[ENV_COUNT] = {
                                    "no limit",
                                    "a host allocation (xmalloc and friends) of more than this "
                                    "many bytes fails as out of host memory does"},
-    [ENV_TEST_NCCL_ONE_RANK] = {"TRIDENT_TEST_NCCL_ONE_RANK", ENV_BY_TEST_HOOK, "1",
-                                "a world of one uses no comm backend (every group has one rank)",
-                                "a world of one on a GPU with system.comm: nccl (comm-test --comm "
-                                "nccl) runs every collective through NCCL on one-rank "
-                                "communicators: a single GPU's check of the NCCL backend"},
     [ENV_BLAS_REEXEC] = {"TRIDENT_BLAS_REEXEC", ENV_BY_INTERNAL, "1", "not restarted yet",
                          "set before trident restarts itself with OPENBLAS_CORETYPE, so that "
                          "it restarts at most once"},
