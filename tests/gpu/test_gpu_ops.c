@@ -4,8 +4,9 @@
 // rerun bitwise the same, and in the rows that ask for it the device's gradients against
 // finite differences of the double-precision references; then the bf16 conversion ops
 // against src/base/bf16.h bit for bit (tests/gpu/gpu_convert.h). Each row's wall time is
-// printed ("# row ... s"; the CPU reference is the slow side), and the total per kind of row at
-// the end. Needs a GPU: it is not one of the tests/test_*.c that `make test` runs; `make
+// printed ("# row ... s", with the device's and the CPU's part of it: the rest is the host's
+// staging and comparing, which with the CPU's GEMMs is the slow side at model size), and the
+// total per kind of row at the end. Needs a GPU: it is not one of the tests/test_*.c that `make test` runs; `make
 // test-gpu` runs it (tests/gpu/run.sh).
 //
 //   build/tests/gpu/test_gpu_ops               the checks, then a table of the largest error
