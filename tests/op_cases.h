@@ -21,6 +21,11 @@
 //                    orders of margin, while a wrong index or formula is O(1) off.
 //   matmul forward   max |got - ref| <= 1e-5 * sqrt(K) * max |inp| * max |w|: a float dot
 //                    product of K terms accumulates rounding like a random walk.
+//   TOL_LONG_SUM 1e-4  a bias gradient summed over more than 4096 rows (the model-sized
+//                    matmuls, N = 16K-64K): the CPU adds each column's rows in order, so its
+//                    error grows as sqrt(N) roundings of the partial sums; 6.5e-6 of the
+//                    largest against the double reference at 64K rows (measured), where
+//                    TOL_CHAIN would keep no margin. Still four orders below a wrong index.
 //   TOL_FD 1e-4      gradients against finite differences (op_harness.h): the double FD with step 1e-4 * max(1, |x|) has
 //                    truncation error ~1e-8 and cancellation ~1e-12; the rest is the
 //                    backend's float rounding (~1e-6).
@@ -40,6 +45,8 @@
 #define TOL_FEW 1e-6
 #define TOL_CHAIN 1e-5
 #define TOL_BF16_TC 1e-2
+#define TOL_LONG_SUM 1e-4
+#define LONG_SUM_ROWS 4096 // a bias gradient over more rows takes TOL_LONG_SUM
 
 #define CASE_BIAS (1u << 0)    // matmul: with a bias (and its gradient)
 #define CASE_GELU (1u << 1)    // matmul: the MLP's GELU on the forward output and in the backward
@@ -168,6 +175,35 @@ static const op_case OP_CASES[] = {
     {&OP_ATTENTION, {1, 2048, 2, 80}, BF16, CASE_TWIN_ONLY, 0},
     {&OP_ATTENTION, {1, 2048, 2, 96}, BF16, CASE_TWIN_ONLY, 0},
     {&OP_ATTENTION, {1, 2048, 2, 128}, BF16, CASE_TWIN_ONLY, 0},
+    // matmul_accumulate {N, IC, OC, micro_batches}: the backward over several micro-batches
+    // into one dweight and dbias, small enough for the double reference
+    {&OP_MATMUL_ACC, {37, 29, 53, 3}, F32, CASE_BIAS, 0},
+    {&OP_MATMUL_ACC, {64, 96, 80, 2}, BF16, 0, 0},
+    // Model-sized (issue 17), against the CPU only (CASE_TWIN_ONLY; tests/gpu/run.sh's
+    // "model" part, where the host's staging and the CPU's GEMMs are the slow side: sizes
+    // trimmed to what shows the model's paths). GPT-2 124M's fc layer with its GELU at
+    // B * T = 16K tokens (8K in fp32), the weight and bias gradients reducing over those rows;
+    // its projection (the forward reducing over 3072); one call reducing over 64K rows
+    // (cuBLASLt's split-K kernels); the attention projection over 4 (fp32) or 2 (bf16)
+    // micro-batches of 16K rows; the LM head, OC = 50304, whose dinp reduces over 50304.
+    {&OP_MATMUL, {8192, 768, 3072}, F32, CASE_BIAS | CASE_GELU | CASE_TWIN_ONLY, 0},
+    {&OP_MATMUL, {16384, 768, 3072}, BF16, CASE_BIAS | CASE_GELU | CASE_TWIN_ONLY, 0},
+    {&OP_MATMUL, {16384, 3072, 768}, BF16, CASE_BIAS | CASE_TWIN_ONLY, 0},
+    {&OP_MATMUL_ACC, {65536, 64, 96, 1}, F32, CASE_BIAS | CASE_TWIN_ONLY, 0},
+    {&OP_MATMUL_ACC, {65536, 64, 96, 1}, BF16, CASE_BIAS | CASE_TWIN_ONLY, 0},
+    {&OP_MATMUL_ACC, {16384, 768, 768, 4}, F32, CASE_BIAS | CASE_TWIN_ONLY, 0},
+    {&OP_MATMUL_ACC, {16384, 768, 768, 2}, BF16, CASE_BIAS | CASE_TWIN_ONLY, 0},
+    {&OP_MATMUL, {1024, 768, 50304}, F32, CASE_TWIN_ONLY, 0},
+    {&OP_MATMUL, {1024, 768, 50304}, BF16, CASE_TWIN_ONLY, 0},
+    // cross-entropy over GPT-2's vocabulary at many positions: padded (50257 real of 50304),
+    // unpadded, and the second rank of tp 2 (its last 47 columns padding)
+    {&OP_XENT, {512, 50304, 0, 50257}, F32, CASE_TWIN_ONLY, 0},
+    {&OP_XENT, {256, 50304, 0, 50304}, F32, CASE_TWIN_ONLY, 0},
+    {&OP_XENT, {256, 25152, 25152, 50257}, F32, CASE_TWIN_ONLY, 0},
+    // the embedding's backward at V = 50304 over 8K tokens (half of them in rows 0..3: runs
+    // of thousands), whole and vocab-parallel (rank 1 of 2, which owns none of those rows)
+    {&OP_EMBEDDING, {8, 1024, 768, 50304, 1, 0}, F32, CASE_POS | CASE_TWIN_ONLY, 0},
+    {&OP_EMBEDDING, {8, 1024, 768, 50304, 2, 1}, F32, CASE_TWIN_ONLY, 0},
 };
 #undef F32
 #undef BF16

@@ -36,6 +36,12 @@ enum {
     MM_DB2
 };
 
+// A bias gradient summed over more than LONG_SUM_ROWS rows: TOL_LONG_SUM (op_cases.h says why).
+static case_tensor long_sum(case_tensor t) {
+    t.tol = t.tol_cpu = TOL_LONG_SUM;
+    return t;
+}
+
 static void mm_declare(op_inst *c) {
     const op_case *r = c->row;
     const size_t N = r->d[0], IC = r->d[1], OC = r->d[2], off = r->d[3];
@@ -66,7 +72,8 @@ static void mm_declare(op_inst *c) {
     inst_add(c, MM_DINP, t);
     t = g, t.name = "bwd dweight", t.n = OC * IC;
     inst_add(c, MM_DW, t);
-    t = g, t.name = bias ? "bwd dbias" : "bwd dbias NULL untouched", t.n = OC;
+    const case_tensor gb = N > LONG_SUM_ROWS ? long_sum(g) : g; // dbias: a column sum over N
+    t = gb, t.name = bias ? "bwd dbias" : "bwd dbias NULL untouched", t.n = OC;
     inst_add(c, MM_DB, t);
     if (gelu) {
         inst_skip(c, MM_DW2), inst_skip(c, MM_DB2);
@@ -75,7 +82,8 @@ static void mm_declare(op_inst *c) {
     // from the same values as dweight and dbias, so that they can be compared bitwise
     t = g, t.name = "bwd dweight, dinp NULL", t.n = OC * IC;
     memcpy(inst_add(c, MM_DW2, t)->val, c->t[MM_DW].val, OC * IC * sizeof(double));
-    t = g, t.name = bias ? "bwd dbias, dinp NULL" : "bwd dbias NULL untouched, dinp NULL", t.n = OC;
+    t = gb, t.name = bias ? "bwd dbias, dinp NULL" : "bwd dbias NULL untouched, dinp NULL";
+    t.n = OC;
     memcpy(inst_add(c, MM_DB2, t)->val, c->t[MM_DB].val, OC * sizeof(double));
 }
 
@@ -158,6 +166,82 @@ static void mm_check(const op_inst *c, double *const *got, const char *tag) {
 }
 
 static const op_family OP_MATMUL = {mm_declare, mm_run, mm_reference, mm_check};
+
+// ---------------------------------------------------------------------------------------
+// matmul_accumulate: d = {N, IC, OC, micro_batches}. The backward of one layer over
+// micro_batches micro-batches of N rows each, as a training step runs it: each call
+// overwrites its micro-batch's dinp and adds into the same dweight and dbias (beta = 1 on
+// the device), so the weight gradient's reduction runs over micro_batches * N rows in all,
+// N of them per call (a model-sized N, B * T = 16K-64K tokens, is the long reduction of a
+// real step). Without CASE_BIAS dbias is NULL and must stay untouched.
+
+enum { MA_INP, MA_W, MA_DOUT, MA_DINP, MA_DW, MA_DB };
+
+static void ma_declare(op_inst *c) {
+    const op_case *r = c->row;
+    const size_t N = r->d[0], IC = r->d[1], OC = r->d[2], M = r->d[3];
+    const int bias = r->flags & CASE_BIAS;
+    const elem_kind ek = operand_kind(r);
+    TRI_ASSERT(M >= 1 && !r->fd); // analytic references only (the large rows are sampled)
+    snprintf(c->name, sizeof c->name, "matmul_accumulate%s N=%zu IC=%zu OC=%zu micro_batches=%zu%s",
+             dtype_tag(r), N, IC, OC, M, bias ? " bias" : "");
+    inst_add(c, MA_INP, TENSOR("inp", ROLE_IN, ek, M * N * IC, .lo = -1, .hi = 1));
+    inst_add(c, MA_W, TENSOR("weight", ROLE_IN, ek, OC * IC, .lo = -1, .hi = 1));
+    inst_add(c, MA_DOUT, TENSOR("dout", ROLE_IN, ek, M * N * OC, .lo = -1, .hi = 1));
+    const case_tensor g = TENSOR("", ROLE_ACC, ELEM_F32, 0, .lo = -1, .hi = 1, .grad = 1,
+                                 .sample = 1, .tol = TOL_CHAIN, .tol_cpu = TOL_CHAIN);
+    case_tensor t = g;
+    t.name = "bwd dinp of every micro-batch", t.role = ROLE_OUT, t.n = M * N * IC;
+    inst_add(c, MA_DINP, t);
+    t = g, t.name = "bwd dweight over the micro-batches", t.n = OC * IC;
+    inst_add(c, MA_DW, t);
+    t = M * N > LONG_SUM_ROWS ? long_sum(g) : g;
+    t.name = bias ? "bwd dbias over the micro-batches" : "bwd dbias NULL untouched", t.n = OC;
+    inst_add(c, MA_DB, t);
+}
+
+static void ma_run(backend *b, const op_inst *c, void *const *p) {
+    const op_case *r = c->row;
+    const int N = r->d[0], IC = r->d[1], OC = r->d[2], M = r->d[3];
+    const size_t es = r->dtype == DTYPE_BF16 ? 2 : 4;
+    float *dbias = r->flags & CASE_BIAS ? p[MA_DB] : NULL;
+    for (int m = 0; m < M; m++) {
+        const size_t rows = (size_t)m * N;
+        const operand dout = {(const char *)p[MA_DOUT] + rows * OC * es, r->dtype};
+        const operand inp = {(const char *)p[MA_INP] + rows * IC * es, r->dtype};
+        const operand w = {p[MA_W], r->dtype};
+        backend_matmul_bwd(b, (float *)p[MA_DINP] + rows * IC, p[MA_DW], dbias, dout, inp, w, NULL,
+                           N, IC, OC);
+    }
+}
+
+static void ma_reference(op_inst *c) {
+    const op_case *r = c->row;
+    const size_t N = r->d[0], IC = r->d[1], OC = r->d[2], rows = (size_t)r->d[3] * N;
+    case_tensor *t = c->t;
+    const double *x = t[MA_INP].val, *w = t[MA_W].val, *R = t[MA_DOUT].val;
+    for (size_t j = 0; j < t[MA_DINP].nref; j++) {
+        const size_t i = ref_at(&t[MA_DINP], j), n = i / IC, q = i % IC;
+        double s = 0.0;
+        for (size_t o = 0; o < OC; o++) s += R[n * OC + o] * w[o * IC + q];
+        t[MA_DINP].ref[j] = s;
+    }
+    for (size_t j = 0; j < t[MA_DW].nref; j++) {
+        const size_t i = ref_at(&t[MA_DW], j), o = i / IC, q = i % IC;
+        double s = 0.0;
+        for (size_t n = 0; n < rows; n++) s += R[n * OC + o] * x[n * IC + q];
+        t[MA_DW].ref[j] = s;
+    }
+    if (!(r->flags & CASE_BIAS)) return; // the dbias references stay 0: untouched
+    for (size_t j = 0; j < t[MA_DB].nref; j++) {
+        const size_t o = ref_at(&t[MA_DB], j);
+        double s = 0.0;
+        for (size_t n = 0; n < rows; n++) s += R[n * OC + o];
+        t[MA_DB].ref[j] = s;
+    }
+}
+
+static const op_family OP_MATMUL_ACC = {ma_declare, ma_run, ma_reference, NULL};
 
 // ---------------------------------------------------------------------------------------
 // layernorm: d = {N, C}. The forward, then the backward from its mean and rstd.

@@ -10,7 +10,12 @@
 //                       (tests/gpu/test_gpu_ops.c), each comparison kept for a table of the
 //                       largest errors; the device's rerun must be bitwise the same, and in
 //                       rows with finite differences its gradients are checked against them.
-// Every row gets its own random values from its index, the same on every backend.
+// Every row gets its own random values from its index, the same on every backend. The
+// element loops after the values are drawn (staging, conversions, comparisons) run on the
+// host's OpenMP threads: at model size (tests/op_cases.h's CASE_TWIN_ONLY rows, 100M
+// elements a tensor) they, not the backends, are the slow side of a case; each element's
+// work is independent and a maximum does not depend on the order, so the results do not
+// depend on the thread count.
 #pragma once
 #include "ops_ref.h"
 
@@ -20,7 +25,8 @@
 
 typedef enum {
     ROLE_IN,    // read by the op: random in [lo, hi), or as the family sets it
-    ROLE_OUT,   // overwritten: pre-filled with junk in [100, 200), which must not show
+    ROLE_OUT,   // overwritten: pre-filled with junk in [100, 200) (a pattern that differs
+                // between neighbours), which must not show
     ROLE_ACC,   // accumulated into (+=): random in [lo, hi); the reference is the increment
     ROLE_INOUT, // updated in place: random in [lo, hi); the reference is the final value
 } tensor_role;
@@ -178,8 +184,10 @@ static void inst_run(backend *b, const op_inst *c, double **got) {
         if (t->absent) continue;
         const size_t es = elem_bytes(t->kind), bytes = (t->n + t->offset) * es;
         unsigned char *h = xcalloc(bytes + 8, 1), *v = h + t->offset * es;
+        const int junk = t->role == ROLE_OUT;
+#pragma omp parallel for schedule(static)
         for (size_t i = 0; i < t->n; i++) {
-            const double x = t->role == ROLE_OUT ? 150.0 + 50.0 * rnd() : t->val[i];
+            const double x = junk ? 100.5 + (double)((i * 7919) % 100) : t->val[i];
             if (t->kind == ELEM_F32) ((float *)v)[i] = (float)x;
             else if (t->kind == ELEM_BF16) ((uint16_t *)v)[i] = bf16_from_f32((float)x);
             else if (t->kind == ELEM_F64) ((double *)v)[i] = x;
@@ -200,6 +208,7 @@ static void inst_run(backend *b, const op_inst *c, double **got) {
             unsigned char *h = xmalloc(t->n * es + 8);
             b->copy_to_host(b, h, p[k], t->n * es);
             got[k] = xmalloc((t->n + 1) * sizeof(double));
+#pragma omp parallel for schedule(static)
             for (size_t i = 0; i < t->n; i++)
                 got[k][i] = t->kind == ELEM_F32    ? ((float *)h)[i]
                             : t->kind == ELEM_BF16 ? bf16_to_f32(((uint16_t *)h)[i])
@@ -218,6 +227,7 @@ static void got_free(const op_inst *c, double **got) {
 // max |a - b| / max |b| over n values; equal values (infinities too) count 0, a NaN infinity.
 static double rel_diff_d(const double *a, const double *b, size_t n) {
     double e = 0.0, m = 0.0;
+#pragma omp parallel for schedule(static) reduction(max : e, m)
     for (size_t i = 0; i < n; i++) {
         if (isfinite(b[i])) m = fmax(m, fabs(b[i]));
         if (a[i] == b[i]) continue;
@@ -309,16 +319,26 @@ OPS_REF_FN void op_case_check_ref(const op_case *row, size_t index, backend *con
     inst_free(&c);
 }
 
+// Where the last op_case_check_twin spent its time: the device's two runs, the CPU's run
+// (each with its transfers), and the whole case (the rest is the harness: values, conversions,
+// comparisons, all on one host thread).
+static double twin_seconds_dut, twin_seconds_cpu, twin_seconds_all;
+
 // Row `index` on the device under test against the CPU backend: every output compared (and
 // recorded for the table), the op's promises checked on the device, a rerun on the device
 // bitwise the same, and in rows with finite differences the device's gradients against them.
 OPS_REF_FN void op_case_check_twin(const op_case *row, size_t index, backend *dut, backend *cpu,
                                    const char *tag) {
+    const double t0 = time_now_s();
     op_inst c;
     inst_init(&c, row, index);
     double *gd[CASE_TENSORS], *gc[CASE_TENSORS], *again[CASE_TENSORS];
+    double t = time_now_s();
     inst_run(dut, &c, gd);
+    twin_seconds_dut = time_now_s() - t;
+    t = time_now_s();
     inst_run(cpu, &c, gc);
+    twin_seconds_cpu = time_now_s() - t;
     int same = 1;
     for (int k = 0; k < c.nt; k++) {
         const case_tensor *t = &c.t[k];
@@ -329,6 +349,7 @@ OPS_REF_FN void op_case_check_twin(const op_case *row, size_t index, backend *du
         double e = 0.0, tol = t->tol_cpu;
         if (t->kind == ELEM_BF16) {
             size_t differ = 0;
+#pragma omp parallel for schedule(static) reduction(+ : differ) reduction(max : e)
             for (size_t i = 0; i < t->n; i++) {
                 const int u = bf16_units(gd[k][i], gc[k][i]);
                 differ += u != 0, e = fmax(e, u);
@@ -342,7 +363,9 @@ OPS_REF_FN void op_case_check_twin(const op_case *row, size_t index, backend *du
         TEST_CHECK(e <= tol, name, "max |dut - cpu| / max |cpu| = %.3g > %.1g", e, tol);
     }
     if (row->op->check) row->op->check(&c, gd, tag);
+    t = time_now_s();
     inst_run(dut, &c, again);
+    twin_seconds_dut += time_now_s() - t;
     for (int k = 0; k < c.nt; k++)
         if (is_output(&c.t[k])) same &= !memcmp(gd[k], again[k], c.t[k].n * sizeof(double));
     char name[200];
@@ -354,4 +377,5 @@ OPS_REF_FN void op_case_check_twin(const op_case *row, size_t index, backend *du
     }
     got_free(&c, gd), got_free(&c, gc), got_free(&c, again);
     inst_free(&c);
+    twin_seconds_all = time_now_s() - t0;
 }

@@ -10,7 +10,9 @@
 //   world  every rank
 // Rank 0 makes the world communicator's ncclUniqueId and shares it through launch_exchange
 // (PMIx); the groups are split from the world with ncclCommSplit. Groups of one rank never
-// touch NCCL (the layer, src/comm/comm_dispatch.c, never calls the backend for them). Every
+// touch NCCL (the layer, src/comm/comm_dispatch.c, never calls the backend for them), except
+// in a world of one under the test hook TRIDENT_TEST_NCCL_ONE_RANK: there every group is a
+// one-rank communicator that the layer calls, so that one GPU checks this backend. Every
 // communicator is non-blocking (ncclConfig_t.blocking = 0), so that no NCCL call can hang
 // the process: creation, every collective and the final flush are polled against a deadline
 // of comm->timeout_s, and a timeout aborts every communicator and returns TRI_ERR_COMM (the

@@ -188,7 +188,11 @@ tri_status comm_nccl_create(comm **out, const mesh *m, launch_info *li, double t
         CUDA_CHECK_GOTO(cudaStreamCreateWithFlags(&x->groups[g].stream, cudaStreamNonBlocking), rc,
                         fail);
     }
-    if (li->world == 1) goto done; // every group has one rank: no NCCL at all
+    // A world of one reaches here only under the test hook TRIDENT_TEST_NCCL_ONE_RANK
+    // (comm_create_for): then every group is a one-rank communicator split from a one-rank
+    // world, and the layer sends groups of one through them, so that one GPU exercises the
+    // backend's every collective.
+    c->one_rank_groups = li->world == 1;
 
     // The world communicator, from rank 0's unique id. If rank 0 cannot make one it shares
     // zeros, so that every rank fails instead of waiting in the exchange.
@@ -221,7 +225,7 @@ tri_status comm_nccl_create(comm **out, const mesh *m, launch_info *li, double t
 
     // The groups, split from the world one after the other in the same order on every rank
     // (each split is collective over the world). A kind of group with one rank everywhere
-    // is skipped by all ranks alike.
+    // is skipped by all ranks alike, but in a world of one (the test hook's communicators).
     for (int gi = 0; gi < COMM_GROUP_WORLD; gi++) {
         const comm_group_id g = (comm_group_id)gi;
         const int ranks_everywhere = g == COMM_GROUP_TP      ? TP
@@ -229,7 +233,7 @@ tri_status comm_nccl_create(comm **out, const mesh *m, launch_info *li, double t
                                      : g == COMM_GROUP_PP    ? PP
                                      : g == COMM_GROUP_EMBED ? (PP > 1 ? 2 : 1)
                                                              : TP * PP;
-        if (ranks_everywhere == 1) continue;
+        if (ranks_everywhere == 1 && li->world > 1) continue;
         // Keys are the group ranks, so NCCL's rank order is the mesh's; a middle stage,
         // in no embedding group, joins no communicator.
         int color = mesh_group_color(m, g, li->rank), key = c->groups[g].rank;
@@ -258,7 +262,6 @@ tri_status comm_nccl_create(comm **out, const mesh *m, launch_info *li, double t
         if (child) TRI_CHECK_GOTO(wait_ready(c, child, g), rc, fail);
     }
 
-done:
     LOG_DEBUG("nccl: rank %d on device %d: tp %d/%d dp %d/%d pp %d/%d embed %d/%d mp %d/%d",
               li->rank, x->device, c->groups[COMM_GROUP_TP].rank, c->groups[COMM_GROUP_TP].size,
               c->groups[COMM_GROUP_DP].rank, c->groups[COMM_GROUP_DP].size,

@@ -440,7 +440,7 @@ static tri_status ct_barriers(ct_state *s) {
 // replicas of a parameter must stay identical). Returns the elements that differ.
 static tri_status ct_determinism(ct_state *s, comm_group_id g, size_t count, long long *wrong) {
     const int n = s->n_members[g];
-    if (n <= 1 || count == 0) return TRI_OK;
+    if (!ct_collective(s, n) || count == 0) return TRI_OK;
     comm *c = s->c;
     ct_buf bufs[3]; // first run, second run, group rank 0's first result broadcast
     for (int i = 0; i < 3; i++) bufs[i] = ct_buf_new(s, count * sizeof(float));
@@ -476,7 +476,7 @@ static tri_status ct_determinism(ct_state *s, comm_group_id g, size_t count, lon
 // count, all_gather with send = recv + rank * count. Returns the wrong elements.
 static tri_status ct_in_place(ct_state *s, comm_group_id g, size_t count, long long *wrong) {
     const int n = s->n_members[g], k = s->my_index[g], *m = s->members[g];
-    if (n <= 1 || count == 0) return TRI_OK;
+    if (!ct_collective(s, n) || count == 0) return TRI_OK;
     comm *c = s->c;
     ct_buf bb = ct_buf_new(s, count * (size_t)n * sizeof(float));
     float *buf = (float *)bb.host, *mine = buf + (size_t)k * count;
@@ -511,7 +511,7 @@ static tri_status ct_in_place(ct_state *s, comm_group_id g, size_t count, long l
 // integers (exact in bf16 for any world here). Returns the wrong elements.
 static tri_status ct_bf16(ct_state *s, comm_group_id g, size_t count, long long *wrong) {
     const int n = s->n_members[g], k = s->my_index[g], *m = s->members[g];
-    if (n <= 1 || count == 0) return TRI_OK;
+    if (!ct_collective(s, n) || count == 0) return TRI_OK;
     comm *c = s->c;
     const size_t bytes = count * sizeof(uint16_t);
     ct_buf sb = ct_buf_new(s, bytes), xb = ct_buf_new(s, bytes);
@@ -563,7 +563,7 @@ static tri_status ct_run(ct_state *s, const ct_options *o, long long *total_wron
     // Groups of one on every rank: the identity paths, checked untimed at both ends.
     char alone[128] = "";
     for (int g = 0; g < COMM_GROUP_COUNT; g++) {
-        if (s->max_size[g] > 1) continue;
+        if (ct_collective(s, s->max_size[g])) continue;
         for (int op = 0; op < CT_COUNT; op++) {
             double sec;
             const size_t ends[2] = {o->bytes.min / sizeof(float), o->bytes.max / sizeof(float)};
@@ -585,7 +585,7 @@ static tri_status ct_run(ct_state *s, const ct_options *o, long long *total_wron
     double busbw_sum = 0;
     int rows = 0;
     for (int g = 0; g < COMM_GROUP_COUNT; g++) {
-        if (s->max_size[g] == 1) continue;
+        if (!ct_collective(s, s->max_size[g])) continue;
         for (int op = 0; op < CT_COUNT; op++) {
             for (size_t bytes = o->bytes.min; bytes <= o->bytes.max; bytes *= 2) {
                 size_t elems = bytes / sizeof(float);
@@ -623,7 +623,7 @@ static tri_status ct_run(ct_state *s, const ct_options *o, long long *total_wron
     // the largest size (untimed; a middle pipeline stage skips the embedding group).
     long long in_place = 0, nondet = 0, bf16 = 0, async = 0;
     for (int g = 0; g < COMM_GROUP_COUNT; g++) {
-        if (s->max_size[g] == 1 || s->n_members[g] == 0) continue;
+        if (!ct_collective(s, s->max_size[g]) || s->n_members[g] == 0) continue;
         size_t elems = o->bytes.max / sizeof(float);
         TRI_CHECK(ct_in_place(s, (comm_group_id)g, elems / (size_t)s->max_size[g], &in_place));
         TRI_CHECK(ct_determinism(s, (comm_group_id)g, elems, &nondet));
@@ -636,7 +636,7 @@ static tri_status ct_run(ct_state *s, const ct_options *o, long long *total_wron
     local_wrong += in_place + nondet + bf16 + async;
     int64_t extra[4] = {in_place, nondet, bf16, async};
     TRI_CHECK(comm_all_reduce(c, COMM_GROUP_WORLD, extra, 4, DTYPE_INT64, COMM_REDUCE_SUM));
-    if (print && s->world > 1) {
+    if (print && (s->world > 1 || c->one_rank_groups)) {
         printf("# in-place reduce_scatter and all_gather on every group: %lld wrong\n",
                (long long)extra[0]);
         printf("# all_reduce of non-integer floats, twice, on every group: %s\n",

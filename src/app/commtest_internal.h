@@ -37,6 +37,14 @@ typedef struct {
     long long bad_counters; // payload counter mismatches on this rank
 } ct_state;
 
+// Whether a group of `members` ranks is checked as a group (every collective, timed, with the
+// in-place, reproducibility and bf16 checks): more than one member, or one whose calls reach
+// the comm backend (TRIDENT_TEST_NCCL_ONE_RANK: NCCL's one-rank communicators on one GPU).
+// The layer answers other groups of one itself: those are the untimed identity checks.
+static inline int ct_collective(const ct_state *s, int members) {
+    return members > 1 || (members == 1 && s->c->one_rank_groups);
+}
+
 // The input element i of global rank r: a small integer, so every sum is exact in float.
 static inline float ct_value(int r, size_t i) {
     return (float)((int)(((size_t)r * 37u + i * 11u) % 23u) - 11);

@@ -45,6 +45,11 @@ const env_desc ENV_TABLE[ENV_COUNT] = {
                                   "0",
                                   "a pause before each tensor span a resume reads, so that a "
                                   "stop signal lands inside a resume"},
+    [ENV_TEST_NCCL_ONE_RANK] = {"TRIDENT_TEST_NCCL_ONE_RANK", ENV_BY_TEST_HOOK, "1",
+                                "a world of one uses no comm backend (every group has one rank)",
+                                "a world of one on a GPU with system.comm: nccl (comm-test --comm "
+                                "nccl) runs every collective through NCCL on one-rank "
+                                "communicators: a single GPU's check of the NCCL backend"},
     [ENV_TEST_METRICS_FULL_BYTES] = {"TRIDENT_TEST_METRICS_FULL_BYTES", ENV_BY_TEST_HOOK, "bytes",
                                      "no limit but the file system's",
                                      "metrics.jsonl acts as if its file system were full once it "

@@ -94,6 +94,10 @@ struct comm {
     // backends ignore it.
     void *compute_stream;
     int group_depth; // comm_dispatch.c: comm_group_start nesting (> 0 inside a group)
+    // Groups of one rank go through the backend like any group (comm_dispatch.c otherwise
+    // answers them itself, moving nothing): set only by the NCCL backend in a world of one,
+    // under the test hook TRIDENT_TEST_NCCL_ONE_RANK (comm_create_for). Never counted.
+    int one_rank_groups;
 };
 
 // ---- collectives (blocking: complete when they return) ----
@@ -177,7 +181,8 @@ const char *comm_group_name(comm_group_id g);
 //   a host backend                  MPI (comm_mpi_create); kind COMM_NCCL is refused
 //                                   (TRI_ERR_CONFIG)
 // TRIDENT_COMM_STAGED=1 wraps MPI in the staged backend on a host backend too (for the
-// tests). For NCCL it sets compute_stream and inputs_ready from `be`. timeout_s bounds every
+// tests); TRIDENT_TEST_NCCL_ONE_RANK=1 gives a world of one with kind COMM_NCCL on a device
+// backend NCCL's backend, on one-rank communicators (comm.one_rank_groups). For NCCL it sets compute_stream and inputs_ready from `be`. timeout_s bounds every
 // later collective (<= 0: wait forever). Every rank of the world calls it together.
 tri_status comm_create_for(comm **out, const mesh *m, comm_kind kind, launch_info *li, backend *be,
                            double timeout_s);

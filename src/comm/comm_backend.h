@@ -7,7 +7,8 @@
 //   - checked the group (known, this rank a member), the dtype, a root or a peer;
 //   - counted the payload (comm.h's table), so that no backend counts anything;
 //   - short-circuited a group of one: a collective entry is only called for a group of
-//     two or more ranks;
+//     two or more ranks (for every group when comm.one_rank_groups is set: the NCCL
+//     backend's one-rank communicators under TRIDENT_TEST_NCCL_ONE_RANK);
 //   - set req->impl to NULL before calling an entry that takes a request.
 // The blocking forms are start + wait(on_host = 1); send and receive outside a group are
 // group_start + send or recv + group_end_start + wait. So every entry that starts something

@@ -8,8 +8,10 @@
 
 #include "comm/comm_backend.h"
 
-// Adds one call's payload to the group's counters: the only place that counts.
+// Adds one call's payload to the group's counters: the only place that counts. A group of
+// one moves nothing and counts nothing, also where its calls reach the backend.
 static void comm_count(comm *c, comm_group_id g, comm_op_id op, size_t bytes) {
+    if (c->groups[g].size == 1) return;
     c->groups[g].bytes[op] += bytes;
     c->groups[g].calls[op] += 1;
 }
@@ -54,6 +56,12 @@ static tri_status check_call(const comm *c, comm_group_id g, tri_dtype dt, const
     return TRI_OK;
 }
 
+// A group of one that the layer answers itself (no backend call): every group of one but
+// under the NCCL one-rank test hook (comm.one_rank_groups).
+static int alone(const comm *c, comm_group_id g) {
+    return c->groups[g].size == 1 && !c->one_rank_groups;
+}
+
 // The blocking end of what a start left in req.
 static tri_status wait_on_host(comm *c, comm_request *req) {
     if (!req->impl) return TRI_OK;
@@ -75,7 +83,7 @@ tri_status comm_all_reduce_start(comm *c, comm_group_id g, void *buf, size_t cou
                                  comm_reduce_op op, comm_request *req) {
     req->impl = NULL;
     TRI_CHECK(check_call(c, g, dt, "all_reduce"));
-    if (c->groups[g].size == 1) return TRI_OK;
+    if (alone(c, g)) return TRI_OK;
     comm_count(c, g, COMM_OP_ALL_REDUCE, count * dtype_size(dt));
     return c->iface->all_reduce_start(c, g, buf, count, dt, op, req);
 }
@@ -89,7 +97,7 @@ static tri_status blocks_start(comm *c, comm_group_id g, comm_op_id op, const vo
     TRI_CHECK(check_call(c, g, dt, scatter ? "reduce_scatter" : "all_gather"));
     const int n = c->groups[g].size;
     const size_t block = count * dtype_size(dt);
-    if (n == 1) return local_copy(c, g, op, send, recv, block);
+    if (alone(c, g)) return local_copy(c, g, op, send, recv, block);
     comm_count(c, g, op, block * (size_t)n);
     return scatter ? c->iface->reduce_scatter_start(c, g, send, recv, count, dt, req)
                    : c->iface->all_gather_start(c, g, send, recv, count, dt, req);
@@ -154,7 +162,7 @@ tri_status comm_broadcast(comm *c, comm_group_id g, void *buf, size_t count, tri
                   comm_group_name(g), root, n);
         return TRI_ERR_INTERNAL;
     }
-    if (n == 1) return TRI_OK;
+    if (alone(c, g)) return TRI_OK;
     comm_count(c, g, COMM_OP_BROADCAST, count * dtype_size(dt));
     comm_request req = {NULL};
     TRI_CHECK(c->iface->broadcast_start(c, g, buf, count, dt, root, &req));
@@ -163,7 +171,7 @@ tri_status comm_broadcast(comm *c, comm_group_id g, void *buf, size_t count, tri
 
 tri_status comm_barrier(comm *c, comm_group_id g) {
     TRI_CHECK(check_call(c, g, DTYPE_FP32, "barrier"));
-    if (c->groups[g].size == 1) return TRI_OK;
+    if (alone(c, g)) return TRI_OK;
     comm_request req = {NULL};
     TRI_CHECK(c->iface->barrier_start(c, g, &req));
     return wait_on_host(c, &req);

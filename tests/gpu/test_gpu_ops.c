@@ -2,8 +2,13 @@
 // the CPU backend on the same random inputs (tests/op_harness.h's twin mode): each output
 // within its tolerance of the CPU's (op_cases.h says why each is what it is), the device's
 // rerun bitwise the same, and in the rows that ask for it the device's gradients against
-// finite differences of the double-precision references. Needs a GPU: it is not one of the
-// tests/test_*.c that `make test` runs; `make test-gpu` runs it (tests/gpu/run.sh).
+// finite differences of the double-precision references; then the bf16 conversion ops
+// against src/base/bf16.h bit for bit (tests/gpu/gpu_convert.h). Each row's wall time is
+// printed ("# row ... s", with the device's and the CPU's part of it: the rest is the host's
+// staging and comparing, which with the CPU's GEMMs is the slow side at model size), and the
+// total per kind of row at the end. Needs a GPU: it is not one of the tests/test_*.c that
+// `make test` runs; `make
+// test-gpu` runs it (tests/gpu/run.sh).
 //
 //   build/tests/gpu/test_gpu_ops               the checks, then a table of the largest error
 //                                              of each output against the CPU
@@ -20,6 +25,10 @@
 //   build/tests/gpu/test_gpu_ops --matmuls     the matmul rows only (with
 //                                              TRIDENT_TEST_CUDA_FALLBACK=1: every cuBLASLt
 //                                              fallback, the bf16 fallback GEMM among them)
+//   build/tests/gpu/test_gpu_ops --small       only the rows below model size (those without
+//                                              CASE_TWIN_ONLY), and the conversions
+//   build/tests/gpu/test_gpu_ops --model-size  only the model-sized rows (CASE_TWIN_ONLY)
+//   build/tests/gpu/test_gpu_ops --convert     only the conversion ops against bf16.h
 //
 // TRIDENT_CUDA_TF32=1 must be unset: TF32 matmuls are ~1e-3 off by design.
 #include "../fa2_model.h"
@@ -28,6 +37,7 @@
 #include "compute/backend.h"
 #include "compute/cuda_api.h"
 #include "gpu_bench.h"
+#include "gpu_convert.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -108,6 +118,7 @@ int main(int argc, char **argv) {
     backend_cpu_prepare_process(argv, 0); // OpenBLAS's fast kernels for the CPU reference
     log_init();
     int do_bench = 0, self_test = 0, attention_only = 0, fa2_model_dut = 0, matmuls = 0;
+    int rows_small = 1, rows_model = 1, rows_ops = 1; // which rows run; rows_ops: any at all
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bench")) do_bench = 1;
         else if (!strcmp(argv[i], "--bench-small")) do_bench = 2;
@@ -116,10 +127,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--attention")) attention_only = 1;
         else if (!strcmp(argv[i], "--matmuls")) matmuls = 1;
         else if (!strcmp(argv[i], "--fa2-model")) self_test = fa2_model_dut = 1;
+        else if (!strcmp(argv[i], "--small")) rows_model = 0;
+        else if (!strcmp(argv[i], "--model-size")) rows_small = 0;
+        else if (!strcmp(argv[i], "--convert")) rows_ops = 0;
         else {
             fprintf(stderr,
                     "usage: %s [--bench | --bench-small | --bench-attn] [--self-test | "
-                    "--fa2-model] [--attention | --matmuls]\n",
+                    "--fa2-model] [--attention | --matmuls | --convert] [--small | --model-size]\n",
                     argv[0]);
             return 2;
         }
@@ -159,12 +173,30 @@ int main(int argc, char **argv) {
         dut->destroy(dut), cpu->destroy(cpu);
         return 0;
     }
-    if (!attention_only && !matmuls) test_memory();
-    for (size_t i = 0; i < N_OP_CASES; i++)
-        if ((!attention_only || OP_CASES[i].op == &OP_ATTENTION) &&
-            (!matmuls || OP_CASES[i].op == &OP_MATMUL))
-            op_case_check_twin(&OP_CASES[i], i, dut, cpu, test_tag);
-    print_error_table();
+    if (!attention_only && !matmuls && rows_ops && rows_small) test_memory();
+    double seconds[2] = {0, 0}; // below model size, model-sized
+    int counted[2] = {0, 0};
+    for (size_t i = 0; i < N_OP_CASES && rows_ops; i++) {
+        const int model = OP_CASES[i].flags & CASE_TWIN_ONLY ? 1 : 0;
+        if ((attention_only && OP_CASES[i].op != &OP_ATTENTION) ||
+            (matmuls && OP_CASES[i].op != &OP_MATMUL && OP_CASES[i].op != &OP_MATMUL_ACC) ||
+            !(model ? rows_model : rows_small))
+            continue;
+        op_case_check_twin(&OP_CASES[i], i, dut, cpu, test_tag);
+        printf("# row %zu%s: %.2f s (device under test, both runs: %.2f s; cpu: %.2f s)\n", i,
+               model ? " (model size)" : "", twin_seconds_all, twin_seconds_dut, twin_seconds_cpu);
+        seconds[model] += twin_seconds_all, counted[model]++;
+    }
+    if (rows_ops) {
+        print_error_table();
+        printf("# %d rows below model size in %.1f s, %d model-sized rows in %.1f s%s\n",
+               counted[0], seconds[0], counted[1], seconds[1], test_tag);
+    }
+    if (!attention_only && !matmuls && (rows_small || !rows_ops)) {
+        const double t0 = time_now_s();
+        test_conversions(dut, test_tag);
+        printf("# the conversions in %.1f s\n", time_now_s() - t0);
+    }
     dut->destroy(dut), cpu->destroy(cpu);
     TEST_EXIT();
 }
