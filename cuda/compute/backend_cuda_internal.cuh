@@ -80,6 +80,7 @@ typedef struct {
     unsigned att_fa2_heads;       // head sizes whose FA2 kernels fit the device (bits HS / 16)
     int gelu_epilogue;   // cuBLASLt's GELU epilogues compute gelu_tanh here (probed at start)
     int bf16_out;        // TRIDENT_CUDA_BF16_PATH: 1 for fused (default), 0 for v1
+    int ln_vec;          // TRIDENT_CUDA_LN: 1 for vec (128-bit accesses, default), 0 for v1
     double *host_result; // pinned: where sumsq's result lands for the host
     // alloc()/free() may come from another host thread (a checkpoint writer), hence the lock.
     std::mutex mem_lock;

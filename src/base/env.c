@@ -25,6 +25,11 @@ const env_desc ENV_TABLE[ENV_COUNT] = {
                                     "previous one (fp32 outputs rounded by a separate pass; to "
                                     "bisect a failing device run); any other value is an error "
                                     "(exit 2)"},
+    [ENV_TRIDENT_CUDA_LN] = {"TRIDENT_CUDA_LN", ENV_BY_USER, "vec|v1", "vec",
+                             "the CUDA backend's LayerNorm and residual kernels: vec (128-bit "
+                             "loads and stores where C % 4 == 0) or v1, the previous scalar ones "
+                             "(to bisect a failing device run); any other value is an error "
+                             "(exit 2)"},
     [ENV_TEST_COMM_STAGED] = {"TRIDENT_COMM_STAGED", ENV_BY_TEST_HOOK, "1",
                               "staged only under a device backend with system.comm: mpi",
                               "every MPI call is staged through host buffers on the CPU path "

@@ -36,13 +36,15 @@ static tri_status embedding_forward(model *m, model_acts *a) {
 
 // The final LayerNorm and the tied LM head over this rank's vocabulary rows: logits
 // (N, Vp/tp). Under bf16 the head's operands are lnf's rounding and the bf16 wte.
-static tri_status head_forward(model *m, model_acts *a) {
+// lnf_done: the chunk's last layer computed lnf with its residual add (LAYER_FUSE_LNF).
+static tri_status head_forward(model *m, model_acts *a, int lnf_done) {
     const model_dims *d = &m->d;
     const param_table *pt = &m->table;
     TRI_CHECK(model_params_ready(m, params_lnfw(pt), 2));
     TRI_CHECK(model_params_ready(m, params_wte(pt), 1));
-    TRI_CHECK(model_layernorm_to_all_rows(m, a->lnf, a->lnf_mean, a->lnf_rstd, a->output,
-                                          P(m, params_lnfw(pt)), P(m, params_lnfb(pt))));
+    if (!lnf_done)
+        TRI_CHECK(model_layernorm_to_all_rows(m, a->lnf, a->lnf_mean, a->lnf_rstd, a->output,
+                                              P(m, params_lnfw(pt)), P(m, params_lnfb(pt))));
     if (m->bf16) m->be->to_bf16(m->be, m->mm16, a->lnf, (size_t)d->N * d->C);
     model_linear_fwd(m, a->logits, a->lnf, m->mm16, params_wte(pt), NULL, d->N, d->C, d->Vp_local);
     return TRI_OK;
@@ -98,9 +100,18 @@ tri_status model_forward(model *m, int slot, int chunk, const int *inputs, const
     const int loss = holds_head(m, chunk) && targets;
     if (loss) m->be->copy_to_device(m->be, a->targets, targets, tokens);
     if (holds_embedding(m, chunk)) TRI_CHECK(embedding_forward(m, a));
-    for (int i = 0; i < m->d.Lc; i++) TRI_CHECK(model_layer_forward(m, a, first_layer + i, i));
-    if (!holds_head(m, chunk)) return TRI_OK;
-    TRI_CHECK(head_forward(m, a));
+    // Each layer's MLP residual add computes the LayerNorm after it: the next layer's ln1
+    // within the chunk, lnf after the model's last layer. A chunk's last layer elsewhere hands
+    // its output to the next chunk (maybe on another stage), whose first layer computes ln1.
+    const int Lc = m->d.Lc, head = holds_head(m, chunk);
+    for (int i = 0; i < Lc; i++) {
+        const int fuse = (i > 0 ? LAYER_LN1_DONE : 0) | (i + 1 < Lc ? LAYER_FUSE_NEXT_LN1
+                                                         : head     ? LAYER_FUSE_LNF
+                                                                    : 0);
+        TRI_CHECK(model_layer_forward(m, a, first_layer + i, i, fuse));
+    }
+    if (!head) return TRI_OK;
+    TRI_CHECK(head_forward(m, a, Lc > 0));
     return loss ? loss_forward(m, a) : TRI_OK;
 }
 
