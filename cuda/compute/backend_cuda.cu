@@ -329,6 +329,9 @@ static const backend cuda_backend_table = {
     /* .add_to_bf16           = */ cuda_add_to_bf16,
     /* .adamw                 = */ cuda_adamw,
     /* .destroy               = */ cuda_destroy,
+    /* .xent_stats16          = */ cuda_xent_stats16,
+    /* .xent_rescale          = */ cuda_xent_rescale,
+    /* .xent_bwd16            = */ cuda_xent_bwd16,
 };
 
 int cuda_in_build(void) { return 1; }

@@ -252,6 +252,15 @@ int cuda_ln4_bwd_dinp(cuda_ctx *x, float *dinp, const float *dout, const float *
                       const float *weight, const float *mean, const float *rstd, int N, int C);
 // out = a + c over the first n / 4 * 4 elements in float4s: returns how many (0: none).
 size_t cuda_residual4(cuda_ctx *x, float *out, const float *a, const float *c, size_t n);
+// The fused bf16 classifier (backend_cuda_xent16.cu)
+void cuda_xent_stats16(backend *b, float *rowmax, float *sumexp, float *target_logit,
+                       const uint16_t *logits16, const int *targets, int N, int Vp_local,
+                       int vocab_start, int V_valid);
+void cuda_xent_rescale(backend *b, float *sumexp, const float *rowmax_local,
+                       const float *rowmax_all, int N);
+void cuda_xent_bwd16(backend *b, uint16_t *logits16, const float *rowmax, const float *sumexp,
+                     const int *targets, float dloss, int N, int Vp_local, int vocab_start,
+                     int V_valid);
 void cuda_loss_sum(backend *b, double *acc, const float *losses, size_t n);
 double cuda_sumsq(backend *b, const float *x, size_t n);
 void cuda_sumsq_add(backend *b, double *acc, const float *x, size_t n);
