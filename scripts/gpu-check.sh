@@ -30,8 +30,10 @@
 #        test-model.log tests/gpu/run.sh model: the model-sized op rows (16K-64K-row
 #                       reductions, OC and V 50304, attention at T 1024 and 2048)
 #        bf16-path.log  10 bf16 steps of tests/configs/tiny.yaml on the fused bf16 data path
-#                       (matmuls writing bf16 outputs) and on v1 (TRIDENT_CUDA_BF16_PATH=v1),
-#                       whose losses must agree within bf16's rounding (tests/parity.py)
+#                       (matmuls writing bf16 outputs, bf16 logits and the fused classifier,
+#                       float4 LayerNorm kernels) and on v1 (TRIDENT_CUDA_BF16_PATH=v1 with
+#                       TRIDENT_CUDA_LN=v1: the kernels before them), whose losses must agree
+#                       within bf16's rounding (tests/parity.py)
 #        bench-ops.log  test_gpu_ops --bench: op timings at GPT-2 124M sizes (the matmuls
 #                       with fp32 and with bf16 operands), fp32 then TF32; then
 #                       --bench-attn: attention per head size at T 1024 and 2048 on the FA2
@@ -85,8 +87,8 @@ PHASE_LIMITS=("${GPU_CHECK_TEST_S:-${NO_LIMIT:-120}}" "${GPU_CHECK_MODEL_S:-${NO
 PHASE_COMMANDS=(
     "tests/gpu/run.sh $SELF $B ops train"
     "tests/gpu/run.sh $SELF $B model"
-    "for p in fused v1; do rm -rf /tmp/gpu-check-bf16-\$p &&
-     TRIDENT_CUDA_BF16_PATH=\$p $B/trident train tests/configs/tiny.yaml --set system.backend=cuda \
+    "for p in fused v1; do rm -rf /tmp/gpu-check-bf16-\$p && ln=vec && { [ \$p = fused ] || ln=v1; } &&
+     TRIDENT_CUDA_LN=\$ln TRIDENT_CUDA_BF16_PATH=\$p $B/trident train tests/configs/tiny.yaml --set system.backend=cuda \
        --set train.precision=bf16 --set train.steps=10 --set data.eval_every=0 \
        --set run.out_dir=/tmp/gpu-check-bf16-\$p || exit 1; done &&
      python3 tests/parity.py /tmp/gpu-check-bf16-v1 /tmp/gpu-check-bf16-fused loss=2e-2 steps=10"

@@ -58,6 +58,7 @@
 #define CASE_TWIN_ONLY (1u << 4)
 
 #include "op_families.h"
+#include "op_families_xent16.h"
 
 // ---------------------------------------------------------------------------------------
 // The table
@@ -204,6 +205,20 @@ static const op_case OP_CASES[] = {
     // of thousands), whole and vocab-parallel (rank 1 of 2, which owns none of those rows)
     {&OP_EMBEDDING, {8, 1024, 768, 50304, 1, 0}, F32, CASE_POS | CASE_TWIN_ONLY, 0},
     {&OP_EMBEDDING, {8, 1024, 768, 50304, 2, 1}, F32, CASE_TWIN_ONLY, 0},
+    // the fused bf16 classifier {N, Vp_local, vocab_start, V_valid} (op_families_xent16.h):
+    // xent's shapes (padding, a rank without real columns, Vp % 8 != 0: the scalar loads), rows
+    // whose maximum changes late, -inf and huge logits; then GPT-2's vocabulary, whole and
+    // as tp 2's second rank, against the CPU only
+    {&OP_XENT16, {6, 48, 0, 37}, BF16, 0, 0},
+    {&OP_XENT16, {3, 11, 0, 9}, BF16, 0, 0},
+    {&OP_XENT16, {64, 384, 0, 700}, BF16, 0, 0},
+    {&OP_XENT16, {64, 384, 384, 700}, BF16, 0, 0},
+    {&OP_XENT16, {16, 384, 768, 700}, BF16, 0, 0},
+    {&OP_XENT16, {16, 1000, 0, 997}, BF16, CASE_XENT_EXTREME, 0},
+    {&OP_XENT16, {16, 1003, 0, 1003}, BF16, CASE_XENT_EXTREME, 0},
+    {&OP_XENT16, {8, 50304, 0, 50257}, BF16, CASE_XENT_EXTREME, 0},
+    {&OP_XENT16, {512, 50304, 0, 50257}, BF16, CASE_XENT_EXTREME | CASE_TWIN_ONLY, 0},
+    {&OP_XENT16, {256, 25152, 25152, 50257}, BF16, CASE_TWIN_ONLY, 0},
 };
 #undef F32
 #undef BF16

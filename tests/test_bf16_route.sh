@@ -2,9 +2,13 @@
 # tests/test_bf16_route.sh: the bf16 data path where the matmuls write their bf16 outputs
 # themselves (backend.h matmul_fwd16 / _bwd16, the CUDA backend's default), run on the CPU
 # through TRIDENT_TEST_CPU_BF16_OUT=1: the model routes qkv, the GELU output and input and the
-# fc input gradient through the bf16-output ops and drops their fp32 copies. The CPU's ops
-# compute the same fp32 values and round them once, as the fp32 route's to_bf16 does, so the
-# two routes must agree bitwise; the arenas must shrink by exactly the fp32 copies, as planned.
+# fc input gradient through the bf16-output ops and drops their fp32 copies, and the LM head
+# writes bf16 logits for the fused classifier (model_xent16: xent_stats16, xent_bwd16). The
+# CPU's layer ops compute the same fp32 values and round them once, as the fp32 route's
+# to_bf16 does; the classifier reads the logits' bf16 rounding, so the routes agree to bf16's
+# rounding of the logits (measured: loss 1e-5, parameters 3e-3 after 6 steps), not bitwise.
+# The arenas must shrink, as planned. Over tp 2 the fused classifier rescales each rank's sums
+# to the global maximum before summing them: its loss must match one rank's to float rounding.
 source "$(dirname "$0")/lib.sh"
 RUN=(--set train.steps=6 --set train.micro_batch=2 --set train.global_batch=4
      --set system.threads=1 --set train.precision=bf16 --set data.eval_every=3)
@@ -34,8 +38,8 @@ for layout in single tp2_sp; do
     [ $layout = tp2_sp ] && np=2 extra=(--set parallel.tp=2 --set parallel.sequence_parallel=true)
     route ${layout}_v1 $np 0 "${extra[@]}"
     route ${layout}_direct $np 1 "${extra[@]}"
-    match_reference "bf16 outputs written by the matmuls = fp32 outputs rounded after ($layout)" \
-        "$W/${layout}_v1" "$W/${layout}_direct" bitwise types=step,eval
+    match_reference "bf16 outputs and bf16 logits ~ fp32 outputs rounded after ($layout)" \
+        "$W/${layout}_v1" "$W/${layout}_direct" loss=1e-3 val=1e-3 norm=5e-3 param=2e-2
     read -r b_v1 p_v1 <<<"$(mem ${layout}_v1)"
     read -r b_dir p_dir <<<"$(mem ${layout}_direct)"
     if [ "$p_v1 $p_dir" = "planned planned" ] && [ "$b_dir" -lt "$b_v1" ]; then
@@ -45,14 +49,24 @@ for layout in single tp2_sp; do
     fi
 done
 
-# Recompute keeps the fp32 route (model_bf16_direct): the same arenas with the hook as without.
+# The fused classifier over tp 2 (local maxima all-reduced, each rank's sums rescaled to them)
+# against one rank's: the step-1 loss is the same function of the same parameters.
+match_reference "fused classifier: tp 2 (rescaled sums) = one rank" "$W/single_direct" \
+    "$W/tp2_sp_direct" loss=1e-4 val=1e-4 steps=6
+
+# Recompute keeps the layers' fp32 route (model_bf16_direct) but takes the fused classifier
+# (model_xent16): under the hook the arenas shrink by the logits' half and mm16's head chunk.
 route rc_v1 1 0 --set parallel.recompute=full
 route rc_direct 1 1 --set parallel.recompute=full
-if [ "$(mem rc_v1)" = "$(mem rc_direct)" ]; then
-    pass "bf16 with recompute keeps the fp32 route: $(mem rc_direct)"
+read -r b_v1 p_v1 <<<"$(mem rc_v1)"
+read -r b_dir p_dir <<<"$(mem rc_direct)"
+if [ "$p_v1 $p_dir" = "planned planned" ] && [ "$b_dir" -lt "$b_v1" ]; then
+    pass "bf16 with recompute: the fused classifier only, arenas $b_v1 -> $b_dir, as planned"
 else
-    fail "bf16 with recompute keeps the fp32 route" "$(mem rc_v1) vs $(mem rc_direct)"
+    fail "bf16 with recompute: arenas" "$b_v1 ($p_v1) -> $b_dir ($p_dir)"
 fi
-match_reference "bf16 with recompute: the same bits under the hook" "$W/rc_v1" "$W/rc_direct" \
-    bitwise types=step,eval
+match_reference "bf16 with recompute: the fused classifier ~ the fp32 logits" "$W/rc_v1" \
+    "$W/rc_direct" loss=1e-3 val=1e-3 norm=5e-3 param=2e-2
+match_reference "bf16 with recompute = without, under the hook" "$W/single_direct" \
+    "$W/rc_direct" bitwise types=step,eval
 exit $((fails > 0))

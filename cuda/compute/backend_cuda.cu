@@ -329,6 +329,9 @@ static const backend cuda_backend_table = {
     /* .add_to_bf16           = */ cuda_add_to_bf16,
     /* .adamw                 = */ cuda_adamw,
     /* .destroy               = */ cuda_destroy,
+    /* .xent_stats16          = */ cuda_xent_stats16,
+    /* .xent_rescale          = */ cuda_xent_rescale,
+    /* .xent_bwd16            = */ cuda_xent_bwd16,
 };
 
 int cuda_in_build(void) { return 1; }
@@ -380,6 +383,17 @@ tri_status backend_cuda_create(backend **out, int device) {
         x->fallback_forced = env_flag(ENV_TEST_CUDA_FALLBACK);
         x->compute = x->tf32_forced ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
         TRI_CHECK_GOTO(cuda_matmul_init(x), rc, fail);
+        static const char *const ln_kernels[] = {"vec", "v1"};
+        const int ln = env_choice(ENV_TRIDENT_CUDA_LN, ln_kernels, 2, 0);
+        if (ln < 0) {
+            LOG_ERROR("TRIDENT_CUDA_LN=%s: the CUDA LayerNorm kernels are vec or v1",
+                      env_get(ENV_TRIDENT_CUDA_LN));
+            LOG_HINT("unset it for the default (vec); v1 selects the previous scalar kernels, "
+                     "to bisect a failing device run (README \"Environment variables\")");
+            rc = TRI_ERR_CONFIG;
+            goto fail;
+        }
+        x->ln_vec = ln == 0;
         b->bf16_out = x->bf16_out;
         TRI_CHECK_GOTO(cuda_attention_init(x, prop.sharedMemPerBlockOptin), rc, fail);
         LOG_DEBUG("CUDA backend on device %d (%s, sm_%d%d, %d SMs, %.1f GiB), matmuls in %s, "

@@ -80,6 +80,7 @@ typedef struct {
     unsigned att_fa2_heads;       // head sizes whose FA2 kernels fit the device (bits HS / 16)
     int gelu_epilogue;   // cuBLASLt's GELU epilogues compute gelu_tanh here (probed at start)
     int bf16_out;        // TRIDENT_CUDA_BF16_PATH: 1 for fused (default), 0 for v1
+    int ln_vec;          // TRIDENT_CUDA_LN: 1 for vec (128-bit accesses, default), 0 for v1
     double *host_result; // pinned: where sumsq's result lands for the host
     // alloc()/free() may come from another host thread (a checkpoint writer), hence the lock.
     std::mutex mem_lock;
@@ -242,6 +243,24 @@ void cuda_xent_loss(backend *b, float *losses, const float *rowmax, const float 
 void cuda_xent_bwd(backend *b, float *logits, const float *rowmax, const float *sumexp,
                    const int *targets, float dloss, int N, int Vp_local, int vocab_start,
                    int V_valid);
+// The 128-bit LayerNorm and residual kernels (backend_cuda_ln4.cu), where they apply
+// (TRIDENT_CUDA_LN=vec, C % 4 == 0, 16-byte aligned rows): 1 when launched, else 0 and the
+// caller runs its scalar kernel. res NULL: the LayerNorm of a; else of res = a + c.
+int cuda_ln4_fwd(cuda_ctx *x, float *res, float *out, float *mean, float *rstd, const float *a,
+                 const float *c, const float *weight, const float *bias, int N, int C);
+int cuda_ln4_bwd_dinp(cuda_ctx *x, float *dinp, const float *dout, const float *inp,
+                      const float *weight, const float *mean, const float *rstd, int N, int C);
+// out = a + c over the first n / 4 * 4 elements in float4s: returns how many (0: none).
+size_t cuda_residual4(cuda_ctx *x, float *out, const float *a, const float *c, size_t n);
+// The fused bf16 classifier (backend_cuda_xent16.cu)
+void cuda_xent_stats16(backend *b, float *rowmax, float *sumexp, float *target_logit,
+                       const uint16_t *logits16, const int *targets, int N, int Vp_local,
+                       int vocab_start, int V_valid);
+void cuda_xent_rescale(backend *b, float *sumexp, const float *rowmax_local,
+                       const float *rowmax_all, int N);
+void cuda_xent_bwd16(backend *b, uint16_t *logits16, const float *rowmax, const float *sumexp,
+                     const int *targets, float dloss, int N, int Vp_local, int vocab_start,
+                     int V_valid);
 void cuda_loss_sum(backend *b, double *acc, const float *losses, size_t n);
 double cuda_sumsq(backend *b, const float *x, size_t n);
 void cuda_sumsq_add(backend *b, double *acc, const float *x, size_t n);

@@ -200,6 +200,7 @@ void cuda_layernorm_fwd(backend *b, float *out, float *mean, float *rstd, const 
                         const float *weight, const float *bias, int N, int C) {
     cuda_ctx *x = cuda_ctx_of(b);
     if (N <= 0 || C <= 0) return;
+    if (cuda_ln4_fwd(x, NULL, out, mean, rstd, inp, NULL, weight, bias, N, C)) return;
     layernorm_fwd_kernel<<<(N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK, 32 * LN_ROWS_PER_BLOCK,
                            0, x->stream>>>(out, mean, rstd, inp, weight, bias, N, C);
     CUDA_LAUNCH_CHECK("layernorm_fwd_kernel");
@@ -227,6 +228,7 @@ void cuda_residual_layernorm_fwd(backend *b, float *res, float *out, float *mean
                                  const float *bias, int N, int C) {
     cuda_ctx *x = cuda_ctx_of(b);
     if (N <= 0 || C <= 0) return;
+    if (cuda_ln4_fwd(x, res, out, mean, rstd, a, c, weight, bias, N, C)) return;
     residual_layernorm_fwd_kernel<<<(N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK,
                                     32 * LN_ROWS_PER_BLOCK, 0, x->stream>>>(res, out, mean, rstd, a,
                                                                             c, weight, bias, N, C);
@@ -261,10 +263,12 @@ void cuda_layernorm_bwd(backend *b, float *dinp, float *dweight, float *dbias, c
                         int N, int C) {
     cuda_ctx *x = cuda_ctx_of(b);
     if (N <= 0 || C <= 0) return;
-    layernorm_bwd_dinp_kernel<<<(N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK,
-                                32 * LN_ROWS_PER_BLOCK, 0, x->stream>>>(dinp, dout, inp, weight,
-                                                                        mean, rstd, N, C);
-    CUDA_LAUNCH_CHECK("layernorm_bwd_dinp_kernel");
+    if (!cuda_ln4_bwd_dinp(x, dinp, dout, inp, weight, mean, rstd, N, C)) {
+        layernorm_bwd_dinp_kernel<<<(N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK,
+                                    32 * LN_ROWS_PER_BLOCK, 0, x->stream>>>(dinp, dout, inp, weight,
+                                                                            mean, rstd, N, C);
+        CUDA_LAUNCH_CHECK("layernorm_bwd_dinp_kernel");
+    }
     column_sums(x, dweight, dbias, dout, inp, mean, rstd, N, C);
 }
 
@@ -276,7 +280,10 @@ __global__ void residual_kernel(float *out, const float *a, const float *c, size
 }
 
 void cuda_residual_fwd(backend *b, float *out, const float *a, const float *c, size_t n) {
-    if (n) LAUNCH_N(residual_kernel, cuda_ctx_of(b), n, out, a, c, n);
+    cuda_ctx *x = cuda_ctx_of(b);
+    if (!n) return;
+    const size_t done = cuda_residual4(x, out, a, c, n); // the float4s (backend_cuda_ln4.cu)
+    if (done < n) LAUNCH_N(residual_kernel, x, n - done, out + done, a + done, c + done, n - done);
 }
 
 __global__ void gelu_fwd_kernel(float *out, const float *inp, size_t n) {

@@ -21,10 +21,15 @@ const env_desc ENV_TABLE[ENV_COUNT] = {
                                "(exit 2)"},
     [ENV_TRIDENT_CUDA_BF16_PATH] = {"TRIDENT_CUDA_BF16_PATH", ENV_BY_USER, "fused|v1", "fused",
                                     "the CUDA backend's bf16 data path: fused (the matmuls write "
-                                    "bf16 outputs and the bf16 GELU input themselves) or v1, the "
-                                    "previous one (fp32 outputs rounded by a separate pass; to "
-                                    "bisect a failing device run); any other value is an error "
-                                    "(exit 2)"},
+                                    "bf16 outputs and the bf16 GELU input themselves; bf16 logits "
+                                    "and the fused classifier) or v1, the previous one (fp32 "
+                                    "outputs rounded by a separate pass, fp32 logits; to bisect a "
+                                    "failing device run); any other value is an error (exit 2)"},
+    [ENV_TRIDENT_CUDA_LN] = {"TRIDENT_CUDA_LN", ENV_BY_USER, "vec|v1", "vec",
+                             "the CUDA backend's LayerNorm and residual kernels: vec (128-bit "
+                             "loads and stores where C % 4 == 0) or v1, the previous scalar ones "
+                             "(to bisect a failing device run); any other value is an error "
+                             "(exit 2)"},
     [ENV_TEST_COMM_STAGED] = {"TRIDENT_COMM_STAGED", ENV_BY_TEST_HOOK, "1",
                               "staged only under a device backend with system.comm: mpi",
                               "every MPI call is staged through host buffers on the CPU path "

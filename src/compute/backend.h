@@ -101,7 +101,8 @@ struct backend {
                   // on the CPU. Set at creation.
     // The matmuls write bf16 outputs themselves (matmul_fwd16 / matmul_bwd16), so the bf16
     // model needs no separate rounding pass after a GEMM nor the fp32 copy it rounds from
-    // (model_bf16_direct decides; the model's buffers and the planner follow). 1 on CUDA
+    // (model_bf16_direct decides; the model's buffers and the planner follow), and the LM
+    // head writes bf16 logits for the fused classifier (model_xent16, xent_stats16). 1 on CUDA
     // (TRIDENT_CUDA_BF16_PATH=fused, the default), 0 on the CPU, whose fp32 reference path
     // stays as it was (TRIDENT_TEST_CPU_BF16_OUT=1 sets it there for the tests).
     int bf16_out;
@@ -271,6 +272,25 @@ struct backend {
                   const adamw_step *s, uint16_t *param16);
 
     void (*destroy)(backend *b);
+
+    // ---- the fused bf16 classifier (model_xent16: train.precision bf16 on a backend with
+    // bf16_out): the LM head writes bf16 logits (matmul_fwd16), read once for the statistics
+    // and once more to become their gradient in place, as bf16, the head backward's operand.
+    // Columns as xent_max's; the logits are widened exactly. One pass over logits16 (N,
+    // Vp_local): rowmax (N) = max over real local columns (-INFINITY when none), sumexp (N) =
+    // sum over them of exp(logit - rowmax) (0 when none; the online form, rescaled whenever
+    // the maximum grows, on CUDA), target_logit as xent_sumexp's.
+    void (*xent_stats16)(backend *b, float *rowmax, float *sumexp, float *target_logit,
+                         const uint16_t *logits16, const int *targets, int N, int Vp_local,
+                         int vocab_start, int V_valid);
+    // tp > 1: rowmax_all (N), the all-reduced (max) rowmax_local: sumexp *= exp(rowmax_local -
+    // rowmax_all), so that the sums add over tp (0 stays 0: a rank without real columns).
+    void (*xent_rescale)(backend *b, float *sumexp, const float *rowmax_local,
+                         const float *rowmax_all, int N);
+    // In place: logits16 <- bf16(xent_bwd's gradient of the widened logits), rounded once.
+    void (*xent_bwd16)(backend *b, uint16_t *logits16, const float *rowmax, const float *sumexp,
+                       const int *targets, float dloss, int N, int Vp_local, int vocab_start,
+                       int V_valid);
 };
 
 static inline backend_traits backend_traits_of(const backend *b) {

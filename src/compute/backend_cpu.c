@@ -764,6 +764,9 @@ static const backend cpu_backend_table = {
     /* .add_to_bf16           = */ cpu_add_to_bf16,
     /* .adamw                 = */ cpu_adamw,
     /* .destroy               = */ cpu_destroy,
+    /* .xent_stats16          = */ cpu_xent_stats16,
+    /* .xent_rescale          = */ cpu_xent_rescale,
+    /* .xent_bwd16            = */ cpu_xent_bwd16,
 };
 
 tri_status backend_cpu_create(backend **out, int threads) {

@@ -74,6 +74,17 @@ void cpu_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv, 
 // (backend_cpu_process.c).
 void backend_cpu_warn_generic_blas(void);
 
+// The fused bf16 classifier's entries (backend_cpu_xent16.c): the fp32 ops' formulas on the
+// widened logits, in the fp32 ops' order.
+void cpu_xent_stats16(backend *b, float *rowmax, float *sumexp, float *target_logit,
+                      const uint16_t *logits16, const int *targets, int N, int Vp_local,
+                      int vocab_start, int V_valid);
+void cpu_xent_rescale(backend *b, float *sumexp, const float *rowmax_local, const float *rowmax_all,
+                      int N);
+void cpu_xent_bwd16(backend *b, uint16_t *logits16, const float *rowmax, const float *sumexp,
+                    const int *targets, float dloss, int N, int Vp_local, int vocab_start,
+                    int V_valid);
+
 // exp(x) within 2 ulp of expf for x in [-86.9, 88.3]; 0 below (no subnormals), +inf
 // above, NaN stays NaN. Cephes' expf: x = n ln2 + r with |r| <= ln2/2, a degree-7
 // polynomial for e^r, and 2^n built in the exponent bits. Plain arithmetic, so gcc

@@ -15,6 +15,7 @@
 #include <limits.h>
 #include <string.h>
 
+#include "base/bf16.h"
 #include "base/checked.h"
 
 // Narrows a size the config's rules keep in int range (config_rules.c: rows per micro-batch,
@@ -87,13 +88,14 @@ const model_wide MODEL_WIDE[ACT_WIDE] = {
 #undef WIDE
 
 // Elements of mm16: the widest of a layer's dout (N rows of C, 3C/tp or 4C/tp) and, on the
-// last stage, a head chunk's two operands (C + Vp/tp per row).
-static size_t mm16_numel(const model_dims *d) {
+// last stage, a head chunk's two operands (C + Vp/tp per row), unless the logits' gradient is
+// bf16 already (xent16: the head backward rounds only lnf, N rows of C).
+static size_t mm16_numel(const model_dims *d, int xent16) {
     const size_t N = (size_t)d->N, C = (size_t)d->C;
     size_t widest = 4 * (size_t)d->C_local > C ? 4 * (size_t)d->C_local : C;
     size_t n = sat_mul_size(N, widest);
     size_t h = sat_mul_size(model_head_chunk_rows(N), C + (size_t)d->Vp_local);
-    return d->has_head && h > n ? h : n;
+    return d->has_head && !xent16 && h > n ? h : n;
 }
 
 // The field of `m` that a spec fills, or NULL when only sizing.
@@ -106,7 +108,7 @@ static size_t mm16_numel(const model_dims *d) {
 // One activation slot (`a` points into m, or is NULL when sizing): `layers` layers (Lc; 1
 // for the recompute and bf16 work activations) with everything the backward reads, or with
 // layers 0 (a slot under recompute) only each layer's input and the chunk's output; `head`:
-// the LM head's and loss's buffers. The work activations under bf16 without recompute are
+// the LM head's and loss's buffers (2: with the logits in bf16, model_xent16). The work activations under bf16 without recompute are
 // lean: only the wide ones a layer computes in fp32 (its residual stream, statistics and
 // attention state stay in the slot), and with the matmuls writing bf16 outputs (direct:
 // model_bf16_direct) not even qkv, fch and fch_gelu, which then exist only as bf16.
@@ -150,7 +152,8 @@ static void slot_buffers(mem_specs *s, const model_dims *d, size_t att_bytes, in
         ADD("activation.lnf", SZ(N, C, f), lnf);
         ADD("activation.lnf_mean", Nl * f, lnf_mean);
         ADD("activation.lnf_rstd", Nl * f, lnf_rstd);
-        ADD("activation.logits", SZ(N, d->Vp_local, f), logits);
+        if (head == 2) ADD("activation.logits16", SZ(N, d->Vp_local, sizeof(uint16_t)), logits16);
+        else ADD("activation.logits", SZ(N, d->Vp_local, f), logits);
         ADD("activation.rowmax", N * f, rowmax);
         ADD("activation.sumexp", N * f, sumexp);
         ADD("activation.target_logit", N * f, target_logit);
@@ -164,11 +167,10 @@ static void slot_buffers(mem_specs *s, const model_dims *d, size_t att_bytes, in
 // one slot's specs, each rounded to granules as the arena carves them, so the totals equal
 // n_slots separate slots'.
 static void sized_slots(mem_specs *s, const model_dims *d, size_t att, int n_slots, int recompute,
-                        int bf16) {
+                        int bf16, int head) {
     mem_specs one = {0};
     uint64_t kinds[MEM_KIND_COUNT];
-    slot_buffers(&one, d, att, recompute ? 0 : d->Lc, d->has_head, 0, bf16, recompute, 0, NULL,
-                 NULL);
+    slot_buffers(&one, d, att, recompute ? 0 : d->Lc, head, 0, bf16, recompute, 0, NULL, NULL);
     mem_specs_totals(&one, kinds);
     mem_specs_free(&one);
     mem_specs_add(s, "activation.slots", MEM_ACTIVATION,
@@ -184,9 +186,10 @@ void model_buffers(mem_specs *s, const model_config *mc, const model_layout *ml,
     const size_t N = (size_t)d.N, C = (size_t)d.C, f = sizeof(float);
     const size_t att = attn_state_bytes(ml->attn_state, (size_t)d.B, (size_t)d.T,
                                         (size_t)d.NH_local);
-    if (!m && ml->n_slots > 0) sized_slots(s, &d, att, ml->n_slots, recompute, bf16);
+    const int head = d.has_head ? 1 + model_xent16(ml->precision, ml->bf16_out) : 0;
+    if (!m && ml->n_slots > 0) sized_slots(s, &d, att, ml->n_slots, recompute, bf16, head);
     for (int k = 0; m && k < ml->n_slots; k++)
-        slot_buffers(s, &d, att, recompute ? 0 : d.Lc, d.has_head, 0, bf16, recompute, 0, m,
+        slot_buffers(s, &d, att, recompute ? 0 : d.Lc, head, 0, bf16, recompute, 0, m,
                      &m->slots[k]);
     const int direct = model_bf16_direct(ml->precision, ml->recompute, ml->bf16_out);
     if (recompute || bf16)
@@ -216,7 +219,7 @@ void model_buffers(mem_specs *s, const model_config *mc, const model_layout *ml,
         mem_specs_add(s, "scratch.loss_acc", MEM_SCRATCH, sizeof(double), DST(m->loss_acc));
     if (bf16)
         mem_specs_add(s, "scratch.mm16", MEM_SCRATCH,
-                      sat_mul_size(mm16_numel(&d), sizeof(uint16_t)), DST(m->mm16));
+                      sat_mul_size(mm16_numel(&d, head == 2), sizeof(uint16_t)), DST(m->mm16));
 }
 #undef SZ4
 #undef SZ
@@ -241,6 +244,8 @@ tri_status model_create(model *m, const model_config *mc, const model_layout *ml
     m->recompute = ml->recompute == RECOMPUTE_FULL;
     m->bf16_direct = model_bf16_direct(ml->precision, ml->recompute, ml->bf16_out);
     TRI_ASSERT(!m->bf16_direct || be->bf16_out); // the layout's traits are this backend's
+    m->xent16 = model_xent16(ml->precision, ml->bf16_out);
+    TRI_ASSERT(!m->xent16 || be->bf16_out);
     m->att_state_bytes = attn_state_bytes(ml->attn_state, (size_t)d->B, (size_t)d->T,
                                           (size_t)d->NH_local);
     TRI_ASSERT(ml->n_slots >= 1 && ml->n_slots <= MODEL_MAX_SLOTS); // config_sizes.c
@@ -300,8 +305,16 @@ double model_take_loss(model *m) {
 
 void model_logits_row(model *m, int slot, int t, float *out) {
     const model_dims *d = &m->d;
-    m->be->copy_to_host(m->be, out, m->slots[slot].logits + (size_t)t * d->Vp_local,
-                        (size_t)d->Vp_local * sizeof(float));
+    const size_t Vp = (size_t)d->Vp_local;
+    if (m->xent16) { // the bf16 row, widened exactly
+        uint16_t *h = xmalloc(Vp * sizeof(uint16_t));
+        m->be->copy_to_host(m->be, h, m->slots[slot].logits16 + (size_t)t * Vp,
+                            Vp * sizeof(uint16_t));
+        for (size_t j = 0; j < Vp; j++) out[j] = bf16_to_f32(h[j]);
+        free(h);
+        return;
+    }
+    m->be->copy_to_host(m->be, out, m->slots[slot].logits + (size_t)t * Vp, Vp * sizeof(float));
 }
 
 int64_t model_save_piece_rows(const param_entry *fe) {

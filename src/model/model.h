@@ -51,6 +51,15 @@ static inline int model_bf16_direct(tri_dtype precision, recompute_kind recomput
     return precision == DTYPE_BF16 && recompute == RECOMPUTE_NONE && backend_bf16_out;
 }
 
+// Whether the classifier runs fused on bf16 logits (backend.h xent_stats16): the LM head
+// writes them in bf16, one pass computes the row statistics, one more turns them into their
+// gradient in place, the head backward's bf16 operand. bf16 precision on a backend with bf16
+// outputs (CUDA unless TRIDENT_CUDA_BF16_PATH=v1), with or without recompute; the slot's
+// logits buffer (model_buffers) follows the same answer.
+static inline int model_xent16(tri_dtype precision, int backend_bf16_out) {
+    return precision == DTYPE_BF16 && backend_bf16_out;
+}
+
 typedef struct {
     int L, C, NH, HS, T, B, V, Vp; // global sizes; B = micro-batch
     int tp, tp_rank;
@@ -83,6 +92,7 @@ typedef struct {
     float *lnf;                 // (N, C), all rows
     float *lnf_mean, *lnf_rstd; // (Nl)
     float *logits;              // (N, Vp/tp), overwritten by its gradient in the backward
+    uint16_t *logits16;         // the same in bf16 instead, under model_xent16 (logits NULL)
     float *rowmax, *sumexp, *target_logit, *losses; // (N)
     int *inputs, *targets;                          // (N) on the device
     // train.precision bf16 (without recompute): ln1, ln2, qkv, atty, fch and fch_gelu are
@@ -134,6 +144,7 @@ typedef struct {
     model_acts *slots; // one per micro-batch in flight (the schedule's bound)
     int n_slots;
     int bf16_direct;   // model_bf16_direct: the layers' matmuls write their bf16 outputs
+    int xent16;        // model_xent16: the fused bf16 classifier (slots hold logits16)
     int recompute;     // parallel.recompute full: slots keep each layer's input only; the
                        // rest of a layer's activations lives in `work` (one layer's worth),
                        // filled by the forward and again, identically, before its backward
@@ -153,7 +164,8 @@ typedef struct {
     size_t att_state_bytes; // per layer
 } model;
 
-// bf16 matmuls: the LM head's backward runs in MODEL_HEAD_CHUNKS chunks of rows, so that its
+// bf16 matmuls on fp32 logits (not model_xent16, whose gradient is bf16 already and runs
+// whole): the LM head's backward runs in MODEL_HEAD_CHUNKS chunks of rows, so that its
 // bf16 operands (a chunk of d(logits) and of lnf) fit a buffer of about 1/8 of the fp32
 // logits. mm16 holds the widest of a layer's dout (N rows of C, 3C/tp or 4C/tp) and, on the
 // last stage, a head chunk's two operands (C + Vp/tp per row).

@@ -72,7 +72,17 @@ tri_status model_layernorm_bwd_from_all_rows(model *m, float *dres, const float 
                                              float *dw, float *db, const float *mean,
                                              const float *rstd);
 
+// How a layer's forward meets the LayerNorms next to it (`fuse`, model_forward decides): its
+// MLP residual add fused with the LayerNorm that reads the sum, as the attention's is with
+// ln2 (residual_layernorm_fwd: one pass over the residual stream instead of two).
+enum {
+    LAYER_LN1_DONE = 1,      // the layer before computed this layer's ln1 (FUSE_NEXT_LN1)
+    LAYER_FUSE_NEXT_LN1 = 2, // compute local layer i + 1's ln1 with the residual add
+    LAYER_FUSE_LNF = 4,      // compute the chunk's lnf with it (last layer of the head chunk)
+};
+
 // Layer l of the model is local layer i of the slot's chunk. The backward reads acts->dres
-// as d(loss)/d(layer output) and leaves d(loss)/d(layer input) there.
-tri_status model_layer_forward(model *m, model_acts *acts, int l, int i);
+// as d(loss)/d(layer output) and leaves d(loss)/d(layer input) there; its recompute runs the
+// forward with fuse 0 (the next layer's buffers are not this one's to write then).
+tri_status model_layer_forward(model *m, model_acts *acts, int l, int i, int fuse);
 tri_status model_layer_backward(model *m, model_acts *acts, int l, int i);

@@ -243,7 +243,31 @@ static tri_status rowpar_residual(model *m, float *out, const float *residual, c
     return tp_gather_rows(m, ln->full);
 }
 
-tri_status model_layer_forward(model *m, model_acts *acts, int l, int i) {
+// The LayerNorm that follows the layer's MLP residual add under `fuse` (model_internal.h):
+// local layer i + 1's ln1, into the buffers layer_acts_of gives that layer (so that its
+// forward finds it where it would have computed it), or the chunk's lnf. NULL: none.
+static const next_layernorm *next_of(model *m, model_acts *acts, int l, int i, int fuse,
+                                     next_layernorm *out, tri_status *st) {
+    const param_table *pt = &m->table;
+    if (fuse & LAYER_FUSE_NEXT_LN1) {
+        layer_acts b = layer_acts_of(m, acts, i + 1);
+        *st = model_params_ready(m, params_layer(pt, l + 1, 0), pt->layer_entries);
+        *out = (next_layernorm){b.ln1, b.ln1_mean, b.ln1_rstd,
+                                P(m, params_layer(pt, l + 1, PARAM_LN1W)),
+                                P(m, params_layer(pt, l + 1, PARAM_LN1B))};
+        return out;
+    }
+    if (fuse & LAYER_FUSE_LNF) {
+        *st = model_params_ready(m, params_lnfw(pt), 2);
+        *out = (next_layernorm){acts->lnf, acts->lnf_mean, acts->lnf_rstd, P(m, params_lnfw(pt)),
+                                P(m, params_lnfb(pt))};
+        return out;
+    }
+    *st = TRI_OK;
+    return NULL;
+}
+
+tri_status model_layer_forward(model *m, model_acts *acts, int l, int i, int fuse) {
     backend *be = m->be;
     const model_dims *d = &m->d;
     const int N = d->N, C = d->C;
@@ -254,8 +278,9 @@ tri_status model_layer_forward(model *m, model_acts *acts, int l, int i) {
 #define LW(which) params_layer(pt, l, which)
 // bf16: the matmul input `which` just rounded by keep_bf16 (unused in fp32)
 #define IN16(which) (m->bf16 ? wide_bf16(m, acts, i, which) : NULL)
-    TRI_CHECK(model_layernorm_to_all_rows(m, a.ln1, a.ln1_mean, a.ln1_rstd, a.in, LP(PARAM_LN1W),
-                                          LP(PARAM_LN1B)));
+    if (!(fuse & LAYER_LN1_DONE)) // else the layer before computed it with its residual add
+        TRI_CHECK(model_layernorm_to_all_rows(m, a.ln1, a.ln1_mean, a.ln1_rstd, a.in,
+                                              LP(PARAM_LN1W), LP(PARAM_LN1B)));
     keep_bf16(m, acts, &a, i, ACT_LN1);
     if (m->bf16_direct) // qkv straight into the slot's bf16 (its one reader takes bf16)
         backend_matmul_fwd16(be, IN16(ACT_QKV), NULL, operand_bf16(IN16(ACT_LN1)),
@@ -282,8 +307,12 @@ tri_status model_layer_forward(model *m, model_acts *acts, int l, int i) {
         keep_bf16(m, acts, &a, i, ACT_FCH);
         keep_bf16(m, acts, &a, i, ACT_FCH_GELU);
     }
+    next_layernorm next_ln;
+    tri_status st;
+    const next_layernorm *next = next_of(m, acts, l, i, fuse, &next_ln, &st);
+    TRI_CHECK(st);
     TRI_CHECK(rowpar_residual(m, a.out, a.res2, a.fch_gelu, IN16(ACT_FCH_GELU), LW(PARAM_FCPROJW),
-                              LP(PARAM_FCPROJB), d->C4_local, NULL));
+                              LP(PARAM_FCPROJB), d->C4_local, next));
 #undef LP
 #undef LW
 #undef IN16
@@ -302,7 +331,8 @@ tri_status model_layernorm_bwd_from_all_rows(model *m, float *dres, const float 
 }
 
 tri_status model_layer_backward(model *m, model_acts *acts, int l, int i) {
-    if (m->recompute) TRI_CHECK(model_layer_forward(m, acts, l, i)); // the same bits as before
+    if (m->recompute) // the same bits as before; unfused: the layer's own ln1 is in work
+        TRI_CHECK(model_layer_forward(m, acts, l, i, 0));
     backend *be = m->be;
     const model_dims *d = &m->d;
     const int N = d->N, C = d->C;

@@ -36,16 +36,62 @@ static tri_status embedding_forward(model *m, model_acts *a) {
 
 // The final LayerNorm and the tied LM head over this rank's vocabulary rows: logits
 // (N, Vp/tp). Under bf16 the head's operands are lnf's rounding and the bf16 wte.
-static tri_status head_forward(model *m, model_acts *a) {
+// lnf_done: the chunk's last layer computed lnf with its residual add (LAYER_FUSE_LNF).
+static tri_status head_forward(model *m, model_acts *a, int lnf_done) {
     const model_dims *d = &m->d;
     const param_table *pt = &m->table;
     TRI_CHECK(model_params_ready(m, params_lnfw(pt), 2));
     TRI_CHECK(model_params_ready(m, params_wte(pt), 1));
-    TRI_CHECK(model_layernorm_to_all_rows(m, a->lnf, a->lnf_mean, a->lnf_rstd, a->output,
-                                          P(m, params_lnfw(pt)), P(m, params_lnfb(pt))));
+    if (!lnf_done)
+        TRI_CHECK(model_layernorm_to_all_rows(m, a->lnf, a->lnf_mean, a->lnf_rstd, a->output,
+                                              P(m, params_lnfw(pt)), P(m, params_lnfb(pt))));
     if (m->bf16) m->be->to_bf16(m->be, m->mm16, a->lnf, (size_t)d->N * d->C);
-    model_linear_fwd(m, a->logits, a->lnf, m->mm16, params_wte(pt), NULL, d->N, d->C, d->Vp_local);
+    if (m->xent16) // the logits straight into bf16: the fused classifier's input
+        backend_matmul_fwd16(m->be, a->logits16, NULL, operand_bf16(m->mm16),
+                             operand_bf16(P16(m, params_wte(pt))), NULL, d->N, d->C, d->Vp_local);
+    else
+        model_linear_fwd(m, a->logits, a->lnf, m->mm16, params_wte(pt), NULL, d->N, d->C,
+                         d->Vp_local);
     return TRI_OK;
+}
+
+// The tp sums of the rows' sums of exp and target logits, both in flight at once.
+static tri_status sum_over_tp(model *m, model_acts *a) {
+    const int N = m->d.N;
+    comm_request sums[2];
+    tri_status st = comm_all_reduce_start(m->cm, COMM_GROUP_TP, a->sumexp, N, DTYPE_FP32,
+                                          COMM_REDUCE_SUM, &sums[0]);
+    sums[1].impl = NULL;
+    if (st == TRI_OK)
+        st = comm_all_reduce_start(m->cm, COMM_GROUP_TP, a->target_logit, N, DTYPE_FP32,
+                                   COMM_REDUCE_SUM, &sums[1]);
+    // Both waited for, also after a failed start (comm.h).
+    for (int k = 0; k < 2; k++) {
+        tri_status w = comm_wait(m->cm, &sums[k]);
+        if (st == TRI_OK) st = w;
+    }
+    return st;
+}
+
+// The fused classifier's statistics (model_xent16): one pass over the bf16 logits for each
+// row's maximum, sum of exp and target logit. Over tp, the maxima are all-reduced (max) from a
+// copy of the local ones kept in `losses` (written only later, by xent_loss), each rank's sums
+// rescaled to the global maximum, then summed as on the fp32 path.
+static tri_status xent16_stats(model *m, model_acts *a) {
+    backend *be = m->be;
+    const model_dims *d = &m->d;
+    const int N = d->N;
+    float *local_max = d->tp > 1 ? a->losses : a->rowmax;
+    be->xent_stats16(be, local_max, a->sumexp, a->target_logit, a->logits16, a->targets, N,
+                     d->Vp_local, d->vocab_start, d->V);
+    if (d->tp == 1) return TRI_OK;
+    be->copy(be, a->rowmax, local_max, (size_t)N * sizeof(float));
+    comm_request req;
+    TRI_CHECK(comm_all_reduce_start(m->cm, COMM_GROUP_TP, a->rowmax, N, DTYPE_FP32, COMM_REDUCE_MAX,
+                                    &req));
+    TRI_CHECK(comm_wait(m->cm, &req));
+    be->xent_rescale(be, a->sumexp, local_max, a->rowmax, N);
+    return sum_over_tp(m, a);
 }
 
 // Vocab-parallel cross-entropy: no rank ever holds the full-vocabulary logits. The sum of
@@ -56,6 +102,12 @@ static tri_status loss_forward(model *m, model_acts *a) {
     backend *be = m->be;
     const model_dims *d = &m->d;
     const int N = d->N;
+    if (m->xent16) {
+        TRI_CHECK(xent16_stats(m, a));
+        be->xent_loss(be, a->losses, a->rowmax, a->sumexp, a->target_logit, N);
+        be->loss_sum(be, m->loss_acc, a->losses, (size_t)N);
+        return TRI_OK;
+    }
     be->xent_max(be, a->rowmax, a->logits, N, d->Vp_local, d->vocab_start, d->V);
     if (d->tp > 1) {
         comm_request req;
@@ -65,21 +117,7 @@ static tri_status loss_forward(model *m, model_acts *a) {
     }
     be->xent_sumexp(be, a->sumexp, a->target_logit, a->logits, a->rowmax, a->targets, N,
                     d->Vp_local, d->vocab_start, d->V);
-    if (d->tp > 1) {
-        comm_request sums[2];
-        tri_status st = comm_all_reduce_start(m->cm, COMM_GROUP_TP, a->sumexp, N, DTYPE_FP32,
-                                              COMM_REDUCE_SUM, &sums[0]);
-        sums[1].impl = NULL;
-        if (st == TRI_OK)
-            st = comm_all_reduce_start(m->cm, COMM_GROUP_TP, a->target_logit, N, DTYPE_FP32,
-                                       COMM_REDUCE_SUM, &sums[1]);
-        // Both waited for, also after a failed start (comm.h).
-        for (int k = 0; k < 2; k++) {
-            tri_status w = comm_wait(m->cm, &sums[k]);
-            if (st == TRI_OK) st = w;
-        }
-        TRI_CHECK(st);
-    }
+    if (d->tp > 1) TRI_CHECK(sum_over_tp(m, a));
     be->xent_loss(be, a->losses, a->rowmax, a->sumexp, a->target_logit, N);
     be->loss_sum(be, m->loss_acc, a->losses, (size_t)N);
     return TRI_OK;
@@ -98,9 +136,18 @@ tri_status model_forward(model *m, int slot, int chunk, const int *inputs, const
     const int loss = holds_head(m, chunk) && targets;
     if (loss) m->be->copy_to_device(m->be, a->targets, targets, tokens);
     if (holds_embedding(m, chunk)) TRI_CHECK(embedding_forward(m, a));
-    for (int i = 0; i < m->d.Lc; i++) TRI_CHECK(model_layer_forward(m, a, first_layer + i, i));
-    if (!holds_head(m, chunk)) return TRI_OK;
-    TRI_CHECK(head_forward(m, a));
+    // Each layer's MLP residual add computes the LayerNorm after it: the next layer's ln1
+    // within the chunk, lnf after the model's last layer. A chunk's last layer elsewhere hands
+    // its output to the next chunk (maybe on another stage), whose first layer computes ln1.
+    const int Lc = m->d.Lc, head = holds_head(m, chunk);
+    for (int i = 0; i < Lc; i++) {
+        const int fuse = (i > 0 ? LAYER_LN1_DONE : 0) | (i + 1 < Lc ? LAYER_FUSE_NEXT_LN1
+                                                         : head     ? LAYER_FUSE_LNF
+                                                                    : 0);
+        TRI_CHECK(model_layer_forward(m, a, first_layer + i, i, fuse));
+    }
+    if (!head) return TRI_OK;
+    TRI_CHECK(head_forward(m, a, Lc > 0));
     return loss ? loss_forward(m, a) : TRI_OK;
 }
 
@@ -128,6 +175,13 @@ static void head_matmul_backward(model *m, model_acts *a) {
     const model_dims *d = &m->d;
     const size_t C = d->C, Vp = d->Vp_local;
     const int wte = params_wte(&m->table);
+    if (m->xent16) { // d(logits) is bf16 already (xent_bwd16): one call, lnf rounded whole
+        m->be->to_bf16(m->be, m->mm16, a->lnf, (size_t)d->N * C);
+        backend_matmul_bwd(m->be, m->dln, G(m, wte), NULL, operand_bf16(a->logits16),
+                           operand_bf16(m->mm16), operand_bf16(P16(m, wte)), NULL, d->N, d->C,
+                           d->Vp_local);
+        return;
+    }
     if (!m->bf16) {
         backend_matmul_bwd(m->be, m->dln, G(m, wte), NULL, operand_fp32(a->logits),
                            operand_fp32(a->lnf), operand_fp32(P(m, wte)), NULL, d->N, d->C,
@@ -153,8 +207,12 @@ static tri_status head_backward(model *m, model_acts *a, float dloss) {
     const param_table *pt = &m->table;
     TRI_CHECK(model_params_ready(m, params_wte(pt), 1));
     TRI_CHECK(model_params_ready(m, params_lnfw(pt), 2));
-    m->be->xent_bwd(m->be, a->logits, a->rowmax, a->sumexp, a->targets, dloss, d->N, d->Vp_local,
-                    d->vocab_start, d->V);
+    if (m->xent16)
+        m->be->xent_bwd16(m->be, a->logits16, a->rowmax, a->sumexp, a->targets, dloss, d->N,
+                          d->Vp_local, d->vocab_start, d->V);
+    else
+        m->be->xent_bwd(m->be, a->logits, a->rowmax, a->sumexp, a->targets, dloss, d->N,
+                        d->Vp_local, d->vocab_start, d->V);
     head_matmul_backward(m, a);
     m->be->memset_zero(m->be, a->dres, (size_t)d->N_local * d->C * sizeof(float));
     TRI_CHECK(model_layernorm_bwd_from_all_rows(m, a->dres, a->output, P(m, params_lnfw(pt)),

@@ -90,6 +90,15 @@ static void b_xent(void *p) { // inp: logits; mean, rstd, db, out: rowmax, sumex
     bench_be->xent_loss(bench_be, x->out, x->mean, x->rstd, x->db, x->N);
     bench_be->xent_bwd(bench_be, x->inp, x->mean, x->rstd, x->tok, 1e-4f, x->N, x->OC, 0, V_valid);
 }
+// The fused bf16 classifier on the same shape: dinp holds the logits as bf16.
+static void b_xent16(void *p) {
+    bench_args *x = p;
+    const int V_valid = x->OC - 47;
+    uint16_t *l16 = (uint16_t *)x->dinp;
+    bench_be->xent_stats16(bench_be, x->mean, x->rstd, x->db, l16, x->tok, x->N, x->OC, 0, V_valid);
+    bench_be->xent_loss(bench_be, x->out, x->mean, x->rstd, x->db, x->N);
+    bench_be->xent_bwd16(bench_be, l16, x->mean, x->rstd, x->tok, 1e-4f, x->N, x->OC, 0, V_valid);
+}
 static void b_emb_bwd(void *p) {
     bench_args *x = p;
     bench_be->embedding_bwd(bench_be, x->dw, x->db, x->out, x->tok, x->B, x->T, x->IC, 0, x->OC);
@@ -258,6 +267,11 @@ static void bench(backend *be, int small) {
         printf("bench: cross-entropy, 4 passes, N=%d V=%d: %.3f ms %.0f GB/s\n", N, V, t * 1e3,
                (double)N * V * 4 * 4 / t / 1e9);
         total += t;
+        a.dinp = bench_buf((size_t)N * V / 2 + 1); // the logits' bf16 rounding
+        bench_be->to_bf16(bench_be, (uint16_t *)a.dinp, a.inp, (size_t)N * V);
+        t = time_op(b_xent16, &a);
+        printf("bench: cross-entropy fused bf16, 2 passes, N=%d V=%d: %.3f ms %.0f GB/s\n", N, V,
+               t * 1e3, (double)N * V * 2 * 3 / t / 1e9);
         bench_free(&a);
         for (int i = 0; i < N; i++) tg[i] = (int)((0.5 * (rnd() + 1.0)) * 256) % 256;
         bench_args e = {.out = bench_buf((size_t)N * C),
