@@ -245,9 +245,19 @@ static void publish_verdict(void) {
     }
 }
 
+// Once a verdict is out the rings are evidence, kept as the verdict saw them: this rank
+// records nothing more (a stopped rank that mpirun's SIGCONT wakes must not write over its
+// state), so that `trident diagnose` afterwards says what the job said.
+static void flight_stdout_flush(void);
+
+static void freeze(void) {
+    atomic_store(&g.on, 0);
+    msync(g.h, g.map_bytes, MS_SYNC);
+}
+
 static void *watchdog_main(void *arg) {
     (void)arg;
-    int tick = 0, published = 0, vanished = -1;
+    int tick = 0, vanished = -1;
     double alarm_seen = 0;
     pthread_mutex_lock(&g.mutex);
     while (flight_enabled()) {
@@ -258,11 +268,14 @@ static void *watchdog_main(void *arg) {
         until.tv_nsec = ns % 1000000000L;
         pthread_cond_timedwait(&g.wake, &g.mutex, &until);
         if (!flight_enabled()) break;
+        if (flight_exists(g.dir, "verdict.txt")) {
+            freeze();
+            break;
+        }
         const double now = flight_clock();
         g.h->heartbeat = now;
         if (++tick % 4 == 0) msync(g.h, g.map_bytes, MS_ASYNC);
-        if (published) continue;
-        if (vanished < 0 && !flight_exists(g.dir, "verdict.txt")) {
+        if (vanished < 0) {
             vanished = find_vanished_peer();
             if (vanished >= 0) flight_touch(g.dir, "dead");
         }
@@ -270,8 +283,7 @@ static void *watchdog_main(void *arg) {
         if (!alarm_seen && (dead || flight_exists(g.dir, "alarm"))) alarm_seen = now;
         if (!alarm_seen || lowest_live_rank(now) != g.rank) {
             // A rank that found a dead peer waits (bounded) for the lowest live rank's verdict.
-            if (vanished >= 0 && (flight_exists(g.dir, "verdict.txt") || now - alarm_seen > 3.0))
-                break;
+            if (vanished >= 0 && now - alarm_seen > 3.0) break;
             continue;
         }
         // The lowest live rank: on a stall, a grace for the others' dumps (every live rank of
@@ -281,25 +293,20 @@ static void *watchdog_main(void *arg) {
         if (!dead && now - alarm_seen < FLIGHT_GRACE_S &&
             !flight_all_live_reported(g.dir, g.world, now))
             continue;
-        if (flight_exists(g.dir, "verdict.txt")) {
-            published = 1;
-            continue;
-        }
         publish_verdict();
-        published = 1;
-        if (vanished >= 0) break;
+        freeze();
+        break;
     }
     pthread_mutex_unlock(&g.mutex);
-    if (vanished >= 0 && flight_enabled()) {
+    if (vanished >= 0) {
         // A peer is dead: the job cannot go on (the comm would wait for it until the timeout,
-        // and a preemption checkpoint of the launcher's SIGTERM would too). Exit 5 now.
-        if (!published) {
-            for (int i = 0; i < 20 && !flight_exists(g.dir, "verdict.txt"); i++) usleep(100000);
-        }
+        // and a preemption checkpoint of the launcher's SIGTERM would too). Exit 5 now, the
+        // ring left as the verdict saw it.
+        for (int i = 0; i < 20 && !flight_exists(g.dir, "verdict.txt"); i++) usleep(100000);
         fprintf(stderr, "%serror: rank %d is dead (its process is gone); ending (exit 5)\n",
                 log_rank_prefix(), vanished);
         fflush(stderr);
-        flight_mark_exit(TRI_ERR_COMM);
+        flight_stdout_flush();
         _exit(TRI_ERR_COMM);
     }
     return NULL;
@@ -308,10 +315,18 @@ static void *watchdog_main(void *arg) {
 // ---- open and close ----
 
 void flight_mark_exit(int code) {
-    if (!g.h) return;
+    if (!g.h || !flight_enabled()) return; // frozen: the ring is a verdict's evidence
     g.h->exit_code = code;
     g.h->t_state = flight_clock();
     g.h->state = FLIGHT_STATE_EXITED;
+}
+
+// stdout's last lines, unless another thread holds its lock (the main thread may be inside
+// a printf when the watchdog ends the process).
+static void flight_stdout_flush(void) {
+    if (ftrylockfile(stdout) != 0) return;
+    fflush_unlocked(stdout);
+    funlockfile(stdout);
 }
 
 static void flight_at_exit(void) {
@@ -449,7 +464,8 @@ void flight_close(int code) {
 // ---- the stall ----
 
 void flight_stall(double waited_s) {
-    if (!flight_enabled()) return;
+    // Frozen, or the verdict is out already (another rank's stall): nothing to add.
+    if (!flight_enabled() || flight_exists(g.dir, "verdict.txt")) return;
     (void)waited_s;
     flight_header *h = g.h;
     h->t_state = flight_clock();

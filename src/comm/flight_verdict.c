@@ -386,12 +386,15 @@ tri_status flight_verdict(const char *dir, char *out, size_t cap) {
     for (int r = 0; r < world; r++) {
         if (!v[r].stuck) continue;
         int n_inc, n = missing_of(&j, r, v[r].stuck, miss, inc, &n_inc);
-        int score = 0;
-        for (int k = 0; k < n; k++)
-            score = broken(v[miss[k]].st) ? 3 : score < 2 && !v[miss[k]].stuck ? 2 : score;
+        // 3: a broken rank holds it up; 2: a rank that waits for nothing (hung in compute);
+        // 1: ranks that wait elsewhere (a chain or a cycle); 0: nobody missing.
+        int score = n ? 1 : 0;
+        for (int k = 0; k < n; k++) {
+            if (broken(v[miss[k]].st)) score = 3;
+            else if (!v[miss[k]].stuck && score < 2) score = 2;
+        }
         for (int k = 0; !n && k < n_inc; k++)
             if (broken(v[inc[k]].st)) score = 3;
-        if (n == 0 && n_inc == 0 && score == 0) score = 0;
         if (score > best_score ||
             (score == best_score && v[r].stuck->t_posted < v[best].stuck->t_posted)) {
             best = r;
