@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "comm/flight.h"
@@ -255,6 +256,44 @@ static void case_dead(void) {
     expect("verdict_dead_rank", verdict_of("dead"), want, 2);
 }
 
+// ---- the recorder's cost ----
+
+// The cost per operation of the recorder's hooks (post, started, completed, as comm_dispatch.c
+// calls them), on a real ring of a world of one: printed for the closing note, not asserted
+// (timing on a shared machine). Also checks the ring it wrote reads back.
+static void bench_recorder(void) {
+    comm *c = NULL;
+    if (comm_self_create(&c, NULL) != TRI_OK) {
+        TEST_CHECK(0, "recorder_bench_setup", "comm_self_create failed");
+        return;
+    }
+    char out_dir[512];
+    snprintf(out_dir, sizeof out_dir, "%s/bench", g_dir);
+    mkdir(out_dir, 0755);
+    const mesh m = {1, 1, 1};
+    flight_open(out_dir, c, &m, "benchhost");
+    const int n = 2000000;
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (int i = 0; i < n; i++) {
+        uint64_t rec = flight_post(COMM_GROUP_DP, COMM_OP_ALL_REDUCE, 4096, DTYPE_FP32, -1);
+        flight_started(rec, 1);
+        flight_completed(rec, 1);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    const double ns = ((double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec)) / n;
+    printf("# flight recorder: %.1f ns per operation (post + started + completed, %d operations)\n",
+           ns, n);
+    flight_set_step(3);
+    flight_close(0);
+    comm_destroy(c);
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/diagnose", out_dir);
+    tri_status st = flight_verdict(dir, g_text, sizeof g_text);
+    TEST_CHECK(st == TRI_OK && strstr(g_text, "no rank to blame"), "recorder_ring_reads_back",
+               "status %d: %s", (int)st, g_text);
+}
+
 // ---- the fuzzer ----
 
 enum { FAM_TRUNCATE, FAM_EXTEND, FAM_BITFLIP, FAM_HEADER_FIELD, FAM_RECORD_FIELD, FAM_COUNT };
@@ -408,6 +447,7 @@ int main(int argc, char **argv) {
                    strstr(g_text, "no flight recorder ring"),
                "verdict_empty_dir", "'%s'", g_text);
     fuzz(cases);
+    bench_recorder();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);

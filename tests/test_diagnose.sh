@@ -21,6 +21,8 @@ TIMEOUT_S=3
 COMMON=(--set train.steps=100000 --set data.eval_every=0 --set system.threads=1 --set log.every=20
         --set system.comm_timeout_s=$TIMEOUT_S)
 
+tail_of() { tail -n 4 "$1" | tr '\n' ' ' | cut -c1-400; }
+
 # The pid of rank $2 of the run in out_dir $1, from its ring's header (flight.h: int32 at 32).
 ring_pid() {
     python3 -c "import struct,sys; print(struct.unpack_from('<i', open(sys.argv[1],'rb').read(2048), 32)[0])" \
