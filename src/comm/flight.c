@@ -37,6 +37,7 @@ static struct {
     uint64_t *send_seq[COMM_GROUP_COUNT], *recv_seq[COMM_GROUP_COUNT]; // (group size)
     uint64_t pending_first, pending_n; // sends and receives posted in the open group
     int *peers, n_peers;               // world ranks sharing a group with this rank
+    char *peer_remote;                 // (n_peers) 1: on another host, never read again
     pthread_t thread;
     pthread_mutex_t mutex;
     pthread_cond_t wake;
@@ -203,9 +204,14 @@ static int find_vanished_peer(void) {
     for (int i = 0; i < g.n_peers; i++) {
         flight_header h;
         const int r = g.peers[i];
-        if (flight_read_header(g.dir, r, &h) != 0) continue;
-        if (h.state == FLIGHT_STATE_EXITED || strcmp(h.host, g.h->host) != 0 || h.pid <= 0)
+        // Only a peer on this host can be probed (kill(pid, 0)): the others' rings are not read
+        // again, so that a large group on a shared file system costs nothing per beat.
+        if (g.peer_remote[i] || flight_read_header(g.dir, r, &h) != 0) continue;
+        if (strcmp(h.host, g.h->host) != 0) {
+            g.peer_remote[i] = 1;
             continue;
+        }
+        if (h.state == FLIGHT_STATE_EXITED || h.pid <= 0) continue;
         if (kill(h.pid, 0) == 0 || errno != ESRCH) continue;
         char path[4400];
         flight_path(path, sizeof path, g.dir, r, "ring");
@@ -432,6 +438,7 @@ void flight_open(const char *out_dir, comm *c, const mesh *m, const char *host) 
     for (int r = 0; r < g.world; r++)
         if (is_peer[r]) g.peers[g.n_peers++] = r;
     free(is_peer);
+    g.peer_remote = xcalloc((size_t)g.n_peers + 1, 1);
     atomic_store(&g.on, 1);
     stop_set_exit_hook(flight_mark_exit);
     static int registered;
@@ -457,7 +464,9 @@ void flight_close(int code) {
         g.send_seq[grp] = g.recv_seq[grp] = NULL;
     }
     free(g.peers);
+    free(g.peer_remote);
     g.peers = NULL;
+    g.peer_remote = NULL;
     memset(g.coll_seq, 0, sizeof g.coll_seq);
 }
 
