@@ -269,6 +269,8 @@ static int make_case(fuzz_case *c, int family, int n_case) {
     c->name[0] = '\0';
     const cli_command *cmd = c->cmd;
     char v[4200];
+    // A command without options (diagnose) has none to misspell, starve or misfeed.
+    if (cmd->n_options == 0 && family != F_EXTRA && family != F_HELP && family != F_VALID) return 0;
     switch (family) {
     case F_UNKNOWN:
         valid_list(c, n_case);

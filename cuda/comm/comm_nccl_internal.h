@@ -14,6 +14,7 @@
 
 extern "C" {
 #include "comm/comm_backend.h"
+#include "comm/flight.h"
 #include "comm/mesh.h"
 }
 

@@ -178,6 +178,7 @@ tri_status nccl_request_poll(comm *c, const nccl_request *r, int completed) {
         double elapsed = time_now_s() - start;
         if (c->timeout_s > 0 && elapsed > c->timeout_s) {
             report_timeout(c, (comm_group_id)busy, &r->what[busy], elapsed);
+            flight_stall(elapsed); // the verdict (comm/flight.h), before the job ends
             nccl_abort_all(c);
             return TRI_ERR_COMM;
         }

@@ -7,6 +7,7 @@
 
 #include "app/cli.h"
 #include "app/commtest.h"
+#include "app/diagnose.h"
 #include "app/sample.h"
 #include "app/tokenize.h"
 #include "app/train.h"
@@ -267,9 +268,9 @@ static int cmd_export(int argc, char **argv) {
 
 // Every subcommand, in the order `trident --help` lists them.
 const cli_entry CLI_COMMANDS[] = {
-    {&TRAIN_CLI, cmd_train},        {&CHECK_CLI, cmd_check},   {&PLAN_CLI, cmd_plan},
-    {&SAMPLE_CLI, cmd_sample},      {&EXPORT_CLI, cmd_export}, {&TOKENIZE_CLI, tokenize_main},
-    {&COMMTEST_CLI, commtest_main},
+    {&TRAIN_CLI, cmd_train},        {&CHECK_CLI, cmd_check},        {&PLAN_CLI, cmd_plan},
+    {&SAMPLE_CLI, cmd_sample},      {&EXPORT_CLI, cmd_export},      {&TOKENIZE_CLI, tokenize_main},
+    {&COMMTEST_CLI, commtest_main}, {&DIAGNOSE_CLI, diagnose_main},
 };
 const int CLI_N_COMMANDS = CLI_N(CLI_COMMANDS);
 enum { N_COMMANDS = CLI_N(CLI_COMMANDS) };

@@ -12,6 +12,7 @@
 #include <sys/resource.h>
 
 #include "base/stop.h"
+#include "comm/flight.h"
 #include "io/llmc.h"
 #include "plan/plan.h"
 
@@ -163,6 +164,7 @@ static tri_status step_boundary(trainer *tr, int *stop) {
 static tri_status checkpoint_step(trainer *tr, int n, int64_t samples, int async, char *note,
                                   size_t note_len) {
     const run_config *cfg = tr->cfg;
+    flight_set_activity(FLIGHT_ACT_CHECKPOINT, -1, -1);
     ckpt_progress p = {.step = n,
                        .samples = samples,
                        .tokens = samples * cfg->model.seq_len,
@@ -191,6 +193,7 @@ static tri_status train_step(trainer *tr, double *loss, double *norm, double *lr
     TRI_CHECK(executor_run(&tr->exec, &tr->sched, batches, (float)(1.0 / (double)tokens_per_step),
                            1, waited));
     TRI_CHECK(executor_take_loss(&tr->exec, &loss_sum));
+    flight_set_activity(FLIGHT_ACT_GRADS, -1, -1);
     TRI_CHECK(zero_finish_grads(tr->zero));
     int reductions, gathers, prefetched;
     zero_overlap_counts(tr->zero, &reductions, &gathers, &prefetched);
@@ -268,6 +271,7 @@ static void format_val(const trainer *tr, const double *val, char *out, size_t n
 // The evaluation of step n (val[tr->n_val]): TRI_STOPPED when a stop request cut it short (no
 // line written).
 static tri_status eval_step(trainer *tr, int n, double *val) {
+    flight_set_activity(FLIGHT_ACT_EVAL, -1, -1);
     TRI_CHECK(evaluate(tr, val));
     metrics_write_eval(&tr->metrics, n, tr->val_names, val, tr->n_val);
     for (int i = 0; i < tr->n_val; i++)
@@ -394,6 +398,7 @@ static tri_status train_loop(trainer *tr) {
     for (tr->step = tr->start.step; tr->step < cfg->train.steps && !stop; tr->step++) {
         double t0 = time_now_s();
         tr->cm->step = tr->step + 1;
+        flight_set_step(tr->step + 1);
         double loss = 0.0, norm = 0.0, lr = 0.0, waited = 0.0;
         const uint64_t allocs = tr->be->alloc_count(tr->be);
         TRI_CHECK(train_step(tr, &loss, &norm, &lr, &waited));
@@ -486,6 +491,7 @@ tri_status train_run(run_config *cfg, launch_info *li) {
     TRI_CHECK_GOTO(trainer_init(&tr, cfg, li), rc, done);
     TRI_CHECK_GOTO(train_loop(&tr), rc, done);
 done:
+    flight_close(rc == TRI_STOPPED ? 0 : (int)rc); // the ring says how this rank ended
     trainer_free(&tr);
     // A stop during start-up (trainer_init: every rank agreed on it): nothing was trained.
     if (rc == TRI_STOPPED) {

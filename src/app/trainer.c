@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/stop.h"
+#include "comm/flight.h"
 #include "compute/backend_select.h"
 #include "config/config_layout.h"
 #include "io/llmc.h"
@@ -374,6 +375,8 @@ tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     TRI_CHECK(create_model(tr));
     TRI_CHECK(startup_boundary(tr, "directories"));
     TRI_CHECK(open_dirs(tr));
+    const mesh fm = config_mesh(cfg); // the flight recorder's ring in the locked run.out_dir
+    flight_open(cfg->run.out_dir, tr->cm, &fm, tr->li->host);
     TRI_CHECK(startup_boundary(tr, "resume"));
     TRI_CHECK(open_checkpoints(tr));
     describe_data(tr);

@@ -30,6 +30,9 @@ const env_desc ENV_TABLE[ENV_COUNT] = {
                              "loads and stores where C % 4 == 0) or v1, the previous scalar ones "
                              "(to bisect a failing device run); any other value is an error "
                              "(exit 2)"},
+    [ENV_FLIGHT_RECORDER] = {"TRIDENT_FLIGHT_RECORDER", ENV_BY_USER, "0|1", "1",
+                             "0 turns the flight recorder off (no <out_dir>/diagnose/ rings, no "
+                             "verdict on a stall or a dead rank), to measure its cost"},
     [ENV_TEST_COMM_STAGED] = {"TRIDENT_COMM_STAGED", ENV_BY_TEST_HOOK, "1",
                               "staged only under a device backend with system.comm: mpi",
                               "every MPI call is staged through host buffers on the CPU path "

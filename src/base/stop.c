@@ -23,6 +23,16 @@ static atomic_int g_on;                 // the watchdog runs
 static atomic_int g_hooks_set;
 static stop_peer_hooks g_hooks; // written once before g_hooks_set (release)
 
+static void (*volatile g_exit_hook)(int code);
+
+// _exit(code), after telling the exit hook.
+static void stop_exit(int code) {
+    if (g_exit_hook) g_exit_hook(code);
+    _exit(code);
+}
+
+void stop_set_exit_hook(void (*hook)(int code)) { g_exit_hook = hook; }
+
 static pthread_t g_thread;
 static pthread_mutex_t g_mutex = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_wake = PTHREAD_COND_INITIALIZER;
@@ -56,7 +66,7 @@ static void on_stop_signal(int sig) {
                                       "checkpoint\n";
             ssize_t w = write(2, msg, sizeof msg - 1);
             (void)w;
-            _exit(130);
+            stop_exit(130);
         }
         g_sigint_seen = 1;
     }
@@ -111,7 +121,7 @@ tri_status stop_poll_resume(void) {
 
 static void on_report_alarm(int sig) {
     (void)sig;
-    _exit(TRI_ERR_COMM);
+    stop_exit(TRI_ERR_COMM);
 }
 
 // The deadline passed: name the phase and the ranks that never reached it, end with exit 5.
@@ -140,7 +150,7 @@ static void deadline_exit(long long silent_ms) {
              log_rank_prefix(), phase, peers[0] ? ": " : "", peers, log_rank_prefix());
     write_all(2, msg);
     flush_stdout_if_free();
-    _exit(TRI_ERR_COMM);
+    stop_exit(TRI_ERR_COMM);
 }
 
 // A stop requested during start-up was not honoured in time: end with exit 0 and the reason.
@@ -154,7 +164,7 @@ static void stop_bound_exit(void) {
              STOP_STARTUP_GRACE_S);
     flush_stdout_if_free();
     write_all(2, msg);
-    _exit(0);
+    stop_exit(0);
 }
 
 static void *watchdog_main(void *arg) {

@@ -78,6 +78,11 @@ typedef struct {
 } stop_peer_hooks;
 void stop_set_peer_hooks(const stop_peer_hooks *hooks);
 
+// Called with the exit code just before each _exit of this module (a second SIGINT, the
+// start-up deadline, the stop bound): the flight recorder marks its ring EXITED there, so that
+// the other ranks do not take the missing process for a killed one. Must be async-signal-safe.
+void stop_set_exit_hook(void (*hook)(int code));
+
 #ifdef __cplusplus
 }
 #endif

@@ -68,6 +68,8 @@ typedef struct {
 // impl NULL: nothing in flight (comm_wait returns TRI_OK at once).
 typedef struct {
     void *impl;
+    // The flight recorder's records of what it started (comm/flight.h), completed by the wait.
+    uint64_t flight_first, flight_n;
 } comm_request;
 
 typedef struct comm comm;

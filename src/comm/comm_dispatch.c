@@ -1,12 +1,15 @@
 // comm_dispatch.c: the functions of comm.h over the backend table of comm_backend.h:
 // argument checks, payload counting and the short-circuit of a group of one, done once for
 // every backend, then a call through the table; every blocking form as its start plus a
-// wait on the host.
+// wait on the host. Every operation that reaches a backend passes the flight recorder here
+// (comm/flight.h): posted before the backend's start, started after it, completed after the
+// wait.
 #include "comm/comm.h"
 
 #include <string.h>
 
 #include "comm/comm_backend.h"
+#include "comm/flight.h"
 
 // Adds one call's payload to the group's counters: the only place that counts. A group of
 // one moves nothing and counts nothing, also where its calls reach the backend.
@@ -62,10 +65,32 @@ static int alone(const comm *c, comm_group_id g) {
     return c->groups[g].size == 1 && !c->one_rank_groups;
 }
 
+// After a backend's start of flight records [first, first + n): started; completed when the
+// start completed it inside; else req takes them to its wait.
+static tri_status flight_after_start(comm_request *req, uint64_t first, uint64_t n, tri_status st) {
+    req->flight_first = req->flight_n = 0;
+    if (!first || st != TRI_OK) return st;
+    flight_started(first, n);
+    if (!req->impl) flight_completed(first, n);
+    else req->flight_first = first, req->flight_n = n;
+    return st;
+}
+
+// The backend's wait of req, between the recorder's marks.
+static tri_status wait_recorded(comm *c, comm_request *req, int on_host) {
+    const uint64_t first = req->flight_first, n = req->flight_n;
+    req->flight_first = req->flight_n = 0;
+    flight_waiting(first, n);
+    tri_status st = c->iface->wait(c, req, on_host);
+    flight_waiting(0, 0);
+    if (st == TRI_OK) flight_completed(first, n);
+    return st;
+}
+
 // The blocking end of what a start left in req.
 static tri_status wait_on_host(comm *c, comm_request *req) {
     if (!req->impl) return TRI_OK;
-    return c->iface->wait(c, req, 1);
+    return wait_recorded(c, req, 1);
 }
 
 // reduce_scatter and all_gather on a group of one: this rank's block, where it goes.
@@ -85,7 +110,9 @@ tri_status comm_all_reduce_start(comm *c, comm_group_id g, void *buf, size_t cou
     TRI_CHECK(check_call(c, g, dt, "all_reduce"));
     if (alone(c, g)) return TRI_OK;
     comm_count(c, g, COMM_OP_ALL_REDUCE, count * dtype_size(dt));
-    return c->iface->all_reduce_start(c, g, buf, count, dt, op, req);
+    const uint64_t rec = flight_post(g, COMM_OP_ALL_REDUCE, count * dtype_size(dt), dt, -1);
+    return flight_after_start(req, rec, 1,
+                              c->iface->all_reduce_start(c, g, buf, count, dt, op, req));
 }
 
 // reduce_scatter and all_gather: one block of `count` per rank, counted as the whole (the
@@ -99,8 +126,10 @@ static tri_status blocks_start(comm *c, comm_group_id g, comm_op_id op, const vo
     const size_t block = count * dtype_size(dt);
     if (alone(c, g)) return local_copy(c, g, op, send, recv, block);
     comm_count(c, g, op, block * (size_t)n);
-    return scatter ? c->iface->reduce_scatter_start(c, g, send, recv, count, dt, req)
-                   : c->iface->all_gather_start(c, g, send, recv, count, dt, req);
+    const uint64_t rec = flight_post(g, op, block * (size_t)n, dt, -1);
+    tri_status st = scatter ? c->iface->reduce_scatter_start(c, g, send, recv, count, dt, req)
+                            : c->iface->all_gather_start(c, g, send, recv, count, dt, req);
+    return flight_after_start(req, rec, 1, st);
 }
 
 tri_status comm_reduce_scatter_start(comm *c, comm_group_id g, const void *send, void *recv,
@@ -120,12 +149,14 @@ tri_status comm_group_end_start(comm *c, comm_request *req) {
         return TRI_ERR_INTERNAL;
     }
     if (--c->group_depth > 0) return TRI_OK; // nested: the outermost takes its operations
-    return c->iface->group_end_start(c, req);
+    uint64_t first, n;
+    flight_p2p_pending(&first, &n);
+    return flight_after_start(req, first, n, c->iface->group_end_start(c, req));
 }
 
 tri_status comm_wait(comm *c, comm_request *req) {
     if (!req->impl) return TRI_OK;
-    return c->iface->wait(c, req, 0);
+    return wait_recorded(c, req, 0);
 }
 
 void comm_progress(comm *c) { c->iface->progress(c); }
@@ -165,7 +196,9 @@ tri_status comm_broadcast(comm *c, comm_group_id g, void *buf, size_t count, tri
     if (alone(c, g)) return TRI_OK;
     comm_count(c, g, COMM_OP_BROADCAST, count * dtype_size(dt));
     comm_request req = {NULL};
-    TRI_CHECK(c->iface->broadcast_start(c, g, buf, count, dt, root, &req));
+    const uint64_t rec = flight_post(g, COMM_OP_BROADCAST, count * dtype_size(dt), dt, -1);
+    TRI_CHECK(flight_after_start(&req, rec, 1,
+                                 c->iface->broadcast_start(c, g, buf, count, dt, root, &req)));
     return wait_on_host(c, &req);
 }
 
@@ -173,7 +206,8 @@ tri_status comm_barrier(comm *c, comm_group_id g) {
     TRI_CHECK(check_call(c, g, DTYPE_FP32, "barrier"));
     if (alone(c, g)) return TRI_OK;
     comm_request req = {NULL};
-    TRI_CHECK(c->iface->barrier_start(c, g, &req));
+    const uint64_t rec = flight_post(g, FLIGHT_OP_BARRIER, 0, DTYPE_FP32, -1);
+    TRI_CHECK(flight_after_start(&req, rec, 1, c->iface->barrier_start(c, g, &req)));
     return wait_on_host(c, &req);
 }
 
@@ -204,6 +238,7 @@ static tri_status post_p2p(comm *c, comm_group_id g, void *buf, size_t count, tr
         return TRI_ERR_INTERNAL;
     }
     comm_count(c, g, op, count * dtype_size(dt));
+    flight_post(g, op, count * dtype_size(dt), dt, peer);
     return op == COMM_OP_SEND ? c->iface->send(c, g, buf, count, dt, peer)
                               : c->iface->recv(c, g, buf, count, dt, peer);
 }

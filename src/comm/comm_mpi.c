@@ -28,6 +28,7 @@
 #include "base/bf16.h"
 #include "base/stop.h"
 #include "comm/comm_backend.h"
+#include "comm/flight.h"
 
 // Prints a failed MPI call: the statement, file:line, rank and MPI's error string.
 static void mpi_report(const comm *c, int rc, const char *stmt, const char *file, int line) {
@@ -185,6 +186,8 @@ static void mpi_timeout_abort(comm *c, int n, MPI_Request *reqs, const mpi_wait_
             comm_group_name(d->g), members, more, c->step, n_list ? wait_list : "?");
     fflush(stderr);
     fflush(stdout);
+    // The flight recorder's verdict (which rank, host and operation) before the job ends.
+    flight_stall(waited_s);
     MPI_Abort(MPI_COMM_WORLD, TRI_ERR_COMM);
     exit(TRI_ERR_COMM); // not reached: MPI_Abort ends every process
 }

@@ -12,6 +12,7 @@
 // comm_destroy finalises it, before launch_finalize. One MPI comm per process: MPI cannot be
 // initialised again after it was finalised.
 // timeout_s <= 0 waits forever. A wait that passes timeout_s prints one line naming the
-// group, the collective, the bytes, comm->step and the ranks waited for, then aborts the
-// job with exit code 5 (TRI_ERR_COMM) on every process.
+// group, the collective, the bytes, comm->step and the ranks waited for, waits (a few
+// seconds at most) for the flight recorder's verdict (comm/flight.h: flight_stall), then
+// aborts the job with exit code 5 (TRI_ERR_COMM) on every process.
 tri_status comm_mpi_create(comm **out, const mesh *m, const launch_info *li, double timeout_s);

@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "comm/flight.h"
+
 void executor_init(executor *ex, model *m, zero_state *z, comm *cm, int overlap) {
     memset(ex, 0, sizeof *ex);
     ex->m = m, ex->z = z, ex->cm = cm, ex->overlap = overlap;
@@ -121,6 +123,7 @@ tri_status executor_run(executor *ex, const sched_table *t, exec_batches batches
             exec_flight *f = &ex->flight[n_flight];
             *f = (exec_flight){i, end, {NULL}};
             const double t0 = time_now_s();
+            flight_set_activity(FLIGHT_ACT_P2P, a->micro, a->chunk);
             rc = run_p2p_group(ex, t, i, end, &f->req);
             *waited += time_now_s() - t0;
             if (f->req.impl) n_flight++;
@@ -135,6 +138,8 @@ tri_status executor_run(executor *ex, const sched_table *t, exec_batches batches
                 zero_next_pass(ex->z, t->actions[j].chunk, t->actions[j].kind == SCHED_ACTION_BWD);
             else zero_next_pass(ex->z, -1, 0);
         }
+        flight_set_activity(a->kind == SCHED_ACTION_FWD ? FLIGHT_ACT_FORWARD : FLIGHT_ACT_BACKWARD,
+                            a->micro, a->chunk);
         if (rc == TRI_OK) rc = run_compute(ex, t, a, batches, dloss);
         comm_progress(ex->cm);
         i++;
