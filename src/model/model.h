@@ -59,6 +59,14 @@ typedef struct {
     int has_embed, has_head;     // pipeline stage 0 / the last stage
     int N, N_local, row0;        // rows: all, this rank's residual-stream rows, first of them
     int NH_local, C_local, C3_local, C4_local, Vp_local, vocab_start;
+    // The MLP's widths on this rank: fc_local the fc layer's output (gpt2 4C/tp; llama's gate
+    // and up 2F/tp), fh_local the fcproj layer's input (gpt2 4C/tp; llama's SwiGLU output F/tp).
+    int fc_local, fh_local;
+    // model.arch llama: RMSNorm (norm_eps), RoPE (rope_theta), SwiGLU, NKV key/value heads
+    // (NKV_local on this rank; qkv is C3_local = (NH_local + 2 NKV_local) HS wide). gpt2: NKV =
+    // NH.
+    int llama, NKV, NKV_local;
+    float norm_eps, rope_theta;
 } model_dims;
 
 // The dims of the model `mc` on the rank `ml` describes.
@@ -146,6 +154,8 @@ typedef struct {
     float *dqkv;            // (N, 3C/tp)
     float *datty;           // (N, C/tp)
     float *dfch;            // (N, 4C/tp); NULL under bf16_direct, which uses dfch16
+                            // (llama: (N, 2F/tp), d(gate | up))
+    float *dswiglu;         // llama: (N, F/tp), d(SwiGLU output); NULL for gpt2
     uint16_t *dfch16;       // (N, 4C/tp) bf16: the fc layer's input gradient (bf16_direct)
     float *rows_full;       // (N, C), SP only: a row-parallel output before its reduce-scatter,
                             // or the residual gradient gathered over tp
