@@ -178,7 +178,8 @@ test-asan: deps
 # What CI runs besides make test: the suites that do not fit its 10 minutes (the sanitizers;
 # the blend test on every layout).
 test-full: test-asan
-	@$(MAKE) --no-print-directory all && bash tests/test_blend.sh --all-layouts
+	@$(MAKE) --no-print-directory all && bash tests/test_blend.sh --all-layouts && \
+		bash tests/test_llama.sh --all
 
 # Speed measurements, never run by `make test` (which asserts no timing): the tokenizer
 # against Hugging Face tokenizers (scripts/bench-tokenize.sh [THREADS] [MB]), and the step
