@@ -1,6 +1,6 @@
-// model.c: GPT-2 (DESIGN.md "Model") on one rank: its dimensions, its buffers as specs,
-// creation, the store of its parameters and gradients, and the accessors. The compute is in
-// model_layer.c and model_pass.c.
+// model.c: GPT-2 and Llama (DESIGN.md "Model") on one rank: their dimensions, buffers as specs,
+// creation, the store of the parameters and gradients, and the accessors. The compute is in
+// model_layer.c (model_layer_llama.c) and model_pass.c.
 //
 // Tensor-parallel structure: qkv and fc are column-parallel (split by heads / by output
 // columns), attproj and fcproj row-parallel (split by input columns), the embedding and

@@ -1,5 +1,5 @@
-// model.h: GPT-2 forward and backward for one micro-batch, through the compute backend
-// and the comm interface, with Megatron tensor parallelism over the tp group.
+// model.h: GPT-2 and Llama (model.arch) forward and backward for one micro-batch, through the
+// compute backend and the comm interface, with Megatron tensor parallelism over the tp group.
 //
 // The model computes; it does not own its parameters and gradients. Where each table entry's
 // parameters are read and its gradients accumulate, and when they are needed or final, is a
@@ -81,10 +81,10 @@ typedef struct {
     float *residual2; // (Lc, Nl, C): after the attention block
     float *ln1, *ln2; // (Lc, N, C): LayerNorm outputs, all rows (gathered under SP)
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd; // (Lc, Nl)
-    float *qkv;                                       // (Lc, N, 3C/tp)
+    float *qkv;            // (Lc, N, 3C/tp); llama: (Lc, N, (NH + 2 NKV) HS / tp), after RoPE
     void *att_state;       // Lc * attn_state_bytes(layout.attn_state, B, T, NH/tp)
     float *atty;           // (Lc, N, C/tp)
-    float *fch, *fch_gelu; // (Lc, N, 4C/tp)
+    float *fch, *fch_gelu; // (Lc, N, 4C/tp); llama: gate|up (Lc, N, 2F/tp), SwiGLU (Lc, N, F/tp)
     float *dres;           // (Nl, C): d(loss)/d(residual stream); d(chunk output) on entry to
                            // the backward (received from the next stage), d(chunk input) after
     // The LM head and loss (last stage only, else NULL):

@@ -1,6 +1,7 @@
 // model_internal.h: what the files of the model share and nothing else includes.
 //   model.c        dims, buffers (model_buffers), create/free, the store, accessors
 //   model_layer.c  a transformer layer forward and backward, its tp collectives, bf16 keeping
+//   model_layer_llama.c  the Llama layer and its final norm and head (model.arch llama)
 //   model_pass.c   the forward and backward of a chunk: embedding, layers, LM head and loss
 #pragma once
 #include <stddef.h>
