@@ -75,6 +75,7 @@ static void test_defaults(void) {
 static void test_empty_file(void) {
     run_config cfg, def;
     config_defaults(&def);
+    config_resolve_model(&def.model); // the rule keys as config_load resolves them
     tri_status rc = load_text(&cfg, "", NULL);
     char *a = rc == TRI_OK ? json_of(&cfg) : NULL, *b = json_of(&def);
     TEST_CHECK(rc == TRI_OK && streq(a, b) && cfg.source_path && strstr(cfg.source_path, g_dir),
@@ -473,7 +474,7 @@ static void test_enums(void) {
         {"parallel.recompute=partial", "parallel.recompute: expected one of none, full"},
         {"system.backend=gpu", "system.backend: expected one of auto, cpu, cuda"},
         {"system.comm=gloo", "system.comm: expected one of auto, mpi, nccl, self"},
-        {"model.arch=llama", "model.arch: expected one of gpt2, got llama"},
+        {"model.arch=gpt3", "model.arch: expected one of gpt2, llama, got gpt3"},
         {"parallel.dp=two", "parallel.dp: expected auto or an integer >= 1, got two"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The planner against real runs: for a matrix of small layouts (tp, sequence parallelism, pp
 # with every schedule and virtual stages, dp with each ZeRO stage and both ZeRO-3 gathers,
-# recompute, and their 3D combinations) train 2 steps under mpirun and require
+# recompute, and their 3D combinations; llama too) train 2 steps under mpirun and require
 # `trident plan --json` (same config, --world and --set) to give exactly the run record's
 # "memory" fields, its rank_params and n_params, and every step line's comm_bytes; the run
 # record's own "memory_planned" (the arenas the trainer sized with the planner) to equal what
@@ -94,6 +94,16 @@ check bf16_dp2_zero0_bf16grads 2 "${BF16[@]}" --set parallel.zero=0 --set train.
     --set parallel.bucket_mb=0.01
 check bf16_dp2_zero1_reduce_bf16 2 "${BF16[@]}" --set parallel.zero=1 --set train.reduce_dtype=bf16
 check bf16_dp2_zero2_grads_bf16_reduce_fp32 2 "${BF16[@]}" --set parallel.zero=2 --set train.grad_dtype=bf16
+# Llama (README "Llama"): its table (q|k|v of grouped-query heads, gate|up, lm_head), its
+# buffers and its collectives, summed by the planner from the same specs.
+LL=(--set model.arch=llama --set model.n_layer=4 --set model.n_head=4 --set model.n_kv_head=2
+    --set model.ffn_hidden=64)
+check llama_tp2_sp 2 "${LL[@]}" --set parallel.tp=2 --set parallel.sequence_parallel=true
+check llama_3d_zero3 8 "${LL[@]}" --set parallel.tp=2 --set parallel.pp=2 --set parallel.schedule=interleaved \
+    --set parallel.virtual_stages=2 --set parallel.zero=3 --set parallel.sequence_parallel=true \
+    --set parallel.recompute=full --set train.global_batch=16 --set parallel.bucket_mb=0.01
+check llama_bf16_tied_3d_zero2 8 "${LL[@]}" "${BF16[@]}" --set parallel.tp=2 --set parallel.pp=2 \
+    --set parallel.zero=2 --set train.global_batch=16 --set model.tie_embeddings=true
 check tp2_pp2_zero3_step_gpipe 8 "${L4[@]}" --set parallel.tp=2 --set parallel.pp=2 --set parallel.schedule=gpipe \
     --set parallel.zero=3 --set parallel.zero3_gather=step --set train.global_batch=8 --set train.micro_batch=1
 

@@ -160,6 +160,7 @@ static void hush_end(int saved) {
 static void test_every_key(void) {
     run_config base;
     config_defaults(&base);
+    config_resolve_model(&base.model); // as config_load leaves it
     int bad = 0, by_class[4] = {0};
     char why[512] = "";
     for (int k = 0; k < K_COUNT; k++) {
@@ -231,6 +232,7 @@ static void test_classes(void) {
 static void test_recorded_forms(void) {
     run_config now;
     config_defaults(&now);
+    config_resolve_model(&now.model); // as config_load leaves it
     resume_changes l = {0};
     // Equal values written otherwise; a section and keys missing (the defaults).
     tri_status rc = diff_text("config:\n  optim: {lr: 1.0e-3, eps: 0.00000001}\n"
@@ -271,6 +273,7 @@ static void test_recorded_forms(void) {
 static void test_effects(void) {
     run_config old, now;
     config_defaults(&old);
+    config_resolve_model(&old.model); // as config_load leaves it
     old.parallel.tp = 2, old.parallel.dp = 2, old.train.steps = 600;
     copy_cfg(&now, &old);
     now.parallel.tp = 1, now.parallel.dp = 4, now.train.steps = 900, now.train.micro_batch = 2;
@@ -387,6 +390,7 @@ static double now_s(void) {
 static void fuzz_subsets(int cases) {
     run_config base;
     config_defaults(&base);
+    config_resolve_model(&base.model); // as config_load leaves it
     base.parallel.dp = 2;
     int wrong = 0, n_changes = 0;
     char why[256] = "";
@@ -433,6 +437,7 @@ static void fuzz_subsets(int cases) {
 static void fuzz_block(int cases) {
     run_config base;
     config_defaults(&base);
+    config_resolve_model(&base.model); // as config_load leaves it
     size_t n;
     char *block = block_of(&base, &n);
     int ok_cases = 0, errors = 0, other = 0;

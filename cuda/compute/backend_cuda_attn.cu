@@ -434,8 +434,9 @@ void cuda_attention_bwd_f32(backend *b, float *dqkv, const float *dout, const fl
 // The table's entries: the kernels of the operands' dtype (backend_attention_fwd / _bwd
 // checked that q, k, v and O are both fp32 or both bf16).
 void cuda_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, int T, int NH,
-                        int HS) {
+                        int NKV, int HS) {
     cuda_ctx *x = cuda_ctx_of(b);
+    TRI_ASSERT(NKV == NH); // grouped-query attention: not in these kernels yet (llama is refused)
     if (B <= 0 || T <= 0 || NH <= 0) return;
     if (qkv.dtype == DTYPE_BF16) {
         const uint16_t *q16 = (const uint16_t *)qkv.ptr;
@@ -447,8 +448,9 @@ void cuda_attention_fwd(backend *b, float *out, void *state, operand qkv, int B,
 }
 
 void cuda_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv, operand out,
-                        const void *state, int B, int T, int NH, int HS) {
+                        const void *state, int B, int T, int NH, int NKV, int HS) {
     cuda_ctx *x = cuda_ctx_of(b);
+    TRI_ASSERT(NKV == NH);
     if (B <= 0 || T <= 0 || NH <= 0) return;
     if (qkv.dtype == DTYPE_BF16) {
         const uint16_t *q16 = (const uint16_t *)qkv.ptr;

@@ -169,9 +169,9 @@ tri_status cuda_attention_init(cuda_ctx *x, size_t smem_optin);
 // The table's entries (backend.h): fp32 q, k, v here, bf16 ones in the FA2 or the v1
 // tensor-core kernels below. state: each row's log-sum-exp (ATTN_STATE_LSE).
 void cuda_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, int T, int NH,
-                        int HS);
+                        int NKV, int HS);
 void cuda_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv, operand out,
-                        const void *state, int B, int T, int NH, int HS);
+                        const void *state, int B, int T, int NH, int NKV, int HS);
 // The fp32 kernels (also the bf16 ops' fallback, on widened q, k, v). o: the fp32 forward
 // output, from which D = rowsum(dO * O) is read, or NULL for v1's sweep over the keys.
 void cuda_attention_fwd_f32(backend *b, float *out, void *state, const float *qkv, int B, int T,

@@ -88,6 +88,17 @@ static double peak_rss_bytes(void) {
 static tri_status save_model(trainer *tr, int force) {
     const run_config *cfg = tr->cfg;
     model *m = &tr->model;
+    if (model_arch_is_llama(&cfg->model)) { // llm.c's file holds GPT-2's tensors only
+        if (cfg->checkpoint.dir)
+            LOG_INFO("model.bin not written: llm.c's format holds GPT-2 models only; the final "
+                     "checkpoint in %s is this run's model",
+                     cfg->checkpoint.dir);
+        else
+            LOG_WARN("model.bin not written: llm.c's format holds GPT-2 models only, and "
+                     "checkpoint.dir is not set: the trained Llama weights are not saved; set "
+                     "checkpoint.dir to keep them");
+        return TRI_OK;
+    }
     param_table full;
     params_build_full(&full, &cfg->model, cfg->parallel.tp);
     const int wanted = force || llmc_save_wanted(&full, cfg);
@@ -317,8 +328,10 @@ static tri_status finish_stopped(trainer *tr, const loop_state *ls) {
     snprintf(what + strlen(what), sizeof what - strlen(what),
              ls->in_eval ? " during the evaluation of step %d" : " after step %d", n);
     if (complete)
-        snprintf(saved, sizeof saved, "training is complete and %s/model.bin written%s%s",
-                 cfg->run.out_dir, eval_due(cfg, n) ? ", but not the last evaluation" : "",
+        snprintf(saved, sizeof saved, "training is complete and %s%s written%s%s",
+                 model_arch_is_llama(&cfg->model) ? "the final checkpoint" : cfg->run.out_dir,
+                 model_arch_is_llama(&cfg->model) ? "" : "/model.bin",
+                 eval_due(cfg, n) ? ", but not the last evaluation" : "",
                  eval_due(cfg, n) && tr->ckpt ? "; a run with checkpoint.resume: auto does it"
                                               : "");
     else if (tr->ckpt && trained)

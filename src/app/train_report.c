@@ -76,12 +76,16 @@ void train_report_outputs(const trainer *tr, int stopped_at) {
     const run_config *cfg = tr->cfg;
     const char *out = cfg->run.out_dir, *bin = program_invocation_name;
     const int steps = cfg->train.steps, last = stopped_at >= 0 ? stopped_at : steps;
-    const int model = last >= steps; // the final model is written at the last step only
+    // The final model is written at the last step only; a llama's is its final checkpoint
+    // (llm.c's model.bin holds GPT-2 only), which sample reads and export does not.
+    const int llama = model_arch_is_llama(&cfg->model);
+    const int model = last >= steps && !llama;
     char metrics[4096];
     if (cfg->log.metrics) snprintf(metrics, sizeof metrics, "%s", cfg->log.metrics);
     else snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", out);
     LOG_INFO("outputs:");
     if (model) LOG_INFO("  model        %s/model.bin", out);
+    else if (llama && last >= steps) LOG_INFO("  model        the final checkpoint (below)");
     else LOG_INFO("  model        none yet (stopped at step %d of %d)", last, steps);
     LOG_INFO("  metrics      %s", metrics);
     if (cfg->log.tensorboard)
@@ -109,16 +113,17 @@ void train_report_outputs(const trainer *tr, int stopped_at) {
         cmd, sizeof cmd,
         (const char *[]){bin, "export", source, "--format", "safetensors", "--out", safetensors},
         7);
-    if (cmd[0]) LOG_INFO("  export       %s", cmd);
+    if (cmd[0] && !llama) LOG_INFO("  export       %s", cmd);
     own_command_line(cmd, sizeof cmd);
     // The same command resumes from the last checkpoint (with more steps after the last one);
     // a run given a checkpoint path would start from that one again, hence resume: auto.
     const char *auto_resume = strcmp(cfg->checkpoint.resume, "auto")
                                   ? " --set checkpoint.resume=auto"
                                   : "";
-    const int to = model ? 2 * steps : steps;
+    const int done = last >= steps; // the run is complete: a resume trains more steps
+    const int to = done ? 2 * steps : steps;
     char more[64] = "";
-    if (model) snprintf(more, sizeof more, " --set train.steps=%d", to);
+    if (done) snprintf(more, sizeof more, " --set train.steps=%d", to);
     if (ckpt[0] && cmd[0]) {
         LOG_INFO("  resume       %s%s%s", cmd, auto_resume, more);
         LOG_INFO("               (from %s on to step %d%s)", ckpt, to,

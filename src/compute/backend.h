@@ -193,22 +193,24 @@ struct backend {
     void (*gelu_bwd)(backend *b, float *dinp, const float *inp, const float *dout, size_t n);
 
     // ---- attention (called through backend_attention_fwd / _bwd) ----
-    // qkv (B, T, 3*NH*HS), fp32 or bf16: q heads, then k heads, then v heads, each (NH, HS)
-    // per token. out (B, T, NH*HS) fp32: causal softmax(q k^T / sqrt(HS)) v, heads
-    // concatenated. state: attn_state_bytes(b->attn_state, B, T, NH) bytes, written here and
+    // qkv (B, T, (NH + 2*NKV)*HS), fp32 or bf16: q heads (NH, HS), then k heads, then v heads
+    // (NKV, HS each) per token; query head h reads key/value head h / (NH / NKV) (grouped-query
+    // attention; GPT-2: NKV = NH). out (B, T, NH*HS) fp32: causal softmax(q k^T / sqrt(HS)) v,
+    // heads concatenated. state: attn_state_bytes(b->attn_state, B, T, NH) bytes, written here and
     // read by attention_bwd. On bf16 q, k, v the probabilities (and dO, dS) may be rounded to
     // bf16 for the tensor cores' products, with fp32 accumulation (CUDA); the CPU widens qkv
     // and runs the fp32 op.
     void (*attention_fwd)(backend *b, float *out, void *state, operand qkv, int B, int T, int NH,
-                          int HS);
-    // dqkv (B, T, 3*NH*HS) fp32, overwritten; dout (B, T, NH*HS) fp32; qkv as the forward's;
+                          int NKV, int HS);
+    // dqkv (B, T, (NH + 2*NKV)*HS) fp32, overwritten (dk, dv summed over each group's query
+    // heads in head order: deterministic); dout (B, T, NH*HS) fp32; qkv as the forward's;
     // out: the forward's output O (B, T, NH*HS), in qkv's dtype (its bf16 rounding under
     // bf16), so that a flash-style backward gets D = rowsum(dO * O) in one pass over dO and O
     // instead of a sweep over the keys (FlashAttention-2's trick). The CPU keeps P and gets D
     // as rowsum(P * dP) from the dP it computes anyway: it reads no O (the same value, exact
     // math; its bits stay as before).
     void (*attention_bwd)(backend *b, float *dqkv, const float *dout, operand qkv, operand out,
-                          const void *state, int B, int T, int NH, int HS);
+                          const void *state, int B, int T, int NH, int NKV, int HS);
 
     // ---- embeddings ----
     // out (B*T, C) = wte[tokens - vocab_start] (zero when the token is outside
@@ -291,6 +293,29 @@ struct backend {
     void (*xent_bwd16)(backend *b, uint16_t *logits16, const float *rowmax, const float *sumexp,
                        const int *targets, float dloss, int N, int Vp_local, int vocab_start,
                        int V_valid);
+    // ---- Llama (model.arch llama); NULL on a backend without them (a llama run is refused
+    // at start there) ----
+    // RMSNorm: out (N, C) = inp * rstd * weight, rstd (N) = 1/sqrt(mean(inp^2) + eps), saved.
+    void (*rmsnorm_fwd)(backend *b, float *out, float *rstd, const float *inp, const float *weight,
+                        int N, int C, float eps);
+    // dinp (N, C) += ... (ACCUMULATES, as layernorm_bwd); dweight (C) +=.
+    void (*rmsnorm_bwd)(backend *b, float *dinp, float *dweight, const float *dout,
+                        const float *inp, const float *weight, const float *rstd, int N, int C);
+    // residual_fwd then rmsnorm_fwd in one pass (res may alias a), as residual_layernorm_fwd.
+    void (*residual_rmsnorm_fwd)(backend *b, float *res, float *out, float *rstd, const float *a,
+                                 const float *c, const float *weight, int N, int C, float eps);
+    // RoPE in place on the q and k heads of qkv (B*T rows of (NH + 2*NKV)*HS; v untouched),
+    // position t = row % T, Hugging Face's rotate_half: for i < HS/2, angle = t *
+    // theta^(-2i/HS), (x_i, x_{i+HS/2}) <- (x_i cos - x_{i+HS/2} sin, x_{i+HS/2} cos + x_i sin).
+    // The angles in double, cos and sin rounded to fp32. rope_bwd applies the inverse rotation
+    // to dqkv in place (the same q and k blocks).
+    void (*rope_fwd)(backend *b, float *qkv, int B, int T, int NH, int NKV, int HS, float theta);
+    void (*rope_bwd)(backend *b, float *dqkv, int B, int T, int NH, int NKV, int HS, float theta);
+    // SwiGLU: fc (N, 2F) rows [gate (F) | up (F)]; out (N, F) = silu(gate) * up, silu(x) = x /
+    // (1 + exp(-x)).
+    void (*swiglu_fwd)(backend *b, float *out, const float *fc, int N, int F);
+    // dfc (N, 2F) overwritten from dout (N, F) and fc.
+    void (*swiglu_bwd)(backend *b, float *dfc, const float *dout, const float *fc, int N, int F);
 };
 
 static inline backend_traits backend_traits_of(const backend *b) {
@@ -346,6 +371,6 @@ void backend_matmul_bwd16(backend *b, uint16_t *dinp16, float *dweight, float *d
                           operand inp, operand weight, const uint16_t *pre16, int N, int IC,
                           int OC);
 void backend_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, int T, int NH,
-                           int HS);
+                           int NKV, int HS);
 void backend_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv, operand out,
-                           const void *state, int B, int T, int NH, int HS);
+                           const void *state, int B, int T, int NH, int NKV, int HS);

@@ -26,21 +26,6 @@
 
 static inline cpu_ctx *ctx_of(backend *b) { return (cpu_ctx *)b->ctx; }
 
-// Rows [*r0, *r1) of a static partition of n rows over nth threads.
-static inline void row_block(size_t n, int tid, int nth, size_t *r0, size_t *r1) {
-    *r0 = n * (size_t)tid / (size_t)nth;
-    *r1 = n * (size_t)(tid + 1) / (size_t)nth;
-}
-
-// Columns [*c0, *c1) of n split over nth threads in units of 16 floats (64 bytes), so no
-// two threads write the same cache line of a row.
-static inline void col_block(int n, int tid, int nth, int *c0, int *c1) {
-    int units = (n + 15) / 16;
-    int u0 = (int)((long)units * tid / nth), u1 = (int)((long)units * (tid + 1) / nth);
-    *c0 = u0 * 16 < n ? u0 * 16 : n;
-    *c1 = u1 * 16 < n ? u1 * 16 : n;
-}
-
 // ---------------------------------------------------------------------------------------
 // Memory. Each block carries a 64-byte header with its size, so free() can account for it
 // and the user pointer stays 64-byte aligned.
@@ -767,6 +752,13 @@ static const backend cpu_backend_table = {
     /* .xent_stats16          = */ cpu_xent_stats16,
     /* .xent_rescale          = */ cpu_xent_rescale,
     /* .xent_bwd16            = */ cpu_xent_bwd16,
+    /* .rmsnorm_fwd           = */ cpu_rmsnorm_fwd,
+    /* .rmsnorm_bwd           = */ cpu_rmsnorm_bwd,
+    /* .residual_rmsnorm_fwd  = */ cpu_residual_rmsnorm_fwd,
+    /* .rope_fwd              = */ cpu_rope_fwd,
+    /* .rope_bwd              = */ cpu_rope_bwd,
+    /* .swiglu_fwd            = */ cpu_swiglu_fwd,
+    /* .swiglu_bwd            = */ cpu_swiglu_bwd,
 };
 
 tri_status backend_cpu_create(backend **out, int threads) {

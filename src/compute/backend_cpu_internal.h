@@ -62,13 +62,40 @@ void cpu_gemm(cpu_ctx *ctx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N
               float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C,
               int ldc);
 
+// Rows [*r0, *r1) of a static partition of n rows over nth threads.
+static inline void row_block(size_t n, int tid, int nth, size_t *r0, size_t *r1) {
+    *r0 = n * (size_t)tid / (size_t)nth;
+    *r1 = n * (size_t)(tid + 1) / (size_t)nth;
+}
+
+// Columns [*c0, *c1) of n split over nth threads in units of 16 floats (64 bytes), so no
+// two threads write the same cache line of a row.
+static inline void col_block(int n, int tid, int nth, int *c0, int *c1) {
+    int units = (n + 15) / 16;
+    int u0 = (int)((long)units * tid / nth), u1 = (int)((long)units * (tid + 1) / nth);
+    *c0 = u0 * 16 < n ? u0 * 16 : n;
+    *c1 = u1 * 16 < n ? u1 * 16 : n;
+}
+
 // The table's attention entries (backend_cpu_attn.c); bf16 q, k, v are widened into
 // cpu_widened's buffer and the fp32 op runs on them. The backward reads no O (out): D comes
 // from the probabilities it keeps (backend.h).
 void cpu_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, int T, int NH,
-                       int HS);
+                       int NKV, int HS);
 void cpu_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv, operand out,
-                       const void *state, int B, int T, int NH, int HS);
+                       const void *state, int B, int T, int NH, int NKV, int HS);
+
+// The Llama ops (backend_cpu_llama.c), as backend.h's table states them.
+void cpu_rmsnorm_fwd(backend *b, float *out, float *rstd, const float *inp, const float *weight,
+                     int N, int C, float eps);
+void cpu_rmsnorm_bwd(backend *b, float *dinp, float *dweight, const float *dout, const float *inp,
+                     const float *weight, const float *rstd, int N, int C);
+void cpu_residual_rmsnorm_fwd(backend *b, float *res, float *out, float *rstd, const float *a,
+                              const float *c, const float *weight, int N, int C, float eps);
+void cpu_rope_fwd(backend *b, float *qkv, int B, int T, int NH, int NKV, int HS, float theta);
+void cpu_rope_bwd(backend *b, float *dqkv, int B, int T, int NH, int NKV, int HS, float theta);
+void cpu_swiglu_fwd(backend *b, float *out, const float *fc, int N, int F);
+void cpu_swiglu_bwd(backend *b, float *dfc, const float *dout, const float *fc, int N, int F);
 
 // Warns once per process when OpenBLAS runs its generic kernels on an AVX2 CPU
 // (backend_cpu_process.c).

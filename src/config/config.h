@@ -162,6 +162,13 @@ int config_micro_batches(const run_config *cfg);
 // Padded vocabulary: vocab_size rounded up to a multiple of vocab_pad_to * tp.
 int config_padded_vocab(const run_config *cfg);
 
+// The model keys that 0 or -1 leave to a rule, resolved in place (config_load does it before
+// its rules; a checkpoint's recorded config gets the same, so one written before these keys
+// existed reads as the model it was): n_kv_head 0 -> n_head; ffn_hidden 0 -> 4 * d_model for
+// gpt2, the Llama rule for llama (model_llama_ffn_rule; past INT_MAX it stays 0 for the rules
+// to refuse); tie_embeddings -1 -> 1 for gpt2, 0 for llama. Idempotent.
+void config_resolve_model(model_config *mc);
+
 // Writes the resolved config as YAML (same keys, same order) to `f`, each line prefixed
 // by `indent` spaces. Used by `trident check`, the metrics run record and checkpoints.
 void config_print_yaml(const run_config *cfg, FILE *f, int indent);

@@ -25,7 +25,7 @@ static const char *const BACKEND_NAMES[] = {"auto", "cpu", "cuda", NULL};
 static const char *const COMM_NAMES[] = {"auto", "mpi", "nccl", "self", NULL};
 static const char *const RECOMPUTE_NAMES[] = {"none", "full", NULL};
 static const char *const ZERO3_GATHER_NAMES[] = {"pass", "step", NULL};
-static const char *const ARCH_NAMES[] = {"gpt2", NULL};
+static const char *const ARCH_NAMES[] = {"gpt2", "llama", NULL};
 static const char *const RESUME_CHANGES_NAMES[] = {"refuse", "allow", NULL};
 
 // The table is laid out by hand: one key per line where it fits, its resume class and effect
@@ -90,6 +90,20 @@ const key_desc CONFIG_KEYS[K_COUNT] = {
     STR_KEY(K_MODEL_INIT_FROM, model, init_from, 1, NULL,
             FREE("none on the weights: a resumed run takes them from the checkpoint (the file "
                  "is still read and checked)")),
+    // The Llama keys (0 and -1: the rule or the architecture's default, resolved at load by
+    // config_resolve_model; the run record holds the resolved values).
+    INT_KEY(K_MODEL_N_KV_HEAD, model, n_kv_head, 0, NO_MAX, 0,
+            FIXED("the checkpoint's k and v projections have n_kv_head heads")),
+    INT_KEY(K_MODEL_FFN_HIDDEN, model, ffn_hidden, 0, NO_MAX, 0,
+            FIXED("the checkpoint's MLP tensors are ffn_hidden wide")),
+    INT_KEY(K_MODEL_FFN_MULTIPLE_OF, model, ffn_multiple_of, 1, NO_MAX, 256,
+            FIXED("the Llama rule gives another MLP width than the checkpoint's")),
+    BOOL_KEY(K_MODEL_TIE_EMBEDDINGS, model, tie_embeddings, -1,
+             FIXED("the checkpoint's LM head is tied to wte or is its own tensor (lm_head)")),
+    F64_KEY(K_MODEL_ROPE_THETA, model, rope_theta, 0, 1, INFINITY, 0, 10000.0,
+            FIXED("the same weights under other rotary angles would be another model")),
+    F64_KEY(K_MODEL_NORM_EPS, model, norm_eps, 0, 1, 1, 0, 1.0e-5,
+            FIXED("the same weights under another normalisation eps would be another model")),
     INT_KEY(K_PAR_TP, parallel, tp, 1, NO_MAX, 1, RESHARDED),
     INT_KEY(K_PAR_PP, parallel, pp, 1, NO_MAX, 1, RESHARDED),
     [K_PAR_DP] = {.section = "parallel", .key = "dp", .type = KT_DP, .offset = OFF(parallel.dp),

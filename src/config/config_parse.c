@@ -318,6 +318,7 @@ tri_status config_load(run_config *cfg, const char *path, int n_set, char **sets
         cfg->train.precision = cfg->train.precision_mode == PRECISION_BF16 ? DTYPE_BF16
                                                                            : DTYPE_FP32;
         config_check_ranges(&c, cfg);
+        config_resolve_model(&cfg->model); // the rules see the resolved values
         config_check_rules(&c, cfg);
     }
     if (c.n_errors) {

@@ -315,6 +315,7 @@ tri_status config_resume_diff(const char *recorded, size_t n, const char *origin
     memset(&info, 0, sizeof info);
     tri_status rc = read_recorded(recorded, n, origin, first_line, &old, &info);
     if (rc == TRI_OK) fill_absent(&old, &info);
+    config_resolve_model(&old.model); // a manifest from before the rule keys: their rule
     for (int k = 0; k < K_COUNT && rc == TRI_OK; k++) {
         const key_desc *d = &CONFIG_KEYS[k];
         TRI_ASSERT(d->resume != RESUME_UNSET); // tests/test_config.c checks every key

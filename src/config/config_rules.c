@@ -56,7 +56,8 @@ static void check_tp_split(config_ctx *c, const run_config *cfg) {
                           "that divides %d",
                           h, tp, h);
     long long width = 4LL * cfg->model.d_model;
-    if (KEYS_OK(c, K_PAR_TP, K_MODEL_D_MODEL) && width % tp != 0)
+    if (model_arch_is_llama(&cfg->model)) { // its k and v heads and its MLP width: check_llama
+    } else if (KEYS_OK(c, K_PAR_TP, K_MODEL_D_MODEL) && width % tp != 0)
         config_report_key(c, K_PAR_TP, K_MODEL_D_MODEL,
                           "the MLP width 4 * model.d_model (%lld) must be divisible by "
                           "parallel.tp (%d); choose a tp that divides %lld",
@@ -69,6 +70,75 @@ static void check_tp_split(config_ctx *c, const run_config *cfg) {
                           "which must divide it; choose a seq_len that is a multiple of %d, or "
                           "set sequence_parallel: false",
                           seq, tp, tp);
+}
+
+// The Llama keys: grouped-query heads, the SwiGLU width, RoPE's even head size; and for
+// gpt2, which has none of them, only their gpt2 values.
+static void check_llama(config_ctx *c, const run_config *cfg) {
+    const model_config *mc = &cfg->model;
+    const int h = mc->n_head, kv = mc->n_kv_head, tp = cfg->parallel.tp, F = mc->ffn_hidden;
+    if (!model_arch_is_llama(mc)) {
+        if (KEYS_OK(c, K_MODEL_N_KV_HEAD, K_MODEL_N_HEAD, K_MODEL_ARCH) && kv != h)
+            config_report_key(c, K_MODEL_N_KV_HEAD, K_MODEL_ARCH,
+                              "arch gpt2 has no grouped-query attention: model.n_kv_head must "
+                              "equal model.n_head (%d) or be 0 (got %d); use arch: llama",
+                              h, kv);
+        if (KEYS_OK(c, K_MODEL_FFN_HIDDEN, K_MODEL_D_MODEL, K_MODEL_ARCH) && F != 0 &&
+            F != 4LL * mc->d_model) // 0: 4 * d_model passes an int (config_sizes.c says so)
+            config_report_key(c, K_MODEL_FFN_HIDDEN, K_MODEL_ARCH,
+                              "arch gpt2's MLP is 4 * model.d_model (%lld) wide: "
+                              "model.ffn_hidden must be that or 0 (got %d); use arch: llama "
+                              "for another width",
+                              4LL * mc->d_model, F);
+        if (KEYS_OK(c, K_MODEL_TIE_EMBEDDINGS, K_MODEL_ARCH) && !mc->tie_embeddings)
+            config_report_key(c, K_MODEL_TIE_EMBEDDINGS, K_MODEL_ARCH,
+                              "arch gpt2's LM head is always tied to its token embedding: "
+                              "model.tie_embeddings must be true (or left out); use arch: llama "
+                              "for an untied head");
+        if (KEYS_OK(c, K_MODEL_NORM_EPS, K_MODEL_ARCH) && mc->norm_eps != 1e-5)
+            config_report_key(c, K_MODEL_NORM_EPS, K_MODEL_ARCH,
+                              "arch gpt2's LayerNorm has the fixed eps 1e-5: leave "
+                              "model.norm_eps out (got %g), or use arch: llama",
+                              mc->norm_eps);
+        return;
+    }
+    if (KEYS_OK(c, K_MODEL_N_KV_HEAD, K_MODEL_N_HEAD)) {
+        if (kv > h)
+            config_report_key(c, K_MODEL_N_KV_HEAD, K_MODEL_N_HEAD,
+                              "model.n_kv_head (%d) must be at most model.n_head (%d); choose "
+                              "a divisor of %d, or 0 for n_head",
+                              kv, h, h);
+        else if (h % kv != 0)
+            config_report_key(c, K_MODEL_N_KV_HEAD, K_MODEL_N_HEAD,
+                              "model.n_head (%d) must be divisible by model.n_kv_head (%d): "
+                              "each key/value head serves a group of query heads; choose a "
+                              "divisor of %d",
+                              h, kv, h);
+    }
+    if (KEYS_OK(c, K_MODEL_N_KV_HEAD, K_PAR_TP) && kv % tp != 0)
+        config_report_key(c, K_PAR_TP, K_MODEL_N_KV_HEAD,
+                          "model.n_kv_head (%d) must be divisible by parallel.tp (%d): tp splits "
+                          "the key/value heads; choose a tp that divides %d",
+                          kv, tp, kv);
+    if (KEYS_OK(c, K_MODEL_FFN_HIDDEN, K_MODEL_D_MODEL, K_MODEL_FFN_MULTIPLE_OF) &&
+        (F == 0 || 2LL * F > INT_MAX))
+        config_report_key(c, K_MODEL_FFN_HIDDEN, K_MODEL_D_MODEL,
+                          "the SwiGLU's gate and up rows 2 * model.ffn_hidden (2 * %lld) pass "
+                          "2^31-1, the most the model's ops index; lower ffn_hidden or d_model",
+                          F ? (long long)F
+                            : model_llama_ffn_rule(mc->d_model, mc->ffn_multiple_of));
+    else if (KEYS_OK(c, K_MODEL_FFN_HIDDEN, K_PAR_TP) && F % tp != 0)
+        config_report_key(c, K_PAR_TP, K_MODEL_FFN_HIDDEN,
+                          "model.ffn_hidden (%d) must be divisible by parallel.tp (%d): tp "
+                          "splits the MLP's columns; choose a tp that divides %d, or set "
+                          "ffn_hidden (or ffn_multiple_of) to a multiple of %d",
+                          F, tp, F, tp);
+    if (KEYS_OK(c, K_MODEL_D_MODEL, K_MODEL_N_HEAD) && mc->d_model % h == 0 &&
+        (mc->d_model / h) % 2 != 0)
+        config_report_key(c, K_MODEL_D_MODEL, K_MODEL_N_HEAD,
+                          "rotary embeddings rotate pairs of a head's dimensions: the head size "
+                          "model.d_model / model.n_head (%d / %d = %d) must be even",
+                          mc->d_model, h, mc->d_model / h);
 }
 
 static void check_vocab(config_ctx *c, const run_config *cfg) {
@@ -168,6 +238,7 @@ static void check_system(config_ctx *c, const run_config *cfg) {
 void config_check_rules(config_ctx *c, const run_config *cfg) {
     check_heads(c, cfg);
     check_tp_split(c, cfg);
+    check_llama(c, cfg);
     check_vocab(c, cfg);
     check_pipeline(c, cfg);
     check_optim(c, cfg);

@@ -60,9 +60,13 @@ static int shapes_ok(config_ctx *c, const run_config *cfg) {
                  K_MODEL_VOCAB_SIZE, K_MODEL_VOCAB_PAD_TO, K_PAR_TP, K_PAR_PP, K_PAR_VIRTUAL_STAGES,
                  K_TRAIN_PRECISION))
         return 0;
+    if (!KEYS_OK(c, K_MODEL_N_KV_HEAD, K_MODEL_FFN_HIDDEN, K_MODEL_ARCH)) return 0;
     return mc->n_layer % ((long long)pp * v) == 0 && mc->d_model % mc->n_head == 0 &&
-           mc->n_head % tp == 0 && (4LL * mc->d_model) % tp == 0 &&
-           model_padded_vocab_ll(mc, tp) <= INT_MAX;
+           mc->n_head % tp == 0 && (4LL * mc->d_model) % tp == 0 && mc->n_kv_head >= 1 &&
+           mc->n_kv_head <= mc->n_head && mc->n_head % mc->n_kv_head == 0 &&
+           mc->n_kv_head % tp == 0 && mc->ffn_hidden >= 1 &&
+           (!model_arch_is_llama(mc) || 2LL * mc->ffn_hidden <= INT_MAX) &&
+           mc->ffn_hidden % tp == 0 && model_padded_vocab_ll(mc, tp) <= INT_MAX;
 }
 
 // The distinct pipeline ranks whose sizes differ: the first, the second (every middle stage

@@ -99,7 +99,9 @@ static void expected_desc(key_id k, char *buf, size_t n) {
     case KT_INT: snprintf(buf, n, "an integer"); break;
     case KT_U64: snprintf(buf, n, "an integer >= 0"); break;
     case KT_F64: snprintf(buf, n, "a number"); break;
-    case KT_BOOL: snprintf(buf, n, "true or false"); break;
+    case KT_BOOL: // default -1: a rule decides (model.tie_embeddings), and -1 asks for it
+        snprintf(buf, n, d->def_num < 0 ? "true, false or -1 (the default)" : "true or false");
+        break;
     case KT_DP: snprintf(buf, n, "auto or an integer >= 1"); break;
     case KT_ENUM: list_choices(d->names, buf, n); break;
     case KT_SOURCES: snprintf(buf, n, "a glob or a list"); break;
@@ -193,6 +195,11 @@ static int set_bool(config_ctx *c, run_config *cfg, key_id k, const scalar_view 
             *(int *)config_key_field(cfg, k) = !strcasecmp(v->text, yes[i]);
             return 1;
         }
+    }
+    if (CONFIG_KEYS[k].def_num < 0 && kind_fits(v, VALUE_PLAIN, VALUE_INT, VALUE_INT) &&
+        !strcmp(v->text, "-1")) {
+        *(int *)config_key_field(cfg, k) = -1;
+        return 1;
     }
     return report_type(c, k, v, ""), 0;
 }

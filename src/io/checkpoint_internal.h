@@ -85,6 +85,9 @@ typedef struct {
     int step, optim_t;
     int64_t samples, tokens;
     int n_layer, n_head, d_model, seq_len, vocab_size, vocab_pad_to;
+    // config.model's architecture keys (model_config's; a manifest from before them: gpt2's).
+    int llama, n_kv_head, ffn_hidden, ffn_multiple_of, tie_embeddings;
+    double rope_theta, norm_eps;
     tensor_info *tensors;
     int *by_name; // tensor indexes sorted by name
     int n_tensors;
@@ -105,6 +108,8 @@ tri_status manifest_read(manifest *m, const char *dir);
 void manifest_free(manifest *m);
 // The index of tensor `name` in m->tensors, or -1.
 int manifest_find_tensor(const manifest *m, const char *name);
+// The model that config.model of a checkpoint describes (arch a static string, init_from NULL).
+void manifest_model_config(const manifest *m, model_config *mc);
 // The seal of version 2 for the manifest text `text` (n bytes, every line ended by '\n'):
 // the line "manifest_crc32c: 0x........\n" (into `line`, at least 32 bytes) that follows it.
 void manifest_seal(const char *text, size_t n, char *line, size_t cap);

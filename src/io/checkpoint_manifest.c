@@ -11,6 +11,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <yaml.h>
@@ -197,6 +198,50 @@ static int get_u64(reader *rd, yaml_node_t *map, const char *what, const char *k
     return 0;
 }
 
+// The architecture keys of config.model (checkpoint_internal.h), each optional: a manifest
+// written before they existed holds a GPT-2, whose values they take.
+static void get_arch(reader *rd, yaml_node_t *model, manifest *m) {
+    const char *w = "config.model.";
+    m->llama = 0, m->n_kv_head = m->n_head, m->ffn_hidden = 4 * m->d_model;
+    m->ffn_multiple_of = 256, m->tie_embeddings = 1, m->rope_theta = 10000.0, m->norm_eps = 1e-5;
+    yaml_node_t *n = map_get(rd->d, model, "arch");
+    if (n) {
+        const char *a = scalar(n);
+        if (!a || (strcmp(a, "gpt2") && strcmp(a, "llama")))
+            fail(rd, line_of(n), "config.model.arch: %s is not gpt2 or llama",
+                 a ? a : "not a scalar");
+        m->llama = a && !strcmp(a, "llama");
+    }
+    if (map_get(rd->d, model, "n_kv_head"))
+        get_int(rd, model, w, "n_kv_head", 1, m->n_head, &m->n_kv_head);
+    if (map_get(rd->d, model, "ffn_hidden"))
+        get_int(rd, model, w, "ffn_hidden", 1, 1 << 30, &m->ffn_hidden);
+    if (map_get(rd->d, model, "ffn_multiple_of"))
+        get_int(rd, model, w, "ffn_multiple_of", 1, 1 << 30, &m->ffn_multiple_of);
+    const char *keys[3] = {"tie_embeddings", "rope_theta", "norm_eps"};
+    for (int k = 0; k < 3 && rd->rc == TRI_OK; k++) {
+        yaml_node_t *v = map_get(rd->d, model, keys[k]);
+        const char *t = scalar(v);
+        if (!v) continue;
+        if (k == 0 && t && (!strcmp(t, "true") || !strcmp(t, "false"))) {
+            m->tie_embeddings = !strcmp(t, "true");
+            continue;
+        }
+        char *end = NULL;
+        const double x = t && k > 0 ? strtod(t, &end) : NAN;
+        if (!(x > 0 && isfinite(x) && end && !*end)) {
+            fail(rd, line_of(v), "%s%s: %s is not %s", w, keys[k], t ? t : "not a scalar",
+                 k == 0 ? "true or false" : "a positive number");
+            continue;
+        }
+        *(k == 1 ? &m->rope_theta : &m->norm_eps) = x;
+    }
+    if (rd->rc == TRI_OK && m->n_head % m->n_kv_head)
+        fail(rd, line_of(map_get(rd->d, model, "n_kv_head")),
+             "config.model.n_kv_head: %d does not divide config.model.n_head %d", m->n_kv_head,
+             m->n_head);
+}
+
 // A flow sequence of two integers, each within [lo, hi].
 static int get_pair(reader *rd, yaml_node_t *map, const char *what, const char *key, int64_t lo,
                     int64_t hi, int64_t *a, int64_t *b) {
@@ -273,6 +318,8 @@ static void parse_header(reader *rd, yaml_node_t *root) {
     get_int(rd, model, w, "seq_len", 1, 1 << 24, &m->seq_len);
     get_int(rd, model, w, "vocab_size", 1, 1 << 30, &m->vocab_size);
     get_int(rd, model, w, "vocab_pad_to", 1, 1 << 20, &m->vocab_pad_to);
+    if (rd->rc != TRI_OK) return;
+    get_arch(rd, model, m);
     if (rd->rc != TRI_OK) return;
     // Fields that must agree (each is written from the same state).
     const int rng_line = line_of(map_get(rd->d, rng, "seed"));
@@ -523,6 +570,22 @@ static int cmp_bytes(const void *a, const void *b, void *ctx) {
     return (x->offset > y->offset) - (x->offset < y->offset);
 }
 
+void manifest_model_config(const manifest *m, model_config *mc) {
+    *mc = (model_config){.arch = m->llama ? "llama" : "gpt2",
+                         .n_layer = m->n_layer,
+                         .n_head = m->n_head,
+                         .d_model = m->d_model,
+                         .seq_len = m->seq_len,
+                         .vocab_size = m->vocab_size,
+                         .vocab_pad_to = m->vocab_pad_to,
+                         .n_kv_head = m->n_kv_head,
+                         .ffn_hidden = m->ffn_hidden,
+                         .ffn_multiple_of = m->ffn_multiple_of,
+                         .tie_embeddings = m->tie_embeddings,
+                         .rope_theta = m->rope_theta,
+                         .norm_eps = m->norm_eps};
+}
+
 // The tensors are those of the model that config.model describes, with the vocabulary
 // padded for mesh.tp as the writer padded it: same names, same shapes, none more.
 static void check_tensors_match_model(reader *rd) {
@@ -532,12 +595,8 @@ static void check_tensors_match_model(reader *rd) {
              m->vocab_pad_to, m->tp);
         return;
     }
-    model_config mc = {.n_layer = m->n_layer,
-                       .n_head = m->n_head,
-                       .d_model = m->d_model,
-                       .seq_len = m->seq_len,
-                       .vocab_size = m->vocab_size,
-                       .vocab_pad_to = m->vocab_pad_to};
+    model_config mc;
+    manifest_model_config(m, &mc);
     param_table full;
     params_build_full(&full, &mc, m->tp);
     if (full.n_entries != m->n_tensors)

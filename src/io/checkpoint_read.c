@@ -472,9 +472,12 @@ tri_status ckpt_model_open(const char *path, run_config *cfg, param_table *full,
         free(r);
         return rc;
     }
-    cfg->model.n_layer = m->n_layer, cfg->model.n_head = m->n_head;
-    cfg->model.d_model = m->d_model, cfg->model.seq_len = m->seq_len;
-    cfg->model.vocab_size = m->vocab_size, cfg->model.vocab_pad_to = m->vocab_pad_to;
+    model_config mc;
+    manifest_model_config(m, &mc);
+    free(cfg->model.arch);
+    mc.arch = xstrdup(mc.arch);
+    mc.init_from = cfg->model.init_from;
+    cfg->model = mc;
     cfg->parallel.tp = cfg->parallel.pp = cfg->parallel.virtual_stages = 1;
     params_build_full(full, &cfg->model, 1);
     if ((rc = check_shapes(m, full)) != TRI_OK) {

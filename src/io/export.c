@@ -219,6 +219,15 @@ done:
 tri_status export_run(const char *run_or_file, const char *format, const char *out_path) {
     export_source s;
     TRI_CHECK(export_open(&s, run_or_file));
+    if (model_arch_is_llama(&s.cfg.model)) { // both formats here hold GPT-2's tensors
+        LOG_ERROR("export %s: the checkpoint holds a llama model (model.arch llama), and the %s "
+                  "format holds GPT-2 models only",
+                  s.path, format);
+        LOG_HINT("a llama checkpoint is read as it is by `trident sample` and by a resumed run; "
+                 "its tensors and their Hugging Face names are in README \"Llama\"");
+        export_close(&s);
+        return TRI_ERR_CKPT;
+    }
     tri_status rc = !strcmp(format, "llmc") ? export_llmc(&s, out_path)
                                             : export_safetensors(&s, out_path);
     if (rc == TRI_OK) printf("exported %s to %s (%s)\n", s.path, out_path, format);

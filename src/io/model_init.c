@@ -8,6 +8,14 @@ tri_status model_init_open(model_init *mi, const run_config *cfg, const param_ta
     mi->cfg = cfg, mi->pt = pt;
     mi->file.fd = -1;
     if (!cfg->model.init_from) return TRI_OK;
+    if (model_arch_is_llama(&cfg->model)) { // an llm.c file holds GPT-2's tensors
+        LOG_ERROR("model.init_from: %s: model.arch is llama, and model.init_from reads llm.c "
+                  "model files, which hold GPT-2 models only",
+                  cfg->model.init_from);
+        LOG_HINT("start the llama from its initialisation (model.init_from: null), or resume it "
+                 "from a llama checkpoint (checkpoint.resume)");
+        return TRI_ERR_CONFIG;
+    }
     // Every rank says what it finds (with its prefix): a rank whose node sees another file,
     // or none, may be the only one that fails.
     tri_status rc = llmc_open(&mi->file, cfg->model.init_from);

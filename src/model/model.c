@@ -1,6 +1,6 @@
-// model.c: GPT-2 (DESIGN.md "Model") on one rank: its dimensions, its buffers as specs,
-// creation, the store of its parameters and gradients, and the accessors. The compute is in
-// model_layer.c and model_pass.c.
+// model.c: GPT-2 and Llama (DESIGN.md "Model") on one rank: their dimensions, buffers as specs,
+// creation, the store of the parameters and gradients, and the accessors. The compute is in
+// model_layer.c (model_layer_llama.c) and model_pass.c.
 //
 // Tensor-parallel structure: qkv and fc are column-parallel (split by heads / by output
 // columns), attproj and fcproj row-parallel (split by input columns), the embedding and
@@ -46,6 +46,18 @@ static void set_dims(model_dims *d, const model_config *mc, const model_layout *
     d->C4_local = dim_int(4 * (int64_t)d->C_local);
     d->Vp_local = d->Vp / d->tp;
     d->vocab_start = d->tp_rank * d->Vp_local;
+    d->fc_local = d->fh_local = d->C4_local;
+    d->NKV = d->NH;
+    d->llama = model_arch_is_llama(mc);
+    if (d->llama) { // the config resolved n_kv_head and ffn_hidden (config_resolve_model)
+        d->NKV = mc->n_kv_head;
+        d->C3_local = dim_int((int64_t)(d->NH + 2 * d->NKV) / d->tp * d->HS);
+        d->fh_local = mc->ffn_hidden / d->tp;
+        d->fc_local = dim_int(2 * (int64_t)d->fh_local);
+        d->norm_eps = (float)mc->norm_eps;
+        d->rope_theta = (float)mc->rope_theta;
+    }
+    d->NKV_local = d->NKV / d->tp;
 }
 
 model_dims model_dims_of(const model_config *mc, const model_layout *ml) {
@@ -92,7 +104,8 @@ const model_wide MODEL_WIDE[ACT_WIDE] = {
 // bf16 already (xent16: the head backward rounds only lnf, N rows of C).
 static size_t mm16_numel(const model_dims *d, int xent16) {
     const size_t N = (size_t)d->N, C = (size_t)d->C;
-    size_t widest = 4 * (size_t)d->C_local > C ? 4 * (size_t)d->C_local : C;
+    size_t widest = (size_t)d->fc_local > C ? (size_t)d->fc_local : C; // gpt2: 4C/tp >= 3C/tp
+    if ((size_t)d->C3_local > widest) widest = (size_t)d->C3_local;    // llama's qkv may be wider
     size_t n = sat_mul_size(N, widest);
     size_t h = sat_mul_size(model_head_chunk_rows(N), C + (size_t)d->Vp_local);
     return d->has_head && !xent16 && h > n ? h : n;
@@ -186,16 +199,18 @@ void model_buffers(mem_specs *s, const model_config *mc, const model_layout *ml,
     const size_t N = (size_t)d.N, C = (size_t)d.C, f = sizeof(float);
     const size_t att = attn_state_bytes(ml->attn_state, (size_t)d.B, (size_t)d.T,
                                         (size_t)d.NH_local);
-    const int head = d.has_head ? 1 + model_xent16(ml->precision, ml->bf16_out) : 0;
+    const int head = d.has_head ? 1 + (model_xent16(ml->precision, ml->bf16_out) && !d.llama) : 0;
     if (!m && ml->n_slots > 0) sized_slots(s, &d, att, ml->n_slots, recompute, bf16, head);
     for (int k = 0; m && k < ml->n_slots; k++)
         slot_buffers(s, &d, att, recompute ? 0 : d.Lc, head, 0, bf16, recompute, 0, m,
                      &m->slots[k]);
-    const int direct = model_bf16_direct(ml->precision, ml->recompute, ml->bf16_out);
+    // Llama rotates qkv and gates the MLP in fp32 after their matmuls: no bf16 outputs.
+    const int direct = model_bf16_direct(ml->precision, ml->recompute, ml->bf16_out) && !d.llama;
     if (recompute || bf16)
         slot_buffers(s, &d, att, 1, 0, 1, bf16, recompute, direct, m, m ? &m->work : NULL);
     if (recompute && bf16) { // the widest activation, rounded through bf16 in place
-        const size_t widest = (size_t)(d.C4_local > d.C ? d.C4_local : d.C);
+        size_t widest = (size_t)(d.fc_local > d.C ? d.fc_local : d.C);
+        if ((size_t)d.C3_local > widest) widest = (size_t)d.C3_local; // llama's qkv
         mem_specs_add(s, "activation.round16", MEM_ACTIVATION, SZ(N, widest, sizeof(uint16_t)),
                       DST(m->round16));
     }
@@ -213,7 +228,9 @@ void model_buffers(mem_specs *s, const model_config *mc, const model_layout *ml,
     if (direct) // the fc layer's input gradient, written as bf16 by the fcproj backward
         mem_specs_add(s, "scratch.dfch16", MEM_SCRATCH, SZ(N, d.C4_local, sizeof(uint16_t)),
                       DST(m->dfch16));
-    else mem_specs_add(s, "scratch.dfch", MEM_SCRATCH, SZ(N, d.C4_local, f), DST(m->dfch));
+    else mem_specs_add(s, "scratch.dfch", MEM_SCRATCH, SZ(N, d.fc_local, f), DST(m->dfch));
+    if (d.llama) // d(SwiGLU output), between the fcproj and the fc backward
+        mem_specs_add(s, "scratch.dswiglu", MEM_SCRATCH, SZ(N, d.fh_local, f), DST(m->dswiglu));
     if (d.sp) mem_specs_add(s, "scratch.rows_full", MEM_SCRATCH, SZ(N, C, f), DST(m->rows_full));
     if (d.has_head)
         mem_specs_add(s, "scratch.loss_acc", MEM_SCRATCH, sizeof(double), DST(m->loss_acc));
@@ -242,9 +259,9 @@ tri_status model_create(model *m, const model_config *mc, const model_layout *ml
     m->bf16 = ml->precision == DTYPE_BF16;
     m->g16 = ml->grad_dtype == DTYPE_BF16;
     m->recompute = ml->recompute == RECOMPUTE_FULL;
-    m->bf16_direct = model_bf16_direct(ml->precision, ml->recompute, ml->bf16_out);
+    m->bf16_direct = model_bf16_direct(ml->precision, ml->recompute, ml->bf16_out) && !d->llama;
     TRI_ASSERT(!m->bf16_direct || be->bf16_out); // the layout's traits are this backend's
-    m->xent16 = model_xent16(ml->precision, ml->bf16_out);
+    m->xent16 = model_xent16(ml->precision, ml->bf16_out) && !d->llama; // llama: fp32 logits
     TRI_ASSERT(!m->xent16 || be->bf16_out);
     m->att_state_bytes = attn_state_bytes(ml->attn_state, (size_t)d->B, (size_t)d->T,
                                           (size_t)d->NH_local);

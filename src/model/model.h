@@ -1,5 +1,5 @@
-// model.h: GPT-2 forward and backward for one micro-batch, through the compute backend
-// and the comm interface, with Megatron tensor parallelism over the tp group.
+// model.h: GPT-2 and Llama (model.arch) forward and backward for one micro-batch, through the
+// compute backend and the comm interface, with Megatron tensor parallelism over the tp group.
 //
 // The model computes; it does not own its parameters and gradients. Where each table entry's
 // parameters are read and its gradients accumulate, and when they are needed or final, is a
@@ -68,6 +68,14 @@ typedef struct {
     int has_embed, has_head;     // pipeline stage 0 / the last stage
     int N, N_local, row0;        // rows: all, this rank's residual-stream rows, first of them
     int NH_local, C_local, C3_local, C4_local, Vp_local, vocab_start;
+    // The MLP's widths on this rank: fc_local the fc layer's output (gpt2 4C/tp; llama's gate
+    // and up 2F/tp), fh_local the fcproj layer's input (gpt2 4C/tp; llama's SwiGLU output F/tp).
+    int fc_local, fh_local;
+    // model.arch llama: RMSNorm (norm_eps), RoPE (rope_theta), SwiGLU, NKV key/value heads
+    // (NKV_local on this rank; qkv is C3_local = (NH_local + 2 NKV_local) HS wide). gpt2: NKV =
+    // NH.
+    int llama, NKV, NKV_local;
+    float norm_eps, rope_theta;
 } model_dims;
 
 // The dims of the model `mc` on the rank `ml` describes.
@@ -82,10 +90,10 @@ typedef struct {
     float *residual2; // (Lc, Nl, C): after the attention block
     float *ln1, *ln2; // (Lc, N, C): LayerNorm outputs, all rows (gathered under SP)
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd; // (Lc, Nl)
-    float *qkv;                                       // (Lc, N, 3C/tp)
+    float *qkv;            // (Lc, N, 3C/tp); llama: (Lc, N, (NH + 2 NKV) HS / tp), after RoPE
     void *att_state;       // Lc * attn_state_bytes(layout.attn_state, B, T, NH/tp)
     float *atty;           // (Lc, N, C/tp)
-    float *fch, *fch_gelu; // (Lc, N, 4C/tp)
+    float *fch, *fch_gelu; // (Lc, N, 4C/tp); llama: gate|up (Lc, N, 2F/tp), SwiGLU (Lc, N, F/tp)
     float *dres;           // (Nl, C): d(loss)/d(residual stream); d(chunk output) on entry to
                            // the backward (received from the next stage), d(chunk input) after
     // The LM head and loss (last stage only, else NULL):
@@ -157,6 +165,8 @@ typedef struct {
     float *dqkv;            // (N, 3C/tp)
     float *datty;           // (N, C/tp)
     float *dfch;            // (N, 4C/tp); NULL under bf16_direct, which uses dfch16
+                            // (llama: (N, 2F/tp), d(gate | up))
+    float *dswiglu;         // llama: (N, F/tp), d(SwiGLU output); NULL for gpt2
     uint16_t *dfch16;       // (N, 4C/tp) bf16: the fc layer's input gradient (bf16_direct)
     float *rows_full;       // (N, C), SP only: a row-parallel output before its reduce-scatter,
                             // or the residual gradient gathered over tp

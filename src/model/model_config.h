@@ -3,14 +3,37 @@
 // the config layer above composes these (config.h), so the model can be built and tested
 // without a YAML file.
 #pragma once
+#include <string.h>
+
 #include "base/common.h"
 
+// The keys that 0 or -1 leave to a rule hold their resolved values by the time the model sees
+// them (config_resolve_model, at config_load): n_kv_head >= 1, ffn_hidden >= 1,
+// tie_embeddings 0 or 1.
 typedef struct {
-    char *arch; // "gpt2"
+    char *arch; // "gpt2" or "llama"
     int n_layer, n_head, d_model, seq_len;
     int vocab_size, vocab_pad_to;
-    char *init_from; // llm.c model file or NULL: read by the caller (io/llmc.h), not here
+    char *init_from;     // llm.c model file or NULL: read by the caller (io/llmc.h), not here
+    int n_kv_head;       // key/value heads (grouped-query attention); gpt2: n_head
+    int ffn_hidden;      // the MLP's hidden width F; gpt2: 4 * d_model
+    int ffn_multiple_of; // the Llama rule's rounding of F (model_llama_ffn_rule)
+    int tie_embeddings;  // the LM head reads wte (gpt2: always); llama: else its own lm_head
+    double rope_theta;   // RoPE's base (llama)
+    double norm_eps;     // RMSNorm's eps (llama); gpt2's LayerNorm has its fixed 1e-5
 } model_config;
+
+static inline int model_arch_is_llama(const model_config *mc) {
+    return mc->arch && !strcmp(mc->arch, "llama");
+}
+
+// The Llama rule for the SwiGLU width of d_model C: floor(2 * 4C / 3), rounded up to a multiple
+// of `multiple_of` (Meta's reference code and Hugging Face's configs). In long long: it may
+// pass an int for d_model values an int holds (the config's rules refuse those).
+static inline long long model_llama_ffn_rule(long long C, long long multiple_of) {
+    const long long h = 2 * (4 * C) / 3;
+    return (h + multiple_of - 1) / multiple_of * multiple_of;
+}
 
 // The part of the model a rank holds (DESIGN.md "Layer placement"): tp rank `tp_rank` of `tp`
 // of the layers of pipeline rank `pp_rank` of `pp`, in `virtual_stages` chunks.

@@ -1,6 +1,7 @@
 // model_internal.h: what the files of the model share and nothing else includes.
 //   model.c        dims, buffers (model_buffers), create/free, the store, accessors
 //   model_layer.c  a transformer layer forward and backward, its tp collectives, bf16 keeping
+//   model_layer_llama.c  the Llama layer and its final norm and head (model.arch llama)
 //   model_pass.c   the forward and backward of a chunk: embedding, layers, LM head and loss
 #pragma once
 #include <stddef.h>
@@ -20,9 +21,10 @@ typedef struct {
 extern const model_wide MODEL_WIDE[ACT_WIDE];
 
 // Columns of wide activation `which` on this rank (its rows: N): C for the LayerNorm
-// outputs, the rank's share of 3C, C and 4C for qkv, the attention output and the MLP's.
+// outputs, the rank's share of 3C, C and 4C for qkv, the attention output and the MLP's (llama:
+// of qkv's (NH + 2 NKV) HS, C, and the MLP's 2F (gate | up) and F (the SwiGLU's output)).
 static inline size_t model_wide_cols(const model_dims *d, int which) {
-    const int cols[ACT_WIDE] = {d->C, d->C, d->C3_local, d->C_local, d->C4_local, d->C4_local};
+    const int cols[ACT_WIDE] = {d->C, d->C, d->C3_local, d->C_local, d->fc_local, d->fh_local};
     return (size_t)cols[which];
 }
 
@@ -80,6 +82,41 @@ enum {
     LAYER_FUSE_NEXT_LN1 = 2, // compute local layer i + 1's ln1 with the residual add
     LAYER_FUSE_LNF = 4,      // compute the chunk's lnf with it (last layer of the head chunk)
 };
+// One layer's activations, where the layer computes them (model_layer_acts).
+typedef struct {
+    float *in, *res2, *out; // (Nl, C)
+    float *ln1, *ln2;       // (N, C)
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+    float *qkv, *atty, *fch, *fch_gelu;
+    void *att_state;
+} layer_acts;
+
+// ---- what model_layer.c shares with the Llama layer (model_layer_llama.c) ----
+// Local layer i's activations in slot a: the slot's own, or under recompute and bf16 the
+// one-layer work activations (with the slot's residual stream, statistics, attention state).
+layer_acts model_layer_acts(model *m, model_acts *a, int i);
+// bf16: where slot a keeps layer i's wide activation `which`; keeping it (the rounding of
+// w's fp32 copy); reading it back as a matmul operand in the backward (model_layer.c says how
+// recompute re-rounds); the attention output O as the attention backward's operand.
+uint16_t *model_wide_bf16(model *m, model_acts *a, int i, int which);
+void model_keep_bf16(model *m, model_acts *a, layer_acts *w, int i, int which);
+const uint16_t *model_stored_bf16(model *m, model_acts *a, layer_acts *w, int i, int which);
+const uint16_t *model_attn_out16(model *m, model_acts *a, layer_acts *w, int i);
+// The backward of a bias-free linear layer (entry w): dinp (N, IC) = dout @ W, dW += dout^T
+// inp, under bf16 on dout's rounding and inp16.
+void model_linear_bwd(model *m, float *dinp, int w, const float *dout, const float *inp,
+                      const uint16_t *inp16, int N, int IC, int OC);
+// SP: the all-gather of every rank's rows of `full` (N, C), this rank's at row0.
+tri_status model_tp_gather_rows(model *m, float *full);
+
+// The Llama layer, and the final RMSNorm with the LM head (model_layer_llama.c); as
+// model_layer_forward / _backward, and the head's forward and backward of model_pass.c.
+tri_status model_llama_layer_forward(model *m, model_acts *acts, int l, int i);
+tri_status model_llama_layer_backward(model *m, model_acts *acts, int l, int i);
+tri_status model_llama_head_forward(model *m, model_acts *a);
+// From d(logits) (in a->logits) to d(chunk output) in a->dres; the head's weight gradient
+// and the final norm's.
+tri_status model_llama_head_backward(model *m, model_acts *a);
 
 // Layer l of the model is local layer i of the slot's chunk. The backward reads acts->dres
 // as d(loss)/d(layer output) and leaves d(loss)/d(layer input) there; its recompute runs the

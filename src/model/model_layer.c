@@ -67,14 +67,6 @@ tri_status model_dresidual_all_rows(model *m, float *dres, float **out) {
                      &req);
 }
 
-typedef struct {
-    float *in, *res2, *out; // (Nl, C)
-    float *ln1, *ln2;       // (N, C)
-    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
-    float *qkv, *atty, *fch, *fch_gelu;
-    void *att_state;
-} layer_acts;
-
 // Layer activations of local layer i of slot a: all in the slot, or with recompute the
 // layer's input and output in the slot and the rest in the one-layer work activations.
 static layer_acts layer_acts_in(model *m, model_acts *a, int i);
@@ -203,8 +195,8 @@ static layer_acts layer_acts_in(model *m, model_acts *a, int l) {
         .ln2_rstd = a->ln2_rstd + l * Nl,
         .qkv = AT(a->qkv, l * N * d->C3_local),
         .atty = AT(a->atty, l * N * d->C_local),
-        .fch = AT(a->fch, l * N * d->C4_local),
-        .fch_gelu = AT(a->fch_gelu, l * N * d->C4_local),
+        .fch = AT(a->fch, l * N * d->fc_local),
+        .fch_gelu = AT(a->fch_gelu, l * N * d->fh_local),
         .att_state = (char *)a->att_state + l * m->att_state_bytes,
     };
 }
@@ -268,6 +260,7 @@ static const next_layernorm *next_of(model *m, model_acts *acts, int l, int i, i
 }
 
 tri_status model_layer_forward(model *m, model_acts *acts, int l, int i, int fuse) {
+    if (m->d.llama) return model_llama_layer_forward(m, acts, l, i); // its own norms: fuse 0
     backend *be = m->be;
     const model_dims *d = &m->d;
     const int N = d->N, C = d->C;
@@ -292,7 +285,7 @@ tri_status model_layer_forward(model *m, model_acts *acts, int l, int i, int fus
         keep_bf16(m, acts, &a, i, ACT_QKV);
     }
     backend_attention_fwd(be, a.atty, a.att_state, OPND(m, a.qkv, IN16(ACT_QKV)), d->B, d->T,
-                          d->NH_local, d->HS);
+                          d->NH_local, d->NH_local, d->HS);
     keep_bf16(m, acts, &a, i, ACT_ATTY);
     const next_layernorm ln2 = {a.ln2, a.ln2_mean, a.ln2_rstd, LP(PARAM_LN2W), LP(PARAM_LN2B)};
     TRI_CHECK(rowpar_residual(m, a.res2, a.in, a.atty, IN16(ACT_ATTY), LW(PARAM_ATTPROJW),
@@ -331,6 +324,7 @@ tri_status model_layernorm_bwd_from_all_rows(model *m, float *dres, const float 
 }
 
 tri_status model_layer_backward(model *m, model_acts *acts, int l, int i) {
+    if (m->d.llama) return model_llama_layer_backward(m, acts, l, i);
     if (m->recompute) // the same bits as before; unfused: the layer's own ln1 is in work
         TRI_CHECK(model_layer_forward(m, acts, l, i, 0));
     backend *be = m->be;
@@ -368,7 +362,7 @@ tri_status model_layer_backward(model *m, model_acts *acts, int l, int i) {
                IN16(ACT_ATTY), NULL, N, d->C_local, C);
     backend_attention_bwd(be, m->dqkv, m->datty, OPND(m, a.qkv, IN16(ACT_QKV)),
                           OPND(m, a.atty, m->bf16 ? attn_out16(m, acts, &a, i) : NULL), a.att_state,
-                          d->B, d->T, d->NH_local, d->HS);
+                          d->B, d->T, d->NH_local, d->NH_local, d->HS);
     linear_bwd(m, m->dln, LW(PARAM_QKVW), LG(PARAM_QKVB), m->dqkv, NULL, a.ln1, IN16(ACT_LN1), NULL,
                N, C, d->C3_local);
     TRI_CHECK(model_layernorm_bwd_from_all_rows(m, acts->dres, a.in, LP(PARAM_LN1W), LG(PARAM_LN1W),
@@ -379,3 +373,24 @@ tri_status model_layer_backward(model *m, model_acts *acts, int l, int i) {
 #undef IN16
     return TRI_OK;
 }
+
+// ---- the pieces model_layer_llama.c shares (model_internal.h) ----
+
+layer_acts model_layer_acts(model *m, model_acts *a, int i) { return layer_acts_of(m, a, i); }
+uint16_t *model_wide_bf16(model *m, model_acts *a, int i, int which) {
+    return wide_bf16(m, a, i, which);
+}
+void model_keep_bf16(model *m, model_acts *a, layer_acts *w, int i, int which) {
+    keep_bf16(m, a, w, i, which);
+}
+const uint16_t *model_stored_bf16(model *m, model_acts *a, layer_acts *w, int i, int which) {
+    return stored_bf16(m, a, w, i, which);
+}
+const uint16_t *model_attn_out16(model *m, model_acts *a, layer_acts *w, int i) {
+    return attn_out16(m, a, w, i);
+}
+void model_linear_bwd(model *m, float *dinp, int w, const float *dout, const float *inp,
+                      const uint16_t *inp16, int N, int IC, int OC) {
+    linear_bwd(m, dinp, w, NULL, dout, NULL, inp, inp16, NULL, N, IC, OC);
+}
+tri_status model_tp_gather_rows(model *m, float *full) { return tp_gather_rows(m, full); }

@@ -27,10 +27,12 @@ static tri_status embedding_forward(model *m, model_acts *a) {
     const model_dims *d = &m->d;
     const param_table *pt = &m->table;
     float *partial = d->sp ? m->rows_full : a->residual;
+    const int wpe = params_wpe(pt); // -1 for llama: no position embedding
     TRI_CHECK(model_params_ready(m, params_wte(pt), 1));
-    TRI_CHECK(model_params_ready(m, params_wpe(pt), 1));
-    m->be->embedding_fwd(m->be, partial, a->inputs, P(m, params_wte(pt)), P(m, params_wpe(pt)),
-                         d->B, d->T, d->C, d->vocab_start, d->Vp_local, d->tp_rank == 0);
+    if (wpe >= 0) TRI_CHECK(model_params_ready(m, wpe, 1));
+    m->be->embedding_fwd(m->be, partial, a->inputs, P(m, params_wte(pt)),
+                         wpe >= 0 ? P(m, wpe) : NULL, d->B, d->T, d->C, d->vocab_start, d->Vp_local,
+                         d->tp_rank == 0 && wpe >= 0);
     return model_tp_reduce_rows(m, partial, a->residual);
 }
 
@@ -38,6 +40,7 @@ static tri_status embedding_forward(model *m, model_acts *a) {
 // (N, Vp/tp). Under bf16 the head's operands are lnf's rounding and the bf16 wte.
 // lnf_done: the chunk's last layer computed lnf with its residual add (LAYER_FUSE_LNF).
 static tri_status head_forward(model *m, model_acts *a, int lnf_done) {
+    if (m->d.llama) return model_llama_head_forward(m, a); // its own final norm
     const model_dims *d = &m->d;
     const param_table *pt = &m->table;
     TRI_CHECK(model_params_ready(m, params_lnfw(pt), 2));
@@ -213,6 +216,13 @@ static tri_status head_backward(model *m, model_acts *a, float dloss) {
     else
         m->be->xent_bwd(m->be, a->logits, a->rowmax, a->sumexp, a->targets, dloss, d->N,
                         d->Vp_local, d->vocab_start, d->V);
+    if (d->llama) { // lnfw and the untied lm_head: a ZeRO bucket each (zero_layout.c)
+        TRI_CHECK(model_llama_head_backward(m, a));
+        TRI_CHECK(grads_ready(m, params_lnfw(pt), 1));
+        if (pt->lm_head >= 0) TRI_CHECK(grads_ready(m, pt->lm_head, 1));
+        if (pt->wte_is_copy) TRI_CHECK(grads_ready(m, params_wte(pt), 1));
+        return TRI_OK;
+    }
     head_matmul_backward(m, a);
     m->be->memset_zero(m->be, a->dres, (size_t)d->N_local * d->C * sizeof(float));
     TRI_CHECK(model_layernorm_bwd_from_all_rows(m, a->dres, a->output, P(m, params_lnfw(pt)),
@@ -230,10 +240,11 @@ static tri_status embedding_backward(model *m, model_acts *a) {
     const param_table *pt = &m->table;
     float *dout;
     TRI_CHECK(model_dresidual_all_rows(m, a->dres, &dout));
-    m->be->embedding_bwd(m->be, G(m, params_wte(pt)), G(m, params_wpe(pt)), dout, a->inputs, d->B,
-                         d->T, d->C, d->vocab_start, d->Vp_local);
+    const int wpe = params_wpe(pt); // -1 for llama
+    m->be->embedding_bwd(m->be, G(m, params_wte(pt)), wpe >= 0 ? G(m, wpe) : NULL, dout, a->inputs,
+                         d->B, d->T, d->C, d->vocab_start, d->Vp_local);
     TRI_CHECK(grads_ready(m, params_wte(pt), 1));
-    return grads_ready(m, params_wpe(pt), 1);
+    return wpe >= 0 ? grads_ready(m, wpe, 1) : TRI_OK;
 }
 
 tri_status model_backward(model *m, int slot, int chunk, float dloss) {

@@ -76,10 +76,72 @@ static void layer_entry_shape(const layer_entry_spec *s, int64_t C, int64_t *row
     *rows = (int64_t)s->rows_c * C;
 }
 
+// A Llama layer's entries (contract of issue 18, Hugging Face's LlamaForCausalLM): global
+// shape (rows, cols), split, row blocks, init (std_kind as LAYER_SPEC's), for d_model C, q rows
+// QR = NH*HS, k and v rows KR = NKV*HS each, MLP width F.
+typedef struct {
+    const char *suffix;
+    int64_t rows, cols;
+    param_split split;
+    int row_blocks;
+    param_init init;
+    int std_kind;
+} llama_entry;
+
+static void llama_layer_spec(const model_config *mc, llama_entry out[LLAMA_PER_LAYER]) {
+    const int64_t C = mc->d_model, HS = C / mc->n_head, F = mc->ffn_hidden;
+    const int64_t QR = (int64_t)mc->n_head * HS, KR = (int64_t)mc->n_kv_head * HS;
+    out[LLAMA_LN1W] = (llama_entry){"ln1w", C, 1, SPLIT_REPLICATED, 1, INIT_ONES, 0};
+    out[LLAMA_QKVW] = (llama_entry){"qkvw", QR + 2 * KR, C, SPLIT_ROWS, 3, INIT_NORMAL, 1};
+    out[LLAMA_ATTPROJW] = (llama_entry){"attprojw", C, QR, SPLIT_COLS, 1, INIT_NORMAL, 2};
+    out[LLAMA_LN2W] = (llama_entry){"ln2w", C, 1, SPLIT_REPLICATED, 1, INIT_ONES, 0};
+    out[LLAMA_FCW] = (llama_entry){"fcw", 2 * F, C, SPLIT_ROWS, 2, INIT_NORMAL, 1};
+    out[LLAMA_FCPROJW] = (llama_entry){"fcprojw", C, F, SPLIT_COLS, 1, INIT_NORMAL, 2};
+}
+
+// size_of for llama: wte on the first stage (no wpe), LLAMA_PER_LAYER entries a layer, lnfw and
+// the untied lm_head (or, tied with pp > 1, wte's copy) on the last.
+static int size_of_llama(const model_config *mc, const model_shard *sh, int64_t Vp,
+                         params_size *out) {
+    const int64_t L = mc->n_layer, C = mc->d_model;
+    const int tp = sh->tp, pp = sh->pp;
+    const int first = sh->pp_rank == 0, last = sh->pp_rank == pp - 1;
+    const int tied = mc->tie_embeddings != 0;
+    TRI_ASSERT(mc->n_kv_head >= 1 && mc->ffn_hidden >= 1); // resolved (config_resolve_model)
+    llama_entry spec[LLAMA_PER_LAYER];
+    llama_layer_spec(mc, spec);
+    int64_t layer_local = 0, layer_global = 0, n;
+    for (int k = 0; k < LLAMA_PER_LAYER; k++) {
+        const int64_t local = local_numel_of(spec[k].rows, spec[k].cols, spec[k].split, tp);
+        if (local < 0 || !ck_add_i64(layer_local, local, &layer_local) ||
+            !ck_mul_i64(spec[k].rows, spec[k].cols, &n) ||
+            !ck_add_i64(layer_global, n, &layer_global))
+            return -1;
+    }
+    const int64_t held = pp == 1 ? L : L / ((int64_t)pp * sh->virtual_stages) * sh->virtual_stages;
+    const int64_t wte_local = local_numel_of(Vp, C, SPLIT_VOCAB, tp);
+    int64_t local = 0, global = 0;
+    if (wte_local < 0 || !ck_mul_i64(held, layer_local, &local)) return -1;
+    if (first && !ck_add_i64(local, wte_local, &local)) return -1;
+    if (last && !ck_add_i64(local, C, &local)) return -1;
+    const int head_copy = last && (!tied || !first); // lm_head, or wte's tied copy
+    if (head_copy && !ck_add_i64(local, wte_local, &local)) return -1;
+    if (!ck_mul_i64(Vp, C, &n) || !ck_mul_i64(L, layer_global, &global) ||
+        !ck_add_i64(global, n, &global) || !ck_add_i64(global, C, &global) ||
+        (!tied && !ck_add_i64(global, n, &global)))
+        return -1;
+    out->entries = (first ? 1 : 0) + held * LLAMA_PER_LAYER + (last ? 1 : 0) + head_copy;
+    out->layers = held;
+    out->local_numel = local;
+    out->global_numel = global;
+    return 0;
+}
+
 // params_size_of with the vocabulary padded to Vp rows (params_build_full pads for the tp of
 // a run, not for its own tp of 1).
 static int size_of(const model_config *mc, const model_shard *sh, int64_t Vp, params_size *out) {
     memset(out, 0, sizeof *out);
+    if (model_arch_is_llama(mc)) return size_of_llama(mc, sh, Vp, out);
     const int64_t L = mc->n_layer, C = mc->d_model, T = mc->seq_len;
     const int tp = sh->tp, pp = sh->pp;
     const int first = sh->pp_rank == 0, last = sh->pp_rank == pp - 1;
@@ -116,6 +178,61 @@ int params_size_of(const model_config *mc, const model_shard *sh, params_size *o
     return size_of(mc, sh, model_padded_vocab_ll(mc, sh->tp), out);
 }
 
+// The entries of a Llama shard into pt (layer_first, wte, lnfw, lm_head set); returns their
+// count. Names and layouts: the contract of issue 18 (README "Llama").
+static int build_llama(param_table *pt, const model_config *mc, const model_shard *sh, int Vp,
+                       double std, double proj_std) {
+    const int L = mc->n_layer, C = mc->d_model, pp = sh->pp;
+    const int first = sh->pp_rank == 0, last = sh->pp_rank == pp - 1;
+    llama_entry spec[LLAMA_PER_LAYER];
+    llama_layer_spec(mc, spec);
+    pt->layer_entries = LLAMA_PER_LAYER;
+    pt->tied = mc->tie_embeddings != 0;
+    int n = 0;
+    if (first) {
+        pt->wte = n;
+        add_entry(pt, &n, "wte", 2, Vp, C, SPLIT_VOCAB, 1, PARAM_LAYER_EMBED, INIT_NORMAL, std);
+        pt->entries[pt->wte].valid_rows = mc->vocab_size;
+    }
+    for (int l = 0; l < L; l++) {
+        pt->layer_first[l] = -1;
+        if (pp > 1 && !holds_layer(mc, sh, l)) continue;
+        pt->layer_first[l] = n;
+        for (int k = 0; k < LLAMA_PER_LAYER; k++) {
+            const llama_entry *s = &spec[k];
+            char name[32];
+            snprintf(name, sizeof name, "h%d.%s", l, s->suffix);
+            add_entry(pt, &n, name, s->cols == 1 ? 1 : 2, s->rows, s->cols, s->split, s->row_blocks,
+                      l, s->init,
+                      s->std_kind == 1   ? std
+                      : s->std_kind == 2 ? proj_std
+                                         : 0);
+        }
+        if (mc->n_kv_head != mc->n_head) { // q | k | v of unequal heights
+            param_entry *q = &pt->entries[pt->layer_first[l] + LLAMA_QKVW];
+            const int64_t HS = C / mc->n_head;
+            q->block_rows[0] = (int64_t)mc->n_head * HS;
+            q->block_rows[1] = q->block_rows[2] = (int64_t)mc->n_kv_head * HS;
+        }
+    }
+    if (last) {
+        pt->lnfw = n;
+        add_entry(pt, &n, "lnfw", 1, C, 1, SPLIT_REPLICATED, 1, PARAM_LAYER_FINAL, INIT_ONES, 0);
+        if (!pt->tied) { // Hugging Face's lm_head.weight
+            pt->lm_head = n;
+            add_entry(pt, &n, "lm_head", 2, Vp, C, SPLIT_VOCAB, 1, PARAM_LAYER_FINAL, INIT_NORMAL,
+                      std);
+            pt->entries[pt->lm_head].valid_rows = mc->vocab_size;
+        } else if (!first) { // tied as GPT-2's: a copy of wte, its gradient summed
+            pt->wte = n;
+            pt->wte_is_copy = 1;
+            add_entry(pt, &n, "wte", 2, Vp, C, SPLIT_VOCAB, 1, PARAM_LAYER_FINAL, INIT_NORMAL, std);
+            pt->entries[pt->wte].valid_rows = mc->vocab_size;
+        }
+    }
+    return n;
+}
+
 // The table of shard `sh` with the vocabulary padded to Vp rows.
 static void build(param_table *pt, const model_config *mc, const model_shard *sh, int Vp) {
     const int L = mc->n_layer, C = mc->d_model, T = mc->seq_len;
@@ -133,18 +250,21 @@ static void build(param_table *pt, const model_config *mc, const model_shard *sh
     pt->virtual_stages = pp == 1 ? 1 : sh->virtual_stages;
     pt->entries = xcalloc_for((size_t)size.entries, sizeof(param_entry), "the parameter table");
     pt->layer_first = xcalloc_for((size_t)L, sizeof(int), "the parameter table");
-    pt->wte = pt->wpe = pt->lnfw = pt->lnfb = -1;
+    pt->wte = pt->wpe = pt->lnfw = pt->lnfb = pt->lm_head = -1;
+    pt->tied = 1;
 
     const double std = 0.02, proj_std = 0.02 / sqrt(2.0 * L); // residual projections
     int n = 0;
-    if (first) {
+    if (model_arch_is_llama(mc)) {
+        n = build_llama(pt, mc, sh, Vp, std, proj_std);
+    } else if (first) {
         pt->wte = n;
         add_entry(pt, &n, "wte", 2, Vp, C, SPLIT_VOCAB, 1, PARAM_LAYER_EMBED, INIT_NORMAL, std);
         pt->entries[pt->wte].valid_rows = mc->vocab_size;
         pt->wpe = n;
         add_entry(pt, &n, "wpe", 2, T, C, SPLIT_REPLICATED, 1, PARAM_LAYER_EMBED, INIT_NORMAL, std);
     }
-    for (int l = 0; l < L; l++) {
+    for (int l = 0; l < L && !model_arch_is_llama(mc); l++) {
         pt->layer_first[l] = -1;
         if (pp > 1 && !holds_layer(mc, sh, l)) continue;
         pt->layer_first[l] = n;
@@ -160,7 +280,7 @@ static void build(param_table *pt, const model_config *mc, const model_shard *sh
                                          : 0);
         }
     }
-    if (last) {
+    if (last && !model_arch_is_llama(mc)) {
         pt->lnfw = n;
         add_entry(pt, &n, "lnfw", 1, C, 1, SPLIT_REPLICATED, 1, PARAM_LAYER_FINAL, INIT_ONES, 0);
         pt->lnfb = n;
@@ -181,7 +301,8 @@ static void build(param_table *pt, const model_config *mc, const model_shard *sh
         e->local_rows = e->global_rows;
         e->local_cols = e->global_cols;
         if (e->split == SPLIT_ROWS || e->split == SPLIT_VOCAB) {
-            TRI_ASSERT(e->global_rows % ((int64_t)tp * e->row_blocks) == 0);
+            TRI_ASSERT(e->global_rows % ((int64_t)tp * e->row_blocks) == 0 || e->block_rows[0]);
+            for (int b = 0; b < 3; b++) TRI_ASSERT(e->block_rows[b] % tp == 0);
             e->local_rows = e->global_rows / tp;
         } else if (e->split == SPLIT_COLS) {
             TRI_ASSERT(e->global_cols % tp == 0);
@@ -228,6 +349,7 @@ int params_layer(const param_table *pt, int layer, int which) {
 }
 int params_lnfw(const param_table *pt) { return pt->lnfw; }
 int params_lnfb(const param_table *pt) { return pt->lnfb; }
+int params_head(const param_table *pt) { return pt->lm_head >= 0 ? pt->lm_head : pt->wte; }
 
 int params_find(const param_table *pt, const char *name) {
     for (int i = 0; i < pt->n_entries; i++)
@@ -262,6 +384,17 @@ int64_t params_global_index(const param_table *pt, const param_entry *e, int64_t
     case SPLIT_REPLICATED: break;
     case SPLIT_VOCAB: gr = pt->tp_rank * e->local_rows + r; break;
     case SPLIT_ROWS: {
+        if (e->block_rows[0]) { // unequal blocks: find r's block by the local heights
+            int64_t lo = 0, glo = 0;
+            int b = 0;
+            while (r >= lo + e->block_rows[b] / pt->tp) {
+                lo += e->block_rows[b] / pt->tp;
+                glo += e->block_rows[b];
+                b++;
+            }
+            gr = glo + pt->tp_rank * (e->block_rows[b] / pt->tp) + (r - lo);
+            break;
+        }
         // Each of the row_blocks blocks (q, k, v) is split alike, so a rank owns whole
         // heads of each: local block b, row i -> global block b, row tp_rank*bl + i.
         int64_t block_local = e->local_rows / e->row_blocks;

@@ -26,13 +26,17 @@ typedef struct {
     int64_t global_rows; // (rows, cols) of the whole tensor; 1-d: (n, 1)
     int64_t global_cols;
     param_split split;
-    int row_blocks; // SPLIT_ROWS: the rows form this many equal blocks (qkv: 3)
-    int layer;      // 0..L-1, PARAM_LAYER_EMBED or PARAM_LAYER_FINAL
-    int decay;      // weight decay applies (matrices and embeddings)
-    int matmul;     // a layer's matmul weight (under bf16 the matmuls read it as it
-                    // is; the other entries are widened to fp32 for their ops)
-    int layernorm;  // a LayerNorm weight or bias (sequence parallelism sums its
-                    // gradient over tp)
+    int row_blocks; // SPLIT_ROWS: the rows form this many blocks, each split alike over tp
+                    // (qkv: 3, Llama's gate|up: 2)
+    // SPLIT_ROWS blocks of unequal size (Llama's qkv with n_kv_head < n_head: q NH*HS rows, k
+    // and v NKV*HS each): their global rows; all 0 when the blocks are equal.
+    int64_t block_rows[3];
+    int layer;     // 0..L-1, PARAM_LAYER_EMBED or PARAM_LAYER_FINAL
+    int decay;     // weight decay applies (matrices and embeddings)
+    int matmul;    // a layer's matmul weight (under bf16 the matmuls read it as it
+                   // is; the other entries are widened to fp32 for their ops)
+    int layernorm; // a LayerNorm weight or bias (sequence parallelism sums its
+                   // gradient over tp)
     param_init init;
     double init_std;    // INIT_NORMAL
     int64_t valid_rows; // rows that are real (vocab_size for wte; padded rows are 0)
@@ -58,6 +62,17 @@ enum {
     PARAM_PER_LAYER
 };
 
+// A Llama layer's entries (model.arch llama), in table order (no biases).
+enum {
+    LLAMA_LN1W = 0, // RMSNorm before attention
+    LLAMA_QKVW,     // rows [q (NH*HS) | k (NKV*HS) | v (NKV*HS)], each block split over tp by heads
+    LLAMA_ATTPROJW, // o_proj, row-parallel
+    LLAMA_LN2W,     // RMSNorm before the MLP
+    LLAMA_FCW,      // rows [gate (F) | up (F)], each block split over tp
+    LLAMA_FCPROJW,  // down_proj, row-parallel
+    LLAMA_PER_LAYER
+};
+
 typedef struct {
     // The entries this rank holds, in model order: wte and wpe (pipeline stage 0), the
     // layers of its chunks, then lnfw, lnfb and (pp > 1) the LM head's copy of wte (last
@@ -70,8 +85,11 @@ typedef struct {
     int tp, tp_rank;
     int pp, pp_rank, virtual_stages;
     int *layer_first;         // (n_layer): index of the layer's first entry, -1 when not held
-    int wte, wpe, lnfw, lnfb; // entry indices, -1 when not held
+    int wte, wpe, lnfw, lnfb; // entry indices, -1 when not held (llama: no wpe, no lnfb)
     int wte_is_copy;          // this rank's wte is the last stage's tied copy (pp > 1)
+    int lm_head;              // the untied LM head (llama, tie_embeddings false; last stage),
+                              // else -1
+    int tied;                 // the LM head reads wte: the embedding group sums its gradient
     size_t local_numel;       // elements in this rank's parameter buffer
     int64_t global_numel;     // elements of the whole model, padding included
 } param_table;
@@ -108,6 +126,8 @@ int params_wpe(const param_table *pt);
 int params_layer(const param_table *pt, int layer, int which); // which: PARAM_LN1W..
 int params_lnfw(const param_table *pt);
 int params_lnfb(const param_table *pt);
+// The weight the LM head multiplies by: lm_head when untied, else wte.
+int params_head(const param_table *pt);
 int params_find(const param_table *pt, const char *name); // -1 when absent
 
 // Mixed precision (model.c) widens each entry's bf16 parameters into an fp32 staging buffer

@@ -13,7 +13,7 @@ static int layer_chunk(const param_table *pt, int layer) {
 int zero_bucket_span(const param_table *pt, int i, double bucket_bytes, int *layers) {
     const param_entry *e = &pt->entries[i];
     *layers = 0;
-    if (e->layer < 0) return i == pt->lnfw ? 2 : 1;
+    if (e->layer < 0) return i == pt->lnfw && pt->lnfb >= 0 ? 2 : 1; // llama: no lnfb
     int n = 0;
     double bytes = 0;
     while (i + n < pt->n_entries && pt->entries[i + n].layer >= 0 &&
@@ -47,8 +47,8 @@ static void pieces_of_range(zero_layout *zl, const param_table *pt, int first, i
 }
 
 // Buckets: consecutive layers of one chunk, merged while they fit in parallel.bucket_mb
-// (at least one layer each); the final LayerNorm's two entries; wte, wpe and the tied copy
-// of wte each alone (so that the two copies of wte shard alike on both stages). A bucket
+// (at least one layer each); the final LayerNorm's two entries (llama: its RMSNorm's one);
+// wte, wpe, the tied copy of wte and the untied lm_head each alone (so that the two copies of wte shard alike on both stages). A bucket
 // never spans chunks, so one backward call finishes it. Stages 2 and 3 own one shard of
 // each bucket (their pieces); the shards lie one after the other in the shard arrays.
 static void define_buckets(zero_layout *zl, const param_table *pt, double bucket_mb) {

@@ -281,8 +281,16 @@ static void stage_comm_extrapolated(plan_stage *s, const plan_comm *c1, const pl
 double plan_flops_per_token(const run_config *cfg) {
     // The trainer's flops_per_token: 6 per matmul parameter (the tied LM head included) plus the
     // attention scores and weighted sums, 12 * L * T * C (PaLM's accounting).
-    const double L = cfg->model.n_layer, C = cfg->model.d_model, T = cfg->model.seq_len;
+    // Llama's matmuls per layer: qkv (NH + 2 NKV) HS x C, o_proj C x C, the SwiGLU's gate, up
+    // and down 3 F x C; its attention the same 12 L T C (NH query heads, whatever NKV).
+    const model_config *mc = &cfg->model;
+    const double L = mc->n_layer, C = mc->d_model, T = mc->seq_len;
     const double Vp = config_padded_vocab(cfg);
+    if (model_arch_is_llama(mc)) {
+        const double HS = C / mc->n_head, NH = mc->n_head, NKV = mc->n_kv_head;
+        const double layer = (NH + 2.0 * NKV) * HS * C + C * C + 3.0 * mc->ffn_hidden * C;
+        return 6.0 * (L * layer + Vp * C) + 12.0 * L * T * C;
+    }
     return 6.0 * (L * 12.0 * C * C + Vp * C) + 12.0 * L * T * C;
 }
 

@@ -200,10 +200,15 @@ void plan_print_text(const plan_result *p, const run_config *cfg, FILE *f) {
     const plan_stage *w = &p->stages[p->worst_stage], *s0 = &p->stages[0];
     fprintf(f, "plan: %s on %d x %s (%s)\n", cfg->source_path ? cfg->source_path : "config",
             p->world, p->dev.name, p->dev.description);
+    char llama[96] = ""; // its own shape keys, when it is a llama
+    if (model_arch_is_llama(&cfg->model))
+        snprintf(llama, sizeof llama, " (llama: %d kv heads, ffn %d, %s head)",
+                 cfg->model.n_kv_head, cfg->model.ffn_hidden,
+                 cfg->model.tie_embeddings ? "tied" : "untied");
     fprintf(f,
-            "model: %d layers, d_model %d, %d heads, seq_len %d, vocab %d (padded %d): %s "
+            "model: %d layers, d_model %d, %d heads%s, seq_len %d, vocab %d (padded %d): %s "
             "parameters\n",
-            cfg->model.n_layer, cfg->model.d_model, cfg->model.n_head, cfg->model.seq_len,
+            cfg->model.n_layer, cfg->model.d_model, cfg->model.n_head, llama, cfg->model.seq_len,
             cfg->model.vocab_size, config_padded_vocab(cfg),
             fmt_count(a, sizeof a, (double)p->n_params));
     fprintf(f,
@@ -260,9 +265,9 @@ void plan_print_text(const plan_result *p, const run_config *cfg, FILE *f) {
     fprintf(f, "\npipeline bubble: %.1f%% = ((pp-1)/v) / (m + (pp-1)/v) with pp %d, v %d, m %d\n",
             100 * p->bubble, p->pp, p->virtual_stages, p->micro_batches);
     fprintf(f,
-            "FLOPs per token: %.4g = 6 x (12 L C^2 + Vp C) + 12 L T C (matmuls fwd + bwd, "
-            "attention)\n",
-            p->flops_per_token);
+            "FLOPs per token: %.4g = 6 x (%s + Vp C) + 12 L T C (matmuls fwd + bwd, attention)\n",
+            p->flops_per_token,
+            model_arch_is_llama(&cfg->model) ? "L ((NH + 2 NKV) HS C + C^2 + 3 F C)" : "12 L C^2");
     double slowest = (p->t_schedule / (p->micro_batches + fill));
     fprintf(f,
             "predicted step: %s = schedule %s (%s per micro-batch x %.4g) + step-end "

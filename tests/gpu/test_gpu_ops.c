@@ -59,8 +59,9 @@ static const float *model_widened(operand x, size_t n, float **owned) {
 }
 
 static void model_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, int T,
-                                int NH, int HS) {
+                                int NH, int NKV, int HS) {
     (void)b;
+    TRI_ASSERT(NKV == NH); // the FA2 model is multi-head only
     float *w;
     fa2_model md = {.round_bf16 = qkv.dtype == DTYPE_BF16};
     const float *q = model_widened(qkv, (size_t)B * T * 3 * NH * HS, &w);
@@ -69,8 +70,10 @@ static void model_attention_fwd(backend *b, float *out, void *state, operand qkv
 }
 
 static void model_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv,
-                                operand out, const void *state, int B, int T, int NH, int HS) {
+                                operand out, const void *state, int B, int T, int NH, int NKV,
+                                int HS) {
     (void)b;
+    TRI_ASSERT(NKV == NH);
     float *wq, *wo;
     fa2_model md = {.round_bf16 = qkv.dtype == DTYPE_BF16};
     const float *q = model_widened(qkv, (size_t)B * T * 3 * NH * HS, &wq);
