@@ -18,6 +18,7 @@
 #include "config/config.h"
 #include "config/config_layout.h"
 #include "io/export.h"
+#include "io/hf_config.h"
 #include "io/metrics.h"
 #include "plan/plan.h"
 
@@ -200,7 +201,7 @@ static int cmd_train(int argc, char **argv) {
     if (parsed == CLI_USAGE_ERROR) rc = cli_report(&TRAIN_CLI, err);
     run_config cfg;
     config_defaults(&cfg);
-    if (!rc) rc = config_load(&cfg, ca.config.items[0], ca.sets.n, (char **)ca.sets.items);
+    if (!rc) rc = hf_config_load(&cfg, ca.config.items[0], ca.sets.n, (char **)ca.sets.items);
     log_unmute(mute);
     if (!rc) stop_startup_set_timeout(cfg.system.init_timeout_s);
     if (!rc) rc = train_run(&cfg, &li);
@@ -217,7 +218,7 @@ static int cmd_check(int argc, char **argv) {
     const int world = ca.world ? ca.world : 1;
     run_config cfg;
     config_defaults(&cfg);
-    rc = config_load(&cfg, ca.config.items[0], ca.sets.n, (char **)ca.sets.items);
+    rc = hf_config_load(&cfg, ca.config.items[0], ca.sets.n, (char **)ca.sets.items);
     if (!rc) rc = config_resolve_world(&cfg, world);
     if (!rc) {
         printf("# %s: valid for a world of %d\n", ca.config.items[0], world);
@@ -239,7 +240,7 @@ static int cmd_plan(int argc, char **argv) {
     ca.plan.world_given = ca.world > 0;
     run_config cfg;
     config_defaults(&cfg);
-    rc = config_load(&cfg, ca.config.items[0], ca.sets.n, (char **)ca.sets.items);
+    rc = hf_config_load(&cfg, ca.config.items[0], ca.sets.n, (char **)ca.sets.items);
     if (!rc) rc = plan_run(&cfg, ca.world, &ca.plan);
     config_free(&cfg);
     cli_free(&PLAN_CLI, &ca);
