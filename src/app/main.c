@@ -149,14 +149,20 @@ typedef struct {
     cli_list source;
     int format; // index in EXPORT_FORMATS
     const char *out;
+    uint64_t max_shard_size; // hf: bytes of one safetensors shard
 } export_args;
 #define EA(field) offsetof(export_args, field)
-static const char *const EXPORT_FORMATS[] = {"llmc", "safetensors", NULL};
-static const export_args EXPORT_DEFAULTS = {0};
+static const char *const EXPORT_FORMATS[] = {"llmc", "safetensors", "hf", NULL};
+static const export_args EXPORT_DEFAULTS = {.max_shard_size = EXPORT_HF_SHARD_BYTES};
 static const cli_option EXPORT_OPTIONS[] = {
     {"--format", NULL, CLI_CHOICE, EA(format), .required = 1, .choices = EXPORT_FORMATS,
-     .help = "llmc: an llm.c fp32 model file; safetensors: Hugging Face GPT-2 names and layouts"},
-    {"--out", "FILE", CLI_STR, EA(out), .required = 1, .help = "the file to write"},
+     .help = "llmc: an llm.c fp32 model file; safetensors: Hugging Face GPT-2 names and "
+             "layouts; hf: a Hugging Face model directory (from_pretrained loads it)"},
+    {"--out", "FILE", CLI_STR, EA(out), .required = 1,
+     .help = "the file to write (hf: the directory)"},
+    {"--max-shard-size", "BYTES", CLI_U64, EA(max_shard_size),
+     .help = "hf: safetensors shards of at most this many bytes, with "
+             "model.safetensors.index.json (default 5000000000, as transformers)"},
 };
 static const cli_command EXPORT_CLI = {
     .name = "export",
@@ -261,7 +267,8 @@ static int cmd_sample(int argc, char **argv) {
 static int cmd_export(int argc, char **argv) {
     export_args ea;
     int rc = cli_parse_command(&EXPORT_CLI, argc, argv, &ea);
-    if (rc < 0) rc = export_run(ea.source.items[0], EXPORT_FORMATS[ea.format], ea.out);
+    if (rc < 0)
+        rc = export_run(ea.source.items[0], EXPORT_FORMATS[ea.format], ea.out, ea.max_shard_size);
     cli_free(&EXPORT_CLI, &ea);
     return rc;
 }
