@@ -42,11 +42,12 @@ static void pieces(const hf_config *h, const param_entry *e, const int64_t *rows
             return;
         }
         int64_t m = 1;
-        while (lr + m < local && m < s.count && contract_global_row(rows, n, tp, r, lr + m) == g + m)
+        while (lr + m < local && m < s.count &&
+               contract_global_row(rows, n, tp, r, lr + m) == g + m)
             m++;
         used += (size_t)snprintf(out + used, cap - used, "%s%s:%lld+%lld@%lld", used ? " " : "",
-                                 s.name + strlen("model.layers.0."), (long long)s.row,
-                                 (long long)m, (long long)lr);
+                                 s.name + strlen("model.layers.0."), (long long)s.row, (long long)m,
+                                 (long long)lr);
         lr += m;
     }
 }
@@ -61,8 +62,13 @@ static param_entry entry(const char *name, int64_t rows, int64_t cols) {
 }
 
 static void test_llama(void) {
-    hf_config h = {.llama = 1, .n_layer = 2, .n_head = 8, .n_kv_head = 4, .d_model = 16,
-                   .ffn_hidden = 8, .vocab_size = 10};
+    hf_config h = {.llama = 1,
+                   .n_layer = 2,
+                   .n_head = 8,
+                   .n_kv_head = 4,
+                   .d_model = 16,
+                   .ffn_hidden = 8,
+                   .vocab_size = 10};
     // HS = 2: q 16 rows, k 8, v 8.
     const int64_t qkv[] = {16, 8, 8}, fc[] = {8, 8};
     param_entry e = entry("h0.qkvw", 32, 16), f = entry("h0.fcw", 16, 16);
@@ -104,8 +110,10 @@ static void test_llama(void) {
     param_entry o = entry("h1.attprojw", 16, 16), d = entry("h1.fcprojw", 16, 8);
     ok = ok && hf_map_row(&h, &o, 5, &s) == 0 &&
          !strcmp(s.name, "model.layers.1.self_attn.o_proj.weight") && s.row == 5 && !s.transpose;
-    ok = ok && hf_map_row(&h, &d, 0, &s) == 0 && !strcmp(s.name, "model.layers.1.mlp.down_proj.weight");
-    param_entry n1 = entry("h1.ln2w", 16, 1), nf = entry("lnfw", 16, 1), b = entry("h0.qkvb", 48, 1);
+    ok = ok && hf_map_row(&h, &d, 0, &s) == 0 &&
+         !strcmp(s.name, "model.layers.1.mlp.down_proj.weight");
+    param_entry n1 = entry("h1.ln2w", 16, 1), nf = entry("lnfw", 16, 1),
+                b = entry("h0.qkvb", 48, 1);
     ok = ok && hf_map_row(&h, &n1, 0, &s) == 0 &&
          !strcmp(s.name, "model.layers.1.post_attention_layernorm.weight");
     ok = ok && hf_map_row(&h, &nf, 0, &s) == 0 && !strcmp(s.name, "model.norm.weight");
@@ -121,8 +129,8 @@ static void test_gpt2(void) {
     int ok = hf_map_row(&h, &qkv, 7, &s) == 0 &&
              !strcmp(s.name, "transformer.h.1.attn.c_attn.weight") && s.transpose && s.row == 7 &&
              s.count == 5 && s.hf_rows == 12;
-    ok = ok && hf_map_row(&h, &qb, 7, &s) == 0 && !strcmp(s.name, "transformer.h.1.attn.c_attn.bias") &&
-         !s.transpose;
+    ok = ok && hf_map_row(&h, &qb, 7, &s) == 0 &&
+         !strcmp(s.name, "transformer.h.1.attn.c_attn.bias") && !s.transpose;
     ok = ok && hf_map_row(&h, &wte, 4, &s) == 0 && !s.zero && s.count == 1;
     ok = ok && hf_map_row(&h, &wte, 5, &s) == 0 && s.zero;
     ok = ok && hf_map_row(&h, &wpe, 0, &s) == 0 && s.hf_rows == -1; // n_positions >= seq_len

@@ -150,7 +150,8 @@ static tri_status find(const st_model *m, const param_entry *e, const hf_src *s,
     *t = st_model_find(m, s->name, f);
     if (!*t && hf_unprefixed(s->name) != s->name) *t = st_model_find(m, hf_unprefixed(s->name), f);
     if (!*t) {
-        LOG_ERROR("%s: no tensor %s (trident's %s)", m->dir, s->name, e->name);
+        LOG_ERROR("%s: no tensor %s (trident's %s)", m->n_names ? m->dir : m->files[0].path,
+                  s->name, e->name);
         LOG_HINT("the directory's weights are not the model its config.json describes, or a "
                  "shard is missing");
         return TRI_ERR_CKPT;
