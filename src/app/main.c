@@ -161,8 +161,8 @@ static const cli_option EXPORT_OPTIONS[] = {
     {"--out", "FILE", CLI_STR, EA(out), .required = 1,
      .help = "the file to write (hf: the directory)"},
     {"--max-shard-size", "BYTES", CLI_U64, EA(max_shard_size),
-     .help = "hf: safetensors shards of at most this many bytes, with "
-             "model.safetensors.index.json (default 5000000000, as transformers)"},
+     .help = "hf: safetensors shards of at most this many bytes (transformers' default), "
+             "with model.safetensors.index.json"},
 };
 static const cli_command EXPORT_CLI = {
     .name = "export",

@@ -134,6 +134,13 @@ tri_status export_hf(export_source *s, const char *source, const char *dir,
                      uint64_t max_shard_bytes) {
     hf_config h;
     TRI_CHECK(model_hf_config(&s->cfg, &h));
+    char parent[4096]; // DIR and the directories above it, as mkdir -p
+    snprintf(parent, sizeof parent, "%s", dir);
+    for (char *slash = strchr(parent + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
+        *slash = 0;
+        mkdir(parent, 0755); // an existing one is fine; a failure shows at DIR itself
+        *slash = '/';
+    }
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
         LOG_ERROR("cannot create %s: %s", dir, strerror(errno));
         LOG_HINT("--out names the directory to write the model into");
