@@ -292,6 +292,7 @@ tri_status hf_config_load(run_config *cfg, const char *path, int n_set, char **s
     const int n_hf = rc == TRI_OK ? hf_config_sets(&h, hf_sets, HF_SETS_MAX) : 0;
     char changed[1024] = "";
     size_t used = 0;
+    int conflicts = 0;
     for (int i = 0; i < n_hf; i++) {
         char *eq = strchr(hf_sets[i], '=');
         *eq = 0;
@@ -309,10 +310,7 @@ tri_status hf_config_load(run_config *cfg, const char *path, int n_set, char **s
             if (given) {
                 LOG_ERROR("%s: %s is %s in the config but %s in %s/config.json", path, hf_sets[i],
                           now, eq + 1, dir);
-                LOG_HINT("drop %s from the config (model.init_from's config.json sets the "
-                         "architecture) or start from another model",
-                         hf_sets[i]);
-                rc = TRI_ERR_CONFIG;
+                rc = TRI_ERR_CONFIG, conflicts++;
             } else if (used < sizeof changed - 200) {
                 used += (size_t)snprintf(changed + used, sizeof changed - used, "%s%s %s -> %s",
                                          used ? ", " : "", hf_sets[i], now, eq + 1);
@@ -321,6 +319,9 @@ tri_status hf_config_load(run_config *cfg, const char *path, int n_set, char **s
         free(now);
         *eq = '=';
     }
+    if (conflicts)
+        LOG_HINT("drop those model keys from the config (model.init_from's config.json sets the "
+                 "architecture) or start from another model");
     if (rc == TRI_OK && cfg->model.seq_len > h.max_pos) {
         LOG_ERROR("%s: model.seq_len is %d, but %s/config.json's model has %d positions (%s)", path,
                   cfg->model.seq_len, dir, h.max_pos,
