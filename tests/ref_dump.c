@@ -13,6 +13,7 @@
 #include "comm/comm.h"
 #include "config/config.h"
 #include "io/data_order.h"
+#include "io/hf_config.h"
 #include "io/llmc.h"
 #include "io/model_init.h"
 #include "config/config_layout.h"
@@ -42,7 +43,7 @@ int main(int argc, char **argv) {
     const int steps = argc > 3 ? atoi(argv[3]) : 10;
     run_config cfg;
     config_defaults(&cfg);
-    if (config_load(&cfg, argv[1], 0, NULL) || config_resolve_world(&cfg, 1)) return 2;
+    if (hf_config_load(&cfg, argv[1], 0, NULL) || config_resolve_world(&cfg, 1)) return 2;
     const int B = cfg.train.micro_batch, T = cfg.model.seq_len, GB = cfg.train.global_batch;
     const int n_micro = config_micro_batches(&cfg);
     backend *be;

@@ -57,7 +57,7 @@ expect export_safetensors 0 "exported" $T export $W/a --format safetensors --out
 # The safetensors file read as Hugging Face's GPT2LMHeadModel reads it (tests/st_gpt2.py):
 # names, shapes and the logits of a Conv1D-layout GPT-2 against the llm.c file's.
 /usr/bin/python3 tests/st_gpt2.py $W/m.safetensors $W/a/model.bin 2>&1 || fails=$((fails + 1))
-expect export_bad_format 2 "llmc or safetensors" $T export $W/a --format onnx --out $W/x
+expect export_bad_format 2 "llmc, safetensors or hf" $T export $W/a --format onnx --out $W/x
 expect export_missing_run 4 "cannot open model file" $T export $W/nope --format llmc --out $W/x
 expect sample_runs 0 "^And God" $T sample $W/a --prompt "And God" --tokens 16 --seed 1
 $T sample $W/a --prompt "x" --tokens 24 --seed 5 >$W/s1 2>&1; $T sample $W/a --prompt "x" --tokens 24 --seed 5 >$W/s2 2>&1

@@ -106,7 +106,7 @@ expect did_you_mean_bare_word 2 "unexpected argument prompt .*did you mean --pro
 expect did_you_mean_command 2 "unknown command trian; did you mean train\?" $T trian
 expect did_you_mean_command_alias 2 "unknown command generate; did you mean sample\?" $T generate
 expect unknown_command_lists 2 "the commands are train, check, plan" $T frobnicate
-expect did_you_mean_choice 2 "--format needs llmc or safetensors, got safetensor; did you mean safetensors\?" \
+expect did_you_mean_choice 2 "--format needs llmc, safetensors or hf, got safetensor; did you mean safetensors\?" \
     $T export x --format safetensor --out "$W/x"
 expect did_you_mean_bf16 2 "train.precision: expected one of fp32, bf16, tf32, got bfloat16; did you mean bf16\?" \
     $T check $CFG --set train.precision=bfloat16
@@ -122,7 +122,7 @@ expect no_guess_when_none_close 2 "got int8$" $T check $CFG --set train.precisio
 expect missing_value 2 "--tokens needs a value \(N\)" $T sample x --tokens
 expect bad_integer 2 "--tokens needs an integer >= 0, got -1" $T sample x --tokens -1
 expect bad_number 2 "--temperature needs a number >= 0, got hot" $T sample x --temperature hot
-expect missing_required 2 "needs SOURCE, --format llmc\|safetensors and --out FILE" $T export
+expect missing_required 2 "needs SOURCE, --format llmc\|safetensors\|hf and --out FILE" $T export
 expect flag_with_value 2 "--json takes no value" $T plan $CFG --json=yes
 expect inline_value 0 "model: " $T plan $CFG --world=1 --device=cpu
 expect help_command 0 "^usage: trident export" $T help export

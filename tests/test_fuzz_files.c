@@ -179,7 +179,7 @@ static int run_job(const job *j) {
         return (int)rc;
     }
     if (j->consumer <= 1)
-        return (int)export_run(j->path, j->consumer ? "safetensors" : "llmc", j->out);
+        return (int)export_run(j->path, j->consumer ? "safetensors" : "llmc", j->out, 0);
     if (j->consumer == 2) {
         // No prompt: one is refused (exit 2) for a vocabulary that is not byte-level when no
         // tokenizer is known, before the file's weights are read.

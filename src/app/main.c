@@ -19,6 +19,7 @@
 #include "config/config.h"
 #include "config/config_layout.h"
 #include "io/export.h"
+#include "io/hf_config.h"
 #include "io/metrics.h"
 #include "plan/plan.h"
 
@@ -149,14 +150,20 @@ typedef struct {
     cli_list source;
     int format; // index in EXPORT_FORMATS
     const char *out;
+    uint64_t max_shard_size; // hf: bytes of one safetensors shard
 } export_args;
 #define EA(field) offsetof(export_args, field)
-static const char *const EXPORT_FORMATS[] = {"llmc", "safetensors", NULL};
-static const export_args EXPORT_DEFAULTS = {0};
+static const char *const EXPORT_FORMATS[] = {"llmc", "safetensors", "hf", NULL};
+static const export_args EXPORT_DEFAULTS = {.max_shard_size = EXPORT_HF_SHARD_BYTES};
 static const cli_option EXPORT_OPTIONS[] = {
     {"--format", NULL, CLI_CHOICE, EA(format), .required = 1, .choices = EXPORT_FORMATS,
-     .help = "llmc: an llm.c fp32 model file; safetensors: Hugging Face GPT-2 names and layouts"},
-    {"--out", "FILE", CLI_STR, EA(out), .required = 1, .help = "the file to write"},
+     .help = "llmc: an llm.c fp32 model file; safetensors: Hugging Face GPT-2 names and "
+             "layouts; hf: a Hugging Face model directory (from_pretrained loads it)"},
+    {"--out", "FILE", CLI_STR, EA(out), .required = 1,
+     .help = "the file to write (hf: the directory)"},
+    {"--max-shard-size", "BYTES", CLI_U64, EA(max_shard_size),
+     .help = "hf: safetensors shards of at most this many bytes (transformers' default), "
+             "with model.safetensors.index.json"},
 };
 static const cli_command EXPORT_CLI = {
     .name = "export",
@@ -201,7 +208,7 @@ static int cmd_train(int argc, char **argv) {
     if (parsed == CLI_USAGE_ERROR) rc = cli_report(&TRAIN_CLI, err);
     run_config cfg;
     config_defaults(&cfg);
-    if (!rc) rc = config_load(&cfg, ca.config.items[0], ca.sets.n, (char **)ca.sets.items);
+    if (!rc) rc = hf_config_load(&cfg, ca.config.items[0], ca.sets.n, (char **)ca.sets.items);
     log_unmute(mute);
     if (!rc) stop_startup_set_timeout(cfg.system.init_timeout_s);
     if (!rc) rc = train_run(&cfg, &li);
@@ -218,7 +225,7 @@ static int cmd_check(int argc, char **argv) {
     const int world = ca.world ? ca.world : 1;
     run_config cfg;
     config_defaults(&cfg);
-    rc = config_load(&cfg, ca.config.items[0], ca.sets.n, (char **)ca.sets.items);
+    rc = hf_config_load(&cfg, ca.config.items[0], ca.sets.n, (char **)ca.sets.items);
     if (!rc) rc = config_resolve_world(&cfg, world);
     if (!rc) {
         printf("# %s: valid for a world of %d\n", ca.config.items[0], world);
@@ -240,7 +247,7 @@ static int cmd_plan(int argc, char **argv) {
     ca.plan.world_given = ca.world > 0;
     run_config cfg;
     config_defaults(&cfg);
-    rc = config_load(&cfg, ca.config.items[0], ca.sets.n, (char **)ca.sets.items);
+    rc = hf_config_load(&cfg, ca.config.items[0], ca.sets.n, (char **)ca.sets.items);
     if (!rc) rc = plan_run(&cfg, ca.world, &ca.plan);
     config_free(&cfg);
     cli_free(&PLAN_CLI, &ca);
@@ -261,7 +268,8 @@ static int cmd_sample(int argc, char **argv) {
 static int cmd_export(int argc, char **argv) {
     export_args ea;
     int rc = cli_parse_command(&EXPORT_CLI, argc, argv, &ea);
-    if (rc < 0) rc = export_run(ea.source.items[0], EXPORT_FORMATS[ea.format], ea.out);
+    if (rc < 0)
+        rc = export_run(ea.source.items[0], EXPORT_FORMATS[ea.format], ea.out, ea.max_shard_size);
     cli_free(&EXPORT_CLI, &ea);
     return rc;
 }

@@ -21,6 +21,8 @@
 #include "parallel/zero.h"   // zero3_gather_kind
 
 #define DP_AUTO (-1)
+// Room for every key of the table (config_keys_internal.h's K_COUNT, asserted there).
+#define CONFIG_KEYS_MAX 128
 
 // train.precision: the dtype of the parameters and kept activations, and for fp32 whether
 // the matmuls may round their operands to TF32 on tensor cores. The first two values are
@@ -119,7 +121,15 @@ typedef struct {
     } system;
 
     char *source_path; // the YAML file this came from
+    // given[k]: key k was set by the YAML file or a --set (config_load), not defaulted; what
+    // config_key_value reports (a model.init_from Hugging Face directory's config.json
+    // overrides the model keys a user left alone and refuses to contradict one they set).
+    unsigned char given[CONFIG_KEYS_MAX];
 } run_config;
+
+// "section.key"'s value as the run record writes it (YAML text, malloc'd) and whether the
+// YAML file or a --set gave it (*given); NULL for a key this build does not have.
+char *config_key_value(const run_config *cfg, const char *path, int *given);
 
 // Fills every key with its DESIGN.md default.
 void config_defaults(run_config *cfg);

@@ -69,6 +69,7 @@ typedef struct {
 } key_desc;
 
 extern const key_desc CONFIG_KEYS[K_COUNT];
+_Static_assert(K_COUNT <= CONFIG_KEYS_MAX, "run_config.given needs room for every key");
 
 // The field of key k in cfg: an int for INT, DP, BOOL and ENUM keys (enum fields are
 // int-sized), a uint64_t for U64, a double for F64, a char * (owned, or NULL) for STR, a

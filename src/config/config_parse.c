@@ -317,6 +317,7 @@ tri_status config_load(run_config *cfg, const char *path, int n_set, char **sets
         // compute backend's, backend_set_tf32).
         cfg->train.precision = cfg->train.precision_mode == PRECISION_BF16 ? DTYPE_BF16
                                                                            : DTYPE_FP32;
+        for (int k = 0; k < K_COUNT; k++) cfg->given[k] = config_loc_known(c.loc[k]);
         config_check_ranges(&c, cfg);
         config_resolve_model(&cfg->model); // the rules see the resolved values
         config_check_rules(&c, cfg);

@@ -172,3 +172,15 @@ void config_print_json(const run_config *cfg, FILE *f) {
     }
     fputs("}}", f);
 }
+
+char *config_key_value(const run_config *cfg, const char *path, int *given) {
+    const char *dot = strchr(path, '.');
+    if (!dot || (size_t)(dot - path) >= 32) return NULL;
+    char section[32];
+    memcpy(section, path, (size_t)(dot - path));
+    section[dot - path] = 0;
+    const int k = config_find_key(section, dot + 1);
+    if (k < 0) return NULL;
+    *given = cfg->given[k];
+    return config_value_text(cfg, (key_id)k, 0);
+}

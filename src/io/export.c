@@ -216,7 +216,8 @@ done:
     return rc;
 }
 
-tri_status export_run(const char *run_or_file, const char *format, const char *out_path) {
+tri_status export_run(const char *run_or_file, const char *format, const char *out_path,
+                      uint64_t max_shard_bytes) {
     export_source s;
     TRI_CHECK(export_open(&s, run_or_file));
     if (model_arch_is_llama(&s.cfg.model)) { // both formats here hold GPT-2's tensors
@@ -229,6 +230,7 @@ tri_status export_run(const char *run_or_file, const char *format, const char *o
         return TRI_ERR_CKPT;
     }
     tri_status rc = !strcmp(format, "llmc") ? export_llmc(&s, out_path)
+                    : !strcmp(format, "hf") ? export_hf(&s, run_or_file, out_path, max_shard_bytes)
                                             : export_safetensors(&s, out_path);
     if (rc == TRI_OK) printf("exported %s to %s (%s)\n", s.path, out_path, format);
     export_close(&s);

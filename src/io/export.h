@@ -1,6 +1,6 @@
 // export.h: a trained model read out of a run directory, a checkpoint or an llm.c model file
-// tensor by tensor (export_source), and written as an llm.c model file or as Hugging Face
-// GPT-2 safetensors. A conversion holds one tensor at a time (the largest: wte, Vp x C), never
+// tensor by tensor (export_source), and written as an llm.c model file, as Hugging Face
+// GPT-2 safetensors, or as a Hugging Face model directory. A conversion holds one tensor at a time (the largest: wte, Vp x C), never
 // the whole model (DESIGN.md's scale rule).
 #pragma once
 #include "base/common.h"
@@ -29,5 +29,14 @@ void export_close(export_source *s);
 // transformers' GPT2LMHeadModel loads it. Written to OUT.tmp and renamed.
 tri_status export_llmc(export_source *s, const char *out_path);
 tri_status export_safetensors(export_source *s, const char *out_path);
-// Opens SOURCE, converts it to `format` ("llmc" or "safetensors") and says so on stdout.
-tri_status export_run(const char *run_or_file, const char *format, const char *out_path);
+// A Hugging Face model directory (hf_export.c): config.json, generation_config.json,
+// model.safetensors or, past max_shard_bytes, model-0000K-of-0000N.safetensors shards and
+// model.safetensors.index.json, and the run's tokenizer.json with a tokenizer_config.json when
+// `source` recorded one (data.tokenizer). Each file is written to NAME.tmp and renamed.
+#define EXPORT_HF_SHARD_BYTES ((uint64_t)5000000000) // transformers' default, "5GB"
+tri_status export_hf(export_source *s, const char *source, const char *dir,
+                     uint64_t max_shard_bytes);
+// Opens SOURCE, converts it to `format` ("llmc", "safetensors" or "hf"; max_shard_bytes for
+// hf) and says so on stdout.
+tri_status export_run(const char *run_or_file, const char *format, const char *out_path,
+                      uint64_t max_shard_bytes);

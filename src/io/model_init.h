@@ -1,10 +1,11 @@
 // model_init.h: where a run's initial parameters come from, entry by entry (the ZeRO layer's
-// zero_init_fn): model.init_from (an llm.c model file, of which each rank reads only the
-// values its shard holds) or, without it, run.seed (params.h's counter-based initialisation,
+// zero_init_fn): model.init_from (an llm.c model file or a Hugging Face model directory, of
+// which each rank reads only the values its shard holds) or, without it, run.seed (params.h's counter-based initialisation,
 // a pure function of the seed and each element's global index).
 #pragma once
 #include "comm/comm.h"
 #include "config/config.h"
+#include "io/hf_import.h"
 #include "io/llmc.h"
 #include "model/params.h"
 
@@ -12,6 +13,9 @@ typedef struct {
     const run_config *cfg;
     const param_table *pt; // the rank's table
     llmc_file file;        // model.init_from, open (file.fd >= 0)
+    int hf;                // model.init_from is a Hugging Face directory (io/hf_import.h)
+    hf_config hf_cfg;      // its config.json
+    st_model hf_model;     // its safetensors
 } model_init;
 
 // Opens model.init_from when it is set and checks its header against the config; a rank

@@ -1,6 +1,7 @@
 // plan_print.c: `trident plan`: options, the text report and the JSON object.
 #include <string.h>
 
+#include "io/hf_config.h"
 #include "io/metrics.h"
 #include "plan/plan.h"
 
@@ -157,7 +158,9 @@ static void print_host(const plan_result *p, const run_config *cfg, FILE *f) {
             "host memory outside the arenas (stage %d): start-up %s (the initial parameters "
             "go in tensor by tensor: the largest tensor's host copy%s), final save %s (%s)\n",
             worst, fmt_bytes(a, sizeof a, (double)s->host_startup),
-            cfg->model.init_from                 ? " and the llm.c reader's staging"
+            cfg->model.init_from && hf_is_model_dir(cfg->model.init_from)
+                ? " and the Hugging Face reader's staging"
+            : cfg->model.init_from               ? " and the llm.c reader's staging"
             : cfg->train.precision == DTYPE_BF16 ? " and its bf16 rounding"
                                                  : "",
             fmt_bytes(b, sizeof b, (double)s->host_save),

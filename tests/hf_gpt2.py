@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Hugging Face transformers as the reference of trident's Hugging Face import and export
+(tests/test_hf.sh; run in build/venv-hf: transformers 4.40.2 over Debian's torch).
+
+  hf_gpt2.py make DIR     a seeded random GPT2LMHeadModel, save_pretrained into DIR/fp32,
+                          DIR/bf16 (bfloat16) and DIR/shard (fp32 in 40 KB shards)
+  hf_gpt2.py check DIR DUMP RUN CONFIG [--steps N] [--name NAME] [--tol T]
+      DUMP: build/tests/ref_dump's output for the run's config with model.init_from=DIR;
+      RUN: a trident run directory (metrics.jsonl) of CONFIG from DIR. Compares trident's
+      logits of micro-batch 0 (DUMP/logits.bin) with HF's on the same tokens (largest error
+      over the largest |logit|), its step-0 loss, and N steps of its training against a plain
+      PyTorch AdamW loop over the HF model (float64) on the same tokens, lr schedule, betas,
+      eps, weight decay on matrices and embeddings only, and clipping (step 0 within T, 1e-5
+      by default; every step within 1e-4).
+  hf_gpt2.py logits DIR DUMP CONFIG [--name NAME]  from_pretrained(DIR)'s logits against DUMP's
+  hf_gpt2.py tokenizer DIR TEXT   AutoTokenizer.from_pretrained(DIR) encodes TEXT as tokenizers
+Commands may be chained with "+" (one process).
+Prints PASS/FAIL lines with the measured errors; exit 1 on a failure."""
+import json, math, os, sys
+import numpy as np
+import torch
+import yaml
+
+sys.path.insert(0, os.path.dirname(__file__))
+import ref_gpt2  # noqa: E402  (lr_at: trident's schedule)
+
+fails = 0
+
+
+def report(ok, name, detail):
+    global fails
+    print(("PASS " if ok else "FAIL ") + name + (" " if ok else ": ") + detail)
+    fails += 0 if ok else 1
+
+
+def make(d, bf16, shard):
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(1234)
+    cfg = GPT2Config(n_layer=2, n_head=4, n_embd=64, n_positions=64, vocab_size=250,
+                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0,
+                     eos_token_id=0)
+    m = GPT2LMHeadModel(cfg)
+    with torch.no_grad():  # non-zero biases and LayerNorm affine, so every tensor is checked
+        for n, p in m.named_parameters():
+            if n.endswith("bias") or ".ln_" in n:
+                p.add_(0.02 * torch.randn_like(p))
+    m = m.to(torch.bfloat16 if bf16 else torch.float32)  # ref_gpt2 makes float64 the default
+    m.save_pretrained(d, safe_serialization=True, max_shard_size="40KB" if shard else "5GB")
+
+
+def dump_tokens(dump, cfg):
+    T, GB = cfg["model"]["seq_len"], cfg["train"]["global_batch"]
+    raw = np.fromfile(os.path.join(dump, "tokens.bin"), dtype=np.int32)
+    steps = raw.size // (2 * GB * T)
+    raw = raw.reshape(steps, 2, GB, T)
+    return [(torch.tensor(s[0], dtype=torch.long), torch.tensor(s[1], dtype=torch.long))
+            for s in raw]
+
+
+def check_logits(model, dump, cfg, name):
+    B, T = cfg["train"]["micro_batch"], cfg["model"]["seq_len"]
+    V = model.config.vocab_size
+    ours = np.fromfile(os.path.join(dump, "logits.bin"), dtype=np.float32).reshape(B * T, -1)
+    x, _ = dump_tokens(dump, cfg)[0]
+    with torch.no_grad():
+        ref = model(x[:B]).logits.reshape(B * T, V).double().numpy()
+    err = np.abs(ours[:, :V] - ref).max() / np.abs(ref).max()
+    report(err <= 1e-5, name + "_logits", "max|dlogit|/max|logit| %.2e" % err)
+
+
+def set_lr(opt, lr):
+    for g in opt.param_groups:
+        g["lr"] = lr
+
+
+def check(d, dump, run, cfg_path, steps, name, tol):
+    from transformers import GPT2LMHeadModel
+    cfg = yaml.safe_load(open(cfg_path))
+    model = GPT2LMHeadModel.from_pretrained(d, torch_dtype=torch.float32).double().eval()
+    check_logits(model, dump, cfg, name)
+    ours = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl"))]
+    ours = [l["loss"] for l in ours if l.get("type") == "step"]
+    batches = dump_tokens(dump, cfg)
+    B, GB = cfg["train"]["micro_batch"], cfg["train"]["global_batch"]
+    o, clip = cfg["optim"], float(cfg["train"]["grad_clip"])
+    o = {**o, "lr": float(o["lr"]), "min_lr": float(o["min_lr"])}
+    decay = [p for n, p in model.named_parameters() if p.dim() == 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() != 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": float(o["weight_decay"])},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=o["lr"], betas=(float(o["beta1"]), float(o["beta2"])),
+                            eps=float(o["eps"]))
+    params = decay + no_decay
+    worst, first = 0.0, None
+    for step in range(min(steps, len(ours), len(batches))):
+        x, y = batches[step]
+        opt.zero_grad()
+        loss = 0.0
+        for mb in range(GB // B):
+            logits = model(x[mb * B:(mb + 1) * B]).logits
+            l = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                  y[mb * B:(mb + 1) * B].reshape(-1))
+            (l / (GB // B)).backward()
+            loss += l.item() / (GB // B)
+        norm = math.sqrt(sum(float((p.grad ** 2).sum()) for p in params))
+        if clip > 0 and norm > clip:
+            for p in params:
+                p.grad.mul_(clip / norm)
+        set_lr(opt, ref_gpt2.lr_at(step, o, int(cfg["train"]["steps"])))
+        opt.step()
+        rel = abs(ours[step] - loss) / abs(loss)
+        first = rel if first is None else first
+        worst = max(worst, rel)
+    report(first is not None and first <= tol, name + "_loss0",
+           "step-0 loss relative error %.2e" % (first or 0))
+    if steps > 1:
+        report(first is not None and worst <= 1e-4, name + "_adamw%d" % steps,
+               "largest relative loss error over %d AdamW steps %.2e" % (steps, worst))
+
+
+def tokenizer(d, text):
+    from transformers import AutoTokenizer
+    from tokenizers import Tokenizer
+    ours = AutoTokenizer.from_pretrained(d).encode(text)
+    ref = Tokenizer.from_file(os.path.join(d, "tokenizer.json")).encode(text).ids
+    report(ours == ref and len(ours) > 0, "hf_export_tokenizer",
+           "AutoTokenizer loads the exported directory: %d ids as tokenizers'" % len(ours))
+
+
+def run(a):
+    def val(f, d):
+        if f not in a:
+            return d
+        i = a.index(f)
+        v = a[i + 1]
+        del a[i:i + 2]
+        return v
+    name, steps, tol = val("--name", "hf"), int(val("--steps", "10")), float(val("--tol", "1e-5"))
+    if a[0] == "make":
+        for sub, bf16, shard in (("fp32", 0, 0), ("bf16", 1, 0), ("shard", 0, 1)):
+            make(os.path.join(a[1], sub), bf16, shard)
+    elif a[0] == "check":
+        check(a[1], a[2], a[3], a[4], steps, name, tol)
+    elif a[0] == "logits":
+        from transformers import GPT2LMHeadModel
+        m = GPT2LMHeadModel.from_pretrained(a[1], torch_dtype=torch.float32).double().eval()
+        check_logits(m, a[2], yaml.safe_load(open(a[3])), name)
+    elif a[0] == "tokenizer":
+        tokenizer(a[1], a[2])
+
+
+def main():
+    # Commands separated by "+": one process (transformers takes seconds to import).
+    cmd = []
+    for x in sys.argv[1:] + ["+"]:
+        if x != "+":
+            cmd.append(x)
+        elif cmd:
+            run(cmd)
+            cmd = []
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

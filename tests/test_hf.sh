@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Hugging Face in and out (README "Hugging Face in and out"), with transformers itself as the
+# reference (tests/hf_gpt2.py in build/venv-hf, made once by scripts/venv.sh):
+#   - a seeded random GPT2LMHeadModel saved by save_pretrained (fp32, bf16, and fp32 in 40 KB
+#     shards with model.safetensors.index.json) loads through model.init_from: trident's
+#     logits equal HF's within 1e-5 of the largest logit, its first loss within 1e-5
+#     relative, and 10 training steps equal a plain PyTorch AdamW loop over the HF model
+#     within 1e-4 (1 process, and tp 2 x pp 2 where each rank reads only its slices);
+#   - config.json sets the model keys (said once), refuses a contradicting --set and a
+#     seq_len past n_positions (exit 2), and what trident cannot compute (exit 2, key named);
+#   - export --format hf from a tp 2 checkpoint (one file and sharded): from_pretrained's
+#     logits equal trident's (ref_dump of the llm.c export of the same checkpoint), and the
+#     run's tokenizer loads with AutoTokenizer;
+#   - a missing tensor, a truncated file, a wrong shape: exit 4 naming the file and tensor.
+set -u
+source "$(dirname "$0")/lib.sh"
+DUMP=${REF_DUMP:-build/tests/ref_dump}
+if ! VENV=$(scripts/venv.sh hf transformers==4.40.2 tokenizers==0.19.1 safetensors==0.4.3 \
+    2>$W/venv.log); then
+    fail hf_venv "$(head -c 600 $W/venv.log | tr '\n' ' ')"
+    exit 1
+fi
+PY="$VENV/bin/python"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+"$PY" tests/hf_gpt2.py make $W/hf >$W/make.log 2>&1 || fail hf_make "$(tail -3 $W/make.log)"
+
+# The reference config without its model shape: config.json supplies it.
+cfg() { # OUT INIT_FROM [KEY=VALUE...]: a YAML file
+    /usr/bin/python3 - "$@" <<'PY'
+import sys, yaml
+c = yaml.safe_load(open("tests/configs/ref.yaml"))
+for k in ("arch", "n_layer", "n_head", "d_model", "vocab_size"):
+    del c["model"][k]
+c["model"]["init_from"] = sys.argv[2]
+for kv in sys.argv[3:]:
+    k, v = kv.split("=", 1)
+    s, key = k.split(".")
+    c.setdefault(s, {})[key] = yaml.safe_load(v)
+yaml.safe_dump(c, open(sys.argv[1], "w"))
+PY
+}
+# expect NAME CODE PATTERN CMD...: exit CODE and output matching PATTERN
+expect() {
+    local name=$1 code=$2 pattern=$3
+    shift 3
+    "$@" >$W/out 2>&1
+    local rc=$?
+    if [ $rc != "$code" ]; then fail "$name" "exit $rc, expected $code: $(tail -n 3 $W/out | tr '\n' ' ')"
+    elif ! grep -qE -- "$pattern" $W/out; then fail "$name" "output lacks /$pattern/: $(tail -n 3 $W/out | tr '\n' ' ')"
+    else pass "$name"; fi
+}
+# train_dump NAME DIR [KEY=VALUE...]: the config, ref_dump's dump and a trident run of it
+train_dump() {
+    local name=$1 dir=$2
+    shift 2
+    cfg $W/$name.yaml $dir "run.out_dir=$W/$name" "$@"
+    mkdir -p $W/$name.dump
+    $DUMP $W/$name.yaml $W/$name.dump 10 >$W/$name.dump.log 2>&1 ||
+        fail ${name}_dump "$(tail -3 $W/$name.dump.log)"
+}
+
+# --- in: 1 process, fp32 and bf16 files, sharded -------------------------------------------
+train_dump in_fp32 $W/hf/fp32
+expect hf_in_overrides_said 0 "config.json sets model.n_layer 4 -> 2, model.d_model 128 -> 64, model.vocab_size 256 -> 250" \
+    $T train $W/in_fp32.yaml
+train_dump in_bf16 $W/hf/bf16
+$T train $W/in_bf16.yaml >$W/in_bf16.log 2>&1 || fail hf_in_bf16_train "$(tail -3 $W/in_bf16.log)"
+train_dump in_shard $W/hf/shard
+# tp 2 x pp 2: each rank reads its slices of the same file (the dump is the 1-process one)
+cfg $W/in_tp.yaml $W/hf/fp32 run.out_dir=$W/in_tp parallel.tp=2 parallel.pp=2
+"${MPIRUN[@]}" -np 4 $T train $W/in_tp.yaml >$W/in_tp.log 2>&1 || fail hf_in_tp2pp2_train "$(tail -3 $W/in_tp.log)"
+# an fp32 file into a bf16 run: its first loss near HF's
+cfg $W/in_mixed.yaml $W/hf/fp32 run.out_dir=$W/in_mixed train.precision=bf16 train.steps=1
+$T train $W/in_mixed.yaml >$W/in_mixed.log 2>&1 || fail hf_in_bf16_run "$(tail -3 $W/in_mixed.log)"
+
+# --- out: from a tp 2 checkpoint, one file and sharded, with the run's tokenizer -----------
+# the fixture tokenizer in the format transformers 4.40's tokenizers 0.19 reads ("a b" merges)
+/usr/bin/python3 tests/tokenize_fixture.py $W/tok.json >/dev/null
+/usr/bin/python3 -c "
+import json, sys
+t = json.load(open(sys.argv[1]))
+t['model']['merges'] = [' '.join(m) for m in t['model']['merges']]
+t['model'].pop('ignore_merges', None)
+json.dump(t, open(sys.argv[1], 'w'))" $W/tok.json
+cfg $W/out.yaml $W/hf/fp32 run.out_dir=$W/outrun parallel.tp=2 train.steps=4 checkpoint.every=4 \
+    checkpoint.dir=$W/out_ck data.tokenizer=$W/tok.json
+"${MPIRUN[@]}" -np 2 $T train $W/out.yaml >$W/out.log 2>&1 || fail hf_out_train "$(grep -m3 -E "error|HINT" $W/out.log)"
+$T export $W/out_ck --format llmc --out $W/out.bin >$W/exp.log 2>&1
+expect hf_export_one_file 0 "wrote $W/exp1: 28 tensors" $T export $W/out_ck --format hf --out $W/exp1
+expect hf_export_sharded 0 "in 7 files" $T export $W/out_ck --format hf --out $W/exp2 --max-shard-size 100000
+[ -f $W/exp2/model.safetensors.index.json ] && [ ! -e $W/exp2/model.safetensors ] ||
+    fail hf_export_sharded_index "no index, or a stale model.safetensors"
+SHAPE=(model.arch=gpt2 model.n_layer=2 model.n_head=4 model.d_model=64 model.vocab_size=250)
+cfg $W/exp.yaml $W/out.bin "${SHAPE[@]}"
+mkdir -p $W/exp.dump && $DUMP $W/exp.yaml $W/exp.dump 1 >$W/exp.dump.log 2>&1
+# the exported directory read back by trident (its shape given too: equal keys are no
+# conflict): the same logits as the llm.c export's
+cfg $W/back.yaml $W/exp2 "${SHAPE[@]}"
+mkdir -p $W/back.dump && $DUMP $W/back.yaml $W/back.dump 1 >$W/back.dump.log 2>&1
+if cmp -s $W/back.dump/logits.bin $W/exp.dump/logits.bin; then pass hf_export_import_roundtrip
+else fail hf_export_import_roundtrip "logits of the re-imported export differ"; fi
+
+"$PY" tests/hf_gpt2.py \
+    check $W/hf/fp32 $W/in_fp32.dump $W/in_fp32 $W/in_fp32.yaml --name hf_in_fp32 + \
+    check $W/hf/bf16 $W/in_bf16.dump $W/in_bf16 $W/in_bf16.yaml --name hf_in_bf16_file + \
+    logits $W/hf/shard $W/in_shard.dump $W/in_shard.yaml --name hf_in_sharded + \
+    check $W/hf/fp32 $W/in_fp32.dump $W/in_tp $W/in_tp.yaml --name hf_in_tp2pp2 + \
+    check $W/hf/fp32 $W/in_fp32.dump $W/in_mixed $W/in_mixed.yaml --steps 1 --tol 5e-4 \
+    --name hf_in_bf16_run + \
+    logits $W/exp1 $W/exp.dump $W/exp.yaml --name hf_export_tp2 + \
+    logits $W/exp2 $W/exp.dump $W/exp.yaml --name hf_export_tp2_sharded + \
+    tokenizer $W/exp1 "In the beginning God created the heaven and the earth." 2>$W/py.log
+[ "${PIPESTATUS[0]}" = 0 ] || { fails=$((fails + 1)); tail -5 $W/py.log; }
+
+# --- refused ------------------------------------------------------------------------------
+expect hf_in_conflict 2 "model.n_layer is 3 in the config but 2 in $W/hf/fp32/config.json" \
+    $T train $W/in_fp32.yaml --set model.n_layer=3
+expect hf_in_seq_len 2 "model.seq_len is 128, but .*config.json's model has 64 positions \(n_positions\)" \
+    $T train $W/in_fp32.yaml --set model.seq_len=128
+cp -r $W/hf/fp32 $W/act && sed -i 's/"gelu_new"/"relu"/' $W/act/config.json
+expect hf_in_refused_activation 2 'config.json: "activation_function" is "relu"' \
+    $T train $W/in_fp32.yaml --set model.init_from=$W/act
+cp -r $W/hf/fp32 $W/trunc && truncate -s -100 $W/trunc/model.safetensors
+expect hf_in_truncated 4 "trunc/model.safetensors: tensor .* lies past the end of the file" \
+    $T train $W/in_fp32.yaml --set model.init_from=$W/trunc
+# a shard's tensor dropped from the index: the tensor and the directory named
+cp -r $W/hf/shard $W/miss && sed -i '/"transformer.h.1.mlp.c_fc.weight"/d' $W/miss/model.safetensors.index.json
+expect hf_in_missing_tensor 4 "miss: no tensor transformer.h.1.mlp.c_fc.weight \(trident's h1.fcw\)" \
+    $T train $W/in_fp32.yaml --set model.init_from=$W/miss
+exit $((fails > 0))
