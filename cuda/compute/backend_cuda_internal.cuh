@@ -78,6 +78,7 @@ typedef struct {
     int att_max_hs;               // largest attention head size the device's shared memory allows
     int att_fa2;                  // TRIDENT_CUDA_ATTN: 1 for the FA2 kernels (default), 0 for v1
     unsigned att_fa2_heads;       // head sizes whose FA2 kernels fit the device (bits HS / 16)
+    unsigned atc_heads;           // v1 tensor-core kernels that fit the device (bits DP / 16)
     int gelu_epilogue;   // cuBLASLt's GELU epilogues compute gelu_tanh here (probed at start)
     int bf16_out;        // TRIDENT_CUDA_BF16_PATH: 1 for fused (default), 0 for v1
     double *host_result; // pinned: where sumsq's result lands for the host
@@ -163,7 +164,8 @@ void cuda_gemm_bf16_fallback(cuda_ctx *x, int ta, int tb, int m, int n, int k, c
 
 // ---- attention (backend_cuda_attn.cu) ----
 // Reads TRIDENT_CUDA_ATTN (TRI_ERR_CONFIG for a value it does not know), sets x->att_max_hs
-// from the device's opt-in shared memory per block, and readies the FA2 kernels.
+// from the device's opt-in shared memory per block, and readies the FA2 and the v1
+// tensor-core kernels.
 tri_status cuda_attention_init(cuda_ctx *x, size_t smem_optin);
 // The table's entries (backend.h): fp32 q, k, v here, bf16 ones in the FA2 or the v1
 // tensor-core kernels below. state: each row's log-sum-exp (ATTN_STATE_LSE).
@@ -188,6 +190,9 @@ int cuda_fa2_fwd(cuda_ctx *x, float *out, float *lse, const uint16_t *qkv, int B
 int cuda_fa2_bwd(cuda_ctx *x, float *dqkv, const float *dout, const uint16_t *qkv,
                  const uint16_t *o16, const float *lse, int B, int T, int NH, int HS);
 // ---- v1 tensor-core attention on bf16 q, k, v (backend_cuda_attn_tc.cu) ----
+// Sets x->atc_heads and lets the kernels that fit use the shared memory they need (once, at
+// creation: an attention call then queries and sets nothing).
+tri_status cuda_atc_init(cuda_ctx *x, size_t smem_optin);
 void cuda_attention_fwd_bf16(backend *b, float *out, void *state, const uint16_t *qkv, int B, int T,
                              int NH, int HS);
 void cuda_attention_bwd_bf16(backend *b, float *dqkv, const float *dout, const uint16_t *qkv,
