@@ -113,10 +113,12 @@ fi
 if [ $MODE = pack ]; then
     set -e
     make --no-print-directory BUILD="$BUILD_DIR" USE_CUDA=1 -j"${JOBS:-2}" \
-        "$BUILD_DIR/trident" "$BUILD_DIR/tests/gpu/test_gpu_ops" data
+        "$BUILD_DIR/trident" "$BUILD_DIR/tests/gpu/test_gpu_ops" \
+        "$BUILD_DIR/tests/gpu/test_gpu_optim" data
     stage=$BUILD_DIR/stage
     rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/lib" "$stage/data"
-    cp "$BUILD_DIR/trident" "$BUILD_DIR/tests/gpu/test_gpu_ops" "$stage/bin/"
+    cp "$BUILD_DIR/trident" "$BUILD_DIR/tests/gpu/test_gpu_ops" \
+        "$BUILD_DIR/tests/gpu/test_gpu_optim" "$stage/bin/"
     cp data/*.bin "$stage/data/"
     # OpenMPI's launcher, of the same installation as the libmpi trident links, with what it
     # and the ranks' libmpi load at run time: the MCA components (OPAL_PKGLIBDIR), the help
@@ -184,6 +186,7 @@ wrap() { printf '#!/bin/sh\nLD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PA
     "$LIBS" "$2" >"$1" && chmod +x "$1"; }
 wrap "$B/trident" "$B/bin/trident"
 wrap "$B/tests/gpu/test_gpu_ops" "$B/bin/test_gpu_ops"
+wrap "$B/tests/gpu/test_gpu_optim" "$B/bin/test_gpu_optim"
 # The bundle's mpirun (the OpenMPI of trident's libmpi, whatever MPI the machine has), first
 # on PATH for the tests (tests/lib.sh's MPIRUN), relocated to the bundle: it and the ranks it
 # starts (which inherit these variables) find the components, help texts and PMIx's plugins

@@ -329,6 +329,9 @@ static const backend cuda_backend_table = {
     /* .add_to_bf16           = */ cuda_add_to_bf16,
     /* .adamw                 = */ cuda_adamw,
     /* .destroy               = */ cuda_destroy,
+    /* .mt_sumsq_add          = */ cuda_mt_sumsq_add,
+    /* .mt_adamw              = */ cuda_mt_adamw,
+    /* .optim_multi           = */ 1, // TRIDENT_CUDA_OPTIM (cuda_optim_init)
 };
 
 int cuda_in_build(void) { return 1; }
@@ -382,6 +385,7 @@ tri_status backend_cuda_create(backend **out, int device) {
         TRI_CHECK_GOTO(cuda_matmul_init(x), rc, fail);
         b->bf16_out = x->bf16_out;
         TRI_CHECK_GOTO(cuda_attention_init(x, prop.sharedMemPerBlockOptin), rc, fail);
+        TRI_CHECK_GOTO(cuda_optim_init(b), rc, fail);
         LOG_DEBUG("CUDA backend on device %d (%s, sm_%d%d, %d SMs, %.1f GiB), matmuls in %s, "
                   "GELU %s",
                   device, prop.name, prop.major, prop.minor, prop.multiProcessorCount,

@@ -139,6 +139,42 @@ __device__ __forceinline__ float cuda_warp_max(float v) {
     return v;
 }
 
+// ---- the elementwise and reduction kernels' helpers (backend_cuda_ops.cu, _optim.cu) ----
+#define OPS_THREADS 256
+
+// Block-wide reduction of one value per thread (blockDim.x a multiple of 32, at most 1024):
+// warps reduce by butterfly, then warp 0 reduces the warps' results; the same fixed order
+// every time. Every thread gets the result.
+template <typename V, typename F> __device__ V block_reduce(V v, F combine, V identity) {
+    __shared__ V partial[32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    for (int o = 16; o > 0; o >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, o));
+    __syncthreads(); // partial[] may still be read by an earlier call
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? partial[lane] : identity;
+    for (int o = 16; o > 0; o >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+struct op_sum {
+    template <typename V> __device__ V operator()(V a, V b) const { return a + b; }
+};
+struct op_max {
+    __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+#define GRID_STRIDE(i, n)                                                                          \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                        \
+         i += (size_t)gridDim.x * blockDim.x)
+
+// Launches `kernel` over n elements with OPS_THREADS-thread blocks on x's stream, checked.
+#define LAUNCH_N(kernel, x, n, ...)                                                                \
+    do {                                                                                           \
+        kernel<<<cuda_grid_for((n), OPS_THREADS), OPS_THREADS, 0, (x)->stream>>>(__VA_ARGS__);     \
+        CUDA_LAUNCH_CHECK(#kernel);                                                                \
+    } while (0)
+
 // ---- cuBLASLt (backend_cuda_matmul.cu) ----
 tri_status cuda_matmul_init(cuda_ctx *x);
 void cuda_matmul_free(cuda_ctx *x);
@@ -248,11 +284,17 @@ void cuda_xent_bwd(backend *b, float *logits, const float *rowmax, const float *
                    const int *targets, float dloss, int N, int Vp_local, int vocab_start,
                    int V_valid);
 void cuda_loss_sum(backend *b, double *acc, const float *losses, size_t n);
-double cuda_sumsq(backend *b, const float *x, size_t n);
-void cuda_sumsq_add(backend *b, double *acc, const float *x, size_t n);
 void cuda_scale(backend *b, float *x, float s, size_t n);
 void cuda_to_bf16(backend *b, uint16_t *dst, const float *src, size_t n);
 void cuda_from_bf16(backend *b, float *dst, const uint16_t *src, size_t n);
 void cuda_add_to_bf16(backend *b, uint16_t *dst, const float *src, size_t n);
+// ---- the optimizer's ops (backend_cuda_optim.cu) ----
+double cuda_sumsq(backend *b, const float *x, size_t n);
+void cuda_sumsq_add(backend *b, double *acc, const float *x, size_t n);
 void cuda_adamw(backend *b, float *param, const float *grad, float *m, float *v, size_t n,
                 const adamw_step *s, uint16_t *param16);
+void cuda_mt_sumsq_add(backend *b, double *acc, const mt_table *t);
+void cuda_mt_adamw(backend *b, const mt_table *t, const adamw_step *s);
+// Reads TRIDENT_CUDA_OPTIM (TRI_ERR_CONFIG for a value it does not know) into
+// b->optim_multi.
+tri_status cuda_optim_init(backend *b);

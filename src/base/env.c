@@ -25,6 +25,11 @@ const env_desc ENV_TABLE[ENV_COUNT] = {
                                     "previous one (fp32 outputs rounded by a separate pass; to "
                                     "bisect a failing device run); any other value is an error "
                                     "(exit 2)"},
+    [ENV_TRIDENT_CUDA_OPTIM] = {"TRIDENT_CUDA_OPTIM", ENV_BY_USER, "multi|v1", "multi",
+                                "the CUDA backend's optimizer: multi (the gradient norm and "
+                                "AdamW as a few multi-tensor launches over every piece) or v1, "
+                                "the previous one (launches per piece; to bisect a failing "
+                                "device run); any other value is an error (exit 2)"},
     [ENV_TEST_COMM_STAGED] = {"TRIDENT_COMM_STAGED", ENV_BY_TEST_HOOK, "1",
                               "staged only under a device backend with system.comm: mpi",
                               "every MPI call is staged through host buffers on the CPU path "

@@ -764,6 +764,9 @@ static const backend cpu_backend_table = {
     /* .add_to_bf16           = */ cpu_add_to_bf16,
     /* .adamw                 = */ cpu_adamw,
     /* .destroy               = */ cpu_destroy,
+    /* .mt_sumsq_add          = */ cpu_mt_sumsq_add,
+    /* .mt_adamw              = */ cpu_mt_adamw,
+    /* .optim_multi           = */ 1, // the per-piece ops in order: the same bits
 };
 
 tri_status backend_cpu_create(backend **out, int threads) {
