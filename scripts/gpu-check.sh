@@ -31,7 +31,10 @@
 #                       reductions, OC and V 50304, attention at T 1024 and 2048)
 #        bf16-path.log  10 bf16 steps of tests/configs/tiny.yaml on the fused bf16 data path
 #                       (matmuls writing bf16 outputs) and on v1 (TRIDENT_CUDA_BF16_PATH=v1),
-#                       whose losses must agree within bf16's rounding (tests/parity.py)
+#                       whose losses must agree within bf16's rounding (tests/parity.py);
+#                       then the same fused run with the optimizer per piece
+#                       (TRIDENT_CUDA_OPTIM=v1) against the multi-tensor one: losses, norms
+#                       and parameters within 1e-4 (only the norm's order of sums differs)
 #        bench-ops.log  test_gpu_ops --bench: op timings at GPT-2 124M sizes (the matmuls
 #                       with fp32 and with bf16 operands), fp32 then TF32; then
 #                       --bench-attn: attention per head size at T 1024 and 2048 on the FA2
@@ -46,7 +49,7 @@
 #    (command="GPU_CHECK_PHASES=bench-gpu bash scripts/gpu-check.sh"). STEPS (default 8)
 #    sets the benchmark's steps per run.
 #    Expected times on one H200 (estimated from sizes, not measured; see tests/gpu/run.sh):
-#    test-gpu ~65 s, test-model ~20 s, bf16-path ~15 s; the limits leave about twice that.
+#    test-gpu ~68 s, test-model ~20 s, bf16-path ~22 s; the limits leave about twice that.
 # 3. Here, without a GPU:
 #        scripts/gpu-check.sh --dry         the phases, their limits and commands, and whether
 #                                           the limits fit the deadline (exit 1 if not)
@@ -89,7 +92,12 @@ PHASE_COMMANDS=(
      TRIDENT_CUDA_BF16_PATH=\$p $B/trident train tests/configs/tiny.yaml --set system.backend=cuda \
        --set train.precision=bf16 --set train.steps=10 --set data.eval_every=0 \
        --set run.out_dir=/tmp/gpu-check-bf16-\$p || exit 1; done &&
-     python3 tests/parity.py /tmp/gpu-check-bf16-v1 /tmp/gpu-check-bf16-fused loss=2e-2 steps=10"
+     python3 tests/parity.py /tmp/gpu-check-bf16-v1 /tmp/gpu-check-bf16-fused loss=2e-2 steps=10 &&
+     rm -rf /tmp/gpu-check-optim-v1 && TRIDENT_CUDA_OPTIM=v1 $B/trident train tests/configs/tiny.yaml \
+       --set system.backend=cuda --set train.precision=bf16 --set train.steps=10 \
+       --set data.eval_every=0 --set run.out_dir=/tmp/gpu-check-optim-v1 &&
+     python3 tests/parity.py /tmp/gpu-check-optim-v1 /tmp/gpu-check-bf16-fused loss=1e-4 norm=1e-4 \
+       param=1e-4 steps=10"
     "$B/tests/gpu/test_gpu_ops --bench && TRIDENT_CUDA_TF32=1 $B/tests/gpu/test_gpu_ops --bench &&
      $B/tests/gpu/test_gpu_ops --bench-attn && TRIDENT_CUDA_ATTN=v1 $B/tests/gpu/test_gpu_ops --bench-attn"
     "STEPS=${STEPS:-8} TRIDENT_BIN=$B/trident BENCH_OUT=/tmp/bench-gpu scripts/bench-gpu.sh")
