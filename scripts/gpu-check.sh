@@ -33,7 +33,10 @@
 #                       (matmuls writing bf16 outputs, bf16 logits and the fused classifier,
 #                       float4 LayerNorm kernels) and on v1 (TRIDENT_CUDA_BF16_PATH=v1 with
 #                       TRIDENT_CUDA_LN=v1: the kernels before them), whose losses must agree
-#                       within bf16's rounding (tests/parity.py)
+#                       within bf16's rounding (tests/parity.py);
+#                       then the same fused run with the optimizer per piece
+#                       (TRIDENT_CUDA_OPTIM=v1) against the multi-tensor one: losses, norms
+#                       and parameters within 1e-4 (only the norm's order of sums differs)
 #        bench-ops.log  test_gpu_ops --bench: op timings at GPT-2 124M sizes (the matmuls
 #                       with fp32 and with bf16 operands), fp32 then TF32; then
 #                       --bench-attn: attention per head size at T 1024 and 2048 on the FA2
@@ -48,7 +51,7 @@
 #    (command="GPU_CHECK_PHASES=bench-gpu bash scripts/gpu-check.sh"). STEPS (default 8)
 #    sets the benchmark's steps per run.
 #    Expected times on one H200 (estimated from sizes, not measured; see tests/gpu/run.sh):
-#    test-gpu ~65 s, test-model ~20 s, bf16-path ~15 s; the limits leave about twice that.
+#    test-gpu ~68 s, test-model ~20 s, bf16-path ~22 s; the limits leave about twice that.
 # 3. Here, without a GPU:
 #        scripts/gpu-check.sh --dry         the phases, their limits and commands, and whether
 #                                           the limits fit the deadline (exit 1 if not)
@@ -91,7 +94,12 @@ PHASE_COMMANDS=(
      TRIDENT_CUDA_LN=\$ln TRIDENT_CUDA_BF16_PATH=\$p $B/trident train tests/configs/tiny.yaml --set system.backend=cuda \
        --set train.precision=bf16 --set train.steps=10 --set data.eval_every=0 \
        --set run.out_dir=/tmp/gpu-check-bf16-\$p || exit 1; done &&
-     python3 tests/parity.py /tmp/gpu-check-bf16-v1 /tmp/gpu-check-bf16-fused loss=2e-2 steps=10"
+     python3 tests/parity.py /tmp/gpu-check-bf16-v1 /tmp/gpu-check-bf16-fused loss=2e-2 steps=10 &&
+     rm -rf /tmp/gpu-check-optim-v1 && TRIDENT_CUDA_OPTIM=v1 $B/trident train tests/configs/tiny.yaml \
+       --set system.backend=cuda --set train.precision=bf16 --set train.steps=10 \
+       --set data.eval_every=0 --set run.out_dir=/tmp/gpu-check-optim-v1 &&
+     python3 tests/parity.py /tmp/gpu-check-optim-v1 /tmp/gpu-check-bf16-fused loss=1e-4 norm=1e-4 \
+       param=1e-4 steps=10"
     "$B/tests/gpu/test_gpu_ops --bench && TRIDENT_CUDA_TF32=1 $B/tests/gpu/test_gpu_ops --bench &&
      $B/tests/gpu/test_gpu_ops --bench-attn && TRIDENT_CUDA_ATTN=v1 $B/tests/gpu/test_gpu_ops --bench-attn"
     "STEPS=${STEPS:-8} TRIDENT_BIN=$B/trident BENCH_OUT=/tmp/bench-gpu scripts/bench-gpu.sh")
@@ -115,10 +123,12 @@ fi
 if [ $MODE = pack ]; then
     set -e
     make --no-print-directory BUILD="$BUILD_DIR" USE_CUDA=1 -j"${JOBS:-2}" \
-        "$BUILD_DIR/trident" "$BUILD_DIR/tests/gpu/test_gpu_ops" data
+        "$BUILD_DIR/trident" "$BUILD_DIR/tests/gpu/test_gpu_ops" \
+        "$BUILD_DIR/tests/gpu/test_gpu_optim" data
     stage=$BUILD_DIR/stage
     rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/lib" "$stage/data"
-    cp "$BUILD_DIR/trident" "$BUILD_DIR/tests/gpu/test_gpu_ops" "$stage/bin/"
+    cp "$BUILD_DIR/trident" "$BUILD_DIR/tests/gpu/test_gpu_ops" \
+        "$BUILD_DIR/tests/gpu/test_gpu_optim" "$stage/bin/"
     cp data/*.bin "$stage/data/"
     # OpenMPI's launcher, of the same installation as the libmpi trident links, with what it
     # and the ranks' libmpi load at run time: the MCA components (OPAL_PKGLIBDIR), the help
@@ -186,6 +196,7 @@ wrap() { printf '#!/bin/sh\nLD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PA
     "$LIBS" "$2" >"$1" && chmod +x "$1"; }
 wrap "$B/trident" "$B/bin/trident"
 wrap "$B/tests/gpu/test_gpu_ops" "$B/bin/test_gpu_ops"
+wrap "$B/tests/gpu/test_gpu_optim" "$B/bin/test_gpu_optim"
 # The bundle's mpirun (the OpenMPI of trident's libmpi, whatever MPI the machine has), first
 # on PATH for the tests (tests/lib.sh's MPIRUN), relocated to the bundle: it and the ranks it
 # starts (which inherit these variables) find the components, help texts and PMIx's plugins

@@ -173,7 +173,7 @@ static void check_sort_bound(void) {
 }
 
 // The CUDA backend's traits (the planner's GPU entries).
-static const backend_traits CUDA_TRAITS = {.attn = ATTN_STATE_LSE, .bf16_out = 1};
+static const backend_traits CUDA_TRAITS = {.attn = ATTN_STATE_LSE, .bf16_out = 1, .optim_table = 1};
 
 // A resolved config of C = d_model, T = seq_len (B 16, 12 layers, GPT-2's vocabulary) with
 // these settings, on tp * pp ranks.

@@ -340,6 +340,9 @@ static const backend cuda_backend_table = {
     /* .rope_bwd              = */ NULL,
     /* .swiglu_fwd            = */ NULL,
     /* .swiglu_bwd            = */ NULL,
+    /* .mt_sumsq_add          = */ cuda_mt_sumsq_add,
+    /* .mt_adamw              = */ cuda_mt_adamw,
+    /* .optim_multi           = */ 1, // TRIDENT_CUDA_OPTIM (cuda_optim_init)
 };
 
 int cuda_in_build(void) { return 1; }
@@ -404,6 +407,7 @@ tri_status backend_cuda_create(backend **out, int device) {
         x->ln_vec = ln == 0;
         b->bf16_out = x->bf16_out;
         TRI_CHECK_GOTO(cuda_attention_init(x, prop.sharedMemPerBlockOptin), rc, fail);
+        TRI_CHECK_GOTO(cuda_optim_init(b), rc, fail);
         LOG_DEBUG("CUDA backend on device %d (%s, sm_%d%d, %d SMs, %.1f GiB), matmuls in %s, "
                   "GELU %s",
                   device, prop.name, prop.major, prop.minor, prop.multiProcessorCount,

@@ -366,6 +366,7 @@ tri_status cuda_attention_init(cuda_ctx *x, size_t smem_optin) {
     }
     x->att_fa2 = k == 0;
     TRI_CHECK(cuda_fa2_init(x, smem_optin));
+    TRI_CHECK(cuda_atc_init(x, smem_optin));
     x->att_max_hs = 0;
     TRI_CHECK(att_enable<32>(x, smem_optin));
     TRI_CHECK(att_enable<64>(x, smem_optin));

@@ -387,33 +387,41 @@ __global__ void __launch_bounds__(ATC_THREADS)
 // ---------------------------------------------------------------------------------------
 // Dispatch
 
-// Can the tensor-core kernels for DP run this head size here? Asks the device for its opt-in
-// shared memory per block (a cached attribute, no synchronisation) and, when it suffices,
-// lets the three kernels use it (a host-side setting; repeating it is harmless and cheap).
-template <int DP> static int atc_enable(cuda_ctx *x) {
-    int optin = 0;
-    CUDA_OP_CHECK(
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, x->device));
-    if ((size_t)optin < atc_smem<DP>::fwd || (size_t)optin < atc_smem<DP>::dq ||
-        (size_t)optin < atc_smem<DP>::dkv)
-        return 0;
-    CUDA_OP_CHECK(cudaFuncSetAttribute(
-        atc_fwd_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)atc_smem<DP>::fwd));
-    CUDA_OP_CHECK(cudaFuncSetAttribute(
+// Can the tensor-core kernels for DP run on this device? When the device's opt-in shared
+// memory per block suffices for all three, lets them use it and sets DP's bit of
+// x->atc_heads. Called once per device at creation (cuda_atc_init), so that an attention call
+// makes no host API call besides its launches: these queries and settings used to run on
+// every call (a cudaDeviceGetAttribute and three cudaFuncSetAttribute per forward and per
+// backward).
+template <int DP> static tri_status atc_enable(cuda_ctx *x, size_t smem_optin) {
+    if (smem_optin < atc_smem<DP>::fwd || smem_optin < atc_smem<DP>::dq ||
+        smem_optin < atc_smem<DP>::dkv)
+        return TRI_OK;
+    CUDA_CHECK(cudaFuncSetAttribute(atc_fwd_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)atc_smem<DP>::fwd));
+    CUDA_CHECK(cudaFuncSetAttribute(
         atc_bwd_dq_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)atc_smem<DP>::dq));
-    CUDA_OP_CHECK(cudaFuncSetAttribute(atc_bwd_dkv_kernel<DP>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)atc_smem<DP>::dkv));
-    return 1;
+    CUDA_CHECK(cudaFuncSetAttribute(atc_bwd_dkv_kernel<DP>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)atc_smem<DP>::dkv));
+    x->atc_heads |= 1u << (DP / 16);
+    return TRI_OK;
+}
+
+tri_status cuda_atc_init(cuda_ctx *x, size_t smem_optin) {
+    x->atc_heads = 0;
+    TRI_CHECK(atc_enable<16>(x, smem_optin));
+    TRI_CHECK(atc_enable<32>(x, smem_optin));
+    TRI_CHECK(atc_enable<64>(x, smem_optin));
+    TRI_CHECK(atc_enable<128>(x, smem_optin));
+    return TRI_OK;
 }
 
 // The DP of the kernels for HS, or 0 when HS falls back to the fp32 kernels.
-static int atc_head_dp(cuda_ctx *x, int HS) {
+static int atc_head_dp(const cuda_ctx *x, int HS) {
     if (HS <= 0 || HS % 16 != 0 || HS > 128) return 0;
-    if (HS <= 16) return atc_enable<16>(x) ? 16 : 0;
-    if (HS <= 32) return atc_enable<32>(x) ? 32 : 0;
-    if (HS <= 64) return atc_enable<64>(x) ? 64 : 0;
-    return atc_enable<128>(x) ? 128 : 0;
+    const int dp = HS <= 16 ? 16 : HS <= 32 ? 32 : HS <= 64 ? 64 : 128;
+    return (x->atc_heads >> (dp / 16)) & 1u ? dp : 0;
 }
 
 template <int DP>

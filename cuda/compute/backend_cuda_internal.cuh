@@ -78,6 +78,7 @@ typedef struct {
     int att_max_hs;               // largest attention head size the device's shared memory allows
     int att_fa2;                  // TRIDENT_CUDA_ATTN: 1 for the FA2 kernels (default), 0 for v1
     unsigned att_fa2_heads;       // head sizes whose FA2 kernels fit the device (bits HS / 16)
+    unsigned atc_heads;           // v1 tensor-core kernels that fit the device (bits DP / 16)
     int gelu_epilogue;   // cuBLASLt's GELU epilogues compute gelu_tanh here (probed at start)
     int bf16_out;        // TRIDENT_CUDA_BF16_PATH: 1 for fused (default), 0 for v1
     int ln_vec;          // TRIDENT_CUDA_LN: 1 for vec (128-bit accesses, default), 0 for v1
@@ -139,6 +140,42 @@ __device__ __forceinline__ float cuda_warp_max(float v) {
     return v;
 }
 
+// ---- the elementwise and reduction kernels' helpers (backend_cuda_ops.cu, _optim.cu) ----
+#define OPS_THREADS 256
+
+// Block-wide reduction of one value per thread (blockDim.x a multiple of 32, at most 1024):
+// warps reduce by butterfly, then warp 0 reduces the warps' results; the same fixed order
+// every time. Every thread gets the result.
+template <typename V, typename F> __device__ V block_reduce(V v, F combine, V identity) {
+    __shared__ V partial[32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    for (int o = 16; o > 0; o >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, o));
+    __syncthreads(); // partial[] may still be read by an earlier call
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? partial[lane] : identity;
+    for (int o = 16; o > 0; o >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+struct op_sum {
+    template <typename V> __device__ V operator()(V a, V b) const { return a + b; }
+};
+struct op_max {
+    __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+#define GRID_STRIDE(i, n)                                                                          \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                        \
+         i += (size_t)gridDim.x * blockDim.x)
+
+// Launches `kernel` over n elements with OPS_THREADS-thread blocks on x's stream, checked.
+#define LAUNCH_N(kernel, x, n, ...)                                                                \
+    do {                                                                                           \
+        kernel<<<cuda_grid_for((n), OPS_THREADS), OPS_THREADS, 0, (x)->stream>>>(__VA_ARGS__);     \
+        CUDA_LAUNCH_CHECK(#kernel);                                                                \
+    } while (0)
+
 // ---- cuBLASLt (backend_cuda_matmul.cu) ----
 tri_status cuda_matmul_init(cuda_ctx *x);
 void cuda_matmul_free(cuda_ctx *x);
@@ -164,7 +201,8 @@ void cuda_gemm_bf16_fallback(cuda_ctx *x, int ta, int tb, int m, int n, int k, c
 
 // ---- attention (backend_cuda_attn.cu) ----
 // Reads TRIDENT_CUDA_ATTN (TRI_ERR_CONFIG for a value it does not know), sets x->att_max_hs
-// from the device's opt-in shared memory per block, and readies the FA2 kernels.
+// from the device's opt-in shared memory per block, and readies the FA2 and the v1
+// tensor-core kernels.
 tri_status cuda_attention_init(cuda_ctx *x, size_t smem_optin);
 // The table's entries (backend.h): fp32 q, k, v here, bf16 ones in the FA2 or the v1
 // tensor-core kernels below. state: each row's log-sum-exp (ATTN_STATE_LSE).
@@ -189,6 +227,9 @@ int cuda_fa2_fwd(cuda_ctx *x, float *out, float *lse, const uint16_t *qkv, int B
 int cuda_fa2_bwd(cuda_ctx *x, float *dqkv, const float *dout, const uint16_t *qkv,
                  const uint16_t *o16, const float *lse, int B, int T, int NH, int HS);
 // ---- v1 tensor-core attention on bf16 q, k, v (backend_cuda_attn_tc.cu) ----
+// Sets x->atc_heads and lets the kernels that fit use the shared memory they need (once, at
+// creation: an attention call then queries and sets nothing).
+tri_status cuda_atc_init(cuda_ctx *x, size_t smem_optin);
 void cuda_attention_fwd_bf16(backend *b, float *out, void *state, const uint16_t *qkv, int B, int T,
                              int NH, int HS);
 void cuda_attention_bwd_bf16(backend *b, float *dqkv, const float *dout, const uint16_t *qkv,
@@ -262,11 +303,17 @@ void cuda_xent_bwd16(backend *b, uint16_t *logits16, const float *rowmax, const 
                      const int *targets, float dloss, int N, int Vp_local, int vocab_start,
                      int V_valid);
 void cuda_loss_sum(backend *b, double *acc, const float *losses, size_t n);
-double cuda_sumsq(backend *b, const float *x, size_t n);
-void cuda_sumsq_add(backend *b, double *acc, const float *x, size_t n);
 void cuda_scale(backend *b, float *x, float s, size_t n);
 void cuda_to_bf16(backend *b, uint16_t *dst, const float *src, size_t n);
 void cuda_from_bf16(backend *b, float *dst, const uint16_t *src, size_t n);
 void cuda_add_to_bf16(backend *b, uint16_t *dst, const float *src, size_t n);
+// ---- the optimizer's ops (backend_cuda_optim.cu) ----
+double cuda_sumsq(backend *b, const float *x, size_t n);
+void cuda_sumsq_add(backend *b, double *acc, const float *x, size_t n);
 void cuda_adamw(backend *b, float *param, const float *grad, float *m, float *v, size_t n,
                 const adamw_step *s, uint16_t *param16);
+void cuda_mt_sumsq_add(backend *b, double *acc, const mt_table *t);
+void cuda_mt_adamw(backend *b, const mt_table *t, const adamw_step *s);
+// Reads TRIDENT_CUDA_OPTIM (TRI_ERR_CONFIG for a value it does not know) into
+// b->optim_multi.
+tri_status cuda_optim_init(backend *b);

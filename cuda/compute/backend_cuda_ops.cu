@@ -1,5 +1,6 @@
 // backend_cuda_ops.cu: the CUDA backend's ops other than the matmuls and attention:
-// LayerNorm, pointwise, embeddings, the vocab-parallel cross-entropy, AdamW, sumsq, scale.
+// LayerNorm, pointwise, embeddings, the vocab-parallel cross-entropy, the loss sum, scale
+// (sumsq and AdamW: backend_cuda_optim.cu).
 // The semantics are backend.h's, formula for formula those of src/compute/backend_cpu.c.
 //
 // Determinism (backend_cuda.cu): every reduction has a fixed shape that depends only on the
@@ -9,56 +10,22 @@
 //   embedding backward: the tokens are sorted by vocabulary row with CUB's stable radix sort,
 //     and one thread per (row, column) adds that row's tokens in their original order, the
 //     order in which the CPU backend adds them; dwpe sums the batch in order;
-//   cross-entropy and sumsq: block-wide trees in a fixed order, sumsq in double.
+//   cross-entropy and the loss sum: block-wide trees in a fixed order (block_reduce,
+//   backend_cuda_internal.cuh).
 #include "backend_cuda_internal.cuh"
 
 #include <cub/device/device_radix_sort.cuh>
 #include <math.h>
 
-#define OPS_THREADS 256
 #define LN_ROWS_PER_BLOCK 8    // one warp per row
 #define LN_CHUNK CUDA_LN_CHUNK // rows per partial column sum (compute/cuda_workspace.h)
 #define XENT_THREADS 512
-#define SUMSQ_MAX_BLOCKS CUDA_SUMSQ_MAX_BLOCKS
 #define EMB_COLS 128 // columns per block of the embedding backward
 
 // gelu_tanh(x) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3), as in backend_cpu.c.
 #define GELU_K0 0.7978845608028654f
 #define GELU_K1 0.044715f
 #define LN_EPS 1e-5f
-
-// Block-wide reduction of one value per thread (blockDim.x a multiple of 32, at most 1024):
-// warps reduce by butterfly, then warp 0 reduces the warps' results; the same fixed order
-// every time. Every thread gets the result.
-template <typename V, typename F> __device__ V block_reduce(V v, F combine, V identity) {
-    __shared__ V partial[32];
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-    for (int o = 16; o > 0; o >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, o));
-    __syncthreads(); // partial[] may still be read by an earlier call
-    if (lane == 0) partial[warp] = v;
-    __syncthreads();
-    v = lane < nwarps ? partial[lane] : identity;
-    for (int o = 16; o > 0; o >>= 1) v = combine(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-struct op_sum {
-    template <typename V> __device__ V operator()(V a, V b) const { return a + b; }
-};
-struct op_max {
-    __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
-};
-
-#define GRID_STRIDE(i, n)                                                                          \
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                        \
-         i += (size_t)gridDim.x * blockDim.x)
-
-// Launches `kernel` over n elements with OPS_THREADS-thread blocks on x's stream, checked.
-#define LAUNCH_N(kernel, x, n, ...)                                                                \
-    do {                                                                                           \
-        kernel<<<cuda_grid_for((n), OPS_THREADS), OPS_THREADS, 0, (x)->stream>>>(__VA_ARGS__);     \
-        CUDA_LAUNCH_CHECK(#kernel);                                                                \
-    } while (0)
 
 // ---------------------------------------------------------------------------------------
 // Helpers of the matmul (backend_cuda_matmul.cu)
@@ -598,25 +565,6 @@ void cuda_xent_bwd(backend *b, float *logits, const float *rowmax, const float *
 // ---------------------------------------------------------------------------------------
 // Optimizer and reductions
 
-// Per block: the sum of squares, in double, of its grid-stride elements, as a fixed tree.
-__global__ void sumsq_partial_kernel(double *partial, const float *x, size_t n) {
-    double acc = 0.0;
-    GRID_STRIDE(i, n) {
-        const double v = x[i];
-        acc += v * v;
-    }
-    acc = block_reduce(acc, op_sum(), 0.0);
-    if (threadIdx.x == 0) partial[blockIdx.x] = acc;
-}
-
-// *out = the blocks' total, or (accumulate) *out += it.
-__global__ void sumsq_final_kernel(double *out, const double *partial, int nblocks,
-                                   int accumulate) {
-    double v = (int)threadIdx.x < nblocks ? partial[threadIdx.x] : 0.0;
-    v = block_reduce(v, op_sum(), 0.0);
-    if (threadIdx.x == 0) *out = accumulate ? *out + v : v;
-}
-
 // One block: each thread sums its strided losses in double, then a fixed tree; thread 0 adds
 // the total to *acc. A micro-batch has a few thousand losses, so one block is enough.
 __global__ void loss_sum_kernel(double *acc, const float *losses, size_t n) {
@@ -629,70 +577,4 @@ __global__ void loss_sum_kernel(double *acc, const float *losses, size_t n) {
 void cuda_loss_sum(backend *b, double *acc, const float *losses, size_t n) {
     loss_sum_kernel<<<1, OPS_THREADS, 0, cuda_ctx_of(b)->stream>>>(acc, losses, n);
     CUDA_LAUNCH_CHECK("loss_sum_kernel");
-}
-
-// The two kernels: the sum of squares of xs into *out (device), or added to it; partial
-// holds SUMSQ_MAX_BLOCKS doubles.
-static void sumsq_to(cuda_ctx *x, double *out, double *partial, const float *xs, size_t n,
-                     int accumulate) {
-    if (!n) {
-        if (!accumulate) CUDA_OP_CHECK(cudaMemsetAsync(out, 0, sizeof(double), x->stream));
-        return;
-    }
-    // The grid depends on n alone, so the order of the additions does too.
-    size_t want = (n + (size_t)OPS_THREADS * 16 - 1) / ((size_t)OPS_THREADS * 16);
-    const int nblocks = want > SUMSQ_MAX_BLOCKS ? SUMSQ_MAX_BLOCKS : (int)want;
-    sumsq_partial_kernel<<<nblocks, OPS_THREADS, 0, x->stream>>>(partial, xs, n);
-    CUDA_LAUNCH_CHECK("sumsq_partial_kernel");
-    sumsq_final_kernel<<<1, SUMSQ_MAX_BLOCKS, 0, x->stream>>>(out, partial, nblocks, accumulate);
-    CUDA_LAUNCH_CHECK("sumsq_final_kernel");
-}
-
-double cuda_sumsq(backend *b, const float *xs, size_t n) {
-    cuda_ctx *x = cuda_ctx_of(b);
-    if (!n) return 0.0;
-    double *partial = (double *)cuda_scratch(x, cuda_ws_sumsq());
-    double *out = partial + SUMSQ_MAX_BLOCKS;
-    sumsq_to(x, out, partial, xs, n, 0);
-    CUDA_OP_CHECK(
-        cudaMemcpyAsync(x->host_result, out, sizeof(double), cudaMemcpyDeviceToHost, x->stream));
-    CUDA_OP_CHECK(cudaStreamSynchronize(x->stream)); // the contract returns a host value
-    return *x->host_result;
-}
-
-void cuda_sumsq_add(backend *b, double *acc, const float *xs, size_t n) {
-    cuda_ctx *x = cuda_ctx_of(b);
-    sumsq_to(x, acc, (double *)cuda_scratch(x, cuda_ws_sumsq()), xs, n, 1);
-}
-
-struct adamw_coef {
-    float lr, beta1, beta2, eps, wd, grad_scale, inv_bc1, inv_bc2;
-};
-
-// The expression of backend_cpu.c's adamw_scalar, element for element.
-__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, adamw_coef k,
-                             uint16_t *p16) {
-    GRID_STRIDE(i, n) {
-        const float gi = g[i] * k.grad_scale;
-        const float mi = k.beta1 * m[i] + (1.0f - k.beta1) * gi;
-        const float vi = k.beta2 * v[i] + (1.0f - k.beta2) * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        const float update = (mi * k.inv_bc1) / (sqrtf(vi * k.inv_bc2) + k.eps);
-        const float pi = p[i] - k.lr * (update + k.wd * p[i]);
-        p[i] = pi;
-        if (p16) p16[i] = __bfloat16_as_ushort(__float2bfloat16_rn(pi));
-    }
-}
-
-void cuda_adamw(backend *b, float *param, const float *grad, float *m, float *v, size_t n,
-                const adamw_step *s, uint16_t *param16) {
-    if (!n) return;
-    adamw_coef k;
-    k.lr = s->lr, k.beta1 = s->beta1, k.beta2 = s->beta2, k.eps = s->eps, k.wd = s->weight_decay;
-    k.grad_scale = s->grad_scale;
-    // Bias corrections in double, as on the CPU: 1 - beta2^t is ~1e-3 at t = 1.
-    k.inv_bc1 = (float)(1.0 / (1.0 - pow((double)s->beta1, (double)s->t)));
-    k.inv_bc2 = (float)(1.0 / (1.0 - pow((double)s->beta2, (double)s->t)));
-    LAUNCH_N(adamw_kernel, cuda_ctx_of(b), n, param, grad, m, v, n, k, param16);
 }

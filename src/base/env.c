@@ -33,6 +33,11 @@ const env_desc ENV_TABLE[ENV_COUNT] = {
     [ENV_FLIGHT_RECORDER] = {"TRIDENT_FLIGHT_RECORDER", ENV_BY_USER, "0|1", "1",
                              "0 turns the flight recorder off (no <out_dir>/diagnose/ rings, no "
                              "verdict on a stall or a dead rank), to measure its cost"},
+    [ENV_TRIDENT_CUDA_OPTIM] = {"TRIDENT_CUDA_OPTIM", ENV_BY_USER, "multi|v1", "multi",
+                                "the CUDA backend's optimizer: multi (the gradient norm and "
+                                "AdamW as a few multi-tensor launches over every piece) or v1, "
+                                "the previous one (launches per piece; to bisect a failing "
+                                "device run); any other value is an error (exit 2)"},
     [ENV_TEST_COMM_STAGED] = {"TRIDENT_COMM_STAGED", ENV_BY_TEST_HOOK, "1",
                               "staged only under a device backend with system.comm: mpi",
                               "every MPI call is staged through host buffers on the CPU path "

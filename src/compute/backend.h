@@ -19,6 +19,7 @@
 #include "base/checked.h"
 #include "base/common.h"
 #include "base/dtype.h"
+#include "compute/multi_tensor.h"
 
 // Which compute backend a run asks for (system.backend; backend_select.h chooses).
 typedef enum { BACKEND_AUTO = 0, BACKEND_CPU = 1, BACKEND_CUDA = 2 } backend_kind;
@@ -62,6 +63,8 @@ typedef struct backend backend;
 typedef struct {
     attn_state_kind attn; // backend.attn_state
     int bf16_out;         // backend.bf16_out
+    int optim_table;      // the optimizer uploads its multi-tensor table (backend.optim_multi
+                          // on a backend with device_memory)
 } backend_traits;
 
 // The largest operands a run hands the ops (the model's dimensions on this rank,
@@ -316,10 +319,23 @@ struct backend {
     void (*swiglu_fwd)(backend *b, float *out, const float *fc, int N, int F);
     // dfc (N, 2F) overwritten from dout (N, F) and fc.
     void (*swiglu_bwd)(backend *b, float *dfc, const float *dout, const float *fc, int N, int F);
+    // ---- multi-tensor optimizer ops (multi_tensor.h) ----
+    // The optimizer's pieces in one table built once: the same results as the per-piece
+    // entries above, in a handful of launches per step instead of one or two per piece.
+    // *acc += the sum of squares of the gradients of the tensors with in_norm, in double,
+    // in a fixed order (deterministic; it may differ in the last bits from sumsq_add piece
+    // by piece, except on the CPU, which loops exactly so).
+    void (*mt_sumsq_add)(backend *b, double *acc, const mt_table *t);
+    // adamw over every tensor, with weight decay s->weight_decay on the tensors with decay
+    // and none on the others; each tensor's param16 (when not NULL) receives the rounding.
+    void (*mt_adamw)(backend *b, const mt_table *t, const adamw_step *s);
+    // 1: the optimizer runs its pieces through the two entries above (the CPU; CUDA unless
+    // TRIDENT_CUDA_OPTIM=v1), 0: piece by piece through sumsq_add and adamw.
+    int optim_multi;
 };
 
 static inline backend_traits backend_traits_of(const backend *b) {
-    backend_traits t = {b->attn_state, b->bf16_out};
+    backend_traits t = {b->attn_state, b->bf16_out, b->device_memory && b->optim_multi};
     return t;
 }
 

@@ -759,6 +759,9 @@ static const backend cpu_backend_table = {
     /* .rope_bwd              = */ cpu_rope_bwd,
     /* .swiglu_fwd            = */ cpu_swiglu_fwd,
     /* .swiglu_bwd            = */ cpu_swiglu_bwd,
+    /* .mt_sumsq_add          = */ cpu_mt_sumsq_add,
+    /* .mt_adamw              = */ cpu_mt_adamw,
+    /* .optim_multi           = */ 1, // the per-piece ops in order: the same bits
 };
 
 tri_status backend_cpu_create(backend **out, int threads) {

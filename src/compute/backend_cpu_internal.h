@@ -147,3 +147,7 @@ static inline float cpu_expf(float x) {
     pow2n.u = (uint32_t)(e + 127) << 23;
     return p * pow2n.f;
 }
+
+// The multi-tensor optimizer ops (backend_cpu_optim.c): the per-piece ops tensor by tensor.
+void cpu_mt_sumsq_add(backend *b, double *acc, const mt_table *t);
+void cpu_mt_adamw(backend *b, const mt_table *t, const adamw_step *s);

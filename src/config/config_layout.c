@@ -50,7 +50,7 @@ void config_rank_memory_of(const run_config *cfg, const param_table *pt, const z
     const zero_config zc = config_zero_config(cfg, dp_rank);
     model_buffers(&s, &cfg->model, &ml, pt, NULL);
     zero_buffers(&s, &zc, zl, pt, NULL);
-    optim_buffers(&s, zl, zc.param_dtype, NULL);
+    optim_buffers(&s, zl, zc.param_dtype, bt.optim_table, NULL);
     mem_specs_totals(&s, mem);
     mem_specs_free(&s);
 }

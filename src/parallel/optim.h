@@ -28,9 +28,12 @@ typedef enum { OPTIM_MASTER = 0, OPTIM_ADAM_M, OPTIM_ADAM_V } optim_state_kind;
 typedef struct optimizer optimizer;
 
 // The optimizer's buffers (mempool.h specs) for the layout `zl` and parameter dtype: the
-// moments, the master weights (bf16 parameters), the norm's accumulator. With o
-// (optim_create) each spec fills a field of o; with o NULL (the planner) they only size.
-void optim_buffers(mem_specs *specs, const zero_layout *zl, tri_dtype param_dtype, optimizer *o);
+// moments, the master weights (bf16 parameters), the norm's accumulator, and with
+// optim_table (backend_traits: a device backend's multi-tensor ops) the device copy of the
+// multi-tensor table. With o (optim_create) each spec fills a field of o; with o NULL (the
+// planner) they only size.
+void optim_buffers(mem_specs *specs, const zero_layout *zl, tri_dtype param_dtype, int optim_table,
+                   optimizer *o);
 
 // Carves the buffers from `pool` (the backend's memory when NULL) and, in mixed precision,
 // starts the master weights from z's bf16 parameters. grad_clip 0 turns clipping off.
@@ -44,7 +47,9 @@ void optim_free(optimizer *o);
 tri_status optim_grad_norm(optimizer *o, double *norm);
 // Clips (to grad_clip, given the norm), applies AdamW with learning rate lr to this rank's
 // pieces (weight decay on the table's decay entries only), then the ZeRO layer all-gathers
-// the updated parameters where its stage needs it.
+// the updated parameters where its stage needs it. On a backend with optim_multi the norm
+// and AdamW each run as one multi-tensor op over the table built at creation, else piece
+// by piece (the same values; the CPU's bits are the same either way).
 tri_status optim_step(optimizer *o, double lr, double grad_norm);
 
 // AdamW's step counter (bias correction): steps taken; a resume sets it.

@@ -321,9 +321,17 @@ tri_status zero_finish_grads(zero_state *z) {
     return TRI_OK;
 }
 
-const float *zero_piece_grad(zero_state *z, const zero_piece *pc) {
+const void *zero_piece_grad_stored(const zero_state *z, const zero_piece *pc) {
     const char *base = z->lay.stage >= 2 ? (const char *)z->grad_shard : (const char *)z->grads;
-    const void *g = base + pc->pos * z->gelem;
+    return base + pc->pos * z->gelem;
+}
+
+float *zero_grad_widen_buffer(const zero_state *z) { return z->gdt == DTYPE_BF16 ? z->gtmp : NULL; }
+
+tri_dtype zero_grad_dtype(const zero_state *z) { return z->gdt; }
+
+const float *zero_piece_grad(zero_state *z, const zero_piece *pc) {
+    const void *g = zero_piece_grad_stored(z, pc);
     if (z->gdt != DTYPE_BF16) return g;
     z->be->from_bf16(z->be, z->gtmp, g, pc->hi - pc->lo);
     return z->gtmp;

@@ -136,6 +136,12 @@ void zero_overlap_counts(zero_state *z, int *reductions, int *gathers, int *pref
 // A piece's reduced gradients as fp32: in place, or (bf16 gradients) widened into a buffer
 // that the next call reuses.
 const float *zero_piece_grad(zero_state *z, const zero_piece *pc);
+// The same gradients as stored (grad_dtype elements), and the buffer zero_piece_grad widens
+// bf16 ones into (as many floats as the widest piece; NULL with fp32 gradients): for the
+// optimizer's multi-tensor table (compute/multi_tensor.h), built once.
+const void *zero_piece_grad_stored(const zero_state *z, const zero_piece *pc);
+float *zero_grad_widen_buffer(const zero_state *z);
+tri_dtype zero_grad_dtype(const zero_state *z);
 // The device address of element `lo` of a piece's parameters (zero_param_dtype elements).
 void *zero_piece_param(const zero_state *z, const zero_piece *pc, size_t lo);
 tri_dtype zero_param_dtype(const zero_state *z);

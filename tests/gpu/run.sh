@@ -9,7 +9,8 @@
 #          then those attention rows again on the v1 kernels (TRIDENT_CUDA_ATTN=v1: kept
 #          selectable until FA2 is proven, so that a failure bisects to one set), and the
 #          matmul rows again with every cuBLASLt fallback forced (TRIDENT_TEST_CUDA_FALLBACK=1:
-#          bias broadcast and column sums, the GELU kernels, the bf16 fallback GEMM)
+#          bias broadcast and column sums, the GELU kernels, the bf16 fallback GEMM); then the
+#          multi-tensor gradient norm and AdamW against the CPU's per-piece ops (test_gpu_optim)
 #   model  the model-sized rows (CASE_TWIN_ONLY in tests/op_cases.h: matmuls whose weight
 #          gradients reduce over 16K-64K rows, over micro-batches too, the LM head at OC 50304,
 #          attention at T 1024 and 2048 per head size, FA2 then v1, cross-entropy and the
@@ -41,6 +42,7 @@ if [[ "$PARTS" == *" ops "* ]]; then
     TRIDENT_CUDA_ATTN=v1 "$ops" "${SELF[@]}" --attention --small 2>&1 | tee -a "$log" || status=1
     TRIDENT_TEST_CUDA_FALLBACK=1 "$ops" "${SELF[@]}" --matmuls --small 2>&1 | tee -a "$log" ||
         status=1
+    "$BUILD/tests/gpu/test_gpu_optim" "${SELF[@]}" 2>&1 | tee -a "$log" || status=1
 fi
 if [[ "$PARTS" == *" model "* ]]; then
     "$ops" "${SELF[@]}" --model-size 2>&1 | tee -a "$log" || status=1
