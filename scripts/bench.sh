@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# CPU benchmark: trident against PyTorch on the same GPT-2 shapes, batches and steps.
+# CPU benchmark: trident against PyTorch on the same shapes, batches and steps.
 #   scripts/bench.sh [THREADS=2] [CONFIG...]      (default configs: bench-s, bench-m)
 # For each config: `build/trident train CONFIG --set system.threads=THREADS`, then
-# scripts/bench_torch.py on the same shape (float32, torch.set_num_threads(THREADS),
+# scripts/bench_torch.py on the same shape (for a `model.arch: llama` config
+# scripts/bench_hf_llama.py: transformers' LlamaForCausalLM, in the venv build/venv-hf;
+# configs/bench-llama.yaml is issue 18's shape) (float32, torch.set_num_threads(THREADS),
 # OMP_NUM_THREADS=THREADS, OMP_WAIT_POLICY=PASSIVE, AdamW(foreach=True), no torch.compile).
 # tokens/s is the median of steps 3..N (steps 1-2 are warm-up). The sgemm rate, measured
 # in the same run (build/tests/test_ops_attn --bench when built, and numpy float32 matmuls on
@@ -111,10 +113,18 @@ print(json.dumps({"tok_s": statistics.median(timed), "tok_s_best": max(timed), "
                   "loss": [steps[0]["loss"], steps[-1]["loss"]]}))
 EOF
 )
-    echo "bench: $name: torch ..." >&2
+    # The peer: a plain PyTorch GPT-2, or for a llama config transformers' LlamaForCausalLM
+    # (in the venv build/venv-hf, made once; PyPI is needed the first time).
+    peer_py=$PY peer=scripts/bench_torch.py
+    if grep -Eq '^[[:space:]]*arch:[[:space:]]*llama' "$cfg"; then
+        peer_py=$(scripts/venv.sh hf transformers==4.40.2 tokenizers==0.19.1 safetensors==0.4.3)/bin/python ||
+            { echo "bench: cannot make the venv build/venv-hf for transformers" >&2; exit 1; }
+        peer=scripts/bench_hf_llama.py
+    fi
+    echo "bench: $name: $(basename "$peer" .py) ..." >&2
     torch_json=$(OMP_NUM_THREADS=$THREADS OMP_WAIT_POLICY=PASSIVE OPENBLAS_NUM_THREADS=$THREADS \
-        "$PY" scripts/bench_torch.py "$cfg" --threads "$THREADS" 2>"$LOG/$name.torch.log" | tail -n 1) ||
-        { echo "bench: bench_torch.py failed on $cfg; see $LOG/$name.torch.log" >&2; tail -n 5 "$LOG/$name.torch.log" >&2; exit 1; }
+        "$peer_py" "$peer" "$cfg" --threads "$THREADS" 2>"$LOG/$name.torch.log" | tail -n 1) ||
+        { echo "bench: $peer failed on $cfg; see $LOG/$name.torch.log" >&2; tail -n 5 "$LOG/$name.torch.log" >&2; exit 1; }
     echo "bench: $name: trident $trident_json" >&2
     echo "bench: $name: torch   $torch_json" >&2
     ROWS+=("$name|$trident_json|$torch_json")
