@@ -37,11 +37,13 @@ heal_retryable() {
     esac
 }
 
-# heal_blamed FILE: the blamed hosts of the last verdict line in FILE, one per line.
+# heal_blamed FILE: the blamed hosts of the last verdict line in FILE, one per line; nothing
+# (and status 0) for a file without one.
 heal_blamed() {
     [ -r "$1" ] || return 0
-    grep -a 'diagnose: blamed rank' "$1" | tail -n 1 | grep -oE '\(host [^)]*\)' |
-        sed -E 's/^\(host (.*)\)$/\1/' | grep -v '^unknown$' | awk '!seen[$0]++'
+    { grep -a 'diagnose: blamed rank' "$1" || true; } | tail -n 1 |
+        { grep -oE '\(host [^)]*\)' || true; } | sed -E 's/^\(host (.*)\)$/\1/' |
+        awk '$0 != "unknown" && !seen[$0]++'
 }
 
 # heal_exclude HOSTS NEED EXCLUDED BLAMED: see above.

@@ -8,6 +8,7 @@
 #   healed   4 ranks, rank 2 SIGKILLed after the checkpoint of step 20: launch.sh restarts the
 #            job, which resumes from the newest checkpoint and completes; its step and eval
 #            lines (timing fields aside) and model.bin equal an uninterrupted run's.
+#   fuzz     tests/fuzz_heal.py: 100 seeded cases a family (verdict reader, host choice).
 #   no_retry exits 2 (config) and 3 (data) are not retried.
 # Prints one timing line ("# healed: kill to done 3.9 s") for the closing note.
 . "$(dirname "$0")/lib.sh"
@@ -51,6 +52,12 @@ else fail heal_policy_exclude_hosts "$got"; fi
 bash $HEAL exclude n1,n2 x "" n1 >/dev/null 2>&1
 rc=$?
 if [ $rc = 2 ]; then pass heal_policy_usage; else fail heal_policy_usage "exit $rc for NEED 'x'"; fi
+
+# --- policy: seeded fuzzing of the verdict reader and the host choice (HEAL_FUZZ_CASES=N for
+# more than 100 a family)
+if python3 tests/fuzz_heal.py "${HEAL_FUZZ_CASES:-100}" 19 >$W/fuzz.log 2>&1; then
+    pass "heal_fuzz $(grep '^fuzz_heal' $W/fuzz.log | sed 's/^fuzz_heal //' | tr '\n' ';')"
+else fail heal_fuzz "$(grep -v '^fuzz_heal' $W/fuzz.log | head -3 | tr '\n' ' ') $(grep '^fuzz_heal' $W/fuzz.log | tr '\n' ';')"; fi
 
 # --- healed: rank 2 killed after a checkpoint, restarted, bitwise equal to an uninterrupted run
 export TRIDENT=$T
