@@ -163,14 +163,25 @@ trap 'on_stop SIGTERM' TERM
 trap '[ -z "$pid" ] || kill -USR1 "$pid" 2>/dev/null || true' USR1
 # shellcheck source=heal.sh
 . "$ROOT/scripts/heal.sh"
-# The job's stderr is also kept, so that a failed try can name the rank and host the flight
-# recorder's verdict blamed ("diagnose: blamed rank 3 (host n07)").
-errlog=$(mktemp "${TMPDIR:-/tmp}/trident-launch.XXXXXX")
-trap 'rm -f "$errlog"' EXIT
+# With --retries the job's stderr is also kept (through tee, which this script waits for
+# before it goes on), so that a failed try can name the rank and host the flight recorder's
+# verdict blamed ("diagnose: blamed rank 3 (host n07)"). Without, mpirun writes to the
+# terminal directly, as it always did.
+errlog= teepid=
+if [ $retries -gt 0 ]; then
+    errlog=$(mktemp "${TMPDIR:-/tmp}/trident-launch.XXXXXX")
+    trap 'rm -f "$errlog"' EXIT
+fi
 attempt=0
 while :; do
-    : >"$errlog"
-    setsid "${mpi[@]}" </dev/null 2> >(tee -a "$errlog" >&2) &
+    if [ -n "$errlog" ]; then
+        : >"$errlog"
+        exec {errfd}> >(tee -a "$errlog" >&2)
+        teepid=$!
+        setsid "${mpi[@]}" </dev/null 2>&$errfd &
+    else
+        setsid "${mpi[@]}" </dev/null &
+    fi
     pid=$!
     pass_on # a stop that came while mpirun was starting
     # A trapped signal ends `wait` early (status > 128) while mpirun runs on: wait again. Once
@@ -182,6 +193,11 @@ while :; do
         break
     done
     pid=
+    if [ -n "$teepid" ]; then # every line of this try is in errlog and out on stderr
+        exec {errfd}>&-
+        wait "$teepid" 2>/dev/null || true
+        teepid=
+    fi
     # A stop asked for by the user is never retried.
     [ $stops -ge 2 ] && exit 130
     [ $rc = 0 ] || [ $stops -gt 0 ] || [ $retries = 0 ] && exit $rc
@@ -191,7 +207,6 @@ while :; do
         exit $rc
     fi
     attempt=$((attempt + 1))
-    sleep 0.2 # let the tee above write the verdict's last lines
     blamed=$(grep -a 'diagnose: blamed rank' "$errlog" | tail -n 1 | sed 's/^diagnose: //' || true)
     echo "launch: restart $attempt of $retries at $(date '+%F %T') after $why${blamed:+; the verdict: $blamed}:" \
         "resuming from the newest checkpoint (this machine: no other host to move to)" >&2
