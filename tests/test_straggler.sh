@@ -2,7 +2,7 @@
 # test_straggler.sh: the slowest rank in metrics.jsonl and the straggler warning (issue 19,
 # point 4; README "Which rank, host and operation").
 #
-#   slowed  dp4, rank 2 busy-loops 100 ms per step (TRIDENT_TEST_SLOW_RANK=2:100): every step line
+#   slowed  dp4, rank 2 busy-loops 200 ms per step (TRIDENT_TEST_SLOW_RANK=2:200): every step line
 #           names rank 2 and this host as the straggler, over log.straggler_pct, and the
 #           warning names rank 2 and its host once (log.straggler_steps 3 of 8 logged steps).
 #   normal  without the hook: dp4 has a straggler field on every step line; dp2 (a rank per
@@ -34,7 +34,7 @@ PY
 
 # --- slowed: rank 2 of dp4 ---
 out=$W/slowed
-TRIDENT_TEST_SLOW_RANK=2:100 "${MPIRUN[@]}" -x TRIDENT_TEST_SLOW_RANK -np 4 $T train $CFG \
+TRIDENT_TEST_SLOW_RANK=2:200 "${MPIRUN[@]}" -x TRIDENT_TEST_SLOW_RANK -np 4 $T train $CFG \
     "${COMMON[@]}" --set run.out_dir=$out >$W/slowed.log 2>&1
 rc=$?
 rows=$(stragglers $out)
