@@ -23,8 +23,9 @@ import sys
 
 import numpy as np
 
-# Fields that measure time (DESIGN.md "Metrics": two runs differ only in these).
-TIMING = ('step_ms', 'tokens_per_s', 'mfu', 'bubble', 'blocked_ms', 'mfu_peak_flops')
+# Fields that measure time or name a slow rank and its host (DESIGN.md "Metrics": two runs
+# differ only in these).
+TIMING = ('step_ms', 'tokens_per_s', 'mfu', 'bubble', 'blocked_ms', 'mfu_peak_flops', 'straggler')
 
 
 def rows(run_dir, kind):

@@ -127,8 +127,10 @@ mkdir -p "$ROOT/logs"
 for d in build configs data scripts tests; do ln -s "$PWD/$d" "$ROOT/$d"; done
 [ -n "${TRIDENT_BIN:-}" ] && export TRIDENT=$(realpath "$T") # the script's own knob for the binary
 # submit ARGS...: runs the documented line from $ROOT; prints the job id.
+# SB_MORE: sbatch options added after the documented ones (a later option wins).
+SB_MORE=()
 submit() {
-    (cd "$ROOT" && sbatch "${SB_OPTS[@]}" scripts/slurm/train.sbatch "$@") 2>"$W/out" |
+    (cd "$ROOT" && sbatch "${SB_OPTS[@]}" "${SB_MORE[@]}" scripts/slurm/train.sbatch "$@") 2>"$W/out" |
         sed -n 's/^Submitted batch job \([0-9]*\).*/\1/p'
 }
 # job_field ID KEY: KEY's value in `scontrol show job ID`.
@@ -183,6 +185,39 @@ else
         grep -q "requeued job $id after SIGUSR1" "$log" && grep -q "^resumed from $W/sbrq-ckpt/step_" "$log"; then
         pass "slurm_sbatch_requeue_resumes $(grep -o 'stopped by SIGUSR1 after step [0-9]*' "$log")"
     else fail slurm_sbatch_requeue_resumes "restarts '${restarts}': $(grep 'train.sbatch\|stopped\|resumed' "$log" 2>/dev/null | tr '\n' ' ' | cut -c1-400) $(tail_of "$ROOT/logs/trident-$id.err")"; fi
+fi
+
+# --- healing (issue 19): a 4-task job whose rank 2 is SIGKILLed after the checkpoint of step
+# 20 is restarted by train.sbatch inside the same job, resumes from the newest checkpoint and
+# completes with step and eval lines (timing fields aside) and model.bin equal to an
+# uninterrupted run's. One node: no spare to leave out (tests/test_heal.sh checks that logic).
+HEAL_ARGS=(--set parallel.zero=0 --set train.steps=60 --set train.global_batch=16
+           --set checkpoint.every=10 --set log.every=5 --set data.eval_every=20
+           --set checkpoint.async=false)
+timeout 60 srun -n 4 --mpi=pmix "$T" train tests/configs/tiny.yaml "${HEAL_ARGS[@]}" \
+    --set system.threads=1 --set run.out_dir="$W/healref" >"$W/out" 2>&1 ||
+    fail slurm_heal_reference "exit $?: $(tail_of "$W/out")"
+# Rank 0 slowed to ~30 ms a step (no number changes), so that the kill lands mid-run.
+SB_MORE=(--ntasks-per-node=4)
+id=$(TRIDENT_TEST_SLOW_RANK=0:30 submit tests/configs/tiny.yaml "${HEAL_ARGS[@]}" \
+    --set run.out_dir="$W/heal" --set checkpoint.dir="$W/heal-ckpt")
+if [ -z "$id" ]; then fail slurm_heal_restart "sbatch refused the job: $(tail_of "$W/out")"
+else
+    log=$ROOT/logs/trident-$id.out
+    for ((i = 0; i < 300; i++)); do [ -d "$W/heal-ckpt/step_00000020" ] && break; sleep 0.1; done
+    victim=$(python3 -c "import struct,sys; print(struct.unpack_from('<i', open(sys.argv[1],'rb').read(2048), 32)[0])" \
+        "$W/heal/diagnose/rank_00002.ring" 2>/dev/null)
+    [ -n "$victim" ] && kill -KILL "$victim"
+    st=$(wait_job "$id" 60)
+    ec=$(job_field "$id" ExitCode)
+    if [ -n "$victim" ] && [ "$st" = COMPLETED ] && [ "$ec" = 0:0 ] &&
+        grep -q "^train.sbatch: restart 1 of 2 .*blamed: $(hostname)" "$log" &&
+        grep -q "no spare" "$log" && grep -q "^resumed from $W/heal-ckpt/step_000000[2-5]0" "$log"; then
+        pass "slurm_heal_restart ($(grep -o 'after exit [0-9]* ([^)]*)' "$log" | head -1))"
+    else fail slurm_heal_restart "victim '$victim', job $id $st, exit $ec: $(grep -E 'train.sbatch|resumed|error' "$log" 2>/dev/null | tr '\n' ' ' | cut -c1-500)"; fi
+    if out=$(/usr/bin/python3 tests/parity.py "$W/healref" "$W/heal" bitwise types=step,eval steps=13 2>&1); then
+        pass "slurm_heal_bitwise $out"
+    else fail slurm_heal_bitwise "$out"; fi
 fi
 
 echo "# slurm tests took $((SECONDS - t0)) s after the install"

@@ -157,11 +157,24 @@ static tri_status save_model(trainer *tr, int force) {
 // At the end of a step, over the world: whether any rank got a stop signal, whether rank 0
 // could not write metrics.jsonl (log.metrics_required: the run stops, and exits 4), and
 // whether a background checkpoint write has finished on every rank (then it is committed).
-static tri_status step_boundary(trainer *tr, int *stop) {
-    double flags[3] = {stop_signal(), ckpt_pending(tr->ckpt) && !ckpt_write_done(tr->ckpt),
-                       metrics_stops_run(&tr->metrics)};
+// At a step that will be logged (`timing` set, a multi-rank run) the same reduction carries
+// every rank's step, compute and comm-wait times (train_straggler.c) into `timing`'s
+// straggler fields.
+static tri_status step_boundary(trainer *tr, int *stop, double step_s, double wait_s,
+                                metrics_step *timing) {
+    double *flags = tr->straggler.boundary; // (3 + 4 * world)
+    flags[0] = stop_signal();
+    flags[1] = ckpt_pending(tr->ckpt) && !ckpt_write_done(tr->ckpt);
+    flags[2] = metrics_stops_run(&tr->metrics);
+    size_t count = 3;
+    if (timing) {
+        TRI_CHECK(straggler_gather_hosts(&tr->straggler, tr->cm, tr->li->host));
+        count += straggler_fill(&tr->straggler, flags + 3, step_s, wait_s, tr->coord.pp);
+    }
     if (tr->li->world > 1)
-        TRI_CHECK(comm_all_reduce(tr->cm, COMM_GROUP_WORLD, flags, 3, DTYPE_FP64, COMM_REDUCE_MAX));
+        TRI_CHECK(
+            comm_all_reduce(tr->cm, COMM_GROUP_WORLD, flags, count, DTYPE_FP64, COMM_REDUCE_MAX));
+    if (timing) straggler_take(&tr->straggler, flags + 3, tr->step + 1, timing);
     if (flags[0] > 0) stop_request((int)flags[0]);
     tr->metrics_lost = flags[2] > 0;
     // Lost metrics at the last step do not stop it: the final model is written, then exit 4.
@@ -198,6 +211,7 @@ static tri_status train_step(trainer *tr, double *loss, double *norm, double *lr
     run_config *cfg = tr->cfg;
     const int64_t tokens_per_step = (int64_t)cfg->train.global_batch * cfg->model.seq_len;
     comm_counters_reset(tr->cm);
+    straggler_test_delay(&tr->straggler);
     zero_step_begin(tr->zero);
     double loss_sum = 0.0;
     const exec_batches batches = {load_train_batch, tr};
@@ -233,7 +247,7 @@ static tri_status train_step(trainer *tr, double *loss, double *norm, double *lr
 // The step line of step n (stdout and metrics.jsonl); `dt` seconds, `waited` of them on other
 // pipeline stages.
 static void log_step(trainer *tr, int n, int64_t samples, double loss, double lr, double norm,
-                     double dt, double waited, const char *ckpt_note) {
+                     double dt, double waited, const metrics_step *timing, const char *ckpt_note) {
     const run_config *cfg = tr->cfg;
     const model *m = &tr->model;
     const int64_t tokens_per_step = (int64_t)cfg->train.global_batch * cfg->model.seq_len;
@@ -256,6 +270,16 @@ static void log_step(trainer *tr, int n, int64_t samples, double loss, double lr
         .bubble_formula = sched_bubble_fraction(cfg->parallel.schedule, m->d.pp, m->d.chunks,
                                                 tr->n_micro),
     };
+    if (timing->has_straggler) {
+        s.has_straggler = 1;
+        s.straggler_rank = timing->straggler_rank;
+        memcpy(s.straggler_host, timing->straggler_host, sizeof s.straggler_host);
+        s.straggler_excess_pct = timing->straggler_excess_pct;
+        s.straggler_step_ms = timing->straggler_step_ms;
+        s.straggler_compute_ms = timing->straggler_compute_ms;
+        s.straggler_wait_ms = timing->straggler_wait_ms;
+        s.straggler_median_ms = timing->straggler_median_ms;
+    }
     metrics_write_step(&tr->metrics, &s);
     tb_write_step(&tr->tb, &s);
     char bubble[64] = "", progress[96];
@@ -416,6 +440,7 @@ static tri_status train_loop(trainer *tr) {
         const uint64_t allocs = tr->be->alloc_count(tr->be);
         TRI_CHECK(train_step(tr, &loss, &norm, &lr, &waited));
         double dt = time_now_s() - t0;
+        const double wait_s = tr->cm->wait_s; // this step's time in comm waits
         note_step_allocs(tr, tr->be->alloc_count(tr->be) - allocs);
         total_s += dt;
         if (isnan(first_loss)) first_loss = loss;
@@ -426,7 +451,12 @@ static tri_status train_loop(trainer *tr) {
         const int64_t samples = tr->start.samples +
                                 (int64_t)(n - tr->start.step) * cfg->train.global_batch;
         char ckpt_note[96] = "";
-        tri_status ck = step_boundary(tr, &stop);
+        // A step logged by schedule gathers the per-rank times (one logged for a stop only
+        // does not: the stop is known after the boundary).
+        const int log_due = n == 1 || n % cfg->log.every == 0 || n == cfg->train.steps;
+        metrics_step timing = {0};
+        tri_status ck = step_boundary(tr, &stop, dt, wait_s,
+                                      log_due && straggler_wanted(&tr->straggler) ? &timing : NULL);
         if (ck == TRI_OK && tr->ckpt &&
             (stop || n == cfg->train.steps ||
              (cfg->checkpoint.every > 0 && n % cfg->checkpoint.every == 0))) {
@@ -439,9 +469,9 @@ static tri_status train_loop(trainer *tr) {
         // written below, and the run then ends with the checkpoint's error.
         if (ck == TRI_ERR_CKPT && n == cfg->train.steps && !stop) final_ckpt = ck;
         else TRI_CHECK(ck);
-        int logged = n == 1 || n % cfg->log.every == 0 || n == cfg->train.steps || stop;
+        int logged = log_due || stop;
         if (!logged && ckpt_note[0]) LOG_INFO("step %5d/%d%s", n, cfg->train.steps, ckpt_note);
-        if (logged) log_step(tr, n, samples, loss, lr, norm, dt, waited, ckpt_note);
+        if (logged) log_step(tr, n, samples, loss, lr, norm, dt, waited, &timing, ckpt_note);
         // A stopped run skips the evaluation; a resumed run does it (tr->eval_first).
         if (!stop && eval_due(cfg, n)) {
             tri_status rc = eval_step(tr, n, last_val);

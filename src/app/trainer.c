@@ -343,6 +343,7 @@ tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     TRI_CHECK(rc);
     const mesh m = config_mesh(cfg);
     tr->coord = mesh_coord_of(&m, li->rank);
+    straggler_init(&tr->straggler, cfg, li);
     log_set_rank(li->rank, tr->coord.tp, tr->coord.dp, tr->coord.pp);
     if (li->rank == 0 && li->world > 1)
         mesh_print(&m, cfg->model.n_layer, cfg->parallel.virtual_stages, stdout);
@@ -419,6 +420,7 @@ tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
 
 void trainer_free(trainer *tr) {
     free(tr->resume_json);
+    straggler_free(&tr->straggler);
     ckpt_writer_free(tr->ckpt);
     metrics_free(&tr->metrics);
     tb_close(&tr->tb);

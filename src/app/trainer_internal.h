@@ -4,6 +4,7 @@
 //              optimizer, executor, checkpoints, metrics) and tearing it down
 //   train.c    the training loop, evaluation, checkpoints per step and the final model
 //   train_report.c  the step line's progress fields and the end-of-run report
+//   train_straggler.c  which rank is slow: gathered at logged steps, a warning on a streak
 #pragma once
 #include "comm/launch.h"
 #include "comm/mesh.h"
@@ -21,6 +22,20 @@
 #include "parallel/optim.h"
 #include "parallel/sched.h"
 #include "parallel/zero.h"
+
+#define STRAGGLER_HOST_LEN 64 // bytes per host name gathered (a multiple of 8)
+
+// train_straggler.c's state: every rank keeps the same (all of it comes from collectives).
+typedef struct {
+    int world, rank;
+    double pct;       // log.straggler_pct
+    int steps;        // log.straggler_steps
+    double *boundary; // (3 + 4 * world) the step boundary's all-reduce buffer
+    char *hosts;      // (world, STRAGGLER_HOST_LEN) gathered at the first logged step; NULL before
+    int streak_rank;  // the rank over pct at the latest logged steps in a row, -1
+    int streak;       // how many logged steps in a row
+    int slow_ms;      // TRIDENT_TEST_SLOW_RANK's busy loop for this rank, 0
+} straggler_state;
 
 typedef struct {
     run_config *cfg;
@@ -60,6 +75,7 @@ typedef struct {
                        // stop or a kill cut it short): the loop runs it before the first step
     int metrics_lost;  // rank 0 could not write metrics.jsonl (log.metrics_required): the run
                        // stops at the step boundary and exits 4, on every rank
+    straggler_state straggler;
 } trainer;
 
 // trainer.c
@@ -76,6 +92,21 @@ void train_progress(char *buf, size_t n, double mfu, double elapsed_s, int step,
 // are, and the exact commands that sample, export and resume the run. stopped_at: the step a
 // run stopped early (by a signal, or lost metrics) reached; -1 for a run that finished.
 void train_report_outputs(const trainer *tr, int stopped_at);
+// train_straggler.c
+void straggler_init(straggler_state *sg, const run_config *cfg, const launch_info *li);
+void straggler_free(straggler_state *sg);
+// TRIDENT_TEST_SLOW_RANK: this rank's busy loop at the start of a step (nothing when unset).
+void straggler_test_delay(const straggler_state *sg);
+// Whether logged steps gather the per-rank times (a world of more than one).
+int straggler_wanted(const straggler_state *sg);
+// The host names of every rank, once (a collective over the world; later calls do nothing).
+tri_status straggler_gather_hosts(straggler_state *sg, comm *cm, const char *host);
+// Writes this rank's step, compute and comm-wait seconds and its pipeline stage into its
+// slots of `block` (4 * world doubles, zero elsewhere) for a MAX all-reduce; returns the count.
+size_t straggler_fill(straggler_state *sg, double *block, double step_s, double wait_s, int stage);
+// From the reduced block: the slowest rank into s's straggler fields, and the warning when a
+// rank stays over log.straggler_pct for log.straggler_steps logged steps.
+void straggler_take(straggler_state *sg, const double *block, int step, metrics_step *s);
 // Whether any rank was asked to stop (base/stop.h), agreed over the world; every rank calls
 // it at the same point. TRI_STOPPED then (the request is recorded on every rank), else TRI_OK.
 tri_status trainer_agree_stop(trainer *tr);

@@ -86,6 +86,10 @@ const env_desc ENV_TABLE[ENV_COUNT] = {
                               "system.threads 0 reads proc/self/cgroup and sys/fs/cgroup/... "
                               "under this directory, so that a test can give it cgroup "
                               "quotas and cpusets"},
+    [ENV_TEST_SLOW_RANK] = {"TRIDENT_TEST_SLOW_RANK", ENV_BY_TEST_HOOK, "RANK:MS", "no rank slowed",
+                            "world rank RANK busy-loops MS milliseconds at the start of every "
+                            "training step: a straggler for the metrics' straggler field and "
+                            "its warning"},
     [ENV_REEXEC] = {"TRIDENT_REEXEC", ENV_BY_INTERNAL,
                     "the variables it set (OPENBLAS_CORETYPE, OMP_WAIT_POLICY)",
                     "not restarted yet",

@@ -100,6 +100,11 @@ struct comm {
     // answers them itself, moving nothing): set only by the NCCL backend in a world of one,
     // under the test hook TRIDENT_TEST_NCCL_ONE_RANK (comm_create_for). Never counted.
     int one_rank_groups;
+    // Seconds this rank's host spent inside waits for collectives, sends and receives since
+    // the last comm_counters_reset (comm_dispatch.c): the step's time waiting on others, for
+    // the straggler report (metrics.jsonl "straggler"). A device backend's stream waits do
+    // not block the host and count nearly nothing.
+    double wait_s;
 };
 
 // ---- collectives (blocking: complete when they return) ----

@@ -26,6 +26,7 @@ uint64_t comm_group_bytes(const comm *c, comm_group_id g) {
 }
 
 void comm_counters_reset(comm *c) {
+    c->wait_s = 0.0;
     for (int g = 0; g < COMM_GROUP_COUNT; g++) {
         memset(c->groups[g].bytes, 0, sizeof c->groups[g].bytes);
         memset(c->groups[g].calls, 0, sizeof c->groups[g].calls);
@@ -81,7 +82,9 @@ static tri_status wait_recorded(comm *c, comm_request *req, int on_host) {
     const uint64_t first = req->flight_first, n = req->flight_n;
     req->flight_first = req->flight_n = 0;
     flight_waiting(first, n);
+    const double t0 = time_now_s();
     tri_status st = c->iface->wait(c, req, on_host);
+    c->wait_s += time_now_s() - t0;
     flight_waiting(0, 0);
     if (st == TRI_OK) flight_completed(first, n);
     return st;

@@ -111,6 +111,8 @@ typedef struct {
         char *metrics;
         int metrics_required; // a failed metrics write stops the run (exit 4), else a warning
         char *tensorboard;    // TensorBoard event directory (io/tensorboard.h); NULL: none
+        double straggler_pct; // a rank this much slower than the median (compute time) ...
+        int straggler_steps;  // ... at this many logged steps in a row: a warning naming it
     } log;
     struct {
         backend_kind backend;

@@ -3,6 +3,8 @@
 // checked (metrics.h): a line is either in the file whole or not at all.
 #include "io/metrics.h"
 
+#include <ctype.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -199,7 +201,7 @@ tri_status metrics_open(metrics_log *ml, const run_config *cfg, int world, const
 
 void metrics_write_step(metrics_log *ml, const metrics_step *s) {
     if (!has_file(ml)) return;
-    char loss[32], lr[32], norm[32], mfu[32], bubble[64] = "", what[32];
+    char loss[32], lr[32], norm[32], mfu[32], bubble[64] = "", what[32], straggler[384] = "";
     metrics_format_double(loss, sizeof loss, s->loss);
     metrics_format_double(lr, sizeof lr, s->lr);
     metrics_format_double(norm, sizeof norm, s->grad_norm);
@@ -207,14 +209,32 @@ void metrics_write_step(metrics_log *ml, const metrics_step *s) {
     if (s->pipelined)
         snprintf(bubble, sizeof bubble, ",\"bubble\":%.4f,\"bubble_formula\":%.4f", s->bubble,
                  s->bubble_formula);
+    if (s->has_straggler) {
+        // A host name is [A-Za-z0-9.-]; anything else is shown as '?' so the JSON stays valid.
+        char host[sizeof s->straggler_host];
+        size_t i = 0;
+        for (; i + 1 < sizeof host && s->straggler_host[i]; i++) {
+            const char ch = s->straggler_host[i];
+            host[i] = (isalnum((unsigned char)ch) || ch == '.' || ch == '-' || ch == '_') ? ch
+                                                                                          : '?';
+        }
+        host[i] = '\0';
+        snprintf(straggler, sizeof straggler,
+                 ",\"straggler\":{\"rank\":%d,\"host\":\"%s\",\"excess_pct\":%.1f,"
+                 "\"step_ms\":%.3f,\"compute_ms\":%.3f,\"comm_wait_ms\":%.3f,"
+                 "\"median_compute_ms\":%.3f}",
+                 s->straggler_rank, host, s->straggler_excess_pct, s->straggler_step_ms,
+                 s->straggler_compute_ms, s->straggler_wait_ms, s->straggler_median_ms);
+    }
     snprintf(what, sizeof what, "step %d line", s->step);
-    write_linef(ml, what,
-                "{\"type\":\"step\",\"step\":%d,\"loss\":%s,\"lr\":%s,\"grad_norm\":%s,"
-                "\"tokens\":%lld,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,\"mfu\":%s,"
-                "\"mem_peak_bytes\":%llu,\"comm_bytes\":{\"tp\":%llu,\"pp\":%llu,\"dp\":%llu}%s}\n",
-                s->step, loss, lr, norm, (long long)s->tokens, s->step_ms, s->tokens_per_s, mfu,
-                (unsigned long long)s->mem_peak_bytes, (unsigned long long)s->comm_tp,
-                (unsigned long long)s->comm_pp, (unsigned long long)s->comm_dp, bubble);
+    write_linef(
+        ml, what,
+        "{\"type\":\"step\",\"step\":%d,\"loss\":%s,\"lr\":%s,\"grad_norm\":%s,"
+        "\"tokens\":%lld,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,\"mfu\":%s,"
+        "\"mem_peak_bytes\":%llu,\"comm_bytes\":{\"tp\":%llu,\"pp\":%llu,\"dp\":%llu}%s%s}\n",
+        s->step, loss, lr, norm, (long long)s->tokens, s->step_ms, s->tokens_per_s, mfu,
+        (unsigned long long)s->mem_peak_bytes, (unsigned long long)s->comm_tp,
+        (unsigned long long)s->comm_pp, (unsigned long long)s->comm_dp, bubble, straggler);
 }
 
 void metrics_write_eval(metrics_log *ml, int step, const char *const *names, const double *val_loss,

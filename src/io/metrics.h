@@ -43,6 +43,15 @@ typedef struct {
     uint64_t comm_tp, comm_pp, comm_dp;
     int pipelined;                 // pp > 1: the bubble fields are written
     double bubble, bubble_formula; // measured fraction of the step waiting on other stages
+    // The slowest rank of a multi-rank run at this logged step (timing fields, written as
+    // "straggler":{...} when has_straggler is set): the rank whose compute time (step time less
+    // the time waiting in communication) is furthest over the median of its pipeline stage.
+    int has_straggler; // 0: no straggler field (a world of one, a step logged at a stop)
+    int straggler_rank;
+    char straggler_host[64];                        // its host
+    double straggler_excess_pct;                    // its compute time over the median, in %
+    double straggler_step_ms, straggler_compute_ms; // its step and compute time
+    double straggler_wait_ms, straggler_median_ms;  // its comm wait, the median compute time
 } metrics_step;
 
 void metrics_write_step(metrics_log *ml, const metrics_step *s);
