@@ -332,14 +332,14 @@ static const backend cuda_backend_table = {
     /* .xent_stats16          = */ cuda_xent_stats16,
     /* .xent_rescale          = */ cuda_xent_rescale,
     /* .xent_bwd16            = */ cuda_xent_bwd16,
-    // The Llama ops: not written for CUDA yet, so a llama run is refused at start (trainer.c).
-    /* .rmsnorm_fwd           = */ NULL,
-    /* .rmsnorm_bwd           = */ NULL,
-    /* .residual_rmsnorm_fwd  = */ NULL,
-    /* .rope_fwd              = */ NULL,
-    /* .rope_bwd              = */ NULL,
-    /* .swiglu_fwd            = */ NULL,
-    /* .swiglu_bwd            = */ NULL,
+    // The Llama ops (backend_cuda_llama.cu)
+    /* .rmsnorm_fwd           = */ cuda_rmsnorm_fwd,
+    /* .rmsnorm_bwd           = */ cuda_rmsnorm_bwd,
+    /* .residual_rmsnorm_fwd  = */ cuda_residual_rmsnorm_fwd,
+    /* .rope_fwd              = */ cuda_rope_fwd,
+    /* .rope_bwd              = */ cuda_rope_bwd,
+    /* .swiglu_fwd            = */ cuda_swiglu_fwd,
+    /* .swiglu_bwd            = */ cuda_swiglu_bwd,
 };
 
 int cuda_in_build(void) { return 1; }

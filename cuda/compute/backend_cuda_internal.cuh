@@ -270,3 +270,14 @@ void cuda_from_bf16(backend *b, float *dst, const uint16_t *src, size_t n);
 void cuda_add_to_bf16(backend *b, uint16_t *dst, const float *src, size_t n);
 void cuda_adamw(backend *b, float *param, const float *grad, float *m, float *v, size_t n,
                 const adamw_step *s, uint16_t *param16);
+// ---- the Llama ops (backend_cuda_llama.cu) ----
+void cuda_rmsnorm_fwd(backend *b, float *out, float *rstd, const float *inp, const float *weight,
+                      int N, int C, float eps);
+void cuda_rmsnorm_bwd(backend *b, float *dinp, float *dweight, const float *dout, const float *inp,
+                      const float *weight, const float *rstd, int N, int C);
+void cuda_residual_rmsnorm_fwd(backend *b, float *res, float *out, float *rstd, const float *a,
+                               const float *c, const float *weight, int N, int C, float eps);
+void cuda_rope_fwd(backend *b, float *qkv, int B, int T, int NH, int NKV, int HS, float theta);
+void cuda_rope_bwd(backend *b, float *dqkv, int B, int T, int NH, int NKV, int HS, float theta);
+void cuda_swiglu_fwd(backend *b, float *out, const float *fc, int N, int F);
+void cuda_swiglu_bwd(backend *b, float *dfc, const float *dout, const float *fc, int N, int F);
