@@ -299,16 +299,18 @@ __global__ void __launch_bounds__(ATT_THREADS)
         for (int k = 0; k < NK; k++) dk[rr][k] = dv[rr][k] = 0.0f;
 
     for (int h = h0; h < h0 + group; h++) {
-        const float *qbase = qkv + att_heads_of(b, h, T, NH, NKV, HS).q;
-        const size_t hoff = (size_t)h * HS, bh = (size_t)b * NH + h;
+        const size_t bh = (size_t)b * NH + h;
+        const float *qbase = qkv + kv.q + (size_t)(h - h0) * HS;
+        const float *obase = dout + head * C + (size_t)h * HS, *lh = lse + bh * T;
+        const float *dh = delta + bh * T;
         for (int q0 = k0 / ATT_BC * ATT_BC; q0 < T; q0 += ATT_BC) {
             const int qn = min(ATT_BC, T - q0);
             __syncthreads();
             att_load<DP>(sQ, qbase + (size_t)q0 * ld3, ld3, qn, ATT_BC, HS);
-            att_load<DP>(sdO, dout + (head + q0) * C + hoff, C, qn, ATT_BC, HS);
+            att_load<DP>(sdO, obase + (size_t)q0 * C, C, qn, ATT_BC, HS);
             for (int r = threadIdx.x; r < ATT_BC; r += ATT_THREADS) {
-                sL[r] = r < qn ? lse[bh * T + q0 + r] : 0.0f;
-                sD[r] = r < qn ? delta[bh * T + q0 + r] : 0.0f;
+                sL[r] = r < qn ? lh[q0 + r] : 0.0f;
+                sD[r] = r < qn ? dh[q0 + r] : 0.0f;
             }
             __syncthreads();
             float s[ATT_RPW][2], dp[ATT_RPW][2];

@@ -212,15 +212,16 @@ __global__ void __launch_bounds__(FA2_THREADS)
 #pragma unroll
         for (int i = 0; i < 4; i++) dk[dn][i] = dv[dn][i] = 0.0f;
 
-    for (int it = 0; it < steps; it++) { // step it: query head h0 + it / ntq, its tile it % ntq
-        const int h = h0 + it / ntq, q0 = qfirst + it % ntq * FA2_TILE;
+    const uint16_t *qrows = qkv + kv.q - (size_t)h0 * HS; // batch bb's rows
+    // step it: query head h, its tile at q0; (h1, q1) the next step's
+    for (int it = 0, h = h0, q0 = qfirst; it < steps; it++) {
         const int st = it & 1, qn = min(FA2_TILE, T - q0);
         const size_t hoff = (size_t)h * HS, bh = (size_t)bb * NH + h;
+        const bool next = q0 + FA2_TILE < T;
+        const int h1 = next ? h : h + 1, q1 = next ? q0 + FA2_TILE : qfirst;
         if (it + 1 < steps) { // the next step's Q tile into the other stage
-            const int h1 = h0 + (it + 1) / ntq, q1 = qfirst + (it + 1) % ntq * FA2_TILE;
-            fa2_load_async<HS>(sQ + (st ^ 1) * S::TILE,
-                               qkv + att_heads_of(bb, h1, T, NH, NKV, HS).q + (size_t)q1 * ld3, ld3,
-                               min(FA2_TILE, T - q1));
+            fa2_load_async<HS>(sQ + (st ^ 1) * S::TILE, qrows + (size_t)h1 * HS + (size_t)q1 * ld3,
+                               ld3, min(FA2_TILE, T - q1));
             fa2_cp_commit();
         }
         // dO, lse and D of this tile (their buffers are free: the previous iteration ended
@@ -281,6 +282,7 @@ __global__ void __launch_bounds__(FA2_THREADS)
             }
         }
         __syncthreads(); // stage st, dO, lse and D are free for the next tiles
+        h = h1, q0 = q1;
     }
     if (!active) return;
     float *dkbase = dqkv + kv.k, *dvbase = dqkv + kv.v;
