@@ -1,8 +1,8 @@
 // backend_cuda.cu: the CUDA compute backend (DESIGN.md "Module boundaries"): memory, the
 // device workspace, creation and the function table. fp32 storage, as backend.h says; the
 // ops are in backend_cuda_matmul.cu (cuBLASLt), backend_cuda_attn.cu (flash-style
-// attention) and backend_cuda_ops.cu (the rest). backend_cuda_internal.cuh says how streams
-// and errors work.
+// attention), backend_cuda_llama.cu (RMSNorm, RoPE, SwiGLU) and backend_cuda_ops.cu (the
+// rest). backend_cuda_internal.cuh says how streams and errors work.
 //
 // Determinism: no op uses floating-point atomics or a launch shape that depends on the
 // device, so two runs on the same GPU model give bitwise identical results (cuBLASLt keeps
