@@ -25,10 +25,11 @@
 #                       against bf16.h, the matmuls again on every cuBLASLt fallback, the
 #                       training parity runs in fp32, bf16 and tf32, no device allocation
 #                       inside a step, 4 ranks on the one GPU found and staged by system.comm
-#                       auto, then recompute, ZeRO-3, pp2 interleaved, tp2 with SP; NCCL on
-#                       one GPU)
+#                       auto, then recompute, ZeRO-3, pp2 interleaved, tp2 with SP, a bf16
+#                       llama (GQA) against the CPU; NCCL on one GPU)
 #        test-model.log tests/gpu/run.sh model: the model-sized op rows (16K-64K-row
-#                       reductions, OC and V 50304, attention at T 1024 and 2048)
+#                       reductions, OC and V 50304, attention at T 1024 and 2048, the Llama
+#                       ops and GQA attention at Llama 3 8B's shapes)
 #        bf16-path.log  10 bf16 steps of tests/configs/tiny.yaml on the fused bf16 data path
 #                       (matmuls writing bf16 outputs, bf16 logits and the fused classifier,
 #                       float4 LayerNorm kernels) and on v1 (TRIDENT_CUDA_BF16_PATH=v1 with

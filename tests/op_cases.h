@@ -59,6 +59,7 @@
 
 #include "op_families.h"
 #include "op_families_xent16.h"
+#include "op_families_llama.h"
 
 // ---------------------------------------------------------------------------------------
 // The table
@@ -219,6 +220,48 @@ static const op_case OP_CASES[] = {
     {&OP_XENT16, {8, 50304, 0, 50257}, BF16, CASE_XENT_EXTREME, 0},
     {&OP_XENT16, {512, 50304, 0, 50257}, BF16, CASE_XENT_EXTREME | CASE_TWIN_ONLY, 0},
     {&OP_XENT16, {256, 25152, 25152, 50257}, BF16, CASE_TWIN_ONLY, 0},
+    // Llama (op_families_llama.h; their finite differences are tests/test_ops_llama.c's):
+    // rmsnorm and residual_rmsnorm {N, C}: C % 4 != 0 (CUDA's scalar kernels), SmolLM's 576,
+    // GPT-2's 768; rope {B, T, NH, NKV, HS, theta}: HS / 2 odd or no multiple of 4 (scalar),
+    // NKV in {1, NH / 2, NH}, Llama 3's theta; swiglu {N, F}: F % 4 != 0, SmolLM's 1536
+    {&OP_RMSNORM, {7, 10}, F32, 0, 0},
+    {&OP_RMSNORM, {77, 33}, F32, 0, 0},
+    {&OP_RMSNORM, {300, 576}, F32, 0, 0},
+    {&OP_RMSNORM, {1000, 768}, F32, 0, 0},
+    {&OP_RESIDUAL_RMSNORM, {33, 40}, F32, 0, 0},
+    {&OP_RESIDUAL_RMSNORM, {77, 33}, F32, 0, 0},
+    {&OP_RESIDUAL_RMSNORM, {1000, 768}, F32, 0, 0},
+    {&OP_ROPE, {2, 7, 4, 2, 6}, F32, 0, 0},
+    {&OP_ROPE, {2, 19, 3, 3, 4}, F32, 0, 0},
+    {&OP_ROPE, {2, 77, 8, 4, 64}, F32, 0, 0},
+    {&OP_ROPE, {1, 130, 9, 3, 64}, F32, 0, 0},
+    {&OP_ROPE, {1, 64, 4, 1, 128, 500000}, F32, 0, 0},
+    {&OP_SWIGLU, {5, 7}, F32, 0, 0},
+    {&OP_SWIGLU, {37, 13}, F32, 0, 0},
+    {&OP_SWIGLU, {64, 1536}, F32, 0, 0},
+    // grouped-query attention {B, T, NH, HS, NKV}: NKV 1 and NH / 2 (NH itself: the rows
+    // above), fp32 (CUDA's v1 kernels), bf16 at FA2's head sizes, at 32 (the v1 tensor-core
+    // kernels) and 8 (their fp32 fallback on widened operands)
+    {&OP_ATTENTION, {2, 37, 4, 8, 2}, F32, 0, 0},
+    {&OP_ATTENTION, {2, 77, 4, 16, 1}, F32, 0, 0},
+    {&OP_ATTENTION, {1, 100, 6, 32, 3}, F32, 0, 0},
+    {&OP_ATTENTION, {2, 130, 4, 64, 2}, F32, 0, 0},
+    {&OP_ATTENTION, {1, 70, 4, 128, 1}, F32, 0, 0},
+    {&OP_ATTENTION, {2, 150, 4, 64, 2}, BF16, 0, 0},
+    {&OP_ATTENTION, {1, 200, 4, 80, 1}, BF16, 0, 0},
+    {&OP_ATTENTION, {2, 77, 6, 96, 3}, BF16, 0, 0},
+    {&OP_ATTENTION, {1, 130, 4, 128, 2}, BF16, 0, 0},
+    {&OP_ATTENTION, {1, 100, 4, 32, 1}, BF16, 0, 0},
+    {&OP_ATTENTION, {2, 19, 4, 8, 2}, BF16, 0, 0},
+    // Llama 3 8B's shapes, against the CPU only: C 4096 (and T 2048 rows), 32 q and 8 kv heads
+    // of 128, F 14336 (512 rows: the host's double copies of 2F-wide rows are the cost)
+    {&OP_RMSNORM, {2048, 4096}, F32, CASE_TWIN_ONLY, 0},
+    {&OP_RESIDUAL_RMSNORM, {2048, 4096}, F32, CASE_TWIN_ONLY, 0},
+    {&OP_ROPE, {1, 2048, 32, 8, 128, 500000}, F32, CASE_TWIN_ONLY, 0},
+    {&OP_SWIGLU, {512, 14336}, F32, CASE_TWIN_ONLY, 0},
+    {&OP_ATTENTION, {1, 2048, 4, 128, 1}, BF16, CASE_TWIN_ONLY, 0},
+    {&OP_ATTENTION, {1, 2048, 8, 128, 2}, BF16, CASE_TWIN_ONLY, 0},
+    {&OP_ATTENTION, {1, 1024, 4, 128, 2}, F32, CASE_TWIN_ONLY, 0},
 };
 #undef F32
 #undef BF16

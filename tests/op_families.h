@@ -432,24 +432,28 @@ static void sc_reference(op_inst *c) {
 static const op_family OP_SCALE = {sc_declare, sc_run, sc_reference, NULL};
 
 // ---------------------------------------------------------------------------------------
-// attention: d = {B, T, NH, HS}, qkv of the row's dtype. The forward into a state of the
-// backend's kind, then the backward from it.
+// attention: d = {B, T, NH, HS, NKV}, qkv of the row's dtype (NKV 0: NH; else grouped-query,
+// against the multi-head references on kv heads repeated, ops_ref.h). The forward into a
+// state of the backend's kind, then the backward from it.
 
 enum { AT_QKV, AT_OUT, AT_DOUT, AT_DQKV };
 
 static void at_declare(op_inst *c) {
     const op_case *r = c->row;
     const size_t B = r->d[0], T = r->d[1], NH = r->d[2], HS = r->d[3], C = NH * HS;
+    const size_t NKV = r->d[4] ? (size_t)r->d[4] : NH, W = (NH + 2 * NKV) * HS;
     const double tol_cpu = r->dtype == DTYPE_BF16 ? TOL_BF16_TC : TOL_CHAIN;
-    snprintf(c->name, sizeof c->name, "attention%s B=%zu T=%zu NH=%zu HS=%zu", dtype_tag(r), B, T,
-             NH, HS);
-    inst_add(c, AT_QKV, TENSOR("qkv", ROLE_IN, operand_kind(r), B * T * 3 * C, .lo = -2, .hi = 2));
+    char kv[24] = "";
+    if (NKV != NH) snprintf(kv, sizeof kv, " NKV=%zu", NKV);
+    snprintf(c->name, sizeof c->name, "attention%s B=%zu T=%zu NH=%zu%s HS=%zu", dtype_tag(r), B, T,
+             NH, kv, HS);
+    inst_add(c, AT_QKV, TENSOR("qkv", ROLE_IN, operand_kind(r), B * T * W, .lo = -2, .hi = 2));
     inst_add(
         c, AT_OUT,
         TENSOR("fwd out", ROLE_OUT, ELEM_F32, B * T * C, .tol = TOL_CHAIN, .tol_cpu = tol_cpu));
     inst_add(c, AT_DOUT, TENSOR("dout", ROLE_IN, ELEM_F32, B * T * C, .lo = -1, .hi = 1));
     inst_add(c, AT_DQKV,
-             TENSOR("bwd dqkv", ROLE_OUT, ELEM_F32, B * T * 3 * C, .grad = 1, .tol = TOL_CHAIN,
+             TENSOR("bwd dqkv", ROLE_OUT, ELEM_F32, B * T * W, .grad = 1, .tol = TOL_CHAIN,
                     .tol_cpu = tol_cpu));
 }
 
@@ -457,36 +461,47 @@ static void at_declare(op_inst *c) {
 // bf16 rounding.
 static void at_run(backend *b, const op_inst *c, void *const *p) {
     const int B = c->row->d[0], T = c->row->d[1], NH = c->row->d[2], HS = c->row->d[3];
+    const int NKV = c->row->d[4] ? c->row->d[4] : NH;
     const operand qkv = {p[AT_QKV], c->row->dtype};
     const size_t nout = (size_t)B * T * NH * HS;
     void *state = b->alloc(b, attn_state_bytes(b->attn_state, B, T, NH));
     uint16_t *out16 = c->row->dtype == DTYPE_BF16 ? b->alloc(b, nout * sizeof(uint16_t) + 8) : NULL;
     TRI_ASSERT(state && (out16 || c->row->dtype != DTYPE_BF16));
-    backend_attention_fwd(b, p[AT_OUT], state, qkv, B, T, NH, NH, HS);
+    backend_attention_fwd(b, p[AT_OUT], state, qkv, B, T, NH, NKV, HS);
     operand out = operand_fp32(p[AT_OUT]);
     if (out16) {
         b->to_bf16(b, out16, p[AT_OUT], nout);
         out = operand_bf16(out16);
     }
-    backend_attention_bwd(b, p[AT_DQKV], p[AT_DOUT], qkv, out, state, B, T, NH, NH, HS);
+    backend_attention_bwd(b, p[AT_DQKV], p[AT_DOUT], qkv, out, state, B, T, NH, NKV, HS);
     b->free(b, state);
     if (out16) b->free(b, out16);
 }
 
 static void at_reference(op_inst *c) {
     const int B = c->row->d[0], T = c->row->d[1], NH = c->row->d[2], HS = c->row->d[3];
+    const int NKV = c->row->d[4] ? c->row->d[4] : NH;
     case_tensor *t = c->t;
-    double *full = xmalloc(t[AT_DQKV].n * sizeof(double));
-    ref_attention(full, NULL, t[AT_QKV].val, B, T, NH, HS);
+    const size_t n3 = (size_t)B * T * 3 * NH * HS;
+    double *full = xmalloc(n3 * sizeof(double)), *mha = NULL, *gqa = NULL;
+    const double *qkv = t[AT_QKV].val;
+    if (NKV != NH) { // no finite differences here (test_ops_llama.c checks the CPU's GQA so)
+        TRI_ASSERT(!c->row->fd);
+        ref_gqa_expand(mha = xmalloc(n3 * sizeof(double)), qkv, B, T, NH, NKV, HS);
+        gqa = xmalloc(t[AT_DQKV].n * sizeof(double));
+        qkv = mha;
+    }
+    ref_attention(full, NULL, qkv, B, T, NH, HS);
     ref_pick(&t[AT_OUT], full);
     if (c->row->fd) {
         attn_args a = {t[AT_QKV].val, B, T, NH, HS};
         inst_fd(&t[AT_DQKV], fwd_attn, &a, t[AT_OUT].n, t[AT_DOUT].val, a.qkv);
     } else {
-        ref_attention_bwd(full, t[AT_DOUT].val, t[AT_QKV].val, B, T, NH, HS);
-        ref_pick(&t[AT_DQKV], full);
+        ref_attention_bwd(full, t[AT_DOUT].val, qkv, B, T, NH, HS);
+        if (gqa) ref_gqa_fold(gqa, full, B, T, NH, NKV, HS);
+        ref_pick(&t[AT_DQKV], gqa ? gqa : full);
     }
-    free(full);
+    free(full), free(mha), free(gqa);
 }
 
 static const op_family OP_ATTENTION = {at_declare, at_run, at_reference, NULL};

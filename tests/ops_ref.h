@@ -267,6 +267,37 @@ OPS_REF_FN void ref_layernorm_bwd(double *dinp, double *dw, double *db, const do
     }
 }
 
+// Grouped-query attention on the multi-head references: gqa (B, T, (NH + 2 NKV) HS), query
+// head h reading kv head h / (NH / NKV), expanded into mha (B, T, 3 NH HS) with each kv head
+// repeated for its group (Hugging Face's repeat_kv); and back, a multi-head gradient folded
+// into the grouped layout, dk and dv summed over each group's query heads.
+OPS_REF_FN void ref_gqa_expand(double *mha, const double *gqa, int B, int T, int NH, int NKV,
+                               int HS) {
+    const size_t C = (size_t)NH * HS, ld = (size_t)(NH + 2 * NKV) * HS;
+    for (size_t r = 0; r < (size_t)B * T; r++)
+        for (int h = 0; h < NH; h++) {
+            const size_t kv = (size_t)(h / (NH / NKV)) * HS, o = (size_t)h * HS;
+            memcpy(mha + r * 3 * C + o, gqa + r * ld + o, HS * sizeof(double));
+            memcpy(mha + r * 3 * C + C + o, gqa + r * ld + C + kv, HS * sizeof(double));
+            memcpy(mha + r * 3 * C + 2 * C + o, gqa + r * ld + C + (size_t)NKV * HS + kv,
+                   HS * sizeof(double));
+        }
+}
+OPS_REF_FN void ref_gqa_fold(double *gqa, const double *mha, int B, int T, int NH, int NKV,
+                             int HS) {
+    const size_t C = (size_t)NH * HS, ld = (size_t)(NH + 2 * NKV) * HS;
+    memset(gqa, 0, (size_t)B * T * ld * sizeof(double));
+    for (size_t r = 0; r < (size_t)B * T; r++)
+        for (int h = 0; h < NH; h++) {
+            const size_t kv = (size_t)(h / (NH / NKV)) * HS, o = (size_t)h * HS;
+            for (int d = 0; d < HS; d++) {
+                gqa[r * ld + o + d] = mha[r * 3 * C + o + d];
+                gqa[r * ld + C + kv + d] += mha[r * 3 * C + C + o + d];
+                gqa[r * ld + C + (size_t)NKV * HS + kv + d] += mha[r * 3 * C + 2 * C + o + d];
+            }
+        }
+}
+
 // dqkv (B, T, 3*NH*HS) of L = sum(attention(qkv) * dout): with P the probabilities,
 // dP = dO V^T, dS = P * (dP - rowsum(P * dP)), dQ = dS K / sqrt(HS), dK = dS^T Q / sqrt(HS),
 // dV = P^T dO.

@@ -1,8 +1,8 @@
 // backend_cuda.cu: the CUDA compute backend (DESIGN.md "Module boundaries"): memory, the
 // device workspace, creation and the function table. fp32 storage, as backend.h says; the
 // ops are in backend_cuda_matmul.cu (cuBLASLt), backend_cuda_attn.cu (flash-style
-// attention) and backend_cuda_ops.cu (the rest). backend_cuda_internal.cuh says how streams
-// and errors work.
+// attention), backend_cuda_llama.cu (RMSNorm, RoPE, SwiGLU) and backend_cuda_ops.cu (the
+// rest). backend_cuda_internal.cuh says how streams and errors work.
 //
 // Determinism: no op uses floating-point atomics or a launch shape that depends on the
 // device, so two runs on the same GPU model give bitwise identical results (cuBLASLt keeps
@@ -332,14 +332,14 @@ static const backend cuda_backend_table = {
     /* .xent_stats16          = */ cuda_xent_stats16,
     /* .xent_rescale          = */ cuda_xent_rescale,
     /* .xent_bwd16            = */ cuda_xent_bwd16,
-    // The Llama ops: not written for CUDA yet, so a llama run is refused at start (trainer.c).
-    /* .rmsnorm_fwd           = */ NULL,
-    /* .rmsnorm_bwd           = */ NULL,
-    /* .residual_rmsnorm_fwd  = */ NULL,
-    /* .rope_fwd              = */ NULL,
-    /* .rope_bwd              = */ NULL,
-    /* .swiglu_fwd            = */ NULL,
-    /* .swiglu_bwd            = */ NULL,
+    // The Llama ops (backend_cuda_llama.cu)
+    /* .rmsnorm_fwd           = */ cuda_rmsnorm_fwd,
+    /* .rmsnorm_bwd           = */ cuda_rmsnorm_bwd,
+    /* .residual_rmsnorm_fwd  = */ cuda_residual_rmsnorm_fwd,
+    /* .rope_fwd              = */ cuda_rope_fwd,
+    /* .rope_bwd              = */ cuda_rope_bwd,
+    /* .swiglu_fwd            = */ cuda_swiglu_fwd,
+    /* .swiglu_bwd            = */ cuda_swiglu_bwd,
     /* .mt_sumsq_add          = */ cuda_mt_sumsq_add,
     /* .mt_adamw              = */ cuda_mt_adamw,
     /* .optim_multi           = */ 1, // TRIDENT_CUDA_OPTIM (cuda_optim_init)

@@ -1,7 +1,8 @@
 // backend_cuda_attn.cu: causal multi-head attention of the CUDA backend, flash-style, fp32.
 //
-// Per head (b, h), with Q, K, V the (T, HS) slices of qkv (row stride 3 C, C = NH HS) and
-// scores S = Q K^T / sqrt(HS), P = causal softmax(S):
+// Per head (b, h), with Q, K, V the (T, HS) slices of qkv (row stride (NH + 2 NKV) HS; query
+// head h reads kv head h / (NH / NKV): grouped-query attention, att_heads_of) and scores
+// S = Q K^T / sqrt(HS), P = causal softmax(S):
 //   forward   O = P V, computed over tiles of keys with an online softmax (running max m,
 //             running sum l); the only state kept for the backward is the log-sum-exp of
 //             each row, lse = m + log2(l) in base 2 (scores are carried as S * log2(e), so
@@ -25,8 +26,9 @@
 //      one pass over the rows; with TRIDENT_CUDA_ATTN=v1 (and on bf16 q, k, v widened, whose
 //      O is bf16) it is D = rowsum(P * dP) from a first sweep over the key tiles instead, as
 //      before the operand existed. D is stored for pass 2;
-//   2. dkv kernel, per block of 32 keys: sweeps the query tiles from the diagonal on and
-//      accumulates dK and dV.
+//   2. dkv kernel, per block of 32 keys of a kv head: for each query head of its group in
+//      order, sweeps the query tiles from the diagonal on and accumulates dK and dV (the
+//      group's sum stays in registers: no atomics, a fixed order).
 // This recomputes S and dP in both kernels (FlashAttention-2 computes them once and adds dQ
 // with atomics, which makes results depend on timing: backend_cuda_attn_fa2_bwd.cu says more).
 //
@@ -128,14 +130,16 @@ __device__ __forceinline__ void att_store(float *dst, size_t ld, const float o[A
 
 template <int DP>
 __global__ void __launch_bounds__(ATT_THREADS)
-    att_fwd_kernel(float *out, float *lse, const float *qkv, int T, int NH, int HS, float sl2) {
+    att_fwd_kernel(float *out, float *lse, const float *qkv, int T, int NH, int NKV, int HS,
+                   float sl2) {
     constexpr int LD = DP + 1, NK = DP / 32;
     extern __shared__ float smem[];
     float *sQ = smem, *sK = sQ + ATT_BR * LD, *sV = sK + ATT_BC * LD;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * ATT_BR, bh = blockIdx.y;
     const int C = NH * HS, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const size_t ld3 = 3 * (size_t)C;
-    const float *base = qkv + (size_t)(bh / NH) * T * ld3 + (size_t)(bh % NH) * HS;
+    const att_heads hd = att_heads_of(bh / NH, bh % NH, T, NH, NKV, HS);
+    const size_t ld3 = hd.ld;
+    const float *base = qkv + hd.q, *kbase = qkv + hd.k, *vbase = qkv + hd.v;
     const int qn = min(ATT_BR, T - q0), row0 = q0 + warp * ATT_RPW;
     att_load<DP>(sQ, base + (size_t)q0 * ld3, ld3, qn, ATT_BR, HS);
     const float *sQw = sQ + warp * ATT_RPW * LD;
@@ -153,8 +157,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
     for (int k0 = 0; k0 < kend; k0 += ATT_BC) {
         const int kn = min(ATT_BC, kend - k0);
         __syncthreads(); // the previous tile is consumed
-        att_load<DP>(sK, base + C + (size_t)k0 * ld3, ld3, kn, ATT_BC, HS);
-        att_load<DP>(sV, base + 2 * C + (size_t)k0 * ld3, ld3, kn, ATT_BC, HS);
+        att_load<DP>(sK, kbase + (size_t)k0 * ld3, ld3, kn, ATT_BC, HS);
+        att_load<DP>(sV, vbase + (size_t)k0 * ld3, ld3, kn, ATT_BC, HS);
         __syncthreads();
         float s[ATT_RPW][2];
         att_dots<DP>(s, sQw, sK, lane);
@@ -193,15 +197,16 @@ __global__ void __launch_bounds__(ATT_THREADS)
 template <int DP>
 __global__ void __launch_bounds__(ATT_THREADS)
     att_bwd_dq_kernel(float *dqkv, float *delta, const float *dout, const float *qkv,
-                      const float *o, const float *lse, int T, int NH, int HS, float sl2,
+                      const float *o, const float *lse, int T, int NH, int NKV, int HS, float sl2,
                       float scale) {
     constexpr int LD = DP + 1, NK = DP / 32;
     extern __shared__ float smem[];
     float *sQ = smem, *sdO = sQ + ATT_BR * LD, *sK = sdO + ATT_BR * LD, *sV = sK + ATT_BC * LD;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * ATT_BR, bh = blockIdx.y;
     const int C = NH * HS, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const size_t ld3 = 3 * (size_t)C, head = (size_t)(bh / NH) * T, hoff = (size_t)(bh % NH) * HS;
-    const float *base = qkv + head * ld3 + hoff;
+    const att_heads hd = att_heads_of(bh / NH, bh % NH, T, NH, NKV, HS);
+    const size_t ld3 = hd.ld, head = (size_t)(bh / NH) * T, hoff = (size_t)(bh % NH) * HS;
+    const float *base = qkv + hd.q, *kbase = qkv + hd.k, *vbase = qkv + hd.v;
     const int qn = min(ATT_BR, T - q0), row0 = q0 + warp * ATT_RPW;
     att_load<DP>(sQ, base + (size_t)q0 * ld3, ld3, qn, ATT_BR, HS);
     att_load<DP>(sdO, dout + (head + q0) * C + hoff, C, qn, ATT_BR, HS);
@@ -235,8 +240,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
         for (int k0 = 0; k0 < kend; k0 += ATT_BC) {
             const int kn = min(ATT_BC, kend - k0);
             __syncthreads();
-            att_load<DP>(sK, base + C + (size_t)k0 * ld3, ld3, kn, ATT_BC, HS);
-            att_load<DP>(sV, base + 2 * C + (size_t)k0 * ld3, ld3, kn, ATT_BC, HS);
+            att_load<DP>(sK, kbase + (size_t)k0 * ld3, ld3, kn, ATT_BC, HS);
+            att_load<DP>(sV, vbase + (size_t)k0 * ld3, ld3, kn, ATT_BC, HS);
             __syncthreads();
             float s[ATT_RPW][2], dp[ATT_RPW][2];
             att_dots<DP>(s, sQw, sK, lane);
@@ -262,28 +267,30 @@ __global__ void __launch_bounds__(ATT_THREADS)
         }
     }
     const float mul[ATT_RPW] = {scale, scale, scale, scale};
-    att_store<DP>(dqkv + head * ld3 + hoff, ld3, dq, mul, row0, T, HS, lane);
+    att_store<DP>(dqkv + hd.q, ld3, dq, mul, row0, T, HS, lane);
 }
 
 // ---------------------------------------------------------------------------------------
-// Backward, pass 2: dK and dV per block of 32 keys. Block 0 (keys 0..31, the most queries)
-// starts first.
+// Backward, pass 2: dK and dV per block of 32 keys of one kv head, summed over the query
+// heads that read it (NH / NKV of them, in head order: deterministic, no atomics). Block 0
+// (keys 0..31, the most queries) starts first. Grid (key blocks, B * NKV).
 
 template <int DP>
 __global__ void __launch_bounds__(ATT_THREADS)
     att_bwd_dkv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
-                       const float *delta, int T, int NH, int HS, float sl2, float scale) {
+                       const float *delta, int T, int NH, int NKV, int HS, float sl2, float scale) {
     constexpr int LD = DP + 1, NK = DP / 32;
     extern __shared__ float smem[];
     float *sK = smem, *sV = sK + ATT_BR * LD, *sQ = sV + ATT_BR * LD, *sdO = sQ + ATT_BC * LD;
     float *sL = sdO + ATT_BC * LD, *sD = sL + ATT_BC;
-    const int k0 = blockIdx.x * ATT_BR, bh = blockIdx.y;
+    const int k0 = blockIdx.x * ATT_BR, b = blockIdx.y / NKV, group = NH / NKV;
+    const int h0 = blockIdx.y % NKV * group; // the group's first query head
     const int C = NH * HS, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const size_t ld3 = 3 * (size_t)C, head = (size_t)(bh / NH) * T, hoff = (size_t)(bh % NH) * HS;
-    const float *base = qkv + head * ld3 + hoff;
+    const att_heads kv = att_heads_of(b, h0, T, NH, NKV, HS);
+    const size_t ld3 = kv.ld, head = (size_t)b * T;
     const int kn = min(ATT_BR, T - k0), key0 = k0 + warp * ATT_RPW;
-    att_load<DP>(sK, base + C + (size_t)k0 * ld3, ld3, kn, ATT_BR, HS);
-    att_load<DP>(sV, base + 2 * C + (size_t)k0 * ld3, ld3, kn, ATT_BR, HS);
+    att_load<DP>(sK, qkv + kv.k + (size_t)k0 * ld3, ld3, kn, ATT_BR, HS);
+    att_load<DP>(sV, qkv + kv.v + (size_t)k0 * ld3, ld3, kn, ATT_BR, HS);
     const float *sKw = sK + warp * ATT_RPW * LD, *sVw = sV + warp * ATT_RPW * LD;
     float dk[ATT_RPW][NK], dv[ATT_RPW][NK];
 #pragma unroll
@@ -291,37 +298,42 @@ __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
         for (int k = 0; k < NK; k++) dk[rr][k] = dv[rr][k] = 0.0f;
 
-    for (int q0 = k0 / ATT_BC * ATT_BC; q0 < T; q0 += ATT_BC) {
-        const int qn = min(ATT_BC, T - q0);
-        __syncthreads();
-        att_load<DP>(sQ, base + (size_t)q0 * ld3, ld3, qn, ATT_BC, HS);
-        att_load<DP>(sdO, dout + (head + q0) * C + hoff, C, qn, ATT_BC, HS);
-        for (int r = threadIdx.x; r < ATT_BC; r += ATT_THREADS) {
-            sL[r] = r < qn ? lse[(size_t)bh * T + q0 + r] : 0.0f;
-            sD[r] = r < qn ? delta[(size_t)bh * T + q0 + r] : 0.0f;
-        }
-        __syncthreads();
-        float s[ATT_RPW][2], dp[ATT_RPW][2];
-        att_dots<DP>(s, sKw, sQ, lane); // [key][query]
-        att_dots<DP>(dp, sVw, sdO, lane);
-#pragma unroll
-        for (int rr = 0; rr < ATT_RPW; rr++)
-#pragma unroll
-            for (int j2 = 0; j2 < 2; j2++) {
-                const int i = lane + 32 * j2; // query q0 + i
-                const float p = i < qn && q0 + i >= key0 + rr ? exp2f(s[rr][j2] * sl2 - sL[i])
-                                                              : 0.0f;
-                s[rr][j2] = p;
-                dp[rr][j2] = p * (dp[rr][j2] - sD[i]); // dS
+    for (int h = h0; h < h0 + group; h++) {
+        const size_t bh = (size_t)b * NH + h;
+        const float *qbase = qkv + kv.q + (size_t)(h - h0) * HS;
+        const float *obase = dout + head * C + (size_t)h * HS, *lh = lse + bh * T;
+        const float *dh = delta + bh * T;
+        for (int q0 = k0 / ATT_BC * ATT_BC; q0 < T; q0 += ATT_BC) {
+            const int qn = min(ATT_BC, T - q0);
+            __syncthreads();
+            att_load<DP>(sQ, qbase + (size_t)q0 * ld3, ld3, qn, ATT_BC, HS);
+            att_load<DP>(sdO, obase + (size_t)q0 * C, C, qn, ATT_BC, HS);
+            for (int r = threadIdx.x; r < ATT_BC; r += ATT_THREADS) {
+                sL[r] = r < qn ? lh[q0 + r] : 0.0f;
+                sD[r] = r < qn ? dh[q0 + r] : 0.0f;
             }
-        att_accum<DP>(dv, s, sdO, lane, qn);
-        att_accum<DP>(dk, dp, sQ, lane, qn);
+            __syncthreads();
+            float s[ATT_RPW][2], dp[ATT_RPW][2];
+            att_dots<DP>(s, sKw, sQ, lane); // [key][query]
+            att_dots<DP>(dp, sVw, sdO, lane);
+#pragma unroll
+            for (int rr = 0; rr < ATT_RPW; rr++)
+#pragma unroll
+                for (int j2 = 0; j2 < 2; j2++) {
+                    const int i = lane + 32 * j2; // query q0 + i
+                    const float p = i < qn && q0 + i >= key0 + rr ? exp2f(s[rr][j2] * sl2 - sL[i])
+                                                                  : 0.0f;
+                    s[rr][j2] = p;
+                    dp[rr][j2] = p * (dp[rr][j2] - sD[i]); // dS
+                }
+            att_accum<DP>(dv, s, sdO, lane, qn);
+            att_accum<DP>(dk, dp, sQ, lane, qn);
+        }
     }
-    float *dbase = dqkv + head * ld3 + hoff;
     const float one[ATT_RPW] = {1.0f, 1.0f, 1.0f, 1.0f};
     const float mul[ATT_RPW] = {scale, scale, scale, scale};
-    att_store<DP>(dbase + C, ld3, dk, mul, key0, T, HS, lane);
-    att_store<DP>(dbase + 2 * C, ld3, dv, one, key0, T, HS, lane);
+    att_store<DP>(dqkv + kv.k, ld3, dk, mul, key0, T, HS, lane);
+    att_store<DP>(dqkv + kv.v, ld3, dv, one, key0, T, HS, lane);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -385,51 +397,53 @@ static void att_check_head(const cuda_ctx *x, int HS) {
 
 template <int DP>
 static void att_fwd_launch(cuda_ctx *x, float *out, float *lse, const float *qkv, int B, int T,
-                           int NH, int HS) {
+                           int NH, int NKV, int HS) {
     const float sl2 = 1.0f / sqrtf((float)HS) * ATT_LOG2E;
     dim3 grid((T + ATT_BR - 1) / ATT_BR, B * NH);
     att_fwd_kernel<DP>
-        <<<grid, ATT_THREADS, att_smem<DP>::fwd, x->stream>>>(out, lse, qkv, T, NH, HS, sl2);
+        <<<grid, ATT_THREADS, att_smem<DP>::fwd, x->stream>>>(out, lse, qkv, T, NH, NKV, HS, sl2);
     CUDA_LAUNCH_CHECK("att_fwd_kernel");
 }
 
 template <int DP>
 static void att_bwd_launch(cuda_ctx *x, float *dqkv, float *delta, const float *dout,
                            const float *qkv, const float *o, const float *lse, int B, int T, int NH,
-                           int HS) {
+                           int NKV, int HS) {
     const float scale = 1.0f / sqrtf((float)HS), sl2 = scale * ATT_LOG2E;
     dim3 grid((T + ATT_BR - 1) / ATT_BR, B * NH);
     att_bwd_dq_kernel<DP><<<grid, ATT_THREADS, att_smem<DP>::dq, x->stream>>>(
-        dqkv, delta, dout, qkv, o, lse, T, NH, HS, sl2, scale);
+        dqkv, delta, dout, qkv, o, lse, T, NH, NKV, HS, sl2, scale);
     CUDA_LAUNCH_CHECK("att_bwd_dq_kernel");
-    att_bwd_dkv_kernel<DP><<<grid, ATT_THREADS, att_smem<DP>::dkv, x->stream>>>(
-        dqkv, dout, qkv, lse, delta, T, NH, HS, sl2, scale);
+    dim3 kv_grid((T + ATT_BR - 1) / ATT_BR, B * NKV);
+    att_bwd_dkv_kernel<DP><<<kv_grid, ATT_THREADS, att_smem<DP>::dkv, x->stream>>>(
+        dqkv, dout, qkv, lse, delta, T, NH, NKV, HS, sl2, scale);
     CUDA_LAUNCH_CHECK("att_bwd_dkv_kernel");
 }
 
 void cuda_attention_fwd_f32(backend *b, float *out, void *state, const float *qkv, int B, int T,
-                            int NH, int HS) {
+                            int NH, int NKV, int HS) {
     cuda_ctx *x = cuda_ctx_of(b);
     if (B <= 0 || T <= 0 || NH <= 0) return;
     att_check_head(x, HS);
     float *lse = (float *)state;
-    if (HS <= 32) att_fwd_launch<32>(x, out, lse, qkv, B, T, NH, HS);
-    else if (HS <= 64) att_fwd_launch<64>(x, out, lse, qkv, B, T, NH, HS);
-    else if (HS <= 128) att_fwd_launch<128>(x, out, lse, qkv, B, T, NH, HS);
-    else att_fwd_launch<256>(x, out, lse, qkv, B, T, NH, HS);
+    if (HS <= 32) att_fwd_launch<32>(x, out, lse, qkv, B, T, NH, NKV, HS);
+    else if (HS <= 64) att_fwd_launch<64>(x, out, lse, qkv, B, T, NH, NKV, HS);
+    else if (HS <= 128) att_fwd_launch<128>(x, out, lse, qkv, B, T, NH, NKV, HS);
+    else att_fwd_launch<256>(x, out, lse, qkv, B, T, NH, NKV, HS);
 }
 
 void cuda_attention_bwd_f32(backend *b, float *dqkv, const float *dout, const float *qkv,
-                            const float *o, const void *state, int B, int T, int NH, int HS) {
+                            const float *o, const void *state, int B, int T, int NH, int NKV,
+                            int HS) {
     cuda_ctx *x = cuda_ctx_of(b);
     if (B <= 0 || T <= 0 || NH <= 0) return;
     att_check_head(x, HS);
     const float *lse = (const float *)state;
     float *delta = (float *)cuda_scratch(x, (size_t)B * NH * T * sizeof(float));
-    if (HS <= 32) att_bwd_launch<32>(x, dqkv, delta, dout, qkv, o, lse, B, T, NH, HS);
-    else if (HS <= 64) att_bwd_launch<64>(x, dqkv, delta, dout, qkv, o, lse, B, T, NH, HS);
-    else if (HS <= 128) att_bwd_launch<128>(x, dqkv, delta, dout, qkv, o, lse, B, T, NH, HS);
-    else att_bwd_launch<256>(x, dqkv, delta, dout, qkv, o, lse, B, T, NH, HS);
+    if (HS <= 32) att_bwd_launch<32>(x, dqkv, delta, dout, qkv, o, lse, B, T, NH, NKV, HS);
+    else if (HS <= 64) att_bwd_launch<64>(x, dqkv, delta, dout, qkv, o, lse, B, T, NH, NKV, HS);
+    else if (HS <= 128) att_bwd_launch<128>(x, dqkv, delta, dout, qkv, o, lse, B, T, NH, NKV, HS);
+    else att_bwd_launch<256>(x, dqkv, delta, dout, qkv, o, lse, B, T, NH, NKV, HS);
 }
 
 // The table's entries: the kernels of the operands' dtype (backend_attention_fwd / _bwd
@@ -437,29 +451,30 @@ void cuda_attention_bwd_f32(backend *b, float *dqkv, const float *dout, const fl
 void cuda_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, int T, int NH,
                         int NKV, int HS) {
     cuda_ctx *x = cuda_ctx_of(b);
-    TRI_ASSERT(NKV == NH); // grouped-query attention: not in these kernels yet (llama is refused)
+    TRI_ASSERT(NKV >= 1 && NH % NKV == 0); // the model checked it (grouped-query attention)
     if (B <= 0 || T <= 0 || NH <= 0) return;
     if (qkv.dtype == DTYPE_BF16) {
         const uint16_t *q16 = (const uint16_t *)qkv.ptr;
-        if (!cuda_fa2_fwd(x, out, (float *)state, q16, B, T, NH, HS))
-            cuda_attention_fwd_bf16(b, out, state, q16, B, T, NH, HS);
+        if (!cuda_fa2_fwd(x, out, (float *)state, q16, B, T, NH, NKV, HS))
+            cuda_attention_fwd_bf16(b, out, state, q16, B, T, NH, NKV, HS);
     } else {
-        cuda_attention_fwd_f32(b, out, state, (const float *)qkv.ptr, B, T, NH, HS);
+        cuda_attention_fwd_f32(b, out, state, (const float *)qkv.ptr, B, T, NH, NKV, HS);
     }
 }
 
 void cuda_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv, operand out,
                         const void *state, int B, int T, int NH, int NKV, int HS) {
     cuda_ctx *x = cuda_ctx_of(b);
-    TRI_ASSERT(NKV == NH);
+    TRI_ASSERT(NKV >= 1 && NH % NKV == 0);
     if (B <= 0 || T <= 0 || NH <= 0) return;
     if (qkv.dtype == DTYPE_BF16) {
         const uint16_t *q16 = (const uint16_t *)qkv.ptr;
         if (!cuda_fa2_bwd(x, dqkv, dout, q16, (const uint16_t *)out.ptr, (const float *)state, B, T,
-                          NH, HS))
-            cuda_attention_bwd_bf16(b, dqkv, dout, q16, state, B, T, NH, HS);
+                          NH, NKV, HS))
+            cuda_attention_bwd_bf16(b, dqkv, dout, q16, state, B, T, NH, NKV, HS);
     } else {
         cuda_attention_bwd_f32(b, dqkv, dout, (const float *)qkv.ptr,
-                               x->att_fa2 ? (const float *)out.ptr : NULL, state, B, T, NH, HS);
+                               x->att_fa2 ? (const float *)out.ptr : NULL, state, B, T, NH, NKV,
+                               HS);
     }
 }

@@ -66,7 +66,7 @@
 
 template <int HS>
 __global__ void __launch_bounds__(FA2_THREADS)
-    fa2_fwd_kernel(float *out, float *lse, const uint16_t *qkv, int T, int NH, float sl2) {
+    fa2_fwd_kernel(float *out, float *lse, const uint16_t *qkv, int T, int NH, int NKV, float sl2) {
     using S = fa2_shape<HS>;
     constexpr int LD = S::LD;
     extern __shared__ __align__(128) unsigned char fa2_fwd_smem[];
@@ -74,16 +74,17 @@ __global__ void __launch_bounds__(FA2_THREADS)
     const int q0 = (gridDim.x - 1 - blockIdx.x) * FA2_BLOCK, bh = blockIdx.y;
     const int C = NH * HS, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
-    const size_t ld3 = 3 * (size_t)C;
-    const uint16_t *base = qkv + (size_t)(bh / NH) * T * ld3 + (size_t)(bh % NH) * HS;
+    const att_heads hd = att_heads_of(bh / NH, bh % NH, T, NH, NKV, HS);
+    const size_t ld3 = hd.ld;
+    const uint16_t *base = qkv + hd.q, *kbase = qkv + hd.k, *vbase = qkv + hd.v;
     const int qn = min(FA2_BLOCK, T - q0), row0 = q0 + FA2_WROWS * warp;
     const int ntiles = fa2_key_tiles(q0);
     // A warp whose rows all lie past T (the last block) computes nothing, but loads its share.
     const bool active = row0 < T;
 
     fa2_load_async<HS>(sQ, base + (size_t)q0 * ld3, ld3, qn);
-    fa2_load_async<HS>(sK, base + C, ld3, min(FA2_TILE, T));
-    fa2_load_async<HS>(sV, base + 2 * C, ld3, min(FA2_TILE, T));
+    fa2_load_async<HS>(sK, kbase, ld3, min(FA2_TILE, T));
+    fa2_load_async<HS>(sV, vbase, ld3, min(FA2_TILE, T));
     fa2_cp_commit();
 
     uint32_t qf[S::KS][4]; // Q as A fragments, held for the whole kernel
@@ -96,8 +97,8 @@ __global__ void __launch_bounds__(FA2_THREADS)
         const int k0 = j * FA2_TILE, st = j & 1;
         if (j + 1 < ntiles) { // the next tile into the other stage, while this one computes
             const int k1 = k0 + FA2_TILE, kn1 = min(FA2_TILE, T - k1);
-            fa2_load_async<HS>(sK + (st ^ 1) * S::TILE, base + C + (size_t)k1 * ld3, ld3, kn1);
-            fa2_load_async<HS>(sV + (st ^ 1) * S::TILE, base + 2 * C + (size_t)k1 * ld3, ld3, kn1);
+            fa2_load_async<HS>(sK + (st ^ 1) * S::TILE, kbase + (size_t)k1 * ld3, ld3, kn1);
+            fa2_load_async<HS>(sV + (st ^ 1) * S::TILE, vbase + (size_t)k1 * ld3, ld3, kn1);
             fa2_cp_commit();
             fa2_cp_wait<1>();
         } else {
@@ -229,7 +230,7 @@ tri_status cuda_fa2_init(cuda_ctx *x, size_t smem_optin) {
 
 // Whether the FA2 kernels take this call: selected (TRIDENT_CUDA_ATTN), a head size with
 // kernels that fit this device, and 16-byte aligned rows of q, k, v for cp.async (row stride
-// 3 C bf16, C a multiple of 16: the base pointer decides).
+// (NH + 2 NKV) HS bf16, HS a multiple of 16: the base pointer decides).
 static int fa2_takes(const cuda_ctx *x, const uint16_t *qkv, int HS) {
     if (!x->att_fa2 || HS <= 0 || HS > 128 || HS % 16 || !(x->att_fa2_heads & FA2_HEAD_BIT(HS)))
         return 0;
@@ -238,31 +239,31 @@ static int fa2_takes(const cuda_ctx *x, const uint16_t *qkv, int HS) {
 
 template <int HS>
 static void fa2_fwd_launch(cuda_ctx *x, float *out, float *lse, const uint16_t *qkv, int B, int T,
-                           int NH) {
+                           int NH, int NKV) {
     const float sl2 = 1.0f / sqrtf((float)HS) * FA2_LOG2E;
     dim3 grid((T + FA2_BLOCK - 1) / FA2_BLOCK, B * NH);
     fa2_fwd_kernel<HS>
-        <<<grid, FA2_THREADS, fa2_shape<HS>::fwd_smem, x->stream>>>(out, lse, qkv, T, NH, sl2);
+        <<<grid, FA2_THREADS, fa2_shape<HS>::fwd_smem, x->stream>>>(out, lse, qkv, T, NH, NKV, sl2);
     CUDA_LAUNCH_CHECK("fa2_fwd_kernel");
 }
 
 int cuda_fa2_fwd(cuda_ctx *x, float *out, float *lse, const uint16_t *qkv, int B, int T, int NH,
-                 int HS) {
+                 int NKV, int HS) {
     if (!fa2_takes(x, qkv, HS)) return 0;
     switch (HS) {
-    case 64: fa2_fwd_launch<64>(x, out, lse, qkv, B, T, NH); break;
-    case 80: fa2_fwd_launch<80>(x, out, lse, qkv, B, T, NH); break;
-    case 96: fa2_fwd_launch<96>(x, out, lse, qkv, B, T, NH); break;
-    default: fa2_fwd_launch<128>(x, out, lse, qkv, B, T, NH); break;
+    case 64: fa2_fwd_launch<64>(x, out, lse, qkv, B, T, NH, NKV); break;
+    case 80: fa2_fwd_launch<80>(x, out, lse, qkv, B, T, NH, NKV); break;
+    case 96: fa2_fwd_launch<96>(x, out, lse, qkv, B, T, NH, NKV); break;
+    default: fa2_fwd_launch<128>(x, out, lse, qkv, B, T, NH, NKV); break;
     }
     return 1;
 }
 
 int cuda_fa2_bwd(cuda_ctx *x, float *dqkv, const float *dout, const uint16_t *qkv,
-                 const uint16_t *o16, const float *lse, int B, int T, int NH, int HS) {
+                 const uint16_t *o16, const float *lse, int B, int T, int NH, int NKV, int HS) {
     // dO rows are read as float4 and O rows as 4 bf16 (C and HS / 2 multiples of 4).
     if (!fa2_takes(x, qkv, HS) || (uintptr_t)dout % 16 || (uintptr_t)o16 % 8) return 0;
     float *delta = (float *)cuda_scratch(x, (size_t)B * NH * T * sizeof(float));
-    fa2_bwd_run(x, HS, dqkv, delta, dout, o16, qkv, lse, B, T, NH);
+    fa2_bwd_run(x, HS, dqkv, delta, dout, o16, qkv, lse, B, T, NH, NKV);
     return 1;
 }

@@ -178,7 +178,8 @@ tri_status fa2_bwd_init(unsigned *heads, size_t smem_optin);
 // The backward on bf16 q, k, v and the bf16 O (backend.h) into delta's B * NH * T floats of
 // scratch; the caller checked HS (one of FA2_HEADS) and the alignments.
 void fa2_bwd_run(cuda_ctx *x, int HS, float *dqkv, float *delta, const float *dout,
-                 const uint16_t *o16, const uint16_t *qkv, const float *lse, int B, int T, int NH);
+                 const uint16_t *o16, const uint16_t *qkv, const float *lse, int B, int T, int NH,
+                 int NKV);
 
 // The head sizes with kernels, as bits HS / 16.
 #define FA2_HEAD_BIT(hs) (1u << ((hs) / 16))

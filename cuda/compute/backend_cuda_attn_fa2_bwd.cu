@@ -42,7 +42,7 @@
 template <int HS>
 __global__ void __launch_bounds__(FA2_THREADS)
     fa2_bwd_dq_kernel(float *dqkv, float *delta, const float *dout, const uint16_t *o16,
-                      const uint16_t *qkv, const float *lse, int T, int NH, float sl2,
+                      const uint16_t *qkv, const float *lse, int T, int NH, int NKV, float sl2,
                       float scale) {
     using S = fa2_shape<HS>;
     constexpr int LD = S::LD;
@@ -53,15 +53,16 @@ __global__ void __launch_bounds__(FA2_THREADS)
     const int q0 = (gridDim.x - 1 - blockIdx.x) * FA2_BLOCK, bh = blockIdx.y;
     const int C = NH * HS, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
-    const size_t ld3 = 3 * (size_t)C, head = (size_t)(bh / NH) * T, hoff = (size_t)(bh % NH) * HS;
-    const uint16_t *base = qkv + head * ld3 + hoff;
+    const att_heads hd = att_heads_of(bh / NH, bh % NH, T, NH, NKV, HS);
+    const size_t ld3 = hd.ld, head = (size_t)(bh / NH) * T, hoff = (size_t)(bh % NH) * HS;
+    const uint16_t *base = qkv + hd.q, *kbase = qkv + hd.k, *vbase = qkv + hd.v;
     const int qn = min(FA2_BLOCK, T - q0), row0 = q0 + FA2_WROWS * warp;
     const int ntiles = fa2_key_tiles(q0);
     const bool active = row0 < T;
 
     fa2_load_async<HS>(sQ, base + (size_t)q0 * ld3, ld3, qn);
-    fa2_load_async<HS>(sK, base + C, ld3, min(FA2_TILE, T));
-    fa2_load_async<HS>(sV, base + 2 * C, ld3, min(FA2_TILE, T));
+    fa2_load_async<HS>(sK, kbase, ld3, min(FA2_TILE, T));
+    fa2_load_async<HS>(sV, vbase, ld3, min(FA2_TILE, T));
     fa2_cp_commit();
     fa2_load_f32<HS>(sdO, dout + (head + q0) * C + hoff, C, qn);
     { // D = rowsum(dO * O) for row r of the block: threads 2r and 2r + 1, half a row each
@@ -100,8 +101,8 @@ __global__ void __launch_bounds__(FA2_THREADS)
         const int k0 = j * FA2_TILE, st = j & 1;
         if (j + 1 < ntiles) {
             const int k1 = k0 + FA2_TILE, kn1 = min(FA2_TILE, T - k1);
-            fa2_load_async<HS>(sK + (st ^ 1) * S::TILE, base + C + (size_t)k1 * ld3, ld3, kn1);
-            fa2_load_async<HS>(sV + (st ^ 1) * S::TILE, base + 2 * C + (size_t)k1 * ld3, ld3, kn1);
+            fa2_load_async<HS>(sK + (st ^ 1) * S::TILE, kbase + (size_t)k1 * ld3, ld3, kn1);
+            fa2_load_async<HS>(sV + (st ^ 1) * S::TILE, vbase + (size_t)k1 * ld3, ld3, kn1);
             fa2_cp_commit();
             fa2_cp_wait<1>();
         } else {
@@ -160,7 +161,7 @@ __global__ void __launch_bounds__(FA2_THREADS)
         __syncthreads(); // stage st is free for tile j + 2
     }
     if (!active) return;
-    float *dqbase = dqkv + head * ld3 + hoff;
+    float *dqbase = dqkv + hd.q;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int row = row0 + g + 8 * r;
@@ -175,30 +176,35 @@ __global__ void __launch_bounds__(FA2_THREADS)
 }
 
 // ---------------------------------------------------------------------------------------
-// Pass 2: dK and dV per block of 64 keys
+// Pass 2: dK and dV per block of 64 keys of one kv head (grid (key blocks, B * NKV)), summed
+// over the NH / NKV query heads that read it: the Q tiles of each head in turn, as one
+// pipelined sequence of (head, tile) steps, the sums held in registers throughout (a fixed
+// order, no atomics; NKV = NH is the kernel as it was).
 
 template <int HS>
 __global__ void __launch_bounds__(FA2_THREADS)
     fa2_bwd_dkv_kernel(float *dqkv, const float *dout, const uint16_t *qkv, const float *lse,
-                       const float *delta, int T, int NH, float sl2, float scale) {
+                       const float *delta, int T, int NH, int NKV, float sl2, float scale) {
     using S = fa2_shape<HS>;
     constexpr int LD = S::LD;
     extern __shared__ __align__(128) unsigned char fa2_dkv_smem[];
     fa2_bf16 *sK = (fa2_bf16 *)fa2_dkv_smem, *sV = sK + S::TILE, *sQ = sV + S::TILE;
     fa2_bf16 *sdO = sQ + 2 * S::TILE;
     float *sL = (float *)(sdO + S::TILE), *sD = sL + FA2_TILE;
-    const int k0 = blockIdx.x * FA2_BLOCK, bh = blockIdx.y;
+    const int k0 = blockIdx.x * FA2_BLOCK, bb = blockIdx.y / NKV, group = NH / NKV;
+    const int h0 = blockIdx.y % NKV * group; // the group's first query head
     const int C = NH * HS, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
-    const size_t ld3 = 3 * (size_t)C, head = (size_t)(bh / NH) * T, hoff = (size_t)(bh % NH) * HS;
-    const uint16_t *base = qkv + head * ld3 + hoff;
+    const att_heads kv = att_heads_of(bb, h0, T, NH, NKV, HS);
+    const size_t ld3 = kv.ld, head = (size_t)bb * T;
     const int kn = min(FA2_BLOCK, T - k0), key0 = k0 + FA2_WROWS * warp;
     const int qfirst = fa2_first_query_tile(k0);
+    const int ntq = (T - qfirst + FA2_TILE - 1) / FA2_TILE, steps = group * ntq;
     const bool active = key0 < T;
 
-    fa2_load_async<HS>(sK, base + C + (size_t)k0 * ld3, ld3, kn);
-    fa2_load_async<HS>(sV, base + 2 * C + (size_t)k0 * ld3, ld3, kn);
-    fa2_load_async<HS>(sQ, base + (size_t)qfirst * ld3, ld3, min(FA2_TILE, T - qfirst));
+    fa2_load_async<HS>(sK, qkv + kv.k + (size_t)k0 * ld3, ld3, kn);
+    fa2_load_async<HS>(sV, qkv + kv.v + (size_t)k0 * ld3, ld3, kn);
+    fa2_load_async<HS>(sQ, qkv + kv.q + (size_t)qfirst * ld3, ld3, min(FA2_TILE, T - qfirst));
     fa2_cp_commit();
     float dk[S::NT][4], dv[S::NT][4];
 #pragma unroll
@@ -206,22 +212,26 @@ __global__ void __launch_bounds__(FA2_THREADS)
 #pragma unroll
         for (int i = 0; i < 4; i++) dk[dn][i] = dv[dn][i] = 0.0f;
 
-    for (int q0 = qfirst, it = 0; q0 < T; q0 += FA2_TILE, it++) {
+    const uint16_t *qrows = qkv + kv.q - (size_t)h0 * HS; // batch bb's rows
+    // step it: query head h, its tile at q0; (h1, q1) the next step's
+    for (int it = 0, h = h0, q0 = qfirst; it < steps; it++) {
         const int st = it & 1, qn = min(FA2_TILE, T - q0);
-        if (q0 + FA2_TILE < T) { // the next Q tile into the other stage
-            const int q1 = q0 + FA2_TILE;
-            fa2_load_async<HS>(sQ + (st ^ 1) * S::TILE, base + (size_t)q1 * ld3, ld3,
-                               min(FA2_TILE, T - q1));
+        const size_t hoff = (size_t)h * HS, bh = (size_t)bb * NH + h;
+        const bool next = q0 + FA2_TILE < T;
+        const int h1 = next ? h : h + 1, q1 = next ? q0 + FA2_TILE : qfirst;
+        if (it + 1 < steps) { // the next step's Q tile into the other stage
+            fa2_load_async<HS>(sQ + (st ^ 1) * S::TILE, qrows + (size_t)h1 * HS + (size_t)q1 * ld3,
+                               ld3, min(FA2_TILE, T - q1));
             fa2_cp_commit();
         }
         // dO, lse and D of this tile (their buffers are free: the previous iteration ended
         // with a barrier), while the Q copies are in flight.
         fa2_load_f32<HS>(sdO, dout + (head + q0) * C + hoff, C, qn);
         for (int i = threadIdx.x; i < FA2_TILE; i += FA2_THREADS) {
-            sL[i] = i < qn ? lse[(size_t)bh * T + q0 + i] : 0.0f;
-            sD[i] = i < qn ? delta[(size_t)bh * T + q0 + i] : 0.0f;
+            sL[i] = i < qn ? lse[bh * T + q0 + i] : 0.0f;
+            sD[i] = i < qn ? delta[bh * T + q0 + i] : 0.0f;
         }
-        if (q0 + FA2_TILE < T) fa2_cp_wait<1>();
+        if (it + 1 < steps) fa2_cp_wait<1>();
         else fa2_cp_wait<0>();
         __syncthreads(); // Q tile (and at it = 0 K, V), dO, lse, D visible
         if (active) {
@@ -272,9 +282,10 @@ __global__ void __launch_bounds__(FA2_THREADS)
             }
         }
         __syncthreads(); // stage st, dO, lse and D are free for the next tiles
+        h = h1, q0 = q1;
     }
     if (!active) return;
-    float *dkbase = dqkv + head * ld3 + hoff + C, *dvbase = dkbase + C;
+    float *dkbase = dqkv + kv.k, *dvbase = dqkv + kv.v;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int key = key0 + g + 8 * r;
@@ -318,24 +329,26 @@ tri_status fa2_bwd_init(unsigned *heads, size_t smem_optin) {
 template <int HS>
 static void fa2_bwd_launch(cuda_ctx *x, float *dqkv, float *delta, const float *dout,
                            const uint16_t *o16, const uint16_t *qkv, const float *lse, int B, int T,
-                           int NH) {
+                           int NH, int NKV) {
     using S = fa2_shape<HS>;
     const float scale = 1.0f / sqrtf((float)HS), sl2 = scale * FA2_LOG2E;
     dim3 grid((T + FA2_BLOCK - 1) / FA2_BLOCK, B * NH);
-    fa2_bwd_dq_kernel<HS><<<grid, FA2_THREADS, S::dq_smem, x->stream>>>(dqkv, delta, dout, o16, qkv,
-                                                                        lse, T, NH, sl2, scale);
+    fa2_bwd_dq_kernel<HS><<<grid, FA2_THREADS, S::dq_smem, x->stream>>>(
+        dqkv, delta, dout, o16, qkv, lse, T, NH, NKV, sl2, scale);
     CUDA_LAUNCH_CHECK("fa2_bwd_dq_kernel");
-    fa2_bwd_dkv_kernel<HS><<<grid, FA2_THREADS, S::dkv_smem, x->stream>>>(dqkv, dout, qkv, lse,
-                                                                          delta, T, NH, sl2, scale);
+    dim3 kv_grid((T + FA2_BLOCK - 1) / FA2_BLOCK, B * NKV);
+    fa2_bwd_dkv_kernel<HS><<<kv_grid, FA2_THREADS, S::dkv_smem, x->stream>>>(
+        dqkv, dout, qkv, lse, delta, T, NH, NKV, sl2, scale);
     CUDA_LAUNCH_CHECK("fa2_bwd_dkv_kernel");
 }
 
 void fa2_bwd_run(cuda_ctx *x, int HS, float *dqkv, float *delta, const float *dout,
-                 const uint16_t *o16, const uint16_t *qkv, const float *lse, int B, int T, int NH) {
+                 const uint16_t *o16, const uint16_t *qkv, const float *lse, int B, int T, int NH,
+                 int NKV) {
     switch (HS) {
-    case 64: fa2_bwd_launch<64>(x, dqkv, delta, dout, o16, qkv, lse, B, T, NH); break;
-    case 80: fa2_bwd_launch<80>(x, dqkv, delta, dout, o16, qkv, lse, B, T, NH); break;
-    case 96: fa2_bwd_launch<96>(x, dqkv, delta, dout, o16, qkv, lse, B, T, NH); break;
-    default: fa2_bwd_launch<128>(x, dqkv, delta, dout, o16, qkv, lse, B, T, NH); break;
+    case 64: fa2_bwd_launch<64>(x, dqkv, delta, dout, o16, qkv, lse, B, T, NH, NKV); break;
+    case 80: fa2_bwd_launch<80>(x, dqkv, delta, dout, o16, qkv, lse, B, T, NH, NKV); break;
+    case 96: fa2_bwd_launch<96>(x, dqkv, delta, dout, o16, qkv, lse, B, T, NH, NKV); break;
+    default: fa2_bwd_launch<128>(x, dqkv, delta, dout, o16, qkv, lse, B, T, NH, NKV); break;
     }
 }

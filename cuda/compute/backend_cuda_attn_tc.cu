@@ -178,8 +178,8 @@ __device__ __forceinline__ void atc_store(float *dst, size_t ld, atc_acc acc[DP 
 
 template <int DP>
 __global__ void __launch_bounds__(ATC_THREADS)
-    atc_fwd_kernel(float *out, float *lse, const uint16_t *qkv, int T, int NH, int HS, float sl2,
-                   int vec) {
+    atc_fwd_kernel(float *out, float *lse, const uint16_t *qkv, int T, int NH, int NKV, int HS,
+                   float sl2, int vec) {
     constexpr int LDH = DP + 8, LDO = DP + 4;
     extern __shared__ __align__(128) unsigned char atc_shared[];
     atc_bf16 *sQ = (atc_bf16 *)atc_shared, *sK = sQ + ATC_BR * LDH, *sV = sK + ATC_BC * LDH;
@@ -188,8 +188,9 @@ __global__ void __launch_bounds__(ATC_THREADS)
     float *sO = (float *)(sP + ATC_BR * ATC_LDP);
     const int q0 = (gridDim.x - 1 - blockIdx.x) * ATC_BR, bh = blockIdx.y;
     const int C = NH * HS, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const size_t ld3 = 3 * (size_t)C;
-    const uint16_t *base = qkv + (size_t)(bh / NH) * T * ld3 + (size_t)(bh % NH) * HS;
+    const att_heads hd = att_heads_of(bh / NH, bh % NH, T, NH, NKV, HS);
+    const size_t ld3 = hd.ld;
+    const uint16_t *base = qkv + hd.q, *kbase = qkv + hd.k, *vbase = qkv + hd.v;
     const int qn = min(ATC_BR, T - q0), wrow0 = q0 + 16 * warp;
     atc_load<DP>(sQ, base + (size_t)q0 * ld3, ld3, qn, ATC_BR, HS, vec);
     const atc_bf16 *sQw = sQ + 16 * warp * LDH;
@@ -207,8 +208,8 @@ __global__ void __launch_bounds__(ATC_THREADS)
     for (int k0 = 0; k0 < kend; k0 += ATC_BC) {
         const int kn = min(ATC_BC, kend - k0);
         __syncthreads(); // the previous tile is consumed
-        atc_load<DP>(sK, base + C + (size_t)k0 * ld3, ld3, kn, ATC_BC, HS, vec);
-        atc_load<DP>(sV, base + 2 * C + (size_t)k0 * ld3, ld3, kn, ATC_BC, HS, vec);
+        atc_load<DP>(sK, kbase + (size_t)k0 * ld3, ld3, kn, ATC_BC, HS, vec);
+        atc_load<DP>(sV, vbase + (size_t)k0 * ld3, ld3, kn, ATC_BC, HS, vec);
         __syncthreads();
         // Columns past the warp's last row (the diagonal tile) or past kn are masked for all
         // of its rows: only the first nt column fragments are computed.
@@ -260,7 +261,8 @@ __global__ void __launch_bounds__(ATC_THREADS)
 template <int DP>
 __global__ void __launch_bounds__(ATC_THREADS)
     atc_bwd_dq_kernel(float *dqkv, float *delta, const float *dout, const uint16_t *qkv,
-                      const float *lse, int T, int NH, int HS, float sl2, float scale, int vec) {
+                      const float *lse, int T, int NH, int NKV, int HS, float sl2, float scale,
+                      int vec) {
     constexpr int LDH = DP + 8;
     extern __shared__ __align__(128) unsigned char atc_shared[];
     atc_bf16 *sQ = (atc_bf16 *)atc_shared, *sdO = sQ + ATC_BR * LDH, *sK = sdO + ATC_BR * LDH;
@@ -269,8 +271,9 @@ __global__ void __launch_bounds__(ATC_THREADS)
     atc_bf16 *sdS = (atc_bf16 *)(sdP + ATC_BR * ATC_LDS);
     const int q0 = (gridDim.x - 1 - blockIdx.x) * ATC_BR, bh = blockIdx.y;
     const int C = NH * HS, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const size_t ld3 = 3 * (size_t)C, head = (size_t)(bh / NH) * T, hoff = (size_t)(bh % NH) * HS;
-    const uint16_t *base = qkv + head * ld3 + hoff;
+    const att_heads hd = att_heads_of(bh / NH, bh % NH, T, NH, NKV, HS);
+    const size_t ld3 = hd.ld, head = (size_t)(bh / NH) * T, hoff = (size_t)(bh % NH) * HS;
+    const uint16_t *base = qkv + hd.q, *kbase = qkv + hd.k, *vbase = qkv + hd.v;
     const int qn = min(ATC_BR, T - q0), wrow0 = q0 + 16 * warp;
     atc_load<DP>(sQ, base + (size_t)q0 * ld3, ld3, qn, ATC_BR, HS, vec);
     atc_load_f32<DP>(sdO, dout + (head + q0) * C + hoff, C, qn, ATC_BR, HS);
@@ -289,8 +292,8 @@ __global__ void __launch_bounds__(ATC_THREADS)
         for (int k0 = 0; k0 < kend; k0 += ATC_BC) {
             const int kn = min(ATC_BC, kend - k0);
             __syncthreads();
-            atc_load<DP>(sK, base + C + (size_t)k0 * ld3, ld3, kn, ATC_BC, HS, vec);
-            atc_load<DP>(sV, base + 2 * C + (size_t)k0 * ld3, ld3, kn, ATC_BC, HS, vec);
+            atc_load<DP>(sK, kbase + (size_t)k0 * ld3, ld3, kn, ATC_BC, HS, vec);
+            atc_load<DP>(sV, vbase + (size_t)k0 * ld3, ld3, kn, ATC_BC, HS, vec);
             __syncthreads();
             const int nt = (min(kn, wrow0 + 16 - k0) + 15) / 16;
             atc_scores<DP>(sSw, sQw, sK, 0, nt);
@@ -315,17 +318,19 @@ __global__ void __launch_bounds__(ATC_THREADS)
         }
     }
     __syncthreads(); // every warp is done with the score tiles: the staging reuses them
-    atc_store<DP>(dqkv + head * ld3 + hoff, ld3, dq, scale, sS + 16 * warp * (DP + 4), wrow0, T, HS,
-                  lane);
+    atc_store<DP>(dqkv + hd.q, ld3, dq, scale, sS + 16 * warp * (DP + 4), wrow0, T, HS, lane);
 }
 
 // ---------------------------------------------------------------------------------------
-// Backward, pass 2: dK and dV per block of 64 keys. Block 0 (the most queries) starts first.
+// Backward, pass 2: dK and dV per block of 64 keys of one kv head (grid (key blocks, B * NKV)),
+// summed over the query heads of its group in head order (no atomics). Block 0 (the most
+// queries) starts first.
 
 template <int DP>
 __global__ void __launch_bounds__(ATC_THREADS)
     atc_bwd_dkv_kernel(float *dqkv, const float *dout, const uint16_t *qkv, const float *lse,
-                       const float *delta, int T, int NH, int HS, float sl2, float scale, int vec) {
+                       const float *delta, int T, int NH, int NKV, int HS, float sl2, float scale,
+                       int vec) {
     constexpr int LDH = DP + 8;
     extern __shared__ __align__(128) unsigned char atc_shared[];
     atc_bf16 *sK = (atc_bf16 *)atc_shared, *sV = sK + ATC_BR * LDH, *sQ = sV + ATC_BR * LDH;
@@ -333,13 +338,14 @@ __global__ void __launch_bounds__(ATC_THREADS)
     float *sS = (float *)(sdO + ATC_BC * LDH), *sdP = sS + ATC_BR * ATC_LDS;
     atc_bf16 *sP = (atc_bf16 *)(sdP + ATC_BR * ATC_LDS), *sdS = sP + ATC_BR * ATC_LDP;
     float *sL = (float *)(sdS + ATC_BR * ATC_LDP), *sD = sL + ATC_BC;
-    const int k0 = blockIdx.x * ATC_BR, bh = blockIdx.y;
+    const int k0 = blockIdx.x * ATC_BR, bb = blockIdx.y / NKV, group = NH / NKV;
+    const int h0 = blockIdx.y % NKV * group; // the group's first query head
     const int C = NH * HS, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const size_t ld3 = 3 * (size_t)C, head = (size_t)(bh / NH) * T, hoff = (size_t)(bh % NH) * HS;
-    const uint16_t *base = qkv + head * ld3 + hoff;
+    const att_heads kv = att_heads_of(bb, h0, T, NH, NKV, HS);
+    const size_t ld3 = kv.ld, head = (size_t)bb * T;
     const int kn = min(ATC_BR, T - k0), wkey0 = k0 + 16 * warp;
-    atc_load<DP>(sK, base + C + (size_t)k0 * ld3, ld3, kn, ATC_BR, HS, vec);
-    atc_load<DP>(sV, base + 2 * C + (size_t)k0 * ld3, ld3, kn, ATC_BR, HS, vec);
+    atc_load<DP>(sK, qkv + kv.k + (size_t)k0 * ld3, ld3, kn, ATC_BR, HS, vec);
+    atc_load<DP>(sV, qkv + kv.v + (size_t)k0 * ld3, ld3, kn, ATC_BR, HS, vec);
     const atc_bf16 *sKw = sK + 16 * warp * LDH, *sVw = sV + 16 * warp * LDH;
     float *sSw = sS + 16 * warp * ATC_LDS, *sdPw = sdP + 16 * warp * ATC_LDS;
     atc_bf16 *sPw = sP + 16 * warp * ATC_LDP, *sdSw = sdS + 16 * warp * ATC_LDP;
@@ -351,37 +357,41 @@ __global__ void __launch_bounds__(ATC_THREADS)
         atc_wmma::fill_fragment(dv[dn], 0.0f);
     }
 
-    for (int q0 = k0; q0 < T; q0 += ATC_BC) {
-        const int qn = min(ATC_BC, T - q0);
-        __syncthreads();
-        atc_load<DP>(sQ, base + (size_t)q0 * ld3, ld3, qn, ATC_BC, HS, vec);
-        atc_load_f32<DP>(sdO, dout + (head + q0) * C + hoff, C, qn, ATC_BC, HS);
-        for (int i = threadIdx.x; i < ATC_BC; i += ATC_THREADS) {
-            sL[i] = i < qn ? lse[(size_t)bh * T + q0 + i] : 0.0f;
-            sD[i] = i < qn ? delta[(size_t)bh * T + q0 + i] : 0.0f;
+    for (int h = h0; h < h0 + group; h++) {
+        const uint16_t *base = qkv + att_heads_of(bb, h, T, NH, NKV, HS).q;
+        const size_t hoff = (size_t)h * HS, bh = (size_t)bb * NH + h;
+        for (int q0 = k0; q0 < T; q0 += ATC_BC) {
+            const int qn = min(ATC_BC, T - q0);
+            __syncthreads();
+            atc_load<DP>(sQ, base + (size_t)q0 * ld3, ld3, qn, ATC_BC, HS, vec);
+            atc_load_f32<DP>(sdO, dout + (head + q0) * C + hoff, C, qn, ATC_BC, HS);
+            for (int i = threadIdx.x; i < ATC_BC; i += ATC_THREADS) {
+                sL[i] = i < qn ? lse[bh * T + q0 + i] : 0.0f;
+                sD[i] = i < qn ? delta[bh * T + q0 + i] : 0.0f;
+            }
+            __syncthreads();
+            // Query fragments wholly before the warp's first key (the diagonal tile) or past qn
+            // are masked for all of its keys: only fragments [nlo, nhi) are computed.
+            const int nlo = max(0, wkey0 - q0) / 16, nhi = (qn + 15) / 16;
+            atc_scores<DP>(sSw, sKw, sQ, nlo, nhi);   // S^T: [key][query]
+            atc_scores<DP>(sdPw, sVw, sdO, nlo, nhi); // dP^T
+            __syncwarp();
+            const int c0 = max(32 * half, 16 * nlo), c1 = min(32 * half + 32, 16 * nhi);
+            for (int c = c0; c < c1; c++) {
+                const float p = c < qn && q0 + c >= key ? exp2f(sSw[r * ATC_LDS + c] * sl2 - sL[c])
+                                                        : 0.0f;
+                sPw[r * ATC_LDP + c] = __float2bfloat16_rn(p);
+                sdSw[r * ATC_LDP + c] = __float2bfloat16_rn(p * (sdPw[r * ATC_LDS + c] - sD[c]));
+            }
+            __syncwarp();
+            atc_accum<DP>(dv, sPw, sdO, nlo, nhi);
+            atc_accum<DP>(dk, sdSw, sQ, nlo, nhi);
         }
-        __syncthreads();
-        // Query fragments wholly before the warp's first key (the diagonal tile) or past qn
-        // are masked for all of its keys: only fragments [nlo, nhi) are computed.
-        const int nlo = max(0, wkey0 - q0) / 16, nhi = (qn + 15) / 16;
-        atc_scores<DP>(sSw, sKw, sQ, nlo, nhi);   // S^T: [key][query]
-        atc_scores<DP>(sdPw, sVw, sdO, nlo, nhi); // dP^T
-        __syncwarp();
-        const int c0 = max(32 * half, 16 * nlo), c1 = min(32 * half + 32, 16 * nhi);
-        for (int c = c0; c < c1; c++) {
-            const float p = c < qn && q0 + c >= key ? exp2f(sSw[r * ATC_LDS + c] * sl2 - sL[c])
-                                                    : 0.0f;
-            sPw[r * ATC_LDP + c] = __float2bfloat16_rn(p);
-            sdSw[r * ATC_LDP + c] = __float2bfloat16_rn(p * (sdPw[r * ATC_LDS + c] - sD[c]));
-        }
-        __syncwarp();
-        atc_accum<DP>(dv, sPw, sdO, nlo, nhi);
-        atc_accum<DP>(dk, sdSw, sQ, nlo, nhi);
     }
     __syncthreads(); // every warp is done with the score tiles: the staging reuses them
-    float *dbase = dqkv + head * ld3 + hoff, *stage = sS + 16 * warp * (DP + 4);
-    atc_store<DP>(dbase + C, ld3, dk, scale, stage, wkey0, T, HS, lane);
-    atc_store<DP>(dbase + 2 * C, ld3, dv, 1.0f, stage, wkey0, T, HS, lane);
+    float *stage = sS + 16 * warp * (DP + 4);
+    atc_store<DP>(dqkv + kv.k, ld3, dk, scale, stage, wkey0, T, HS, lane);
+    atc_store<DP>(dqkv + kv.v, ld3, dv, 1.0f, stage, wkey0, T, HS, lane);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -426,61 +436,63 @@ static int atc_head_dp(const cuda_ctx *x, int HS) {
 
 template <int DP>
 static void atc_fwd_launch(cuda_ctx *x, float *out, float *lse, const uint16_t *qkv, int B, int T,
-                           int NH, int HS) {
+                           int NH, int NKV, int HS) {
     const float sl2 = 1.0f / sqrtf((float)HS) * ATC_LOG2E;
     const int vec = (uintptr_t)qkv % 16 == 0;
     dim3 grid((T + ATC_BR - 1) / ATC_BR, B * NH);
-    atc_fwd_kernel<DP>
-        <<<grid, ATC_THREADS, atc_smem<DP>::fwd, x->stream>>>(out, lse, qkv, T, NH, HS, sl2, vec);
+    atc_fwd_kernel<DP><<<grid, ATC_THREADS, atc_smem<DP>::fwd, x->stream>>>(out, lse, qkv, T, NH,
+                                                                            NKV, HS, sl2, vec);
     CUDA_LAUNCH_CHECK("atc_fwd_kernel");
 }
 
 template <int DP>
 static void atc_bwd_launch(cuda_ctx *x, float *dqkv, float *delta, const float *dout,
-                           const uint16_t *qkv, const float *lse, int B, int T, int NH, int HS) {
+                           const uint16_t *qkv, const float *lse, int B, int T, int NH, int NKV,
+                           int HS) {
     const float scale = 1.0f / sqrtf((float)HS), sl2 = scale * ATC_LOG2E;
     const int vec = (uintptr_t)qkv % 16 == 0;
     dim3 grid((T + ATC_BR - 1) / ATC_BR, B * NH);
     atc_bwd_dq_kernel<DP><<<grid, ATC_THREADS, atc_smem<DP>::dq, x->stream>>>(
-        dqkv, delta, dout, qkv, lse, T, NH, HS, sl2, scale, vec);
+        dqkv, delta, dout, qkv, lse, T, NH, NKV, HS, sl2, scale, vec);
     CUDA_LAUNCH_CHECK("atc_bwd_dq_kernel");
-    atc_bwd_dkv_kernel<DP><<<grid, ATC_THREADS, atc_smem<DP>::dkv, x->stream>>>(
-        dqkv, dout, qkv, lse, delta, T, NH, HS, sl2, scale, vec);
+    dim3 kv_grid((T + ATC_BR - 1) / ATC_BR, B * NKV);
+    atc_bwd_dkv_kernel<DP><<<kv_grid, ATC_THREADS, atc_smem<DP>::dkv, x->stream>>>(
+        dqkv, dout, qkv, lse, delta, T, NH, NKV, HS, sl2, scale, vec);
     CUDA_LAUNCH_CHECK("atc_bwd_dkv_kernel");
 }
 
 void cuda_attention_fwd_bf16(backend *b, float *out, void *state, const uint16_t *qkv, int B, int T,
-                             int NH, int HS) {
+                             int NH, int NKV, int HS) {
     cuda_ctx *x = cuda_ctx_of(b);
     if (B <= 0 || T <= 0 || NH <= 0) return;
     float *lse = (float *)state;
     switch (atc_head_dp(x, HS)) {
-    case 16: atc_fwd_launch<16>(x, out, lse, qkv, B, T, NH, HS); return;
-    case 32: atc_fwd_launch<32>(x, out, lse, qkv, B, T, NH, HS); return;
-    case 64: atc_fwd_launch<64>(x, out, lse, qkv, B, T, NH, HS); return;
-    case 128: atc_fwd_launch<128>(x, out, lse, qkv, B, T, NH, HS); return;
+    case 16: atc_fwd_launch<16>(x, out, lse, qkv, B, T, NH, NKV, HS); return;
+    case 32: atc_fwd_launch<32>(x, out, lse, qkv, B, T, NH, NKV, HS); return;
+    case 64: atc_fwd_launch<64>(x, out, lse, qkv, B, T, NH, NKV, HS); return;
+    case 128: atc_fwd_launch<128>(x, out, lse, qkv, B, T, NH, NKV, HS); return;
     default: break;
     }
-    float *wide = cuda_widened_copy(x, qkv, (size_t)B * T * 3 * NH * HS);
-    cuda_attention_fwd_f32(b, out, state, wide, B, T, NH, HS);
+    float *wide = cuda_widened_copy(x, qkv, (size_t)B * T * (NH + 2 * NKV) * HS);
+    cuda_attention_fwd_f32(b, out, state, wide, B, T, NH, NKV, HS);
     cuda_widened_free(x, wide);
 }
 
 void cuda_attention_bwd_bf16(backend *b, float *dqkv, const float *dout, const uint16_t *qkv,
-                             const void *state, int B, int T, int NH, int HS) {
+                             const void *state, int B, int T, int NH, int NKV, int HS) {
     cuda_ctx *x = cuda_ctx_of(b);
     if (B <= 0 || T <= 0 || NH <= 0) return;
     const float *lse = (const float *)state;
     const int dp = atc_head_dp(x, HS);
     if (dp) {
         float *delta = (float *)cuda_scratch(x, (size_t)B * NH * T * sizeof(float));
-        if (dp == 16) atc_bwd_launch<16>(x, dqkv, delta, dout, qkv, lse, B, T, NH, HS);
-        else if (dp == 32) atc_bwd_launch<32>(x, dqkv, delta, dout, qkv, lse, B, T, NH, HS);
-        else if (dp == 64) atc_bwd_launch<64>(x, dqkv, delta, dout, qkv, lse, B, T, NH, HS);
-        else atc_bwd_launch<128>(x, dqkv, delta, dout, qkv, lse, B, T, NH, HS);
+        if (dp == 16) atc_bwd_launch<16>(x, dqkv, delta, dout, qkv, lse, B, T, NH, NKV, HS);
+        else if (dp == 32) atc_bwd_launch<32>(x, dqkv, delta, dout, qkv, lse, B, T, NH, NKV, HS);
+        else if (dp == 64) atc_bwd_launch<64>(x, dqkv, delta, dout, qkv, lse, B, T, NH, NKV, HS);
+        else atc_bwd_launch<128>(x, dqkv, delta, dout, qkv, lse, B, T, NH, NKV, HS);
         return;
     }
-    float *wide = cuda_widened_copy(x, qkv, (size_t)B * T * 3 * NH * HS);
-    cuda_attention_bwd_f32(b, dqkv, dout, wide, NULL, state, B, T, NH, HS);
+    float *wide = cuda_widened_copy(x, qkv, (size_t)B * T * (NH + 2 * NKV) * HS);
+    cuda_attention_bwd_f32(b, dqkv, dout, wide, NULL, state, B, T, NH, NKV, HS);
     cuda_widened_free(x, wide);
 }

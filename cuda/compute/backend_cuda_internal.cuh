@@ -176,6 +176,24 @@ struct op_max {
         CUDA_LAUNCH_CHECK(#kernel);                                                                \
     } while (0)
 
+// Grouped-query attention's layout of qkv (backend.h): rows of (NH + 2 NKV) HS elements, q
+// heads, then k heads, then v heads; query head h reads kv head h / (NH / NKV). The offsets
+// (in elements) of row 0 of batch b's query head h and of the kv head it reads; ld the row
+// stride. GPT-2 (NKV = NH): ld = 3 C, k = q + C, v = q + 2 C, as before GQA.
+struct att_heads {
+    size_t ld, q, k, v;
+};
+__host__ __device__ __forceinline__ att_heads att_heads_of(int b, int h, int T, int NH, int NKV,
+                                                           int HS) {
+    att_heads a;
+    a.ld = (size_t)(NH + 2 * NKV) * HS;
+    const size_t row0 = (size_t)b * T * a.ld;
+    a.q = row0 + (size_t)h * HS;
+    a.k = row0 + (size_t)(NH + h / (NH / NKV)) * HS;
+    a.v = a.k + (size_t)NKV * HS;
+    return a;
+}
+
 // ---- cuBLASLt (backend_cuda_matmul.cu) ----
 tri_status cuda_matmul_init(cuda_ctx *x);
 void cuda_matmul_free(cuda_ctx *x);
@@ -213,9 +231,10 @@ void cuda_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv,
 // The fp32 kernels (also the bf16 ops' fallback, on widened q, k, v). o: the fp32 forward
 // output, from which D = rowsum(dO * O) is read, or NULL for v1's sweep over the keys.
 void cuda_attention_fwd_f32(backend *b, float *out, void *state, const float *qkv, int B, int T,
-                            int NH, int HS);
+                            int NH, int NKV, int HS);
 void cuda_attention_bwd_f32(backend *b, float *dqkv, const float *dout, const float *qkv,
-                            const float *o, const void *state, int B, int T, int NH, int HS);
+                            const float *o, const void *state, int B, int T, int NH, int NKV,
+                            int HS);
 // ---- FlashAttention-2 kernels on bf16 q, k, v (backend_cuda_attn_fa2.cu) ----
 // Sets x->att_fa2_heads and lets the kernels that fit use the shared memory they need.
 tri_status cuda_fa2_init(cuda_ctx *x, size_t smem_optin);
@@ -223,17 +242,17 @@ tri_status cuda_fa2_init(cuda_ctx *x, size_t smem_optin);
 // that fit this device, and the pointers aligned as the kernels load them; else 0, and the
 // caller runs the v1 kernels.
 int cuda_fa2_fwd(cuda_ctx *x, float *out, float *lse, const uint16_t *qkv, int B, int T, int NH,
-                 int HS);
+                 int NKV, int HS);
 int cuda_fa2_bwd(cuda_ctx *x, float *dqkv, const float *dout, const uint16_t *qkv,
-                 const uint16_t *o16, const float *lse, int B, int T, int NH, int HS);
+                 const uint16_t *o16, const float *lse, int B, int T, int NH, int NKV, int HS);
 // ---- v1 tensor-core attention on bf16 q, k, v (backend_cuda_attn_tc.cu) ----
 // Sets x->atc_heads and lets the kernels that fit use the shared memory they need (once, at
 // creation: an attention call then queries and sets nothing).
 tri_status cuda_atc_init(cuda_ctx *x, size_t smem_optin);
 void cuda_attention_fwd_bf16(backend *b, float *out, void *state, const uint16_t *qkv, int B, int T,
-                             int NH, int HS);
+                             int NH, int NKV, int HS);
 void cuda_attention_bwd_bf16(backend *b, float *dqkv, const float *dout, const uint16_t *qkv,
-                             const void *state, int B, int T, int NH, int HS);
+                             const void *state, int B, int T, int NH, int NKV, int HS);
 
 // ---- the other ops (backend_cuda_ops.cu) ----
 // dst (n) += src (n), on the context's stream (the bias-gradient epilogue's accumulation).
@@ -317,3 +336,14 @@ void cuda_mt_adamw(backend *b, const mt_table *t, const adamw_step *s);
 // Reads TRIDENT_CUDA_OPTIM (TRI_ERR_CONFIG for a value it does not know) into
 // b->optim_multi.
 tri_status cuda_optim_init(backend *b);
+// ---- the Llama ops (backend_cuda_llama.cu) ----
+void cuda_rmsnorm_fwd(backend *b, float *out, float *rstd, const float *inp, const float *weight,
+                      int N, int C, float eps);
+void cuda_rmsnorm_bwd(backend *b, float *dinp, float *dweight, const float *dout, const float *inp,
+                      const float *weight, const float *rstd, int N, int C);
+void cuda_residual_rmsnorm_fwd(backend *b, float *res, float *out, float *rstd, const float *a,
+                               const float *c, const float *weight, int N, int C, float eps);
+void cuda_rope_fwd(backend *b, float *qkv, int B, int T, int NH, int NKV, int HS, float theta);
+void cuda_rope_bwd(backend *b, float *dqkv, int B, int T, int NH, int NKV, int HS, float theta);
+void cuda_swiglu_fwd(backend *b, float *out, const float *fc, int N, int F);
+void cuda_swiglu_bwd(backend *b, float *dfc, const float *dout, const float *fc, int N, int F);

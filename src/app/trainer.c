@@ -357,7 +357,7 @@ tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     // communicators and every buffer belong to.
     stop_phase("compute backend");
     TRI_CHECK(backend_create_for(cfg->system.backend, li->local_rank, threads, &tr->be));
-    if (model_arch_is_llama(&cfg->model) && !tr->be->rmsnorm_fwd) { // its ops not written yet
+    if (model_arch_is_llama(&cfg->model) && !tr->be->rmsnorm_fwd) { // a backend without them
         LOG_ERROR("model.arch: llama is not yet supported on the %s backend (system.backend: %s)",
                   tr->be->name, config_backend_name(cfg->system.backend));
         LOG_HINT("train Llama models with system.backend: cpu for now (README \"Llama\")");

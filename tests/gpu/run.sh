@@ -14,11 +14,13 @@
 #   model  the model-sized rows (CASE_TWIN_ONLY in tests/op_cases.h: matmuls whose weight
 #          gradients reduce over 16K-64K rows, over micro-batches too, the LM head at OC 50304,
 #          attention at T 1024 and 2048 per head size, FA2 then v1, cross-entropy and the
-#          embedding at V 50304), against the CPU backend only: the CPU is the slow side
+#          embedding at V 50304, the Llama ops and GQA attention at Llama 3 8B's shapes),
+#          against the CPU backend only: the CPU is the slow side
 #   train  the training parity runs: test_gpu_train.sh (one GPU against the CPU, fp32 and
 #          bf16, bitwise repeatable, 4 ranks sharing the GPU), then test_gpu_layouts.sh
 #          (recompute, ZeRO-3, pp2 interleaved, tp2 with SP, each on the GPU against the CPU
-#          in bf16; NCCL on one GPU: every collective of comm-test, a run bitwise as without)
+#          in bf16; a bf16 llama with grouped-query attention on the FA2 and the v1 kernels;
+#          NCCL on one GPU: every collective of comm-test, a run bitwise as without)
 # --self-test: the same with the CPU backend in CUDA's place where a script has such a mode
 # (test_gpu_ops --self-test, test_gpu_layouts.sh --cpu; test_gpu_train.sh is skipped): the
 # harness and the scripts checked on a machine without a GPU.

@@ -11,6 +11,10 @@
 # stay within 3e-6 of one process; a different initialisation is 4e-3 off, an update twice
 # as large 4e-2). The ranks of a layout share the GPU, so they talk over MPI staged through
 # host memory (system.comm mpi; NCCL refuses a GPU shared by two ranks).
+# Then Llama (issue 18): model.arch llama (d_model 128, 2 query heads of 64 sharing 1 kv head:
+# grouped-query attention on the FA2 kernels; RMSNorm, RoPE, SwiGLU on CUDA's own kernels),
+# 10 bf16 steps on one GPU against the CPU within bf16's 2e-2, with the default attention
+# kernels and again with TRIDENT_CUDA_ATTN=v1 (the previous ones, kept for bisecting).
 # Then NCCL on the one GPU, under the test hook TRIDENT_TEST_NCCL_ONE_RANK=1 (every group a
 # one-rank communicator, which the comm layer calls instead of answering groups of one
 # itself): `trident comm-test --backend cuda --comm nccl` checks every collective (sum, max,
@@ -84,6 +88,22 @@ for layout in "recompute 1 --set parallel.recompute=full" \
         fi
     else fail gpu_layout_${name}_bf16 "$(tail -3 $W/$name.log | tr '\n' ' ')"; fi
 done
+
+# Llama: one process on the CPU, then on the device with each attention kernel set.
+LLAMA=("${BF16[@]}" --set model.arch=llama --set model.d_model=128 --set model.n_kv_head=1)
+if $T train $CFG "${LLAMA[@]}" --set system.backend=cpu --set run.out_dir=$W/llama_ref \
+        >$W/llama_ref.log 2>&1; then
+    for attn in fa2 v1; do
+        if TRIDENT_CUDA_ATTN=$attn $T train $CFG "${LLAMA[@]}" --set system.backend=$DEV \
+                --set run.out_dir=$W/llama_$attn >$W/llama_$attn.log 2>&1; then
+            # tests/parity.py's command form: a llama run writes no model.bin to compare
+            if out=$("$PY" tests/parity.py $W/llama_ref $W/llama_$attn loss=2e-2 val=2e-2 \
+                    steps=10) && grep -q "\"backend\":\"$DEV\"" $W/llama_$attn/metrics.jsonl
+            then pass "gpu_llama_${attn}_bf16 backend $DEV: $out"
+            else fail gpu_llama_${attn}_bf16 "$out"; fi
+        else fail gpu_llama_${attn}_bf16 "$(tail -3 $W/llama_$attn.log | tr '\n' ' ')"; fi
+    done
+else fail gpu_llama_reference "$(tail -3 $W/llama_ref.log | tr '\n' ' ')"; fi
 
 if [ $DEV = cpu ]; then
     echo "# --cpu: NCCL on one GPU skipped (comm-test --comm nccl and the bf16 run through NCCL)"

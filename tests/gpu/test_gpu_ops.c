@@ -58,28 +58,57 @@ static const float *model_widened(operand x, size_t n, float **owned) {
     return *owned = w;
 }
 
+// Grouped-query attention in the model: kv heads repeated into the multi-head layout (3 NH HS
+// per row), and the multi-head dk, dv folded back, summed over each group's query heads in
+// head order (the kernels add the group's products before their one scaling of dK: the same
+// sum to float rounding). dir 1: expand gqa into mha; -1: fold mha into gqa.
+static void model_gqa(float *gqa, float *mha, int B, int T, int NH, int NKV, int HS, int dir) {
+    const size_t C = (size_t)NH * HS, ld = (size_t)(NH + 2 * NKV) * HS;
+    if (dir < 0) memset(gqa, 0, (size_t)B * T * ld * sizeof(float));
+    for (size_t r = 0; r < (size_t)B * T; r++)
+        for (int h = 0; h < NH; h++)
+            for (int part = 0; part < 3; part++) {
+                const size_t g = r * ld + (part ? C + (size_t)(part - 1) * NKV * HS +
+                                                      (size_t)(h / (NH / NKV)) * HS
+                                                : (size_t)h * HS);
+                float *m = mha + r * 3 * C + (size_t)part * C + (size_t)h * HS;
+                for (int d = 0; d < HS; d++) {
+                    if (dir > 0) m[d] = gqa[g + d];
+                    else gqa[g + d] += m[d];
+                }
+            }
+}
+
 static void model_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, int T,
                                 int NH, int NKV, int HS) {
     (void)b;
-    TRI_ASSERT(NKV == NH); // the FA2 model is multi-head only
-    float *w;
+    float *w, *mha = NULL;
     fa2_model md = {.round_bf16 = qkv.dtype == DTYPE_BF16};
-    const float *q = model_widened(qkv, (size_t)B * T * 3 * NH * HS, &w);
-    fa2_model_fwd(&md, out, state, q, B, T, NH, HS);
-    free(w);
+    const float *q = model_widened(qkv, (size_t)B * T * (NH + 2 * NKV) * HS, &w);
+    if (NKV != NH) {
+        mha = xmalloc((size_t)B * T * 3 * NH * HS * sizeof(float));
+        model_gqa((float *)q, mha, B, T, NH, NKV, HS, 1);
+    }
+    fa2_model_fwd(&md, out, state, mha ? mha : q, B, T, NH, HS);
+    free(w), free(mha);
 }
 
 static void model_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv,
                                 operand out, const void *state, int B, int T, int NH, int NKV,
                                 int HS) {
     (void)b;
-    TRI_ASSERT(NKV == NH);
-    float *wq, *wo;
+    float *wq, *wo, *mha = NULL, *dmha = NULL;
     fa2_model md = {.round_bf16 = qkv.dtype == DTYPE_BF16};
-    const float *q = model_widened(qkv, (size_t)B * T * 3 * NH * HS, &wq);
+    const float *q = model_widened(qkv, (size_t)B * T * (NH + 2 * NKV) * HS, &wq);
     const float *o = model_widened(out, (size_t)B * T * NH * HS, &wo);
-    fa2_model_bwd(&md, dqkv, dout, o, q, state, B, T, NH, HS);
-    free(wq), free(wo);
+    if (NKV != NH) {
+        const size_t n3 = (size_t)B * T * 3 * NH * HS;
+        mha = xmalloc(n3 * sizeof(float)), dmha = xmalloc(n3 * sizeof(float));
+        model_gqa((float *)q, mha, B, T, NH, NKV, HS, 1);
+    }
+    fa2_model_bwd(&md, dmha ? dmha : dqkv, dout, o, mha ? mha : q, state, B, T, NH, HS);
+    if (dmha) model_gqa(dqkv, dmha, B, T, NH, NKV, HS, -1);
+    free(wq), free(wo), free(mha), free(dmha);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -1,0 +1,343 @@
+// backend_cuda_llama.cu: the Llama ops of the CUDA backend (backend.h): RMSNorm (alone and
+// fused with the residual add), rotary position embeddings and SwiGLU, formula for formula
+// those of src/compute/backend_cpu_llama.c.
+//
+// Widths: every kernel reads and writes 128-bit float4s where the row width allows it (a
+// multiple of 4 floats) and every pointer is 16-byte aligned; else the same kernel with
+// scalar floats. The choice changes only the order of a row's sums (RMSNorm), never which
+// values are combined elementwise (RoPE, SwiGLU).
+//
+// Determinism (backend_cuda.cu): no atomics. RMSNorm's weight gradient is summed as the
+// LayerNorm's: partial column sums over fixed chunks of CUDA_LN_CHUNK rows, then the chunks
+// in order by a second kernel.
+//
+// RoPE's cos and sin: computed in the kernel in double (angle t * theta^(-2i/HS), as the
+// CPU's table), rounded to fp32, once per (row, i) and reused for every q and k head of the
+// row. No table is kept: a device table would be another buffer that reserve sizes and the
+// planner counts for T x HS/2 pairs, and the double math it saves is NH + NKV times smaller
+// than the data the kernel moves (one pow and one sincos per HS/2 floats of a row against
+// (NH + NKV) HS floats read and written); the op stays bound by memory on the devices of
+// CUDA_ARCH (sm_80, sm_90: full-rate fp64).
+#include "backend_cuda_internal.cuh"
+
+#include <math.h>
+
+#define RMS_ROWS_PER_BLOCK 8 // one warp per row
+#define RMS_CHUNK CUDA_LN_CHUNK
+#define LLAMA_THREADS 256
+
+static inline int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+// ---- float / float4 helpers: one kernel body for both widths ----
+__device__ __forceinline__ float v_sumsq(float v) { return v * v; }
+__device__ __forceinline__ float v_sumsq(float4 v) {
+    return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+}
+__device__ __forceinline__ float v_add(float a, float b) { return a + b; }
+__device__ __forceinline__ float4 v_add(float4 a, float4 b) {
+    return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+}
+// x * s * w, in the CPU's order
+__device__ __forceinline__ float v_norm(float x, float s, float w) { return x * s * w; }
+__device__ __forceinline__ float4 v_norm(float4 x, float s, float4 w) {
+    return make_float4(x.x * s * w.x, x.y * s * w.y, x.z * s * w.z, x.w * s * w.w);
+}
+// sum of dy * w * x * s (the backward's dot product)
+__device__ __forceinline__ float v_dot(float dy, float w, float x, float s) {
+    return dy * w * x * s;
+}
+__device__ __forceinline__ float v_dot(float4 dy, float4 w, float4 x, float s) {
+    return dy.x * w.x * x.x * s + dy.y * w.y * x.y * s + dy.z * w.z * x.z * s +
+           dy.w * w.w * x.w * s;
+}
+// dx += (dy * w - x * s * m) * s
+__device__ __forceinline__ float v_dx(float dx, float dy, float w, float x, float s, float m) {
+    return dx + (dy * w - x * s * m) * s;
+}
+__device__ __forceinline__ float4 v_dx(float4 dx, float4 dy, float4 w, float4 x, float s, float m) {
+    return make_float4(dx.x + (dy.x * w.x - x.x * s * m) * s, dx.y + (dy.y * w.y - x.y * s * m) * s,
+                       dx.z + (dy.z * w.z - x.z * s * m) * s,
+                       dx.w + (dy.w * w.w - x.w * s * m) * s);
+}
+
+// ---------------------------------------------------------------------------------------
+// RMSNorm: one warp per row. c NULL: out = RMSNorm(a); else res = a + c (res may alias a:
+// each lane reads its elements before it writes them) and out = RMSNorm(res). V is float or
+// float4; C is in floats, a multiple of the width.
+
+template <typename V>
+__global__ void rmsnorm_fwd_kernel(float *res, float *out, float *rstd, const float *a,
+                                   const float *c, const float *weight, int N, int C, float eps) {
+    const int row = blockIdx.x * RMS_ROWS_PER_BLOCK + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) return;
+    constexpr int W = sizeof(V) / sizeof(float);
+    const int n = C / W;
+    const size_t at = (size_t)row * C;
+    const V *x = (const V *)(a + at);
+    float ss = 0.0f;
+    if (c) {
+        const V *y = (const V *)(c + at);
+        V *r = (V *)(res + at);
+        for (int i = lane; i < n; i += 32) {
+            const V v = v_add(x[i], y[i]);
+            r[i] = v;
+            ss += v_sumsq(v);
+        }
+        x = r;
+    } else {
+        for (int i = lane; i < n; i += 32) ss += v_sumsq(x[i]);
+    }
+    const float s = 1.0f / sqrtf(cuda_warp_sum(ss) / (float)C + eps);
+    const V *w = (const V *)weight;
+    V *yo = (V *)(out + at);
+    for (int i = lane; i < n; i += 32) yo[i] = v_norm(x[i], s, w[i]);
+    if (lane == 0 && rstd) rstd[row] = s;
+}
+
+// dinp += s (dy w - norm mean(dy w norm)), norm = x s.
+template <typename V>
+__global__ void rmsnorm_bwd_dinp_kernel(float *dinp, const float *dout, const float *inp,
+                                        const float *weight, const float *rstd, int N, int C) {
+    const int row = blockIdx.x * RMS_ROWS_PER_BLOCK + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) return;
+    constexpr int W = sizeof(V) / sizeof(float);
+    const int n = C / W;
+    const size_t at = (size_t)row * C;
+    const V *x = (const V *)(inp + at), *dy = (const V *)(dout + at), *w = (const V *)weight;
+    V *dx = (V *)(dinp + at);
+    const float s = rstd[row];
+    float dot = 0.0f;
+    for (int i = lane; i < n; i += 32) dot += v_dot(dy[i], w[i], x[i], s);
+    const float m = cuda_warp_sum(dot) / (float)C;
+    for (int i = lane; i < n; i += 32) dx[i] = v_dx(dx[i], dy[i], w[i], x[i], s, m);
+}
+
+// pw (chunk, C) = sum over the chunk's rows of dout * inp * rstd: block (32, 8), 32 columns.
+__global__ void rmsnorm_dw_partials_kernel(float *pw, const float *dout, const float *inp,
+                                           const float *rstd, int N, int C) {
+    __shared__ float sw[8][33];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int c = blockIdx.x * 32 + tx;
+    const int r0 = blockIdx.y * RMS_CHUNK, r1 = min(r0 + RMS_CHUNK, N);
+    float aw = 0.0f;
+    if (c < C)
+        for (int r = r0 + ty; r < r1; r += 8) {
+            const size_t at = (size_t)r * C + c;
+            aw += dout[at] * (inp[at] * rstd[r]);
+        }
+    sw[ty][tx] = aw;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        float w = 0.0f;
+        for (int k = 0; k < 8; k++) w += sw[k][tx];
+        pw[(size_t)blockIdx.y * C + c] = w;
+    }
+}
+
+// dweight (C) += the chunks' partial sums, in chunk order.
+__global__ void rmsnorm_dw_finish_kernel(float *dweight, const float *pw, int nchunks, int C) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float w = 0.0f;
+    for (int k = 0; k < nchunks; k++) w += pw[(size_t)k * C + c];
+    dweight[c] += w;
+}
+
+static unsigned rms_blocks(int N) {
+    return (unsigned)((N + RMS_ROWS_PER_BLOCK - 1) / RMS_ROWS_PER_BLOCK);
+}
+
+static void rms_fwd(cuda_ctx *x, float *res, float *out, float *rstd, const float *a,
+                    const float *c, const float *weight, int N, int C, float eps) {
+    if (N <= 0 || C <= 0) return;
+    const int vec = C % 4 == 0 && aligned16(out) && aligned16(a) && aligned16(weight) &&
+                    (!c || (aligned16(c) && aligned16(res)));
+    if (vec) {
+        rmsnorm_fwd_kernel<float4><<<rms_blocks(N), 32 * RMS_ROWS_PER_BLOCK, 0, x->stream>>>(
+            res, out, rstd, a, c, weight, N, C, eps);
+        CUDA_LAUNCH_CHECK("rmsnorm_fwd_kernel<float4>");
+    } else {
+        rmsnorm_fwd_kernel<float><<<rms_blocks(N), 32 * RMS_ROWS_PER_BLOCK, 0, x->stream>>>(
+            res, out, rstd, a, c, weight, N, C, eps);
+        CUDA_LAUNCH_CHECK("rmsnorm_fwd_kernel<float>");
+    }
+}
+
+void cuda_rmsnorm_fwd(backend *b, float *out, float *rstd, const float *inp, const float *weight,
+                      int N, int C, float eps) {
+    rms_fwd(cuda_ctx_of(b), NULL, out, rstd, inp, NULL, weight, N, C, eps);
+}
+
+void cuda_residual_rmsnorm_fwd(backend *b, float *res, float *out, float *rstd, const float *a,
+                               const float *c, const float *weight, int N, int C, float eps) {
+    rms_fwd(cuda_ctx_of(b), res, out, rstd, a, c, weight, N, C, eps);
+}
+
+void cuda_rmsnorm_bwd(backend *b, float *dinp, float *dweight, const float *dout, const float *inp,
+                      const float *weight, const float *rstd, int N, int C) {
+    cuda_ctx *x = cuda_ctx_of(b);
+    if (N <= 0 || C <= 0) return;
+    const int vec = C % 4 == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) &&
+                    aligned16(weight);
+    if (vec) {
+        rmsnorm_bwd_dinp_kernel<float4><<<rms_blocks(N), 32 * RMS_ROWS_PER_BLOCK, 0, x->stream>>>(
+            dinp, dout, inp, weight, rstd, N, C);
+        CUDA_LAUNCH_CHECK("rmsnorm_bwd_dinp_kernel<float4>");
+    } else {
+        rmsnorm_bwd_dinp_kernel<float><<<rms_blocks(N), 32 * RMS_ROWS_PER_BLOCK, 0, x->stream>>>(
+            dinp, dout, inp, weight, rstd, N, C);
+        CUDA_LAUNCH_CHECK("rmsnorm_bwd_dinp_kernel<float>");
+    }
+    // The LayerNorm's workspace (its dweight half): reserve sized it for these rows.
+    const int nchunks = (N + RMS_CHUNK - 1) / RMS_CHUNK;
+    float *pw = (float *)cuda_scratch(x, cuda_ws_column_sums((size_t)N, (size_t)C));
+    dim3 grid((C + 31) / 32, nchunks), block(32, 8);
+    rmsnorm_dw_partials_kernel<<<grid, block, 0, x->stream>>>(pw, dout, inp, rstd, N, C);
+    CUDA_LAUNCH_CHECK("rmsnorm_dw_partials_kernel");
+    rmsnorm_dw_finish_kernel<<<(C + 255) / 256, 256, 0, x->stream>>>(dweight, pw, nchunks, C);
+    CUDA_LAUNCH_CHECK("rmsnorm_dw_finish_kernel");
+}
+
+// ---------------------------------------------------------------------------------------
+// RoPE: thread k of a row owns pairs i = W k .. W k + W - 1 (i < HS/2) of every q and k head
+// of that row: their cos and sin once, then the heads in turn. dir -1: the inverse rotation.
+
+template <typename V>
+__global__ void rope_kernel(float *qkv, int BT, int T, int heads, int ld, int HS, double theta,
+                            float dir) {
+    constexpr int W = sizeof(V) / sizeof(float);
+    const int half = HS / 2, per_row = half / W;
+    const size_t total = (size_t)BT * per_row;
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (size_t)gridDim.x * blockDim.x) {
+        const int row = (int)(e / per_row), i0 = (int)(e % per_row) * W, t = row % T;
+        float cs[W], sn[W];
+#pragma unroll
+        for (int k = 0; k < W; k++) {
+            const double angle = (double)t * pow(theta, -2.0 * (i0 + k) / HS);
+            double sd, cd;
+            sincos(angle, &sd, &cd);
+            cs[k] = (float)cd;
+            sn[k] = dir * (float)sd;
+        }
+        float *base = qkv + (size_t)row * ld + i0;
+        for (int h = 0; h < heads; h++) {
+            V *p0 = (V *)(base + (size_t)h * HS), *p1 = (V *)(base + (size_t)h * HS + half);
+            V a = *p0, b = *p1;
+            float *x0 = (float *)&a, *x1 = (float *)&b;
+#pragma unroll
+            for (int k = 0; k < W; k++) {
+                const float u = x0[k], v = x1[k];
+                x0[k] = u * cs[k] - v * sn[k];
+                x1[k] = v * cs[k] + u * sn[k];
+            }
+            *p0 = a;
+            *p1 = b;
+        }
+    }
+}
+
+static void rope(cuda_ctx *x, float *qkv, int B, int T, int NH, int NKV, int HS, float theta,
+                 float dir) {
+    if (B <= 0 || T <= 0 || HS < 2) return;
+    const int half = HS / 2, ld = (NH + 2 * NKV) * HS, BT = B * T;
+    // float4: the pairs come in fours and every head's halves start 16-byte aligned.
+    if (half % 4 == 0 && aligned16(qkv)) {
+        const size_t n = (size_t)BT * (half / 4);
+        rope_kernel<float4><<<cuda_grid_for(n, LLAMA_THREADS), LLAMA_THREADS, 0, x->stream>>>(
+            qkv, BT, T, NH + NKV, ld, HS, (double)theta, dir);
+        CUDA_LAUNCH_CHECK("rope_kernel<float4>");
+    } else {
+        const size_t n = (size_t)BT * half;
+        rope_kernel<float><<<cuda_grid_for(n, LLAMA_THREADS), LLAMA_THREADS, 0, x->stream>>>(
+            qkv, BT, T, NH + NKV, ld, HS, (double)theta, dir);
+        CUDA_LAUNCH_CHECK("rope_kernel<float>");
+    }
+}
+
+void cuda_rope_fwd(backend *b, float *qkv, int B, int T, int NH, int NKV, int HS, float theta) {
+    rope(cuda_ctx_of(b), qkv, B, T, NH, NKV, HS, theta, 1.0f);
+}
+
+// The rotation is orthogonal: its gradient is the inverse rotation.
+void cuda_rope_bwd(backend *b, float *dqkv, int B, int T, int NH, int NKV, int HS, float theta) {
+    rope(cuda_ctx_of(b), dqkv, B, T, NH, NKV, HS, theta, -1.0f);
+}
+
+// ---------------------------------------------------------------------------------------
+// SwiGLU: one pass each way; element (n, j) of the (N, F) side reads gate fc[n, j] and up
+// fc[n, F + j]. V: W consecutive j.
+
+template <typename V> __global__ void swiglu_fwd_kernel(float *out, const float *fc, int N, int F) {
+    constexpr int W = sizeof(V) / sizeof(float);
+    const int per_row = F / W;
+    const size_t total = (size_t)N * per_row;
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (size_t)gridDim.x * blockDim.x) {
+        const size_t n = e / per_row, j = (e % per_row) * W;
+        V g = *(const V *)(fc + n * 2 * F + j);
+        const V u = *(const V *)(fc + n * 2 * F + F + j);
+        float *gg = (float *)&g;
+        const float *uu = (const float *)&u;
+#pragma unroll
+        for (int k = 0; k < W; k++) gg[k] = gg[k] / (1.0f + expf(-gg[k])) * uu[k];
+        *(V *)(out + n * F + j) = g;
+    }
+}
+
+// d gate = dout up sig (1 + gate (1 - sig)), d up = dout silu(gate)
+template <typename V>
+__global__ void swiglu_bwd_kernel(float *dfc, const float *dout, const float *fc, int N, int F) {
+    constexpr int W = sizeof(V) / sizeof(float);
+    const int per_row = F / W;
+    const size_t total = (size_t)N * per_row;
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (size_t)gridDim.x * blockDim.x) {
+        const size_t n = e / per_row, j = (e % per_row) * W;
+        const V g = *(const V *)(fc + n * 2 * F + j), u = *(const V *)(fc + n * 2 * F + F + j);
+        const V dy = *(const V *)(dout + n * F + j);
+        V dg, du;
+        const float *gg = (const float *)&g, *uu = (const float *)&u, *d = (const float *)&dy;
+        float *pg = (float *)&dg, *pu = (float *)&du;
+#pragma unroll
+        for (int k = 0; k < W; k++) {
+            const float sig = 1.0f / (1.0f + expf(-gg[k]));
+            pg[k] = d[k] * uu[k] * sig * (1.0f + gg[k] * (1.0f - sig));
+            pu[k] = d[k] * gg[k] * sig;
+        }
+        *(V *)(dfc + n * 2 * F + j) = dg;
+        *(V *)(dfc + n * 2 * F + F + j) = du;
+    }
+}
+
+void cuda_swiglu_fwd(backend *b, float *out, const float *fc, int N, int F) {
+    cuda_ctx *x = cuda_ctx_of(b);
+    if (N <= 0 || F <= 0) return;
+    if (F % 4 == 0 && aligned16(out) && aligned16(fc)) {
+        const size_t n = (size_t)N * (F / 4);
+        swiglu_fwd_kernel<float4>
+            <<<cuda_grid_for(n, LLAMA_THREADS), LLAMA_THREADS, 0, x->stream>>>(out, fc, N, F);
+        CUDA_LAUNCH_CHECK("swiglu_fwd_kernel<float4>");
+    } else {
+        const size_t n = (size_t)N * F;
+        swiglu_fwd_kernel<float>
+            <<<cuda_grid_for(n, LLAMA_THREADS), LLAMA_THREADS, 0, x->stream>>>(out, fc, N, F);
+        CUDA_LAUNCH_CHECK("swiglu_fwd_kernel<float>");
+    }
+}
+
+void cuda_swiglu_bwd(backend *b, float *dfc, const float *dout, const float *fc, int N, int F) {
+    cuda_ctx *x = cuda_ctx_of(b);
+    if (N <= 0 || F <= 0) return;
+    if (F % 4 == 0 && aligned16(dfc) && aligned16(dout) && aligned16(fc)) {
+        const size_t n = (size_t)N * (F / 4);
+        swiglu_bwd_kernel<float4>
+            <<<cuda_grid_for(n, LLAMA_THREADS), LLAMA_THREADS, 0, x->stream>>>(dfc, dout, fc, N, F);
+        CUDA_LAUNCH_CHECK("swiglu_bwd_kernel<float4>");
+    } else {
+        const size_t n = (size_t)N * F;
+        swiglu_bwd_kernel<float>
+            <<<cuda_grid_for(n, LLAMA_THREADS), LLAMA_THREADS, 0, x->stream>>>(dfc, dout, fc, N, F);
+        CUDA_LAUNCH_CHECK("swiglu_bwd_kernel<float>");
+    }
+}
