@@ -220,12 +220,12 @@ tri_status export_run(const char *run_or_file, const char *format, const char *o
                       uint64_t max_shard_bytes) {
     export_source s;
     TRI_CHECK(export_open(&s, run_or_file));
-    if (model_arch_is_llama(&s.cfg.model)) { // both formats here hold GPT-2's tensors
+    if (model_arch_is_llama(&s.cfg.model) && strcmp(format, "hf")) { // GPT-2's tensors only
         LOG_ERROR("export %s: the checkpoint holds a llama model (model.arch llama), and the %s "
                   "format holds GPT-2 models only",
                   s.path, format);
-        LOG_HINT("a llama checkpoint is read as it is by `trident sample` and by a resumed run; "
-                 "its tensors and their Hugging Face names are in README \"Llama\"");
+        LOG_HINT("export it with --format hf (a LlamaForCausalLM directory); a llama checkpoint "
+                 "is also read as it is by `trident sample` and by a resumed run");
         export_close(&s);
         return TRI_ERR_CKPT;
     }
