@@ -89,11 +89,21 @@ static tri_status want_string(const reader *r, const char *key, const char *cons
     return refused(r, key, q, "trident's activation is the one this architecture defines");
 }
 
-// A key that must be absent, null or false.
+// A key that must be absent, null or false. The message shows a scalar as it is, and an object
+// by its "type" / "rope_type" (rope_scaling's), so the user sees which setting it was.
 static tri_status want_unset(const reader *r, const char *key, const char *why) {
     const json_value *v = json_get(r->root, key);
     if (!v || v->type == JSON_NULL || v->type == JSON_FALSE) return TRI_OK;
-    return refused(r, key, json_type_name(v), why);
+    char shown[160];
+    const json_value *t = json_get(v, "type");
+    if (!t || t->type != JSON_STRING) t = json_get(v, "rope_type");
+    if (v->type == JSON_TRUE) snprintf(shown, sizeof shown, "true");
+    else if (v->type == JSON_NUMBER) snprintf(shown, sizeof shown, "%g", v->u.number);
+    else if (v->type == JSON_STRING) snprintf(shown, sizeof shown, "\"%.100s\"", v->u.str.s);
+    else if (t && t->type == JSON_STRING)
+        snprintf(shown, sizeof shown, "an object of type \"%.100s\"", t->u.str.s);
+    else snprintf(shown, sizeof shown, "%s", json_type_name(v));
+    return refused(r, key, shown, why);
 }
 
 static int token_id(const reader *r, const char *key) {
