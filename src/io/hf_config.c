@@ -130,9 +130,9 @@ static tri_status parse_gpt2(const reader *r, hf_config *h) {
     TRI_CHECK(want_string(r, "activation_function", act));
     TRI_CHECK(get_bool(r, "tie_word_embeddings", 1, &h->tie));
     if (!h->tie) return refused(r, "tie_word_embeddings", "false", "GPT-2's LM head is wte");
-    int inner = 0;
-    TRI_CHECK(get_int(r, "n_inner", 4 * (h->d_model > INT_MAX / 4 ? 0 : h->d_model), &inner));
-    if ((int64_t)inner != 4 * (int64_t)h->d_model) {
+    int inner = 0; // absent or null (0 here): 4 * n_embd
+    TRI_CHECK(get_int(r, "n_inner", 0, &inner));
+    if (inner && (int64_t)inner != 4 * (int64_t)h->d_model) {
         char v[32];
         snprintf(v, sizeof v, "%d", inner);
         return refused(r, "n_inner", v, "trident's GPT-2 MLP is 4 * n_embd wide");
@@ -346,6 +346,13 @@ tri_status hf_config_load(run_config *cfg, const char *path, int n_set, char **s
     config_defaults(cfg);
     rc = config_load(cfg, path, n_set + n_hf, all);
     free(all);
+    if (rc != TRI_OK) { // a "--set model.KEY" above that the user did not type is config.json's
+        LOG_ERROR("%s/config.json (model.init_from) gives a model trident cannot build: its values "
+                  "are the --set model.* lines above",
+                  dir);
+        LOG_HINT("start from another model, or change that key in a copy of the directory's "
+                 "config.json and weights");
+    }
     return rc;
 }
 
