@@ -141,7 +141,7 @@ if [ $ALL = 1 ]; then
     BASE=configs/smollm-135m.yaml dump smol $W/smol model.arch=llama model.n_layer=30 \
         model.n_head=9 model.d_model=576 model.vocab_size=49152 model.seq_len=64 \
         train.micro_batch=1 train.global_batch=1 data.train=data/kjv_train_000.bin \
-        data.val=null parallel.zero=0 system.threads=2
+        data.val=data/kjv_val_000.bin parallel.zero=0 system.threads=2
     if grep -q "config.json sets" $W/smol.dump.log; then
         fail hf_llama_smol_no_override "$(grep "config.json sets" $W/smol.dump.log)"
     else pass hf_llama_smol_no_override; fi
