@@ -14,7 +14,8 @@
 #     its checkpoint; --format llmc refuses a llama (exit 4);
 #   - refused with the key named (exit 2): rope_scaling, attention_bias, num_key_value_heads
 #     not dividing num_attention_heads or not divisible by parallel.tp, a contradicting --set.
-# --all (make test-full) adds a random SmolLM-135M-shaped save (bf16) imported with
+# --all (make test-full) adds the tied model on tp 2 x pp 2 x dp 2 with ZeRO-3, an fp32 file
+# into a bf16 run, and a random SmolLM-135M-shaped save (bf16) imported with
 # configs/smollm-135m.yaml: its logits against transformers'.
 set -u
 source "$(dirname "$0")/lib.sh"
@@ -137,8 +138,18 @@ expect hf_llama_refused_kv_heads_tp 2 "model.n_kv_head \(2\) must be divisible b
 expect hf_llama_conflict 2 "model.tie_embeddings is true in the config but false in $W/hf/fp32/config.json" \
     $T train $W/in_fp32.yaml --set model.tie_embeddings=true
 
-# --- --all: a SmolLM-135M-shaped model with configs/smollm-135m.yaml ------------------------
+# --- --all: the tied model on tp 2 x pp 2 x dp 2 with ZeRO-3 (the last stage's copy of wte
+# read from embed_tokens), an fp32 file into a bf16 run, and a SmolLM-135M-shaped model with
+# configs/smollm-135m.yaml -----------------------------------------------------------------
 if [ $ALL = 1 ]; then
+    dump tied_mb2 $W/hf/tied train.micro_batch=2
+    train tied_3d 8 $W/hf/tied train.micro_batch=2 parallel.tp=2 parallel.pp=2 parallel.dp=2 \
+        parallel.zero=3
+    train bf16_run 1 $W/hf/fp32 train.precision=bf16 train.steps=1
+    "$PY" tests/hf_llama.py \
+        check $W/hf/tied $W/tied_mb2.dump $W/tied_3d $W/tied_3d.yaml --name hf_llama_in_tied_3d + \
+        check $W/hf/fp32 $W/in_fp32.dump $W/bf16_run $W/bf16_run.yaml --steps 1 --tol 5e-4 \
+        --name hf_llama_in_bf16_run || fails=$((fails + 1))
     "$PY" tests/hf_llama.py make-smol $W/smol >$W/smol.log 2>&1 || fail hf_llama_smol_make "$(tail -3 $W/smol.log)"
     BASE=configs/smollm-135m.yaml dump smol $W/smol model.arch=llama model.n_layer=30 \
         model.n_head=9 model.d_model=576 model.vocab_size=49152 model.seq_len=64 \
