@@ -48,6 +48,13 @@ def make(d, bf16, shard):
     m.save_pretrained(d, safe_serialization=True, max_shard_size="40KB" if shard else "5GB")
 
 
+def load(d):
+    """from_pretrained(d) in float64: the class is config.json's (GPT2LMHeadModel or
+    LlamaForCausalLM; tests/hf_llama.py reuses check and logits)."""
+    from transformers import AutoModelForCausalLM
+    return AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32).double().eval()
+
+
 def dump_tokens(dump, cfg):
     T, GB = cfg["model"]["seq_len"], cfg["train"]["global_batch"]
     raw = np.fromfile(os.path.join(dump, "tokens.bin"), dtype=np.int32)
@@ -74,9 +81,8 @@ def set_lr(opt, lr):
 
 
 def check(d, dump, run, cfg_path, steps, name, tol):
-    from transformers import GPT2LMHeadModel
     cfg = yaml.safe_load(open(cfg_path))
-    model = GPT2LMHeadModel.from_pretrained(d, torch_dtype=torch.float32).double().eval()
+    model = load(d)
     check_logits(model, dump, cfg, name)
     ours = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl"))]
     ours = [l["loss"] for l in ours if l.get("type") == "step"]
@@ -142,9 +148,7 @@ def run(a):
     elif a[0] == "check":
         check(a[1], a[2], a[3], a[4], steps, name, tol)
     elif a[0] == "logits":
-        from transformers import GPT2LMHeadModel
-        m = GPT2LMHeadModel.from_pretrained(a[1], torch_dtype=torch.float32).double().eval()
-        check_logits(m, a[2], yaml.safe_load(open(a[3])), name)
+        check_logits(load(a[1]), a[2], yaml.safe_load(open(a[3])), name)
     elif a[0] == "tokenizer":
         tokenizer(a[1], a[2])
 

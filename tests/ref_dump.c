@@ -1,8 +1,8 @@
 // ref_dump: writes what tests/ref_gpt2.py compares against an independent PyTorch GPT-2.
 //   ref_dump CONFIG OUTDIR [STEPS]
-// OUTDIR/init.bin    the initial model (llm.c file)
+// OUTDIR/init.bin    the initial model (llm.c file; GPT-2 only: llm.c's format has no Llama)
 // OUTDIR/grads.bin   the gradients of optimizer step 0 (all micro-batches), as an llm.c
-//                    file laid out like the parameters
+//                    file laid out like the parameters (GPT-2 only)
 // OUTDIR/logits.bin  float32 (micro_batch * T, Vp) logits of micro-batch 0 of step 0
 // OUTDIR/loss.txt    the mean loss of step 0
 // OUTDIR/tokens.bin  int32 inputs then targets (global_batch, T) of each of STEPS steps
@@ -68,8 +68,9 @@ int main(int argc, char **argv) {
     model_init_close(&mi);
     if (zero_local_params(z, host)) return 1; // the initial model as the run holds it
     char path[4096];
+    const int llmc = !model_arch_is_llama(&cfg.model);
     snprintf(path, sizeof path, "%s/init.bin", dir);
-    if (llmc_write(path, &m.table, host, T, m.d.V, m.d.NH)) return 1;
+    if (llmc && llmc_write(path, &m.table, host, T, m.d.V, m.d.NH)) return 1;
 
     int *inputs = xmalloc((size_t)B * T * sizeof(int)),
         *targets = xmalloc((size_t)B * T * sizeof(int));
@@ -90,7 +91,7 @@ int main(int argc, char **argv) {
     }
     be->copy_to_host(be, host, zero_full_grads(z), bytes);
     snprintf(path, sizeof path, "%s/grads.bin", dir);
-    if (llmc_write(path, &m.table, host, T, m.d.V, m.d.NH)) return 1;
+    if (llmc && llmc_write(path, &m.table, host, T, m.d.V, m.d.NH)) return 1;
     char loss_text[64];
     int n = snprintf(loss_text, sizeof loss_text, "%.9g\n", loss_sum / ((double)GB * T));
     if (write_file(dir, "loss.txt", loss_text, (size_t)n)) return 1;

@@ -43,35 +43,70 @@ static int64_t rnd_in(int64_t lo, int64_t hi) {
     return lo + (int64_t)(rnd() % (uint64_t)(hi - lo + 1));
 }
 
-// The tiny GPT-2 every model case holds.
-static model_config tiny(void) {
-    return (model_config){.arch = "gpt2",
-                          .n_layer = 1,
-                          .n_head = 2,
-                          .d_model = 8,
-                          .seq_len = 8,
-                          .vocab_size = 20,
-                          .vocab_pad_to = 8};
+// The tiny model a model case holds: GPT-2, or (llama) a Llama with 4 heads sharing 2 kv
+// heads, SwiGLU width 12 and an untied or (tied) a tied head: its q|k|v and gate|up entries
+// are several HF tensors each.
+static model_config tiny(int llama, int tied) {
+    model_config mc = {.arch = "gpt2",
+                       .n_layer = 1,
+                       .n_head = 2,
+                       .d_model = 8,
+                       .seq_len = 8,
+                       .vocab_size = 20,
+                       .vocab_pad_to = 8,
+                       .n_kv_head = 2,
+                       .ffn_hidden = 32,
+                       .ffn_multiple_of = 256,
+                       .tie_embeddings = 1,
+                       .rope_theta = 10000,
+                       .norm_eps = 1e-5};
+    if (llama) mc.arch = "llama", mc.n_head = 4, mc.ffn_hidden = 12, mc.tie_embeddings = tied;
+    return mc;
 }
-static const char *TINY_CONFIG =
-    "{\"model_type\": \"gpt2\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 8, "
-    "\"n_positions\": 8, \"vocab_size\": 20}";
+static hf_config tiny_hf(int llama, int tied) {
+    const model_config mc = tiny(llama, tied);
+    return (hf_config){.llama = llama,
+                       .n_layer = mc.n_layer,
+                       .n_head = mc.n_head,
+                       .n_kv_head = mc.n_kv_head,
+                       .d_model = mc.d_model,
+                       .max_pos = mc.seq_len,
+                       .vocab_size = mc.vocab_size,
+                       .ffn_hidden = mc.ffn_hidden,
+                       .tie = mc.tie_embeddings};
+}
+static void tiny_config_json(int llama, int tied, char *out, size_t n) {
+    if (!llama)
+        snprintf(out, n,
+                 "{\"model_type\": \"gpt2\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 8, "
+                 "\"n_positions\": 8, \"vocab_size\": 20}");
+    else
+        snprintf(out, n,
+                 "{\"model_type\": \"llama\", \"num_hidden_layers\": 1, \"num_attention_heads\": "
+                 "4, \"num_key_value_heads\": 2, \"hidden_size\": 8, \"intermediate_size\": 12, "
+                 "\"max_position_embeddings\": 8, \"vocab_size\": 20, \"tie_word_embeddings\": "
+                 "%s}",
+                 tied ? "true" : "false");
+}
 
 // ---- the worker ----
 enum { FAM_ST = 0, FAM_INDEX, FAM_CONFIG };
 typedef struct {
-    int family;
+    int family, llama, tied;
     char dir[400];
 } job;
 
 static int run_job(const job *j) {
-    if (j->family == FAM_CONFIG) {
-        hf_config h;
-        return (int)hf_config_read(&h, j->dir);
-    }
     run_config cfg;
     config_defaults(&cfg);
-    cfg.model = tiny();
+    if (j->family == FAM_CONFIG) { // config.json read and applied over a run's config
+        char yaml[600];
+        snprintf(yaml, sizeof yaml, "%s/run.yaml", j->dir);
+        tri_status rc = hf_config_load(&cfg, yaml, 0, NULL);
+        if (rc == TRI_OK) config_free(&cfg);
+        return (int)rc;
+    }
+    cfg.model = tiny(j->llama, j->tied);
     cfg.model.init_from = (char *)j->dir;
     param_table pt;
     params_build_full(&pt, &cfg.model, 1);
@@ -204,47 +239,51 @@ typedef struct {
     size_t data_n;
 } st_model_desc;
 
-// The tensors of the tiny GPT-2 (HF names and layouts), each F32, BF16 or F16, random values.
-static void make_tensors(st_model_desc *m, int first, int count) {
-    model_config mc = tiny();
+// The HF tensors of entries [first, first + count) of the tiny model (HF names and layouts:
+// one per row block of an entry), each F32, BF16 or F16, random values.
+static void make_tensors(st_model_desc *m, int first, int count, int llama, int tied) {
+    model_config mc = tiny(llama, tied);
     param_table pt;
     params_build_full(&pt, &mc, 1);
-    hf_config h = {
-        .n_layer = 1, .n_head = 2, .n_kv_head = 2, .d_model = 8, .max_pos = 8, .vocab_size = 20};
+    const hf_config h = tiny_hf(llama, tied);
     m->n = 0, m->data_n = 0;
     m->data = malloc(64 << 10);
-    for (int i = first; i < pt.n_entries && i < first + count; i++) {
-        const param_entry *e = &pt.entries[i];
-        hf_src s;
-        hf_map_row(&h, e, 0, &s);
-        desc *d = &m->t[m->n++];
-        snprintf(d->name, sizeof d->name, "%s", s.name);
-        const int64_t rows = s.hf_rows > 0 ? s.hf_rows : e->global_rows;
-        d->ndim = e->ndim;
-        d->shape[0] = s.transpose ? e->global_cols : rows;
-        d->shape[1] = s.transpose ? rows : e->global_cols;
-        const int kind = (int)(rnd() % 3), size = kind ? 2 : 4;
-        snprintf(d->dtype, sizeof d->dtype, "%s", kind == 0 ? "F32" : kind == 1 ? "BF16" : "F16");
-        const int64_t numel = d->shape[0] * (d->ndim == 2 ? d->shape[1] : 1);
-        d->begin = (int64_t)m->data_n, d->end = d->begin + numel * size;
-        for (int64_t k = 0; k < numel; k++) {
-            const float v = (float)rnd_in(-1000, 1000) / 1024.0f; // exact in F16 and BF16
-            uint16_t hv;
-            if (kind == 0) memcpy(m->data + m->data_n, &v, 4);
-            else {
-                if (kind == 1) hv = bf16_from_f32(v);
-                else { // F16 of a multiple of 2^-10 in (-1, 1)
-                    const int q = (int)lrintf(v * 1024.0f), a = q < 0 ? -q : q;
-                    int ex = 0;
-                    while (a && (a >> ex) > 1) ex++;
-                    hv = (uint16_t)(q < 0 ? 0x8000 : 0);
-                    if (a) hv |= (uint16_t)(((ex + 5) << 10) | ((a << (10 - ex)) & 0x3ff));
+    for (int i = first, row = 0; i < pt.n_entries && i < first + count; row = 0, i++)
+        for (hf_src s; row < pt.entries[i].global_rows; row += (int)s.count) {
+            const param_entry *e = &pt.entries[i];
+            hf_map_row(&h, e, row, &s);
+            if (s.zero) break; // padded vocabulary rows
+            desc *d = &m->t[m->n++];
+            snprintf(d->name, sizeof d->name, "%s", s.name);
+            const int64_t rows = s.hf_rows > 0 ? s.hf_rows : e->global_rows;
+            d->ndim = e->ndim;
+            d->shape[0] = s.transpose ? e->global_cols : rows;
+            d->shape[1] = s.transpose ? rows : e->global_cols;
+            const int kind = (int)(rnd() % 3), size = kind ? 2 : 4;
+            snprintf(d->dtype, sizeof d->dtype, "%s",
+                     kind == 0   ? "F32"
+                     : kind == 1 ? "BF16"
+                                 : "F16");
+            const int64_t numel = d->shape[0] * (d->ndim == 2 ? d->shape[1] : 1);
+            d->begin = (int64_t)m->data_n, d->end = d->begin + numel * size;
+            for (int64_t k = 0; k < numel; k++) {
+                const float v = (float)rnd_in(-1000, 1000) / 1024.0f; // exact in F16 and BF16
+                uint16_t hv;
+                if (kind == 0) memcpy(m->data + m->data_n, &v, 4);
+                else {
+                    if (kind == 1) hv = bf16_from_f32(v);
+                    else { // F16 of a multiple of 2^-10 in (-1, 1)
+                        const int q = (int)lrintf(v * 1024.0f), a = q < 0 ? -q : q;
+                        int ex = 0;
+                        while (a && (a >> ex) > 1) ex++;
+                        hv = (uint16_t)(q < 0 ? 0x8000 : 0);
+                        if (a) hv |= (uint16_t)(((ex + 5) << 10) | ((a << (10 - ex)) & 0x3ff));
+                    }
+                    memcpy(m->data + m->data_n, &hv, 2);
                 }
-                memcpy(m->data + m->data_n, &hv, 2);
+                m->data_n += (size_t)size;
             }
-            m->data_n += (size_t)size;
         }
-    }
     params_free(&pt);
 }
 
@@ -272,8 +311,10 @@ static size_t serialize(const st_model_desc *m, const char *meta, int dup, unsig
     return 8 + n + m->data_n;
 }
 
-static void put_config(const char *dir) {
-    write_text(dir, "config.json", TINY_CONFIG, strlen(TINY_CONFIG));
+static void put_config(const char *dir, int llama, int tied) {
+    char text[512];
+    tiny_config_json(llama, tied, text, sizeof text);
+    write_text(dir, "config.json", text, strlen(text));
 }
 
 static void flip(unsigned char *b, size_t lo, size_t hi) {
@@ -286,11 +327,12 @@ static void fuzz_safetensors(int cases, family *fam) {
     for (int c = 0; c < cases; c++) {
         g_rng = g_seed * 1000003ULL + (uint64_t)c;
         job j = {.family = FAM_ST};
+        j.llama = (int)(rnd() % 2), j.tied = (int)(rnd() % 2);
         snprintf(j.dir, sizeof j.dir, "%s/st_%d", g_dir, c);
         mkdir(j.dir, 0755);
-        put_config(j.dir);
+        put_config(j.dir, j.llama, j.tied);
         st_model_desc m;
-        make_tensors(&m, 0, 1000);
+        make_tensors(&m, 0, 1000, j.llama, j.tied);
         int want = 4, dup = -1, t = (int)(rnd() % (uint64_t)m.n);
         const char *meta = "{\"format\":\"pt\"}", *what;
         char named[128] = "";
@@ -387,10 +429,10 @@ static void fuzz_index(int cases, family *fam) {
         job j = {.family = FAM_INDEX};
         snprintf(j.dir, sizeof j.dir, "%s/ix_%d", g_dir, c);
         mkdir(j.dir, 0755);
-        put_config(j.dir);
+        put_config(j.dir, 0, 1);
         st_model_desc a, b;
-        make_tensors(&a, 0, 8);
-        make_tensors(&b, 8, 1000);
+        make_tensors(&a, 0, 8, 0, 1);
+        make_tensors(&b, 8, 1000, 0, 1);
         static const char *const shard[] = {"model-00001-of-00002.safetensors",
                                             "model-00002-of-00002.safetensors"};
         size_t hlen, n = serialize(&a, "{}", -1, file, &hlen);
@@ -491,6 +533,13 @@ static void fuzz_config(int cases, family *fam) {
         job j = {.family = FAM_CONFIG};
         snprintf(j.dir, sizeof j.dir, "%s/cf_%d", g_dir, c);
         mkdir(j.dir, 0755);
+        // the run's config: no model shape (config.json's), a seq_len both models have
+        char yaml[700];
+        const int yn = snprintf(yaml, sizeof yaml,
+                                "model:\n  init_from: %s\n  seq_len: 16\n  vocab_pad_to: 8\n"
+                                "train:\n  micro_batch: 1\n  global_batch: 1\n",
+                                j.dir);
+        write_text(j.dir, "run.yaml", yaml, (size_t)yn);
         const int llama = (int)(rnd() % 2);
         kv g[] = {{"model_type", "\"gpt2\""},
                   {"n_layer", "2"},
@@ -519,9 +568,10 @@ static void fuzz_config(int cases, family *fam) {
         kv *keys = llama ? l : g;
         const int nk = llama ? 14 : 10, required = llama ? 8 : 6;
         const int k = (int)rnd_in(1, required - 1);
-        const int kind = (int)(rnd() % 10);
+        const int kind = (int)(rnd() % 13);
         int want = 4, drop = -1;
         const char *what = "valid", *named = NULL;
+        char extra[96] = ""; // a key appended after the table's
         switch (kind) {
         case 0: want = 0; break;
         case 1: // a required key missing (num_key_value_heads has a default)
@@ -561,6 +611,37 @@ static void fuzz_config(int cases, family *fam) {
             if (llama) snprintf(keys[3].val, sizeof keys[0].val, "6");
             want = 2, named = keys[2].key, what = "heads not dividing the hidden size";
             break;
+        case 10: { // a size that parses but that trident's config refuses (the applied keys)
+            static const int gk[] = {2, 3}, lk[] = {4, 5}; // heads (with n_embd), widths
+            const int at = llama ? lk[rnd() % 2] : gk[rnd() % 2];
+            snprintf(keys[at].val, sizeof keys[0].val, "%s", at == 2 ? "4096" : "1073741824");
+            if (!llama && at == 2) snprintf(keys[3].val, sizeof keys[0].val, "1073741824");
+            want = 2, named = "model.init_from", what = "a size past trident's limits";
+            break;
+        }
+        case 11: { // more values trident refuses, as keys the table does not hold
+            static const struct {
+                int llama;
+                const char *key, *val;
+            } r[] = {{0, "scale_attn_by_inverse_layer_idx", "true"},
+                     {0, "add_cross_attention", "true"},
+                     {0, "scale_attn_weights", "false"},
+                     {1, "mlp_bias", "true"},
+                     {1, "sliding_window", "4096"},
+                     {1, "use_sliding_window", "true"},
+                     {1, "head_dim", "32"},
+                     {1, "rope_scaling", "{\"rope_type\": \"llama3\", \"factor\": 8.0}"}};
+            int p;
+            do p = (int)(rnd() % 8);
+            while (r[p].llama != llama);
+            snprintf(extra, sizeof extra, ",\n  \"%s\": %s", r[p].key, r[p].val);
+            want = 2, named = r[p].key, what = "a refused setting";
+            break;
+        }
+        case 12: // fewer positions than the run's seq_len
+            snprintf(keys[llama ? 6 : 4].val, sizeof keys[0].val, "8");
+            want = 2, named = keys[llama ? 6 : 4].key, what = "positions below seq_len";
+            break;
         default: break;
         }
         size_t n = (size_t)sprintf(text, "{");
@@ -569,6 +650,7 @@ static void fuzz_config(int cases, family *fam) {
                 n += (size_t)sprintf(text + n, "%s\n  \"%s\": %s", n > 1 ? "," : "", keys[i].key,
                                      keys[i].val);
         if (kind == 9) n += (size_t)sprintf(text + n, ",\n  \"unknown_key\": {\"a\": [1, 2]}");
+        n += (size_t)sprintf(text + n, "%s", extra);
         n += (size_t)sprintf(text + n, "\n}\n");
         if (kind == 6) {
             const size_t at = (size_t)rnd_in(0, (int64_t)n - 1);

@@ -1,9 +1,11 @@
 // test_hf_map: the Hugging Face name mapping (io/hf_import.h) and the safetensors reader
 // (io/safetensors.h) without transformers:
-//   - Llama's fused entries (the contract's qkvw rows q | k | v, fcw rows gate | up) split
-//     over tp 1, 2 and 4 as the contract places them map to the HF row ranges worked out by
-//     hand below (q_proj, k_proj, v_proj, gate_proj, up_proj); the embedding's padded rows
-//     map to zeros; GPT-2's Conv1D weights are transposed, its biases not;
+//   - Llama's fused entries (qkvw rows q | k | v, fcw rows gate | up) and the embedding, as
+//     the real table (params_build) places them on each rank of tp 1, 2 and 4, map to the HF
+//     row ranges worked out by hand from the contract below (q_proj, k_proj, v_proj,
+//     gate_proj, up_proj; the padded vocabulary rows to zeros); every entry of the whole
+//     table maps, to each of LlamaForCausalLM's tensors once (tied and untied); GPT-2's
+//     Conv1D weights are transposed, its biases not;
 //   - a file written by st_writer reads back by st_read_block for every block shape through
 //     stagings of 1, 3 and 64 values (the three read paths), and BF16/F16 values widen exactly.
 #include <stdlib.h>
@@ -15,41 +17,39 @@
 #include "io/safetensors.h"
 #include "testlib.h"
 
-// The contract's tp placement of a fused entry whose row blocks are `rows[0..n)` (each split
-// over tp by rows): local row `lr` of rank `r` -> the global row.
-static int64_t contract_global_row(const int64_t *rows, int n, int tp, int r, int64_t lr) {
-    int64_t first = 0;
-    for (int k = 0; k < n; k++) {
-        const int64_t per = rows[k] / tp;
-        if (lr < per) return first + r * per + lr;
-        lr -= per, first += rows[k];
-    }
-    return -1;
-}
-
-// Rank r's pieces: "name:hf_row0+rows@local_row0 ..." of entry e (n blocks `rows`).
-static void pieces(const hf_config *h, const param_entry *e, const int64_t *rows, int n, int tp,
-                   int r, char *out, size_t cap) {
-    int64_t local = 0;
-    for (int k = 0; k < n; k++) local += rows[k] / tp;
+// Rank (tp, r)'s pieces of entry `name` of the real Llama table (params_build): for each run
+// of its local rows that are consecutive global rows of one HF tensor, as hf_read_entry
+// reads them, "name:hf_row0+rows@local_row0" (the tensor's name without its layer prefix).
+static void pieces(const hf_config *h, const model_config *mc, const char *name, int tp, int r,
+                   char *out, size_t cap) {
+    param_table pt;
+    const model_shard sh = {.tp = tp, .tp_rank = r, .pp = 1, .pp_rank = 0, .virtual_stages = 1};
+    params_build(&pt, mc, &sh);
+    const int i = params_find(&pt, name);
+    snprintf(out, cap, "no entry");
+    if (i < 0) return params_free(&pt);
+    const param_entry *e = &pt.entries[i];
     size_t used = 0;
     out[0] = 0;
-    for (int64_t lr = 0; lr < local;) {
+    for (int64_t lr = 0; lr < e->local_rows;) {
         hf_src s;
-        const int64_t g = contract_global_row(rows, n, tp, r, lr);
+        const int64_t g = params_global_index(&pt, e, lr, 0) / e->global_cols;
         if (hf_map_row(h, e, g, &s) != 0) {
             snprintf(out, cap, "unmapped");
-            return;
+            break;
         }
         int64_t m = 1;
-        while (lr + m < local && m < s.count &&
-               contract_global_row(rows, n, tp, r, lr + m) == g + m)
+        while (lr + m < e->local_rows && m < s.count &&
+               params_global_index(&pt, e, lr + m, 0) / e->global_cols == g + m)
             m++;
-        used += (size_t)snprintf(out + used, cap - used, "%s%s:%lld+%lld@%lld", used ? " " : "",
-                                 s.name + strlen("model.layers.0."), (long long)s.row, (long long)m,
-                                 (long long)lr);
+        const char *hf = strncmp(s.name, "model.layers.", 13) ? s.name
+                                                              : strchr(s.name + 13, '.') + 1;
+        used += (size_t)snprintf(out + used, cap - used, "%s%s:%lld+%lld@%lld%s", used ? " " : "",
+                                 hf, (long long)s.row, (long long)m, (long long)lr,
+                                 s.zero ? "(zero)" : "");
         lr += m;
     }
+    params_free(&pt);
 }
 
 static param_entry entry(const char *name, int64_t rows, int64_t cols) {
@@ -69,38 +69,88 @@ static void test_llama(void) {
                    .d_model = 16,
                    .ffn_hidden = 8,
                    .vocab_size = 10};
-    // HS = 2: q 16 rows, k 8, v 8.
-    const int64_t qkv[] = {16, 8, 8}, fc[] = {8, 8};
-    param_entry e = entry("h0.qkvw", 32, 16), f = entry("h0.fcw", 16, 16);
+    // The same model as trident builds it: HS = 2, so q 16 rows, k 8, v 8; vocab_pad_to 4
+    // pads V 10 to Vp 12 on tp 1 and to 16 on tp 2 and 4 (rows past 10 read as zeros).
+    model_config mc = {.arch = "llama",
+                       .n_layer = 2,
+                       .n_head = 8,
+                       .d_model = 16,
+                       .seq_len = 8,
+                       .vocab_size = 10,
+                       .vocab_pad_to = 4,
+                       .n_kv_head = 4,
+                       .ffn_hidden = 8,
+                       .ffn_multiple_of = 256,
+                       .tie_embeddings = 0,
+                       .rope_theta = 10000,
+                       .norm_eps = 1e-5};
     char got[512];
+    // Worked out by hand from the Llama contract: rank r of tp holds q heads [r*NH/tp, ...),
+    // kv heads [r*NKV/tp, ...), gate and up rows [r*F/tp, ...), vocabulary rows [r*Vp/tp, ...).
     static const struct {
         int tp, r;
-        const char *qkv, *fc;
+        const char *qkv, *fc, *wte;
     } cases[] = {
         {1, 0,
          "self_attn.q_proj.weight:0+16@0 self_attn.k_proj.weight:0+8@16 self_attn.v_proj.weight:0+8@24",
-         "mlp.gate_proj.weight:0+8@0 mlp.up_proj.weight:0+8@8"},
+         "mlp.gate_proj.weight:0+8@0 mlp.up_proj.weight:0+8@8",
+         "model.embed_tokens.weight:0+10@0 model.embed_tokens.weight:10+2@10(zero)"},
         {2, 1,
          "self_attn.q_proj.weight:8+8@0 self_attn.k_proj.weight:4+4@8 self_attn.v_proj.weight:4+4@12",
-         "mlp.gate_proj.weight:4+4@0 mlp.up_proj.weight:4+4@4"},
+         "mlp.gate_proj.weight:4+4@0 mlp.up_proj.weight:4+4@4",
+         "model.embed_tokens.weight:8+2@0 model.embed_tokens.weight:10+6@2(zero)"},
         {2, 0,
          "self_attn.q_proj.weight:0+8@0 self_attn.k_proj.weight:0+4@8 self_attn.v_proj.weight:0+4@12",
-         "mlp.gate_proj.weight:0+4@0 mlp.up_proj.weight:0+4@4"},
+         "mlp.gate_proj.weight:0+4@0 mlp.up_proj.weight:0+4@4", "model.embed_tokens.weight:0+8@0"},
         {4, 2,
          "self_attn.q_proj.weight:8+4@0 self_attn.k_proj.weight:4+2@4 self_attn.v_proj.weight:4+2@6",
-         "mlp.gate_proj.weight:4+2@0 mlp.up_proj.weight:4+2@2"},
+         "mlp.gate_proj.weight:4+2@0 mlp.up_proj.weight:4+2@2",
+         "model.embed_tokens.weight:8+2@0 model.embed_tokens.weight:10+2@2(zero)"},
         {4, 3,
          "self_attn.q_proj.weight:12+4@0 self_attn.k_proj.weight:6+2@4 self_attn.v_proj.weight:6+2@6",
-         "mlp.gate_proj.weight:6+2@0 mlp.up_proj.weight:6+2@2"},
+         "mlp.gate_proj.weight:6+2@0 mlp.up_proj.weight:6+2@2",
+         "model.embed_tokens.weight:12+4@0(zero)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char name[64];
-        pieces(&h, &e, qkv, 3, cases[i].tp, cases[i].r, got, sizeof got);
-        snprintf(name, sizeof name, "hf_map_llama_qkv_tp%d_rank%d", cases[i].tp, cases[i].r);
+        const int tp = cases[i].tp, r = cases[i].r;
+        pieces(&h, &mc, "h1.qkvw", tp, r, got, sizeof got);
+        snprintf(name, sizeof name, "hf_map_llama_qkv_tp%d_rank%d", tp, r);
         TEST_CHECK(!strcmp(got, cases[i].qkv), name, "got %s, want %s", got, cases[i].qkv);
-        pieces(&h, &f, fc, 2, cases[i].tp, cases[i].r, got, sizeof got);
-        snprintf(name, sizeof name, "hf_map_llama_gate_up_tp%d_rank%d", cases[i].tp, cases[i].r);
+        pieces(&h, &mc, "h0.fcw", tp, r, got, sizeof got);
+        snprintf(name, sizeof name, "hf_map_llama_gate_up_tp%d_rank%d", tp, r);
         TEST_CHECK(!strcmp(got, cases[i].fc), name, "got %s, want %s", got, cases[i].fc);
+        pieces(&h, &mc, "wte", tp, r, got, sizeof got);
+        snprintf(name, sizeof name, "hf_map_llama_embed_tp%d_rank%d", tp, r);
+        TEST_CHECK(!strcmp(got, cases[i].wte), name, "got %s, want %s", got, cases[i].wte);
+    }
+    // Every entry of the real table (untied and tied) maps, and the HF tensors it names are
+    // LlamaForCausalLM's, each once: 9 per layer, the embedding, the final norm, the head.
+    for (int tie = 0; tie <= 1; tie++) {
+        param_table pt;
+        mc.tie_embeddings = h.tie = tie;
+        params_build_full(&pt, &mc, 1);
+        char names[32][96];
+        int n = 0, bad = 0;
+        for (int i = 0; i < pt.n_entries; i++) {
+            const param_entry *e = &pt.entries[i];
+            for (int64_t row = 0; row < e->global_rows;) {
+                hf_src s;
+                if (hf_map_row(&h, e, row, &s) != 0) {
+                    bad++;
+                    break;
+                }
+                if (!s.zero) {
+                    for (int k = 0; k < n; k++) bad += !strcmp(names[k], s.name);
+                    if (n < 32) snprintf(names[n++], 96, "%s", s.name);
+                }
+                row += s.count;
+            }
+        }
+        params_free(&pt);
+        const int want = 9 * 2 + 2 + !tie;
+        TEST_CHECK(!bad && n == want, tie ? "hf_map_llama_table_tied" : "hf_map_llama_table",
+                   "%d HF tensors (want %d), %d unmapped or repeated", n, want, bad);
     }
     hf_src s;
     param_entry wte = entry("wte", 16, 16), head = entry("lm_head", 16, 16);

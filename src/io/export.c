@@ -9,7 +9,16 @@
 #include <unistd.h>
 
 #include "config/config.h"
+#include "io/run_record.h"
 #include "model/params.h"
+
+// Whether `path` is a file, or a run directory holding model.bin (what llmc_open then reads).
+static int run_model_bin(const char *path, char *buf, size_t n) {
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return 1;
+    snprintf(buf, n, "%s/model.bin", path);
+    return stat(buf, &st) == 0;
+}
 
 tri_status export_open(export_source *s, const char *run_or_file) {
     memset(s, 0, sizeof *s);
@@ -17,7 +26,14 @@ tri_status export_open(export_source *s, const char *run_or_file) {
     config_defaults(&s->cfg);
     tri_status rc;
     struct stat st;
+    char ck[4096];
     if (ckpt_is_checkpoint(run_or_file, s->path, sizeof s->path)) { // any layout's checkpoint
+        rc = ckpt_model_open(s->path, &s->cfg, &s->full, &s->ckr);
+    } else if (!run_model_bin(run_or_file, s->path, sizeof s->path) &&
+               run_record_config_string(run_or_file, "checkpoint", "dir", ck, sizeof ck) &&
+               ckpt_is_checkpoint(ck, s->path, sizeof s->path)) {
+        // A run without model.bin (a llama; a model past llm.c's size): its final checkpoint.
+        LOG_INFO("%s has no model.bin: reading its checkpoint %s", run_or_file, s->path);
         rc = ckpt_model_open(s->path, &s->cfg, &s->full, &s->ckr);
     } else {
         if (stat(run_or_file, &st) == 0 && S_ISDIR(st.st_mode))
@@ -220,12 +236,12 @@ tri_status export_run(const char *run_or_file, const char *format, const char *o
                       uint64_t max_shard_bytes) {
     export_source s;
     TRI_CHECK(export_open(&s, run_or_file));
-    if (model_arch_is_llama(&s.cfg.model)) { // both formats here hold GPT-2's tensors
+    if (model_arch_is_llama(&s.cfg.model) && strcmp(format, "hf")) { // GPT-2's tensors only
         LOG_ERROR("export %s: the checkpoint holds a llama model (model.arch llama), and the %s "
                   "format holds GPT-2 models only",
                   s.path, format);
-        LOG_HINT("a llama checkpoint is read as it is by `trident sample` and by a resumed run; "
-                 "its tensors and their Hugging Face names are in README \"Llama\"");
+        LOG_HINT("export it with --format hf (a LlamaForCausalLM directory); a llama checkpoint "
+                 "is also read as it is by `trident sample` and by a resumed run");
         export_close(&s);
         return TRI_ERR_CKPT;
     }

@@ -89,11 +89,21 @@ static tri_status want_string(const reader *r, const char *key, const char *cons
     return refused(r, key, q, "trident's activation is the one this architecture defines");
 }
 
-// A key that must be absent, null or false.
+// A key that must be absent, null or false. The message shows a scalar as it is, and an object
+// by its "type" / "rope_type" (rope_scaling's), so the user sees which setting it was.
 static tri_status want_unset(const reader *r, const char *key, const char *why) {
     const json_value *v = json_get(r->root, key);
     if (!v || v->type == JSON_NULL || v->type == JSON_FALSE) return TRI_OK;
-    return refused(r, key, json_type_name(v), why);
+    char shown[160];
+    const json_value *t = json_get(v, "type");
+    if (!t || t->type != JSON_STRING) t = json_get(v, "rope_type");
+    if (v->type == JSON_TRUE) snprintf(shown, sizeof shown, "true");
+    else if (v->type == JSON_NUMBER) snprintf(shown, sizeof shown, "%g", v->u.number);
+    else if (v->type == JSON_STRING) snprintf(shown, sizeof shown, "\"%.100s\"", v->u.str.s);
+    else if (t && t->type == JSON_STRING)
+        snprintf(shown, sizeof shown, "an object of type \"%.100s\"", t->u.str.s);
+    else snprintf(shown, sizeof shown, "%s", json_type_name(v));
+    return refused(r, key, shown, why);
 }
 
 static int token_id(const reader *r, const char *key) {
@@ -120,9 +130,9 @@ static tri_status parse_gpt2(const reader *r, hf_config *h) {
     TRI_CHECK(want_string(r, "activation_function", act));
     TRI_CHECK(get_bool(r, "tie_word_embeddings", 1, &h->tie));
     if (!h->tie) return refused(r, "tie_word_embeddings", "false", "GPT-2's LM head is wte");
-    int inner = 0;
-    TRI_CHECK(get_int(r, "n_inner", 4 * (h->d_model > INT_MAX / 4 ? 0 : h->d_model), &inner));
-    if ((int64_t)inner != 4 * (int64_t)h->d_model) {
+    int inner = 0; // absent or null (0 here): 4 * n_embd
+    TRI_CHECK(get_int(r, "n_inner", 0, &inner));
+    if (inner && (int64_t)inner != 4 * (int64_t)h->d_model) {
         char v[32];
         snprintf(v, sizeof v, "%d", inner);
         return refused(r, "n_inner", v, "trident's GPT-2 MLP is 4 * n_embd wide");
@@ -246,11 +256,11 @@ int hf_config_sets(const hf_config *h, char sets[][96], int max) {
     SET("model.n_head=%d", h->n_head);
     SET("model.d_model=%d", h->d_model);
     SET("model.vocab_size=%d", h->vocab_size);
-    if (h->llama) { // the Llama contract's keys (model_config.h of the h18-llama branch)
+    if (h->llama) { // the Llama keys (model_config.h); tie_embeddings is a bool key
         char num[40];
         SET("model.n_kv_head=%d", h->n_kv_head);
         SET("model.ffn_hidden=%d", h->ffn_hidden);
-        SET("model.tie_embeddings=%d", h->tie);
+        SET("model.tie_embeddings=%s", h->tie ? "true" : "false");
         config_format_double(h->rope_theta, num, sizeof num);
         SET("model.rope_theta=%s", num);
         config_format_double(h->norm_eps, num, sizeof num);
@@ -298,14 +308,7 @@ tri_status hf_config_load(run_config *cfg, const char *path, int n_set, char **s
         *eq = 0;
         int given = 0;
         char *now = config_key_value(cfg, hf_sets[i], &given);
-        if (!now) { // a Llama key of the contract this build does not have yet
-            LOG_ERROR("%s/config.json is a LlamaForCausalLM, but this build has no %s (model.arch "
-                      "llama)",
-                      dir, hf_sets[i]);
-            LOG_HINT("use a build with the Llama model, or a GPT2LMHeadModel directory");
-            rc = TRI_ERR_CONFIG;
-            break;
-        }
+        TRI_ASSERT(now); // hf_config_sets names keys of the key table only
         if (!same_value(now, eq + 1)) {
             if (given) {
                 LOG_ERROR("%s: %s is %s in the config but %s in %s/config.json", path, hf_sets[i],
@@ -343,6 +346,13 @@ tri_status hf_config_load(run_config *cfg, const char *path, int n_set, char **s
     config_defaults(cfg);
     rc = config_load(cfg, path, n_set + n_hf, all);
     free(all);
+    if (rc != TRI_OK) { // a "--set model.KEY" above that the user did not type is config.json's
+        LOG_ERROR("%s/config.json (model.init_from) gives a model trident cannot build: its values "
+                  "are the --set model.* lines above",
+                  dir);
+        LOG_HINT("start from another model, or change that key in a copy of the directory's "
+                 "config.json and weights");
+    }
     return rc;
 }
 

@@ -38,8 +38,9 @@ tri_status hf_config_read(hf_config *h, const char *dir);
 int hf_config_sets(const hf_config *h, char sets[][96], int max);
 
 // config_load (config.h), then, when model.init_from is a Hugging Face directory, config.json's
-// model keys applied as above and the whole config checked again with them. A model.seq_len
-// beyond config.json's positions is refused (exit 2).
+// model keys applied as above and the whole config checked again with them (a refusal there
+// names config.json too: its keys reach config_load as --set lines). A model.seq_len beyond
+// config.json's positions is refused (exit 2).
 tri_status hf_config_load(run_config *cfg, const char *path, int n_set, char **sets);
 
 // config.json and generation_config.json of the model `h` into dir (exit 4 named on failure).

@@ -23,8 +23,7 @@ typedef struct {
     int shard;
 } piece;
 
-// The HF model of a source's config. Llama needs the contract's model keys (h18-llama):
-// switched on by the merge (HF_EXPORT_LLAMA).
+// The HF model of a source's config (its resolved model keys: model.tie_embeddings is 0 or 1).
 static tri_status model_hf_config(const run_config *cfg, hf_config *h) {
     const model_config *mc = &cfg->model;
     memset(h, 0, sizeof *h);
@@ -33,14 +32,10 @@ static tri_status model_hf_config(const run_config *cfg, hf_config *h) {
     h->n_kv_head = mc->n_head, h->ffn_hidden = 4 * mc->d_model, h->tie = 1;
     h->rope_theta = 10000, h->norm_eps = 1e-5, h->bos_id = h->eos_id = -1;
     if (!strcmp(mc->arch, "gpt2")) return TRI_OK;
-#if HF_EXPORT_LLAMA
+    TRI_ASSERT(model_arch_is_llama(mc));
     h->llama = 1, h->n_kv_head = mc->n_kv_head, h->ffn_hidden = mc->ffn_hidden;
     h->tie = mc->tie_embeddings, h->rope_theta = mc->rope_theta, h->norm_eps = mc->norm_eps;
     return TRI_OK;
-#else
-    LOG_ERROR("export --format hf: model.arch %s is not supported by this build", mc->arch);
-    return TRI_ERR_CONFIG;
-#endif
 }
 
 // The HF tensors of the table, in order: an entry splits where its rows change tensor.
