@@ -109,6 +109,10 @@ void model_linear_bwd(model *m, float *dinp, int w, const float *dout, const flo
 // SP: the all-gather of every rank's rows of `full` (N, C), this rank's at row0.
 tri_status model_tp_gather_rows(model *m, float *full);
 
+// The LM head's matmul backward over entry `head` (model_pass.c): d(lnf) into m->dln, the
+// head weight's gradient accumulated; GPT-2's and Llama's heads share it.
+void model_head_matmul_backward(model *m, model_acts *a, int head);
+
 // The Llama layer, and the final RMSNorm with the LM head (model_layer_llama.c); as
 // model_layer_forward / _backward, and the head's forward and backward of model_pass.c.
 tri_status model_llama_layer_forward(model *m, model_acts *acts, int l, int i);

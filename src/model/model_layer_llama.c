@@ -149,35 +149,12 @@ tri_status model_llama_head_forward(model *m, model_acts *a) {
     return TRI_OK;
 }
 
-// The head's matmul backward: d(lnf) into m->dln, the head weight's gradient accumulated; under
-// bf16 in chunks of rows as GPT-2's (model_pass.c, model_head_chunk_rows).
-static void head_matmul_backward(model *m, model_acts *a, int head) {
-    const model_dims *d = &m->d;
-    const size_t C = d->C, Vp = d->Vp_local;
-    if (!m->bf16) {
-        backend_matmul_bwd(m->be, m->dln, G(m, head), NULL, operand_fp32(a->logits),
-                           operand_fp32(a->lnf), operand_fp32(P(m, head)), NULL, d->N, d->C,
-                           d->Vp_local);
-        return;
-    }
-    const size_t rows = model_head_chunk_rows((size_t)d->N);
-    for (size_t r0 = 0; r0 < (size_t)d->N; r0 += rows) {
-        const size_t r = (size_t)d->N - r0 < rows ? (size_t)d->N - r0 : rows;
-        uint16_t *lnf16 = m->mm16, *dlogits16 = m->mm16 + r * C;
-        m->be->to_bf16(m->be, lnf16, a->lnf + r0 * C, r * C);
-        m->be->to_bf16(m->be, dlogits16, a->logits + r0 * Vp, r * Vp);
-        backend_matmul_bwd(m->be, m->dln + r0 * C, G(m, head), NULL, operand_bf16(dlogits16),
-                           operand_bf16(lnf16), operand_bf16(model_param16(m, head)), NULL, (int)r,
-                           d->C, d->Vp_local);
-    }
-}
-
 tri_status model_llama_head_backward(model *m, model_acts *a) {
     const model_dims *d = &m->d;
     const param_table *pt = &m->table;
     TRI_CHECK(model_params_ready(m, params_head(pt), 1));
     TRI_CHECK(model_params_ready(m, params_lnfw(pt), 1));
-    head_matmul_backward(m, a, params_head(pt));
+    model_head_matmul_backward(m, a, params_head(pt));
     m->be->memset_zero(m->be, a->dres, (size_t)d->N_local * d->C * sizeof(float));
     return rmsnorm_bwd_from_all_rows(m, a->dres, a->output, P(m, params_lnfw(pt)),
                                      G(m, params_lnfw(pt)), a->lnf_rstd);

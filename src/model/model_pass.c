@@ -172,12 +172,12 @@ static tri_status grads_ready(model *m, int first, int count) {
     return m->store.grads_ready ? m->store.grads_ready(m->store.ctx, first, count) : TRI_OK;
 }
 
-// The LM head's matmul backward: d(lnf) into m->dln, dwte accumulated. Under bf16 in chunks
-// of rows (model_head_chunk_rows), each chunk's lnf and d(logits) rounded into mm16 together.
-static void head_matmul_backward(model *m, model_acts *a) {
+// The LM head's matmul backward (entry `wte`: the tied embedding, or llama's lm_head): d(lnf)
+// into m->dln, the weight's gradient accumulated. Under bf16 in chunks of rows
+// (model_head_chunk_rows), each chunk's lnf and d(logits) rounded into mm16 together.
+void model_head_matmul_backward(model *m, model_acts *a, int wte) {
     const model_dims *d = &m->d;
     const size_t C = d->C, Vp = d->Vp_local;
-    const int wte = params_wte(&m->table);
     if (m->xent16) { // d(logits) is bf16 already (xent_bwd16): one call, lnf rounded whole
         m->be->to_bf16(m->be, m->mm16, a->lnf, (size_t)d->N * C);
         backend_matmul_bwd(m->be, m->dln, G(m, wte), NULL, operand_bf16(a->logits16),
@@ -223,7 +223,7 @@ static tri_status head_backward(model *m, model_acts *a, float dloss) {
         if (pt->wte_is_copy) TRI_CHECK(grads_ready(m, params_wte(pt), 1));
         return TRI_OK;
     }
-    head_matmul_backward(m, a);
+    model_head_matmul_backward(m, a, params_wte(&m->table));
     m->be->memset_zero(m->be, a->dres, (size_t)d->N_local * d->C * sizeof(float));
     TRI_CHECK(model_layernorm_bwd_from_all_rows(m, a->dres, a->output, P(m, params_lnfw(pt)),
                                                 G(m, params_lnfw(pt)), G(m, params_lnfb(pt)),
