@@ -58,6 +58,7 @@
 #define CASE_TWIN_ONLY (1u << 4)
 
 #include "op_families.h"
+#include "op_families_optim.h"
 #include "op_families_xent16.h"
 #include "op_families_llama.h"
 

@@ -113,6 +113,11 @@ void manifest_model_config(const manifest *m, model_config *mc);
 // The seal of version 2 for the manifest text `text` (n bytes, every line ended by '\n'):
 // the line "manifest_crc32c: 0x........\n" (into `line`, at least 32 bytes) that follows it.
 void manifest_seal(const char *text, size_t n, char *line, size_t cap);
+// The last line of text must be the seal: *body where it starts (the bytes it covers end
+// there), *crc the value it records; 0 when there is no well-formed seal line.
+int manifest_find_seal(const char *text, size_t n, size_t *body, uint32_t *crc);
+// The value of the first line "KEY: VALUE" at column 0 of text, into out; 0 when none fits.
+int manifest_scan_key(const char *text, size_t n, const char *key, char *out, size_t cap);
 
 // ---- the data order (checkpoint_order.c) ----
 

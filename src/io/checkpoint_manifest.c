@@ -29,53 +29,6 @@
 #define MAX_MANIFEST_BYTES (INT64_C(1) << 32)
 #define MAX_COUNT (1 << 26) // tensors, ranks, regions
 
-// ---- the seal (version 2) ----
-
-void manifest_seal(const char *text, size_t n, char *line, size_t cap) {
-    snprintf(line, cap, "%s: 0x%08x\n", CKPT_SEAL_KEY, crc32c_update(0, text, n));
-}
-
-// The last line of text must be the seal. *body: where it starts (the bytes it covers end
-// there); *crc: the value it records. 0 when there is no well-formed seal line.
-static int find_seal(const char *text, size_t n, size_t *body, uint32_t *crc) {
-    if (n == 0 || text[n - 1] != '\n') return 0;
-    size_t start = n - 1;
-    while (start > 0 && text[start - 1] != '\n') start--;
-    const char *line = text + start;
-    const size_t key = strlen(CKPT_SEAL_KEY);
-    // "manifest_crc32c: 0x" and 8 hex digits, then '\n'
-    if (n - start != key + 2 + 2 + 8 + 1 || strncmp(line, CKPT_SEAL_KEY ": 0x", key + 4)) return 0;
-    uint32_t v = 0;
-    for (int i = 0; i < 8; i++) {
-        int c = (unsigned char)line[key + 4 + i];
-        if (!isxdigit(c)) return 0;
-        v = v * 16 + (uint32_t)(isdigit(c) ? c - '0' : tolower(c) - 'a' + 10);
-    }
-    *body = start, *crc = v;
-    return 1;
-}
-
-// The value of the first line "KEY: VALUE" that starts at column 0 (the manifest's own
-// fields, before the YAML parser sees the file). 0 when there is none.
-static int scan_key(const char *text, size_t n, const char *key, char *out, size_t cap) {
-    const size_t klen = strlen(key);
-    for (size_t at = 0; at < n;) {
-        const char *eol = memchr(text + at, '\n', n - at);
-        size_t len = eol ? (size_t)(eol - (text + at)) : n - at;
-        if (len > klen && !strncmp(text + at, key, klen) && text[at + klen] == ':') {
-            size_t v = at + klen + 1, end = at + len;
-            while (v < end && text[v] == ' ') v++;
-            while (end > v && (text[end - 1] == ' ' || text[end - 1] == '\r')) end--;
-            if (end - v >= cap) return 0;
-            memcpy(out, text + v, end - v);
-            out[end - v] = '\0';
-            return 1;
-        }
-        at += len + 1;
-    }
-    return 0;
-}
-
 // ---- fields ----
 
 // What the field readers share: the first problem found stops the checks (rc).
@@ -760,8 +713,9 @@ tri_status manifest_read(manifest *m, const char *dir) {
     reader rd = {m, NULL, TRI_OK};
     char format[64], version[32];
     int64_t v = 0;
-    if (!scan_key(text, n, "format", format, sizeof format) || strcmp(format, CKPT_FORMAT) ||
-        !scan_key(text, n, "version", version, sizeof version))
+    if (!manifest_scan_key(text, n, "format", format, sizeof format) ||
+        strcmp(format, CKPT_FORMAT) ||
+        !manifest_scan_key(text, n, "version", version, sizeof version))
         fail(&rd, 0, "not a trident checkpoint manifest (no 'format: %s' and 'version: N' lines)",
              CKPT_FORMAT);
     else if (parse_i64(version, &v) || v < 1 || v > CKPT_VERSION)
@@ -774,7 +728,7 @@ tri_status manifest_read(manifest *m, const char *dir) {
     uint32_t sealed = 0, crc = 0;
     int seal_bad = 0;
     if (rd.rc == TRI_OK && m->version >= 2) {
-        if (!find_seal(text, n, &body, &sealed))
+        if (!manifest_find_seal(text, n, &body, &sealed))
             fail(&rd, 0,
                  "no '%s: 0x...' line at its end (the file is truncated or was not "
                  "written by trident)",
@@ -785,7 +739,7 @@ tri_status manifest_read(manifest *m, const char *dir) {
                       m->path, CKPT_SEAL_KEY, sealed, crc);
             seal_bad = 1;
         }
-    } else if (rd.rc == TRI_OK && find_seal(text, n, &body, &sealed)) {
+    } else if (rd.rc == TRI_OK && manifest_find_seal(text, n, &body, &sealed)) {
         fail(&rd, 0,
              "version: 1, but the file ends with a %s line, which only version 2 on "
              "writes (the version was edited)",
