@@ -14,58 +14,17 @@
 #   - a missing tensor, a truncated file, a wrong shape: exit 4 naming the file and tensor.
 set -u
 source "$(dirname "$0")/lib.sh"
-DUMP=${REF_DUMP:-build/tests/ref_dump}
-if ! VENV=$(scripts/venv.sh hf transformers==4.40.2 tokenizers==0.19.1 safetensors==0.4.3 \
-    2>$W/venv.log); then
-    fail hf_venv "$(head -c 600 $W/venv.log | tr '\n' ' ')"
-    exit 1
-fi
-PY="$VENV/bin/python"
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+source "$(dirname "$0")/hf_lib.sh"
+hf_venv || { fail hf_venv "$(head -c 600 $W/venv.log | tr '\n' ' ')"; exit 1; }
 "$PY" tests/hf_gpt2.py make $W/hf >$W/make.log 2>&1 || fail hf_make "$(tail -3 $W/make.log)"
 
-# The reference config without its model shape: config.json supplies it.
-cfg() { # OUT INIT_FROM [KEY=VALUE...]: a YAML file
-    /usr/bin/python3 - "$@" <<'PY'
-import sys, yaml
-c = yaml.safe_load(open("tests/configs/ref.yaml"))
-for k in ("arch", "n_layer", "n_head", "d_model", "vocab_size"):
-    del c["model"][k]
-c["model"]["init_from"] = sys.argv[2]
-for kv in sys.argv[3:]:
-    k, v = kv.split("=", 1)
-    s, key = k.split(".")
-    c.setdefault(s, {})[key] = yaml.safe_load(v)
-yaml.safe_dump(c, open(sys.argv[1], "w"))
-PY
-}
-# expect NAME CODE PATTERN CMD...: exit CODE and output matching PATTERN
-expect() {
-    local name=$1 code=$2 pattern=$3
-    shift 3
-    "$@" >$W/out 2>&1
-    local rc=$?
-    if [ $rc != "$code" ]; then fail "$name" "exit $rc, expected $code: $(tail -n 3 $W/out | tr '\n' ' ')"
-    elif ! grep -qE -- "$pattern" $W/out; then fail "$name" "output lacks /$pattern/: $(tail -n 3 $W/out | tr '\n' ' ')"
-    else pass "$name"; fi
-}
-# train_dump NAME DIR [KEY=VALUE...]: the config, ref_dump's dump and a trident run of it
-train_dump() {
-    local name=$1 dir=$2
-    shift 2
-    cfg $W/$name.yaml $dir "run.out_dir=$W/$name" "$@"
-    mkdir -p $W/$name.dump
-    $DUMP $W/$name.yaml $W/$name.dump 10 >$W/$name.dump.log 2>&1 ||
-        fail ${name}_dump "$(tail -3 $W/$name.dump.log)"
-}
-
 # --- in: 1 process, fp32 and bf16 files, sharded -------------------------------------------
-train_dump in_fp32 $W/hf/fp32
+dump in_fp32 $W/hf/fp32
 expect hf_in_overrides_said 0 "config.json sets model.n_layer 4 -> 2, model.d_model 128 -> 64, model.vocab_size 256 -> 250" \
     $T train $W/in_fp32.yaml
-train_dump in_bf16 $W/hf/bf16
+dump in_bf16 $W/hf/bf16
 $T train $W/in_bf16.yaml >$W/in_bf16.log 2>&1 || fail hf_in_bf16_train "$(tail -3 $W/in_bf16.log)"
-train_dump in_shard $W/hf/shard
+dump in_shard $W/hf/shard
 # tp 2 x pp 2: each rank reads its slices of the same file (the dump is the 1-process one)
 cfg $W/in_tp.yaml $W/hf/fp32 run.out_dir=$W/in_tp parallel.tp=2 parallel.pp=2
 "${MPIRUN[@]}" -np 4 $T train $W/in_tp.yaml >$W/in_tp.log 2>&1 || fail hf_in_tp2pp2_train "$(tail -3 $W/in_tp.log)"

@@ -21,51 +21,10 @@ set -u
 source "$(dirname "$0")/lib.sh"
 ALL=0
 [ "${1:-}" = --all ] && ALL=1
-DUMP=${REF_DUMP:-build/tests/ref_dump}
-if ! VENV=$(scripts/venv.sh hf transformers==4.40.2 tokenizers==0.19.1 safetensors==0.4.3 \
-    2>$W/venv.log); then
-    fail hf_llama_venv "$(head -c 600 $W/venv.log | tr '\n' ' ')"
-    exit 1
-fi
-PY="$VENV/bin/python"
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+source "$(dirname "$0")/hf_lib.sh"
+hf_venv || { fail hf_llama_venv "$(head -c 600 $W/venv.log | tr '\n' ' ')"; exit 1; }
 "$PY" tests/hf_llama.py make $W/hf >$W/make.log 2>&1 || fail hf_llama_make "$(tail -3 $W/make.log)"
 
-# cfg OUT INIT_FROM [KEY=VALUE...]: a YAML file, tests/configs/ref.yaml (or BASE=FILE) without
-# its model shape (config.json supplies it)
-cfg() {
-    BASE=${BASE:-tests/configs/ref.yaml} /usr/bin/python3 - "$@" <<'PY'
-import os, sys, yaml
-c = yaml.safe_load(open(os.environ["BASE"]))
-for k in ("arch", "n_layer", "n_head", "d_model", "vocab_size"):
-    c["model"].pop(k, None)
-c["model"]["init_from"] = sys.argv[2]
-for kv in sys.argv[3:]:
-    k, v = kv.split("=", 1)
-    s, key = k.split(".")
-    c.setdefault(s, {})[key] = yaml.safe_load(v)
-yaml.safe_dump(c, open(sys.argv[1], "w"))
-PY
-}
-# expect NAME CODE PATTERN CMD...: exit CODE and output matching PATTERN
-expect() {
-    local name=$1 code=$2 pattern=$3
-    shift 3
-    "$@" >$W/out 2>&1
-    local rc=$?
-    if [ $rc != "$code" ]; then fail "$name" "exit $rc, expected $code: $(tail -n 3 $W/out | tr '\n' ' ')"
-    elif ! grep -qE -- "$pattern" $W/out; then fail "$name" "output lacks /$pattern/: $(tail -n 3 $W/out | tr '\n' ' ')"
-    else pass "$name"; fi
-}
-# dump NAME DIR [KEY=VALUE...]: the config and ref_dump's dump (trident's logits, the tokens)
-dump() {
-    local name=$1 dir=$2
-    shift 2
-    cfg $W/$name.yaml $dir "run.out_dir=$W/$name" "$@"
-    mkdir -p $W/$name.dump
-    $DUMP $W/$name.yaml $W/$name.dump 10 >$W/$name.dump.log 2>&1 ||
-        fail ${name}_dump "$(tail -3 $W/$name.dump.log | tr '\n' ' ')"
-}
 # train NAME NP DIR [KEY=VALUE...]: a trident run of NP processes from DIR
 train() {
     local name=$1 np=$2 dir=$3

@@ -20,12 +20,11 @@ ALL=0
 [ "${1:-}" = --all ] && ALL=1
 
 # ---- 1. Hugging Face transformers ----
-if ! VENV=$(scripts/venv.sh hf transformers==4.40.2 tokenizers==0.19.1 safetensors==0.4.3 \
-    2>$W/venv.log); then
+source "$(dirname "$0")/hf_lib.sh"
+if ! hf_venv; then
     fail hf_venv "$(head -c 600 $W/venv.log | tr '\n' ' ')"
     VENV=/nonexistent
 fi
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 HF=(--set model.arch=llama --set data.shuffle=false --set data.eval_every=0 --set system.threads=1)
 # hf_case NAME SETS...: 2 steps with a final checkpoint, resumed for step 3, against transformers
 hf_case() {
