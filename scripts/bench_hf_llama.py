@@ -9,7 +9,6 @@ does. Runs in the venv build/venv-hf (scripts/venv.sh hf transformers==4.40.2 ..
 
     OMP_NUM_THREADS=N build/venv-hf/bin/python scripts/bench_hf_llama.py CONFIG --threads N
 """
-import argparse
 import json
 import os
 import sys
@@ -18,7 +17,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_torch import adamw_groups, batches, read_run, summary, train_steps  # noqa: E402
+from bench_torch import (adamw_groups, batches, parse_args, read_run, summary,  # noqa: E402
+                         train_steps)
 
 
 def llama_shape(m, C):
@@ -34,12 +34,7 @@ def llama_shape(m, C):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("config")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=None, help="default: the config's train.steps")
-    ap.add_argument("--skip", type=int, default=2, help="warm-up steps left out of the median")
-    args = ap.parse_args()
+    args = parse_args()
     import transformers
     from transformers import LlamaConfig, LlamaForCausalLM
 

@@ -195,13 +195,18 @@ def summary(step_s, losses, skip, tokens_per_step, **extra):
             "first_loss": losses[0], "last_loss": losses[-1]}
 
 
-def main():
+def parse_args():
+    """The command line of a peer script (this one, bench_hf_llama.py)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("config")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=None, help="default: the config's train.steps")
     ap.add_argument("--skip", type=int, default=2, help="warm-up steps left out of the median")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main():
+    args = parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(1234)
 
