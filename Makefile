@@ -19,7 +19,9 @@ endif
 SAN ?= 0
 ifeq ($(SAN),1)
 SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
-CFLAGS += $(SAN_FLAGS) -g
+# The instrumented code defeats GCC's value-range analysis, so -Wformat-truncation reports
+# sizes no path can reach; the plain build keeps it as an error for the same sources.
+CFLAGS += $(SAN_FLAGS) -g -Wno-format-truncation
 endif
 # MPI (the CPU comm backend) and PMIx (bootstrap), located by pkg-config.
 MPI_PMIX_CFLAGS := $(shell pkg-config --cflags ompi-c pmix 2>/dev/null)

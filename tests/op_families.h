@@ -443,7 +443,7 @@ static void at_declare(op_inst *c) {
     const size_t B = r->d[0], T = r->d[1], NH = r->d[2], HS = r->d[3], C = NH * HS;
     const size_t NKV = r->d[4] ? (size_t)r->d[4] : NH, W = (NH + 2 * NKV) * HS;
     const double tol_cpu = r->dtype == DTYPE_BF16 ? TOL_BF16_TC : TOL_CHAIN;
-    char kv[24] = "";
+    char kv[32] = "";
     if (NKV != NH) snprintf(kv, sizeof kv, " NKV=%zu", NKV);
     snprintf(c->name, sizeof c->name, "attention%s B=%zu T=%zu NH=%zu%s HS=%zu", dtype_tag(r), B, T,
              NH, kv, HS);
