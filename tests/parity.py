@@ -25,7 +25,8 @@ import numpy as np
 
 # Fields that measure time or name a slow rank and its host (DESIGN.md "Metrics": two runs
 # differ only in these).
-TIMING = ('step_ms', 'tokens_per_s', 'mfu', 'bubble', 'blocked_ms', 'mfu_peak_flops', 'straggler')
+TIMING = ('step_ms', 'tokens_per_s', 'mfu', 'bubble', 'blocked_ms', 'mfu_peak_flops', 'straggler',
+          'pass_ms')
 
 
 def rows(run_dir, kind):

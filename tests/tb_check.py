@@ -32,7 +32,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.compat.proto import event_pb2
 from tensorboard.compat.tensorflow_stub import pywrap_tensorflow, errors
 
-DECIMALS = {"step_ms": 5e-4, "tokens_per_s": 5e-2, "bubble": 5e-5, "bubble_formula": 5e-5}
+DECIMALS = {"step_ms": 5e-4, "tokens_per_s": 5e-2, "bubble": 5e-5, "bubble_formula": 5e-5,
+            "pass_ms/F": 5e-4, "pass_ms/B": 5e-4, "pass_ms/W": 5e-4}
 NOT_SCALARS = {"type", "step", "straggler"}  # straggler: a rank and host, not a series
 
 

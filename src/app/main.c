@@ -93,6 +93,10 @@ static const cli_option PLAN_OPTIONS[] = {
      .help = "plan every layout of the model on --world devices and rank those that fit"},
     {"--top", "N", CLI_INT, CA(plan.top), .lo = 1, .hi = 100000,
      .help = "the layouts --search lists"},
+    {"--fbw", "F:B:W", CLI_STR, CA(plan.fbw),
+     .help = "the forward, input-gradient and weight-gradient time ratios the schedule is "
+             "simulated with (e.g. a run's pass_ms)",
+     .def = "the device table's"},
     OPT_SET,
 };
 static const cli_command PLAN_CLI = {
@@ -233,7 +237,8 @@ static int cmd_check(int argc, char **argv) {
         printf("# micro-batches per step per replica: %d; padded vocabulary: %d\n",
                config_micro_batches(&cfg), config_padded_vocab(&cfg));
         const mesh m = config_mesh(&cfg);
-        mesh_print(&m, cfg.model.n_layer, cfg.parallel.virtual_stages, stdout);
+        mesh_print(&m, cfg.model.n_layer, cfg.parallel.virtual_stages,
+                   cfg.parallel.schedule == SCHEDULE_ZBV, stdout);
     }
     config_free(&cfg);
     cli_free(&CHECK_CLI, &ca);

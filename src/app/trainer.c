@@ -346,7 +346,8 @@ tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     straggler_init(&tr->straggler, cfg, li);
     log_set_rank(li->rank, tr->coord.tp, tr->coord.dp, tr->coord.pp);
     if (li->rank == 0 && li->world > 1)
-        mesh_print(&m, cfg->model.n_layer, cfg->parallel.virtual_stages, stdout);
+        mesh_print(&m, cfg->model.n_layer, cfg->parallel.virtual_stages,
+                   cfg->parallel.schedule == SCHEDULE_ZBV, stdout);
     tr->dp = cfg->parallel.dp;
     tr->dp_rank = tr->coord.dp;
     tr->n_micro = config_micro_batches(cfg);

@@ -23,7 +23,7 @@ int mesh_group_color(const mesh *m, comm_group_id g, int rank) {
     return -1;
 }
 
-void mesh_print(const mesh *m, int n_layer, int virtual_stages, FILE *f) {
+void mesh_print(const mesh *m, int n_layer, int virtual_stages, int vplace, FILE *f) {
     const int TP = m->tp, DP = m->dp, PP = m->pp;
     const int v = virtual_stages, Lc = n_layer / (PP * v);
     fprintf(f, "mesh: world %d = tp %d x dp %d x pp %d (rank = tp + %d * (dp + %d * pp))\n",
@@ -38,14 +38,16 @@ void mesh_print(const mesh *m, int n_layer, int virtual_stages, FILE *f) {
                                       mesh_rank_of(m, (mesh_coord){tp, dp, pp}));
             n = 0;
             for (int c = 0; c < v && n < sizeof layers - 32; c++) {
-                int first = (c * PP + pp) * Lc;
+                const int stage = vplace && c == 1 ? 2 * PP - 1 - pp : c * PP + pp;
+                const int first = stage * Lc;
                 n += (size_t)snprintf(layers + n, sizeof layers - n, "%s%d-%d", c ? " " : "", first,
                                       first + Lc - 1);
             }
-            const char *extra = pp == 0 && pp == PP - 1 ? " +emb +head"
-                                : pp == 0               ? " +emb"
-                                : pp == PP - 1          ? " +head"
-                                                        : "";
+            const int head = vplace ? pp == 0 : pp == PP - 1;
+            const char *extra = pp == 0 && head ? " +emb +head"
+                                : pp == 0       ? " +emb"
+                                : head          ? " +head"
+                                                : "";
             fprintf(f, "  %-5d %-5d %-24s %s%s\n", pp, dp, ranks, layers, extra);
         }
     }

@@ -31,5 +31,5 @@ int mesh_group_color(const mesh *m, comm_group_id g, int rank);
 
 // Prints the mesh as a small table: one row per pipeline stage and dp replica, the world
 // ranks of its tp group, and the layers each stage holds (n_layer layers in pp *
-// virtual_stages chunks, DESIGN.md "Rank layout").
-void mesh_print(const mesh *m, int n_layer, int virtual_stages, FILE *f);
+// virtual_stages chunks, DESIGN.md "Rank layout"; vplace: zbv's V placement).
+void mesh_print(const mesh *m, int n_layer, int virtual_stages, int vplace, FILE *f);

@@ -120,6 +120,8 @@ static const struct {
     {"float32", "fp32"}, {"f32", "fp32"}, {"float", "fp32"}, {"single", "fp32"},
     {"interleaved-1f1b", "interleaved"}, {"interleaved_1f1b", "interleaved"},
     {"1f1b-interleaved", "interleaved"}, {"vpp", "interleaved"},
+    {"zbh1", "zb-h1"}, {"zb_h1", "zb-h1"}, {"zb1p", "zb-h1"}, {"zero-bubble", "zb-h1"},
+    {"zb-v", "zbv"}, {"zb_v", "zbv"}, {"v", "zbv"},
     {"true", "full"}, {"yes", "full"}, {"on", "full"},
     {"false", "none"}, {"no", "none"}, {"off", "none"},
     {"none", "constant"}, {"off", "constant"}, {"cos", "cosine"},

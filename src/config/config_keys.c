@@ -17,7 +17,7 @@ _Static_assert(sizeof(schedule_kind) == sizeof(int) && sizeof(tri_dtype) == size
                "enum fields must be int-sized");
 
 // Value names, indexed by the enum value, NULL-terminated.
-static const char *const SCHEDULE_NAMES[] = {"gpipe", "1f1b", "interleaved", NULL};
+static const char *const SCHEDULE_NAMES[] = {"gpipe", "1f1b", "interleaved", "zb-h1", "zbv", NULL};
 static const char *const DTYPE_NAMES[] = {"fp32", "bf16", NULL};
 static const char *const PRECISION_NAMES[] = {"fp32", "bf16", "tf32", NULL};
 static const char *const DECAY_NAMES[] = {"cosine", "linear", "constant", NULL};
@@ -218,7 +218,7 @@ const char *config_enum_name(const char *const *names, int count, int v) {
     return v >= 0 && v < count ? names[v] : "?";
 }
 const char *config_schedule_name(schedule_kind s) {
-    return config_enum_name(SCHEDULE_NAMES, 3, (int)s);
+    return config_enum_name(SCHEDULE_NAMES, 5, (int)s);
 }
 const char *config_decay_name(decay_kind d) { return config_enum_name(DECAY_NAMES, 3, (int)d); }
 const char *config_backend_name(backend_kind b) {

@@ -13,7 +13,8 @@ model_shard config_model_shard(const run_config *cfg, int tp_rank, int pp_rank) 
                          .tp_rank = tp_rank,
                          .pp = cfg->parallel.pp,
                          .pp_rank = pp_rank,
-                         .virtual_stages = cfg->parallel.virtual_stages};
+                         .virtual_stages = cfg->parallel.virtual_stages,
+                         .vplace = cfg->parallel.schedule == SCHEDULE_ZBV};
 }
 
 model_layout config_model_layout(const run_config *cfg, int tp_rank, int pp_rank, int n_slots,

@@ -201,14 +201,16 @@ tri_status metrics_open(metrics_log *ml, const run_config *cfg, int world, const
 
 void metrics_write_step(metrics_log *ml, const metrics_step *s) {
     if (!has_file(ml)) return;
-    char loss[32], lr[32], norm[32], mfu[32], bubble[64] = "", what[32], straggler[384] = "";
+    char loss[32], lr[32], norm[32], mfu[32], bubble[160] = "", what[32], straggler[384] = "";
     metrics_format_double(loss, sizeof loss, s->loss);
     metrics_format_double(lr, sizeof lr, s->lr);
     metrics_format_double(norm, sizeof norm, s->grad_norm);
     metrics_format_double(mfu, sizeof mfu, s->mfu);
     if (s->pipelined)
-        snprintf(bubble, sizeof bubble, ",\"bubble\":%.4f,\"bubble_formula\":%.4f", s->bubble,
-                 s->bubble_formula);
+        snprintf(bubble, sizeof bubble,
+                 ",\"bubble\":%.4f,\"bubble_formula\":%.4f,\"pass_ms\":{\"F\":%.3f,\"B\":%.3f,"
+                 "\"W\":%.3f}",
+                 s->bubble, s->bubble_formula, s->pass_ms[0], s->pass_ms[1], s->pass_ms[2]);
     if (s->has_straggler) {
         // A host name is [A-Za-z0-9.-]; anything else is shown as '?' so the JSON stays valid.
         char host[sizeof s->straggler_host];

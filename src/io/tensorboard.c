@@ -154,6 +154,9 @@ void tb_write_step(tb_log *tb, const metrics_step *s) {
     if (s->pipelined) {
         summary_add(&sum, "bubble", s->bubble);
         summary_add(&sum, "bubble_formula", s->bubble_formula);
+        summary_add(&sum, "pass_ms/F", s->pass_ms[0]);
+        summary_add(&sum, "pass_ms/B", s->pass_ms[1]);
+        summary_add(&sum, "pass_ms/W", s->pass_ms[2]);
     }
     summary_write(tb, s->step, &sum);
 }

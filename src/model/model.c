@@ -35,8 +35,8 @@ static void set_dims(model_dims *d, const model_config *mc, const model_layout *
     d->pp = sh->pp, d->pp_rank = sh->pp_rank;
     d->chunks = d->pp == 1 ? 1 : sh->virtual_stages;
     d->Lc = d->L / (d->pp * d->chunks);
-    d->has_embed = d->pp_rank == 0;
-    d->has_head = d->pp_rank == d->pp - 1;
+    d->has_embed = model_shard_first(sh);
+    d->has_head = model_shard_last(sh);
     d->N = dim_int((int64_t)d->B * d->T);
     d->N_local = d->sp ? d->N / d->tp : d->N;
     d->row0 = d->sp ? d->tp_rank * d->N_local : 0;

@@ -36,12 +36,28 @@ static inline long long model_llama_ffn_rule(long long C, long long multiple_of)
 }
 
 // The part of the model a rank holds (DESIGN.md "Layer placement"): tp rank `tp_rank` of `tp`
-// of the layers of pipeline rank `pp_rank` of `pp`, in `virtual_stages` chunks.
+// of the layers of pipeline rank `pp_rank` of `pp`, in `virtual_stages` chunks. vplace: the V
+// placement of schedule zbv (virtual_stages 2): chunk 0 of rank r is virtual stage r, chunk 1
+// virtual stage 2pp-1-r, so the embedding and the loss are both on rank 0.
 typedef struct {
     int tp, tp_rank;
     int pp, pp_rank;
     int virtual_stages;
+    int vplace;
 } model_shard;
+
+// Virtual stage of chunk `chunk` of the shard's pipeline rank, 0 .. pp*v-1: chunk*pp + rank,
+// or under the V placement rank (chunk 0) and 2pp-1-rank (chunk 1).
+static inline int model_shard_stage(const model_shard *sh, int chunk) {
+    if (sh->pp == 1) return chunk;
+    return sh->vplace && chunk == 1 ? 2 * sh->pp - 1 - sh->pp_rank : chunk * sh->pp + sh->pp_rank;
+}
+// Whether the shard holds the embeddings (virtual stage 0) / the final norm, the LM head and
+// the loss (the last virtual stage).
+static inline int model_shard_first(const model_shard *sh) { return sh->pp_rank == 0; }
+static inline int model_shard_last(const model_shard *sh) {
+    return sh->vplace ? sh->pp_rank == 0 : sh->pp_rank == sh->pp - 1;
+}
 
 // The vocabulary padded to a multiple of vocab_pad_to * tp (DESIGN.md "Model"), in long long:
 // the product and the rounded size can pass INT_MAX for valid int keys (the config's rule

@@ -31,7 +31,9 @@ static void add_entry(param_table *pt, int *n, const char *name, int ndim, int64
 // Whether the shard's pipeline rank holds global layer l.
 static int holds_layer(const model_config *mc, const model_shard *sh, int l) {
     const int Lc = mc->n_layer / (sh->pp * sh->virtual_stages);
-    return (l / Lc) % sh->pp == sh->pp_rank; // virtual stage l / Lc = c * pp + r
+    for (int c = 0; c < sh->virtual_stages; c++)
+        if (l / Lc == model_shard_stage(sh, c)) return 1;
+    return 0;
 }
 
 // A transformer layer's entries, in table order: shape (rows_c * C, cols_c * C; cols_c 0 is
@@ -105,7 +107,7 @@ static int size_of_llama(const model_config *mc, const model_shard *sh, int64_t 
                          params_size *out) {
     const int64_t L = mc->n_layer, C = mc->d_model;
     const int tp = sh->tp, pp = sh->pp;
-    const int first = sh->pp_rank == 0, last = sh->pp_rank == pp - 1;
+    const int first = model_shard_first(sh), last = model_shard_last(sh);
     const int tied = mc->tie_embeddings != 0;
     TRI_ASSERT(mc->n_kv_head >= 1 && mc->ffn_hidden >= 1); // resolved (config_resolve_model)
     llama_entry spec[LLAMA_PER_LAYER];
@@ -144,7 +146,7 @@ static int size_of(const model_config *mc, const model_shard *sh, int64_t Vp, pa
     if (model_arch_is_llama(mc)) return size_of_llama(mc, sh, Vp, out);
     const int64_t L = mc->n_layer, C = mc->d_model, T = mc->seq_len;
     const int tp = sh->tp, pp = sh->pp;
-    const int first = sh->pp_rank == 0, last = sh->pp_rank == pp - 1;
+    const int first = model_shard_first(sh), last = model_shard_last(sh);
     TRI_ASSERT(L >= 1 && C >= 1 && T >= 1 && tp >= 1 && pp >= 1 && sh->virtual_stages >= 1);
     int64_t layer_local = 0, layer_global = 0, n;
     for (int k = 0; k < PARAM_PER_LAYER; k++) {
@@ -183,7 +185,7 @@ int params_size_of(const model_config *mc, const model_shard *sh, params_size *o
 static int build_llama(param_table *pt, const model_config *mc, const model_shard *sh, int Vp,
                        double std, double proj_std) {
     const int L = mc->n_layer, C = mc->d_model, pp = sh->pp;
-    const int first = sh->pp_rank == 0, last = sh->pp_rank == pp - 1;
+    const int first = model_shard_first(sh), last = model_shard_last(sh);
     llama_entry spec[LLAMA_PER_LAYER];
     llama_layer_spec(mc, spec);
     pt->layer_entries = LLAMA_PER_LAYER;
@@ -237,7 +239,7 @@ static int build_llama(param_table *pt, const model_config *mc, const model_shar
 static void build(param_table *pt, const model_config *mc, const model_shard *sh, int Vp) {
     const int L = mc->n_layer, C = mc->d_model, T = mc->seq_len;
     const int tp = sh->tp, tp_rank = sh->tp_rank, pp = sh->pp, pp_rank = sh->pp_rank;
-    const int first = pp_rank == 0, last = pp_rank == pp - 1;
+    const int first = model_shard_first(sh), last = model_shard_last(sh);
     // The config's rules keep every size in range (config_resolve_world); a table past them
     // is a caller's bug, caught here before anything is allocated.
     params_size size;
@@ -248,6 +250,7 @@ static void build(param_table *pt, const model_config *mc, const model_shard *sh
     pt->tp = tp, pt->tp_rank = tp_rank;
     pt->pp = pp, pt->pp_rank = pp_rank;
     pt->virtual_stages = pp == 1 ? 1 : sh->virtual_stages;
+    pt->vplace = pp > 1 && sh->vplace;
     pt->entries = xcalloc_for((size_t)size.entries, sizeof(param_entry), "the parameter table");
     pt->layer_first = xcalloc_for((size_t)L, sizeof(int), "the parameter table");
     pt->wte = pt->wpe = pt->lnfw = pt->lnfb = pt->lm_head = -1;
@@ -294,6 +297,7 @@ static void build(param_table *pt, const model_config *mc, const model_shard *sh
     }
     TRI_ASSERT(n == size.entries);
     pt->n_entries = n;
+    pt->wte_shared = pp > 1 && pt->tied && pt->wte >= 0 && !(first && last);
 
     size_t offset = 0;
     for (int i = 0; i < n; i++) {
@@ -337,7 +341,10 @@ int params_chunk_layers(const param_table *pt) {
 }
 
 int params_chunk_first_layer(const param_table *pt, int chunk) {
-    return (chunk * pt->pp + pt->pp_rank) * params_chunk_layers(pt);
+    const model_shard sh = {.tp = pt->tp, .tp_rank = pt->tp_rank, .pp = pt->pp,
+                            .pp_rank = pt->pp_rank, .virtual_stages = pt->virtual_stages,
+                            .vplace = pt->vplace};
+    return model_shard_stage(&sh, chunk) * params_chunk_layers(pt);
 }
 
 int params_wte(const param_table *pt) { return pt->wte; }

@@ -89,7 +89,11 @@ typedef struct {
     int wte_is_copy;          // this rank's wte is the last stage's tied copy (pp > 1)
     int lm_head;              // the untied LM head (llama, tie_embeddings false; last stage),
                               // else -1
-    int tied;                 // the LM head reads wte: the embedding group sums its gradient
+    int tied;                 // the LM head reads wte
+    int wte_shared; // the tied wte lives on two pipeline stages (the first, and the last as
+                    // wte_is_copy): the embedding group sums its gradient. Not under the V
+                    // placement, whose rank 0 holds both ends
+    int vplace;     // model_shard's: the V placement of zbv
     size_t local_numel;       // elements in this rank's parameter buffer
     int64_t global_numel;     // elements of the whole model, padding included
 } param_table;
@@ -116,7 +120,8 @@ void params_build_full(param_table *pt, const model_config *mc, int vocab_tp);
 void params_free(param_table *pt);
 
 // First global layer of chunk `chunk` of pipeline rank `pp_rank` (DESIGN.md layer placement:
-// layers [(c*pp + r)*Lc, (c*pp + r + 1)*Lc), Lc = n_layer / (pp * v)), and Lc.
+// layers [s*Lc, (s+1)*Lc) of virtual stage s = model_shard_stage, Lc = n_layer / (pp * v)),
+// and Lc.
 int params_chunk_first_layer(const param_table *pt, int chunk);
 int params_chunk_layers(const param_table *pt);
 

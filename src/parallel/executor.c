@@ -93,20 +93,54 @@ static tri_status wait_flights(executor *ex, const sched_table *t, int *n, int f
     return TRI_OK;
 }
 
-// A forward or backward action.
+// The V placement's turn (zbv, sched.h): the hand-over between the two chunks of the same
+// micro-batch on pipeline rank pp-1 is a copy, not a message. Before the FWD of chunk 1 its
+// input is chunk 0's output; before the B of chunk 0 its d(output) is chunk 1's d(input).
+static void local_handover(executor *ex, const sched_action *a) {
+    model *m = ex->m;
+    const size_t bytes = (size_t)m->d.N_local * m->d.C * sizeof(float);
+    if (a->kind == SCHED_ACTION_FWD)
+        m->be->copy(m->be, model_chunk_input(m, a->slot), model_chunk_output(m, a->local_src),
+                    bytes);
+    else m->be->copy(m->be, model_chunk_grad(m, a->slot), model_chunk_grad(m, a->local_src), bytes);
+}
+
+// A forward, backward, or split backward (B: input gradients; W: weight gradients) action.
+// Gradients accumulate in BWD and BWD_W, which the store is told about first (whether it is
+// the step's last micro-batch: ZeRO reduces the buckets after it).
 static tri_status run_compute(executor *ex, const sched_table *t, const sched_action *a,
                               exec_batches batches, float dloss) {
-    if (a->kind == SCHED_ACTION_FWD) {
+    model *m = ex->m;
+    if (a->local_src >= 0) local_handover(ex, a);
+    const int last_micro = a->micro == t->micro_batches - 1;
+    switch (a->kind) {
+    case SCHED_ACTION_FWD:
         batches.load(batches.ctx, a->micro, ex->inputs, ex->targets);
-        return model_forward(ex->m, a->slot, a->chunk, ex->inputs, ex->targets);
+        return model_forward(m, a->slot, a->chunk, ex->inputs, ex->targets);
+    case SCHED_ACTION_BWD:
+        zero_backward_micro(ex->z, last_micro);
+        return model_backward(m, a->slot, a->chunk, dloss);
+    case SCHED_ACTION_BWD_B: return model_backward_b(m, a->slot, a->wslot, a->chunk, dloss);
+    case SCHED_ACTION_BWD_W:
+        zero_backward_micro(ex->z, last_micro);
+        return model_backward_w(m, a->slot, a->wslot, a->chunk);
+    default: TRI_ASSERT(0);
     }
-    zero_backward_micro(ex->z, a->micro == t->micro_batches - 1);
-    return model_backward(ex->m, a->slot, a->chunk, dloss);
+    return TRI_ERR_INTERNAL;
+}
+
+// The compute action after action i that reads parameters (W does not), or -1.
+static int next_param_pass(const sched_table *t, int i) {
+    for (int j = i + 1; j < t->n_actions; j++) {
+        const sched_action_kind k = t->actions[j].kind;
+        if (k == SCHED_ACTION_FWD || k == SCHED_ACTION_BWD || k == SCHED_ACTION_BWD_B) return j;
+    }
+    return -1;
 }
 
 tri_status executor_run(executor *ex, const sched_table *t, exec_batches batches, float dloss,
                         int prefetch, double *waited) {
-    TRI_ASSERT(t->max_in_flight <= ex->m->n_slots);
+    TRI_ASSERT(t->max_in_flight <= ex->m->n_slots && t->max_w_pending <= ex->m->n_wbufs);
     if (ex->cap < t->n_actions + 1) {
         free(ex->flight);
         ex->cap = t->n_actions + 1;
@@ -131,16 +165,20 @@ tri_status executor_run(executor *ex, const sched_table *t, exec_batches batches
             continue;
         }
         if (rc == TRI_OK && prefetch) {
-            // ZeRO-3 gathers the next pass's parameters while this one computes.
-            int j = i + 1;
-            while (j < t->n_actions && sched_action_is_comm(t->actions[j].kind)) j++;
-            if (j < t->n_actions)
-                zero_next_pass(ex->z, t->actions[j].chunk, t->actions[j].kind == SCHED_ACTION_BWD);
+            // ZeRO-3 gathers the next parameter-reading pass's parameters while this one
+            // computes.
+            const int j = next_param_pass(t, i);
+            if (j >= 0)
+                zero_next_pass(ex->z, t->actions[j].chunk, t->actions[j].kind != SCHED_ACTION_FWD);
             else zero_next_pass(ex->z, -1, 0);
         }
         flight_set_activity(a->kind == SCHED_ACTION_FWD ? FLIGHT_ACT_FORWARD : FLIGHT_ACT_BACKWARD,
                             a->micro, a->chunk);
+        const double t0 = time_now_s();
         if (rc == TRI_OK) rc = run_compute(ex, t, a, batches, dloss);
+        const int kind = a->kind == SCHED_ACTION_FWD ? 0 : a->kind == SCHED_ACTION_BWD_W ? 2 : 1;
+        ex->pass_s[kind] += time_now_s() - t0;
+        ex->pass_n[kind]++;
         comm_progress(ex->cm);
         i++;
     }
@@ -157,6 +195,13 @@ tri_status executor_take_loss(executor *ex, double *loss_sum) {
     if (ex->m->d.pp > 1)
         TRI_CHECK(comm_all_reduce(ex->cm, COMM_GROUP_PP, loss_sum, 1, DTYPE_FP64, COMM_REDUCE_SUM));
     return TRI_OK;
+}
+
+void executor_take_pass_ms(executor *ex, double out[3]) {
+    for (int k = 0; k < 3; k++) {
+        out[k] = ex->pass_n[k] ? 1e3 * ex->pass_s[k] / ex->pass_n[k] : 0.0;
+        ex->pass_s[k] = 0.0, ex->pass_n[k] = 0;
+    }
 }
 
 int executor_overlap_count(executor *ex) {

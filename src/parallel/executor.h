@@ -31,6 +31,11 @@ typedef struct {
     exec_flight *flight;   // (cap) transfers in flight
     int cap;
     int overlapped_p2p; // transfers left in flight under a forward or backward
+    // Seconds and counts of the compute actions since executor_take_pass_ms: forwards,
+    // input gradients (BWD_B, or a whole BWD), weight gradients (BWD_W). Host time: on a GPU
+    // the time to enqueue, not to run.
+    double pass_s[3];
+    int pass_n[3];
 } executor;
 
 void executor_init(executor *ex, model *m, zero_state *z, comm *cm, int overlap);
@@ -47,3 +52,6 @@ tri_status executor_run(executor *ex, const sched_table *t, exec_batches batches
 tri_status executor_take_loss(executor *ex, double *loss_sum);
 // Transfers left in flight under compute since the last call (a debug count).
 int executor_overlap_count(executor *ex);
+// The mean milliseconds per forward, input-gradient and weight-gradient action since the last
+// call (0 for a kind that did not run), as the step line's pass_ms shows them.
+void executor_take_pass_ms(executor *ex, double out[3]);

@@ -43,7 +43,13 @@
 #pragma once
 #include "base/common.h"
 
-typedef enum { SCHEDULE_GPIPE = 0, SCHEDULE_1F1B = 1, SCHEDULE_INTERLEAVED = 2 } schedule_kind;
+typedef enum {
+    SCHEDULE_GPIPE = 0,
+    SCHEDULE_1F1B = 1,
+    SCHEDULE_INTERLEAVED = 2,
+    SCHEDULE_ZBH1 = 3,
+    SCHEDULE_ZBV = 4
+} schedule_kind;
 
 // Previous and next are virtual stages s-1 and s+1 of the pair's stage s.
 typedef enum {
@@ -53,6 +59,8 @@ typedef enum {
     SCHED_ACTION_RECV_GRAD,    // receive d(output) of (micro, chunk) from next
     SCHED_ACTION_BWD,          // backward of (micro, chunk)
     SCHED_ACTION_SEND_GRAD,    // send d(input) of (micro, chunk) to previous
+    SCHED_ACTION_BWD_B,
+    SCHED_ACTION_BWD_W,
 } sched_action_kind;
 
 typedef struct {
@@ -62,12 +70,15 @@ typedef struct {
     int stage; // virtual stage chunk*pp + rank, 0..pp*v-1
     int slot;  // activation slot of the pair, in [0, max_in_flight); on all its actions
     int peer;  // comm actions: pipeline rank at the other end ((rank +- 1) % pp); else -1
+    int wslot;
+    int local_src;
 } sched_action;
 
 typedef struct {
     sched_action *actions;
     int n_actions;
     int max_in_flight; // peak number of (micro, chunk) pairs holding a slot at once
+    int max_w_pending;
     int pp, virtual_stages, micro_batches, rank;
     int forward_only; // sched_build_forward's: no backward, no gradient
 } sched_table;
@@ -108,8 +119,10 @@ void sched_free(sched_table *st);
 
 const char *sched_action_name(sched_action_kind k);
 static inline int sched_action_is_comm(sched_action_kind k) {
-    return k != SCHED_ACTION_FWD && k != SCHED_ACTION_BWD;
+    return k == SCHED_ACTION_RECV_ACT || k == SCHED_ACTION_SEND_ACT ||
+           k == SCHED_ACTION_RECV_GRAD || k == SCHED_ACTION_SEND_GRAD;
 }
+int64_t sched_max_w_pending(schedule_kind schedule, int pp, int virtual_stages, int m, int rank);
 // One past the last action of the run of comm actions starting at index i (i itself if
 // action i is FWD or BWD).
 int sched_comm_run_end(const sched_table *st, int i);

@@ -281,7 +281,7 @@ static tri_status finish_full_grads(zero_state *z) {
             TRI_CHECK(comm_all_reduce(cm, COMM_GROUP_TP, z->grad_of[i], (size_t)e->local_numel,
                                       z->gdt, COMM_REDUCE_SUM));
     }
-    if (z->m->d.pp > 1 && pt->wte >= 0 && pt->tied) { // untied (llama): nothing to sum
+    if (pt->wte_shared) { // untied (llama), or both ends on one rank: nothing to sum
         const param_entry *e = &pt->entries[pt->wte];
         TRI_CHECK(comm_all_reduce(cm, COMM_GROUP_EMBED, z->grad_of[pt->wte], (size_t)e->local_numel,
                                   z->gdt, COMM_REDUCE_SUM));
@@ -314,7 +314,7 @@ tri_status zero_finish_grads(zero_state *z) {
         if (z->m->d.sp && e->layernorm && cm->groups[COMM_GROUP_TP].size > 1)
             TRI_CHECK(
                 comm_all_reduce(cm, COMM_GROUP_TP, g, pc->hi - pc->lo, z->gdt, COMM_REDUCE_SUM));
-        if (pt->pp > 1 && pc->entry == pt->wte && pt->tied)
+        if (pt->wte_shared && pc->entry == pt->wte)
             TRI_CHECK(
                 comm_all_reduce(cm, COMM_GROUP_EMBED, g, pc->hi - pc->lo, z->gdt, COMM_REDUCE_SUM));
     }

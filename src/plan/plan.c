@@ -15,6 +15,7 @@
 #include "model/params.h"
 #include "parallel/optim.h"
 #include "parallel/sched.h"
+#include "parallel/sched_sim.h"
 #include "parallel/zero.h"
 
 // Bytes per element of each kind of buffer and message under the config's precision (the
@@ -162,16 +163,23 @@ static void forward(rank_step *r, int chunk) {
         count(r, COMM_GROUP_TP, COMM_OP_ALL_REDUCE, (uint64_t)d->N * sizeof(float));
 }
 
-// The chunk's backward, and the store's grads_ready for each bucket it finishes: ZeRO-0
+// The chunk's backward as the model splits it (model_backward_b / _w): B, the input gradients,
+// holds every tp collective of the layers and the head; W the embedding's (its gradient needs
+// every row of d(residual)) and the store's grads_ready for each bucket it finishes: ZeRO-0
 // all-reduces a bucket after the step's last micro-batch, ZeRO-2/3 reduce-scatter it after
-// every micro-batch. A bucket of several layers is ready once, after its last layer.
-static void backward(rank_step *r, int chunk, int micro) {
-    const layout *lo = r->lo;
+// every micro-batch. A bucket of several layers is ready once, after its last layer. W reads
+// no parameter: no ZeRO-3 gather.
+static void backward_b(rank_step *r, int chunk) {
     const model_dims *d = &r->st->d;
-    const zero_layout *zl = &r->st->zl;
     pass_begin(r, chunk);
     if (d->has_head && chunk == d->chunks - 1) tp_reduce_rows(r); // d(final LayerNorm)
     for (int i = 0; i < d->Lc; i++) layer_backward(r);
+}
+
+static void backward_w(rank_step *r, int chunk, int micro) {
+    const layout *lo = r->lo;
+    const model_dims *d = &r->st->d;
+    const zero_layout *zl = &r->st->zl;
     if (d->has_embed && chunk == 0) tp_gather_rows(r);
     if (!(zl->stage >= 2 || (zl->stage == 0 && lo->dp > 1))) return;
     for (int k = 0; k < zl->n_buckets; k++) {
@@ -198,7 +206,7 @@ static void step_end(rank_step *r) {
             if (pt->entries[i].layernorm)
                 count(r, COMM_GROUP_TP, COMM_OP_ALL_REDUCE,
                       (uint64_t)pt->entries[i].local_numel * lo->es.grad);
-        if (lo->pp > 1 && pt->wte >= 0)
+        if (pt->wte_shared)
             count(r, COMM_GROUP_EMBED, COMM_OP_ALL_REDUCE,
                   (uint64_t)pt->entries[pt->wte].local_numel * lo->es.grad);
     }
@@ -209,7 +217,7 @@ static void step_end(rank_step *r) {
         const param_entry *e = &pt->entries[pc->entry];
         if (d->sp && e->layernorm)
             count(r, COMM_GROUP_TP, COMM_OP_ALL_REDUCE, (pc->hi - pc->lo) * lo->es.grad);
-        if (lo->pp > 1 && pc->entry == pt->wte)
+        if (pt->wte_shared && pc->entry == pt->wte)
             count(r, COMM_GROUP_EMBED, COMM_OP_ALL_REDUCE, (pc->hi - pc->lo) * lo->es.grad);
     }
     count(r, COMM_GROUP_DP, COMM_OP_ALL_REDUCE, sizeof(double));                // the loss
@@ -220,17 +228,16 @@ static void step_end(rank_step *r) {
         count(r, COMM_GROUP_DP, COMM_OP_ALL_GATHER, zl->buckets[k].padded * lo->es.param);
 }
 
-// One training step of pipeline rank pp_rank replayed from its table `sched` into *out.
-static void replay(plan_comm *out, const layout *lo, const stage_tables *st, int pp_rank,
+// One training step of a pipeline rank replayed from its table `sched` into *out.
+static void replay(plan_comm *out, const layout *lo, const stage_tables *st,
                    const sched_table *sched) {
     memset(out, 0, sizeof *out);
     rank_step r = {
         .lo = lo, .st = st, .comm = out, .m = sched->micro_batches, .phase = PLAN_PHASE_SCHEDULE};
-    const int first = pp_rank == 0, last = pp_rank == lo->pp - 1;
     r.group_size[COMM_GROUP_TP] = lo->tp;
     r.group_size[COMM_GROUP_DP] = lo->dp;
     r.group_size[COMM_GROUP_PP] = lo->pp;
-    r.group_size[COMM_GROUP_EMBED] = lo->pp > 1 && (first || last) ? 2 : 1;
+    r.group_size[COMM_GROUP_EMBED] = st->pt->wte_shared ? 2 : 1;
     r.group_size[COMM_GROUP_MP] = lo->tp * lo->pp;
     r.group_size[COMM_GROUP_WORLD] = lo->world;
     r.gathered = xcalloc((size_t)st->zl.chunks, sizeof(int));
@@ -240,7 +247,12 @@ static void replay(plan_comm *out, const layout *lo, const stage_tables *st, int
         const sched_action *a = &sched->actions[i];
         switch (a->kind) {
         case SCHED_ACTION_FWD: forward(&r, a->chunk); break;
-        case SCHED_ACTION_BWD: backward(&r, a->chunk, a->micro); break;
+        case SCHED_ACTION_BWD:
+            backward_b(&r, a->chunk);
+            backward_w(&r, a->chunk, a->micro);
+            break;
+        case SCHED_ACTION_BWD_B: backward_b(&r, a->chunk); break;
+        case SCHED_ACTION_BWD_W: backward_w(&r, a->chunk, a->micro); break;
         case SCHED_ACTION_SEND_ACT:
         case SCHED_ACTION_SEND_GRAD: count(&r, COMM_GROUP_PP, COMM_OP_SEND, message); break;
         case SCHED_ACTION_RECV_ACT:
@@ -365,7 +377,7 @@ static void stage_time(plan_stage *s, const layout *lo, const stage_tables *st, 
                             48 * C * C * matmul_s_per_flop(d, rate, MIN_DIM(4 * Cl)) +
                             12 * T * C / rate) /
                            tp;
-    const int head = s->pp_rank == lo->pp - 1;
+    const int head = st->d.has_head;
     const double Vp = config_padded_vocab(cfg);
     const double head_s = head ? 6 * Vp * C * matmul_s_per_flop(d, rate, MIN_DIM(Vpl)) / tp : 0;
 #undef MIN_DIM
@@ -398,7 +410,7 @@ typedef struct {
 } sched_set;
 
 struct plan_cache {
-    double table_key[9];
+    double table_key[10];
     param_table kinds[3]; // first, middle, last stage
     int built[3];
     sched_set sets[2];
@@ -431,7 +443,7 @@ static int stage_kind(const layout *lo, int r) { return r == 0 ? 0 : r == lo->pp
 // The parameter table of pipeline rank r's kind (tp rank 0).
 static const param_table *cached_table(plan_cache *c, const layout *lo, int r) {
     const run_config *cfg = lo->cfg;
-    const double key[9] = {cfg->model.n_layer,
+    const double key[10] = {cfg->model.n_layer,
                            cfg->model.n_head,
                            cfg->model.d_model,
                            cfg->model.seq_len,
@@ -439,7 +451,8 @@ static const param_table *cached_table(plan_cache *c, const layout *lo, int r) {
                            cfg->model.vocab_pad_to,
                            lo->tp,
                            lo->pp,
-                           lo->v};
+                           lo->v,
+                           cfg->parallel.schedule == SCHEDULE_ZBV};
     if (memcmp(key, c->table_key, sizeof key)) {
         cache_drop_tables(c);
         memcpy(c->table_key, key, sizeof key);
@@ -510,6 +523,46 @@ static void stage_tables_build(stage_tables *st, plan_cache *c, const layout *lo
     st->d = model_dims_of(&cfg->model, &ml);
 }
 
+// The schedule's time: each rank's compute and in-schedule communication per micro-batch and
+// chunk, split into forward, input gradient and weight gradient by the device's F:B:W ratios
+// (the recomputed forward joins B), and the tables of the replayed micro-batch counts
+// simulated with them; past the replay limit the makespan is extrapolated from the two
+// replays as the counts are (its steady state adds the same time per micro-batch).
+static tri_status simulate_schedule(plan_result *p, const layout *lo, int n_replays,
+                                    const int *replay_m, const sched_set *const *sets) {
+    const int pp = lo->pp, v = lo->v;
+    double *f = xcalloc((size_t)pp * v * 3, sizeof(double)), *b = f + pp * v, *w = b + pp * v;
+    const double *fbw = lo->dev->fbw;
+    const double fr = fbw[0], br = fbw[1] + (lo->recompute ? fbw[0] : 0), wr = fbw[2];
+    double busy = 0;
+    for (int r = 0; r < pp; r++) {
+        const plan_stage *s = &p->stages[r];
+        const double t = (s->t_compute + s->t_comm[PLAN_PHASE_SCHEDULE]) / ((double)lo->m * v);
+        for (int c = 0; c < v; c++) {
+            f[r * v + c] = t * fr / (fr + br + wr);
+            b[r * v + c] = t * br / (fr + br + wr);
+            w[r * v + c] = t * wr / (fr + br + wr);
+        }
+        busy += s->t_compute + s->t_comm[PLAN_PHASE_SCHEDULE];
+    }
+    const sched_times times = {.f = f, .b = b, .w = w, .p2p = 0};
+    double span[2] = {0, 0};
+    tri_status rc = TRI_OK;
+    for (int k = 0; k < n_replays && rc == TRI_OK; k++) {
+        sched_sim_result res;
+        rc = sched_simulate(sets[k]->scheds, pp, &times, &res);
+        span[k] = res.makespan;
+        sched_sim_free(&res);
+    }
+    free(f);
+    TRI_CHECK(rc);
+    p->t_schedule = n_replays == 1 ? span[0]
+                                   : span[0] + (span[1] - span[0]) / (replay_m[1] - replay_m[0]) *
+                                                   (lo->m - replay_m[0]);
+    p->bubble_sim = p->t_schedule > 0 ? 1 - busy / (pp * p->t_schedule) : 0;
+    return TRI_OK;
+}
+
 tri_status plan_compute(plan_result *p, const run_config *cfg, const plan_device *dev) {
     plan_cache *c = plan_cache_create();
     tri_status rc = plan_compute_cached(p, cfg, dev, c);
@@ -533,7 +586,7 @@ tri_status plan_compute_cached(plan_result *p, const run_config *cfg, const plan
                  .zero = dp > 1 ? cfg->parallel.zero : 0,
                  .recompute = cfg->parallel.recompute == RECOMPUTE_FULL,
                  .m = config_micro_batches(cfg)};
-    int replay_m[2];
+    int replay_m[2] = {0, 0};
     const int n_replays = replay_counts(&lo, replay_m);
     const sched_set *sets[2] = {NULL, NULL};
     TRI_CHECK(cached_scheds(cache, &lo, replay_m[0], NULL, &sets[0]));
@@ -551,7 +604,6 @@ tri_status plan_compute_cached(plan_result *p, const run_config *cfg, const plan
     // First, middle and last stages differ; every middle stage holds the same sizes.
     stage_tables kinds[3];
     int built[3] = {0, 0, 0};
-    double t_micro = 0;
     for (int r = 0; r < pp; r++) {
         const int kind = stage_kind(&lo, r);
         if (!built[kind]) stage_tables_build(&kinds[kind], cache, &lo, r), built[kind] = 1;
@@ -562,16 +614,14 @@ tri_status plan_compute_cached(plan_result *p, const run_config *cfg, const plan
         s->n_slots = (int)sched_max_in_flight(cfg->parallel.schedule, pp, lo.v, lo.m, r);
         stage_memory(s, &lo, st);
         if (n_replays == 1) {
-            replay(&s->comm, &lo, st, r, &sets[0]->scheds[r]);
+            replay(&s->comm, &lo, st, &sets[0]->scheds[r]);
         } else {
             plan_comm c1, c2;
-            replay(&c1, &lo, st, r, &sets[0]->scheds[r]);
-            replay(&c2, &lo, st, r, &sets[1]->scheds[r]);
+            replay(&c1, &lo, st, &sets[0]->scheds[r]);
+            replay(&c2, &lo, st, &sets[1]->scheds[r]);
             stage_comm_extrapolated(s, &c1, &c2, replay_m[0], replay_m[1], lo.m);
         }
         stage_time(s, &lo, st, p->peak_flops * dev->efficiency);
-        double micro = (s->t_compute + s->t_comm[PLAN_PHASE_SCHEDULE]) / lo.m;
-        t_micro = micro > t_micro ? micro : t_micro;
         const double end = s->t_comm[PLAN_PHASE_STEP_END];
         if (end > p->t_step_end) p->t_step_end = end;
         if (s->t_optimizer > p->t_optimizer) p->t_optimizer = s->t_optimizer;
@@ -589,8 +639,8 @@ tri_status plan_compute_cached(plan_result *p, const run_config *cfg, const plan
     for (int k = 0; k < 3; k++)
         if (built[k]) zero_layout_free(&kinds[k].zl);
     p->fits = (double)stage_device_bytes(&p->stages[p->worst_stage]) <= p->usable_bytes;
-    // The schedule: m micro-batches plus the fill and drain, (pp-1)/v of the slowest stage's.
-    p->t_schedule = t_micro * (lo.m + (double)(pp - 1) / lo.v);
+    // The schedule: every stage's table run with its own durations (sched_sim.h).
+    TRI_CHECK(simulate_schedule(p, &lo, n_replays, replay_m, sets));
     p->step_s = p->t_schedule + p->t_step_end + p->t_optimizer;
     p->tokens_per_s = p->tokens_per_step / p->step_s;
     p->mfu = p->flops_per_token * p->tokens_per_step / (p->step_s * lo.world * p->peak_flops);

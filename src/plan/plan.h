@@ -43,6 +43,10 @@ typedef struct {
                              // (compute/cuda_workspace.h)
     const char *driver_name; // how the driver names this part ("NVIDIA H200"); NULL: none
     int bf16_out;            // its matmuls write bf16 outputs (backend.h): CUDA yes, the CPU no
+    // Time of a layer's forward, input-gradient and weight-gradient passes relative to each
+    // other (the split backward of the zero-bubble schedules; B + W is the whole backward).
+    double fbw[3];
+    int fbw_measured; // fbw measured on this device (else an estimate from FLOP counts)
 } plan_device;
 
 // The backend traits the device's buffers follow.
@@ -104,7 +108,9 @@ typedef struct {
     int micro_batches;                           // per replica per step
     int64_t n_params;                            // the whole model, padding included
     double flops_per_token, tokens_per_step;
-    double bubble;      // sched_bubble_fraction
+    double bubble;      // sched_bubble_fraction: the schedule's idle fraction at unit times
+    double bubble_sim;  // the mean idle fraction of the tables simulated with this device's
+                        // stage times and F:B:W ratios (t_schedule's)
     plan_stage *stages; // pp of them
     plan_device dev;
     double usable_bytes; // dev.mem_bytes - dev.reserve_bytes
@@ -168,6 +174,8 @@ typedef struct {
     int search;         // --search
     int top;            // --top N: layouts the search lists (default 15)
     int world_given;    // --world was passed (else the config's tp * pp * dp, dp auto as 1)
+    const char *fbw;    // --fbw F:B:W: the device's forward, input-gradient and weight-gradient
+                        // time ratios (e.g. a run's pass_ms); NULL: the device table's
 } plan_options;
 
 // The largest world `trident check` and `plan` take (--world, or the config's tp * pp * dp).

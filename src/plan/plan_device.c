@@ -32,6 +32,8 @@ static const plan_device DEVICES[] = {
         /* .cuda          = */ 1,
         /* .driver_name   = */ "NVIDIA H100 80GB HBM3",
         /* .bf16_out      = */ 1,
+        /* .fbw           = */ {1.0, 1.0, 1.0},
+        /* .fbw_measured  = */ 0,
     },
     {
         /* .name          = */ "h200",
@@ -53,6 +55,8 @@ static const plan_device DEVICES[] = {
         /* .cuda          = */ 1,
         /* .driver_name   = */ "NVIDIA H200",
         /* .bf16_out      = */ 1,
+        /* .fbw           = */ {1.0, 1.0, 1.0},
+        /* .fbw_measured  = */ 0,
     },
     {
         /* .name          = */ "a100",
@@ -74,6 +78,8 @@ static const plan_device DEVICES[] = {
         /* .cuda          = */ 1,
         /* .driver_name   = */ "NVIDIA A100-SXM4-80GB",
         /* .bf16_out      = */ 1,
+        /* .fbw           = */ {1.0, 1.0, 1.0},
+        /* .fbw_measured  = */ 0,
     },
     {
         // One rank per core: 3 GHz x 2 AVX2 FMA units x 8 fp32 lanes x 2 FLOPs; bf16 is
@@ -97,6 +103,8 @@ static const plan_device DEVICES[] = {
         /* .cuda          = */ 0,
         /* .driver_name   = */ NULL,
         /* .bf16_out      = */ 0,
+        /* .fbw           = */ {1.0, 1.0, 1.0},
+        /* .fbw_measured  = */ 0,
     },
 };
 #define N_DEVICES (sizeof DEVICES / sizeof DEVICES[0])

@@ -1,4 +1,6 @@
 // plan_print.c: `trident plan`: options, the text report and the JSON object.
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "io/hf_config.h"
@@ -66,8 +68,11 @@ static int assumptions(const plan_result *p, const run_config *cfg, char out[][3
              "upper bound: with parallel.overlap the dp reductions, ZeRO-3 gathers and some "
              "pipeline transfers run under compute)");
     snprintf(out[n++], 320,
-             "the schedule takes (m + (pp-1)/v) times the slowest stage's time per "
-             "micro-batch (the bubble formula of sched_bubble_fraction)");
+             "the schedule's time is its tables simulated (sched_sim.h): each stage's time per "
+             "micro-batch and chunk split into forward, input gradient and weight gradient "
+             "%.3g:%.3g:%.3g (%s; recompute adds a forward to B)",
+             d->fbw[0], d->fbw[1], d->fbw[2],
+             d->fbw_measured ? "measured on this device" : "an estimate from FLOP counts");
     snprintf(out[n++], 320, "AdamW streams its state, gradients and weights at %s/s",
              fmt_bytes(a, sizeof a, d->mem_bw));
     snprintf(out[n++], 320, "attention keeps %s per layer for the backward",
@@ -264,20 +269,21 @@ void plan_print_text(const plan_result *p, const run_config *cfg, FILE *f) {
     print_host(p, cfg, f);
     print_comm(p, f);
 
-    const double fill = (double)(p->pp - 1) / p->virtual_stages;
-    fprintf(f, "\npipeline bubble: %.1f%% = ((pp-1)/v) / (m + (pp-1)/v) with pp %d, v %d, m %d\n",
-            100 * p->bubble, p->pp, p->virtual_stages, p->micro_batches);
+    fprintf(f,
+            "\npipeline bubble: %.1f%% at unit times (F = B = W) for %s with pp %d, v %d, m %d; "
+            "%.1f%% with this device's stage times\n",
+            100 * p->bubble, config_schedule_name(cfg->parallel.schedule), p->pp,
+            p->virtual_stages, p->micro_batches, 100 * p->bubble_sim);
     fprintf(f,
             "FLOPs per token: %.4g = 6 x (%s + Vp C) + 12 L T C (matmuls fwd + bwd, attention)\n",
             p->flops_per_token,
             model_arch_is_llama(&cfg->model) ? "L ((NH + 2 NKV) HS C + C^2 + 3 F C)" : "12 L C^2");
-    double slowest = (p->t_schedule / (p->micro_batches + fill));
     fprintf(f,
-            "predicted step: %s = schedule %s (%s per micro-batch x %.4g) + step-end "
-            "communication %s + optimizer %s\n",
+            "predicted step: %s = schedule %s (%d micro-batches, the tables simulated) + "
+            "step-end communication %s + optimizer %s\n",
             fmt_seconds(a, sizeof a, p->step_s), fmt_seconds(b, sizeof b, p->t_schedule),
-            fmt_seconds(c, sizeof c, slowest), p->micro_batches + fill,
-            fmt_seconds(d, sizeof d, p->t_step_end), fmt_seconds(e, sizeof e, p->t_optimizer));
+            p->micro_batches, fmt_seconds(d, sizeof d, p->t_step_end),
+            fmt_seconds(e, sizeof e, p->t_optimizer));
     for (int r = 0; r < p->pp; r++) {
         const plan_stage *s = &p->stages[r];
         if (p->pp > 4 && r != 0 && r != p->pp - 1 && r != 1) continue; // first, one middle, last
@@ -392,10 +398,10 @@ void plan_print_json(const plan_result *p, const run_config *cfg, FILE *f) {
         fputc('}', f);
     }
     fprintf(f, "],\"fits\":%s,\"worst_stage\":%d,", p->fits ? "true" : "false", p->worst_stage);
-    const char *keys[] = {"bubble",      "flops_per_token", "tokens_per_step",
+    const char *keys[] = {"bubble",      "bubble_sim",      "flops_per_token", "tokens_per_step",
                           "step_s",      "schedule_s",      "step_end_s",
                           "optimizer_s", "tokens_per_s",    "mfu"};
-    const double vals[] = {p->bubble,      p->flops_per_token, p->tokens_per_step,
+    const double vals[] = {p->bubble,      p->bubble_sim,      p->flops_per_token, p->tokens_per_step,
                            p->step_s,      p->t_schedule,      p->t_step_end,
                            p->t_optimizer, p->tokens_per_s,    p->mfu};
     for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
@@ -433,6 +439,19 @@ tri_status plan_run(run_config *cfg, int world, const plan_options *po) {
         LOG_ERROR("--device: unknown device %s", name);
         LOG_HINT("the device table has %s", plan_device_names());
         return TRI_ERR_CONFIG;
+    }
+    if (po->fbw) {
+        double r[3];
+        char end;
+        if (sscanf(po->fbw, "%lf:%lf:%lf%c", &r[0], &r[1], &r[2], &end) != 3 || !(r[0] > 0) ||
+            !(r[1] > 0) || !(r[2] >= 0) || !isfinite(r[0] + r[1] + r[2])) {
+            LOG_ERROR("--fbw: '%s' is not three ratios F:B:W", po->fbw);
+            LOG_HINT("give the forward, input-gradient and weight-gradient times, e.g. --fbw "
+                     "1:1.1:0.9 (F and B above 0, W at least 0)");
+            return TRI_ERR_CONFIG;
+        }
+        memcpy(dev.fbw, r, sizeof r);
+        dev.fbw_measured = 1;
     }
     if (po->search) return plan_search(cfg, world, &dev, po->top, po->json, stdout);
     TRI_CHECK(config_resolve_world(cfg, world));

@@ -72,11 +72,12 @@ static int by_step_time(const void *a, const void *b) {
 }
 
 // The schedules of (pp, v): one stage runs any; interleaved needs v >= 2.
-static int schedules_of(int pp, int v, schedule_kind out[2]) {
+static int schedules_of(int pp, int v, schedule_kind out[3]) {
+    if (pp == 1) return v == 1 ? (out[0] = SCHEDULE_1F1B, 1) : 0;
+    if (v == 2) return out[0] = SCHEDULE_INTERLEAVED, out[1] = SCHEDULE_ZBV, 2;
     if (v > 1) return out[0] = SCHEDULE_INTERLEAVED, 1;
-    if (pp == 1) return out[0] = SCHEDULE_1F1B, 1;
-    out[0] = SCHEDULE_1F1B, out[1] = SCHEDULE_GPIPE;
-    return 2;
+    out[0] = SCHEDULE_1F1B, out[1] = SCHEDULE_GPIPE, out[2] = SCHEDULE_ZBH1;
+    return 3;
 }
 
 // The zero, recompute and sequence-parallel choices of one (tp, pp, v, schedule,
@@ -151,7 +152,7 @@ static void search_tp_pp(search_state *s, run_config *c, const plan_device *dev,
     for (int v = 1; v <= L / pp; v++) {
         if ((L / pp) % v || (v > 1 && pp == 1)) continue;
         c->parallel.virtual_stages = v;
-        schedule_kind scheds[2];
+        schedule_kind scheds[3];
         for (int k = 0, n = schedules_of(pp, v, scheds); k < n; k++) {
             c->parallel.schedule = scheds[k];
             for (int mb = 1; mb <= per_replica; mb++) {
