@@ -241,6 +241,10 @@ static void replay(plan_comm *out, const layout *lo, const stage_tables *st, int
         switch (a->kind) {
         case SCHED_ACTION_FWD: forward(&r, a->chunk); break;
         case SCHED_ACTION_BWD: backward(&r, a->chunk, a->micro); break;
+        // Split backward (zb-h1, zbv): the pair's backward counted once, at its W, which
+        // makes the weight-gradient calls (the lead's planner may refine this).
+        case SCHED_ACTION_BWD_B: break;
+        case SCHED_ACTION_BWD_W: backward(&r, a->chunk, a->micro); break;
         case SCHED_ACTION_SEND_ACT:
         case SCHED_ACTION_SEND_GRAD: count(&r, COMM_GROUP_PP, COMM_OP_SEND, message); break;
         case SCHED_ACTION_RECV_ACT:
