@@ -83,7 +83,8 @@ static int expected_peak(const sim_case *c, int r) {
     int n = c->m * c->v, w;
     if (c->schedule == SCHEDULE_GPIPE) return n;
     if (c->schedule == SCHEDULE_ZBH1) return c->m >= c->pp ? c->pp : -1; // -1: not a closed form
-    if (c->schedule == SCHEDULE_ZBV) return c->m >= 2 * c->pp ? 2 * c->pp + 1 : -1;
+    if (c->schedule == SCHEDULE_ZBV) // one more on a middle rank
+        return c->m >= 2 * c->pp ? 2 * c->pp + 1 + (r > 0 && r < c->pp - 1) : -1;
     if (c->schedule == SCHEDULE_1F1B) w = c->pp - r - 1;
     else w = (c->pp - r - 1) * 2 + (c->v - 1) * c->pp;
     return w + 1 < n ? w + 1 : n;

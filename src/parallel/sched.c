@@ -259,11 +259,14 @@ static int64_t zb_built_peak(schedule_kind schedule, int pp, int m, int rank, in
 
 int64_t sched_max_in_flight(schedule_kind schedule, int pp, int virtual_stages, int m, int rank) {
     TRI_ASSERT(pp >= 1 && rank >= 0 && rank < pp && virtual_stages >= 1 && m >= 1);
-    // zb-h1 holds pp pairs on every rank once m >= pp (its deferred W's keep pairs held), zbv
-    // 2pp chunk pairs once m >= 2pp: the paper's "1F1B memory" over the busiest rank.
+    // zb-h1 holds pp pairs on every rank once m >= pp (its deferred W's keep pairs held): the
+    // paper's "1F1B memory", 1f1b's busiest rank's, on every rank.
     if (schedule == SCHEDULE_ZBH1) return m >= pp ? pp : zb_built_peak(schedule, pp, m, rank, 0);
+    // zbv: 2pp + 1 chunk pairs at either end of the pipeline, one more on a middle rank (its
+    // receive of the next forward's input is posted before the W that frees a pair).
     if (schedule == SCHEDULE_ZBV)
-        return m >= 2 * pp ? 2 * pp + 1 : zb_built_peak(schedule, pp, m, rank, 0);
+        return m >= 2 * pp ? 2 * pp + 1 + (rank > 0 && rank < pp - 1)
+                           : zb_built_peak(schedule, pp, m, rank, 0);
     const int64_t n = (int64_t)m * virtual_stages; // pairs of the rank
     if (schedule == SCHEDULE_GPIPE) return n;      // every pair is held at the last forward
     // 1F1B and interleaved hold their warm-up forwards plus the one in the steady state.
