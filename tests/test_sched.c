@@ -22,7 +22,8 @@
 
 #define MAX_PP 8
 #define MAX_PAIRS (4 * 32)          // v * m
-#define MAX_ACTIONS (6 * MAX_PAIRS) // each pair has at most one action of each kind
+#define MAX_ACTIONS (8 * MAX_PAIRS) // each pair has at most one action of each kind
+#define NK 8                        // action kinds
 
 // Short names for the checks below.
 #define RECV_ACT SCHED_ACTION_RECV_ACT
@@ -31,6 +32,8 @@
 #define RECV_GRAD SCHED_ACTION_RECV_GRAD
 #define BWD SCHED_ACTION_BWD
 #define SEND_GRAD SCHED_ACTION_SEND_GRAD
+#define BWD_B SCHED_ACTION_BWD_B
+#define BWD_W SCHED_ACTION_BWD_W
 
 typedef struct {
     schedule_kind schedule;
@@ -42,7 +45,8 @@ typedef struct {
 } sim_case;
 
 static const char *schedule_name(schedule_kind s) {
-    return s == SCHEDULE_GPIPE ? "gpipe" : s == SCHEDULE_1F1B ? "1f1b" : "interleaved";
+    static const char *names[] = {"gpipe", "1f1b", "interleaved", "zb-h1", "zbv"};
+    return names[s];
 }
 
 static int fail(sim_case *c, const char *fmt, ...) {
@@ -57,13 +61,30 @@ static int fail(sim_case *c, const char *fmt, ...) {
     return 0;
 }
 
-static int is_comm(int k) { return k != (int)FWD && k != (int)BWD; }
+static int is_comm(int k) {
+    return k == RECV_ACT || k == SEND_ACT || k == RECV_GRAD || k == SEND_GRAD;
+}
+static int is_zb(const sim_case *c) {
+    return c->schedule == SCHEDULE_ZBH1 || c->schedule == SCHEDULE_ZBV;
+}
+// Virtual stage of (rank, chunk), written from DESIGN.md "Layer placement", not from sched.c.
+static int stage_of(const sim_case *c, int r, int chunk) {
+    if (c->schedule == SCHEDULE_ZBV) return chunk == 0 ? r : 2 * c->pp - 1 - r;
+    return chunk * c->pp + r;
+}
+static int rank_of(const sim_case *c, int s) {
+    if (c->schedule == SCHEDULE_ZBV) return s < c->pp ? s : 2 * c->pp - 1 - s;
+    return s % c->pp;
+}
 static const char *name(int k) { return sched_action_name((sched_action_kind)k); }
 
 // Expected peak of pairs held, from each schedule's warm-up length (sched.h).
 static int expected_peak(const sim_case *c, int r) {
     int n = c->m * c->v, w;
     if (c->schedule == SCHEDULE_GPIPE) return n;
+    if (c->schedule == SCHEDULE_ZBH1) return c->m >= c->pp ? c->pp : -1; // -1: not a closed form
+    if (c->schedule == SCHEDULE_ZBV) // one more on a middle rank
+        return c->m >= 2 * c->pp ? 2 * c->pp + 1 + (r > 0 && r < c->pp - 1) : -1;
     if (c->schedule == SCHEDULE_1F1B) w = c->pp - r - 1;
     else w = (c->pp - r - 1) * 2 + (c->v - 1) * c->pp;
     return w + 1 < n ? w + 1 : n;
@@ -71,23 +92,30 @@ static int expected_peak(const sim_case *c, int r) {
 
 // One rank's list: each pair's actions exist exactly as the ends of the virtual pipeline
 // require, in the required order, with consistent fields.
-static int check_pairs(sim_case *c, int r, int pos[6][MAX_PAIRS], int *slot) {
+static int check_pairs(sim_case *c, int r, int pos[NK][MAX_PAIRS], int *slot) {
     const sched_table *t = &c->t[r];
     const int pp = c->pp, v = c->v, m = c->m, n = m * v, last = pp * v - 1;
     for (int p = 0; p < n; p++) {
         slot[p] = -1;
-        for (int k = 0; k < 6; k++) pos[k][p] = -1;
+        for (int k = 0; k < NK; k++) pos[k][p] = -1;
     }
     if (t->pp != pp || t->virtual_stages != v || t->micro_batches != m || t->rank != r)
         return fail(c, "rank %d: table header is wrong", r);
     for (int i = 0; i < t->n_actions; i++) {
         const sched_action *a = &t->actions[i];
-        if ((unsigned)a->kind > SEND_GRAD || a->micro < 0 || a->micro >= m || a->chunk < 0 ||
-            a->chunk >= v)
+        if ((unsigned)a->kind > (is_zb(c) ? BWD_W : SEND_GRAD) || a->micro < 0 || a->micro >= m ||
+            a->chunk < 0 || a->chunk >= v)
             return fail(c, "rank %d action %d out of range", r, i);
-        int p = a->micro * v + a->chunk, s = a->chunk * pp + r, peer = -1;
-        if (a->kind == SEND_ACT || a->kind == RECV_GRAD) peer = (r + 1) % pp;
-        if (a->kind == RECV_ACT || a->kind == SEND_GRAD) peer = (r + pp - 1) % pp;
+        int p = a->micro * v + a->chunk, s = stage_of(c, r, a->chunk), peer = -1;
+        if (a->kind == SEND_ACT || a->kind == RECV_GRAD) peer = rank_of(c, s + 1);
+        if (a->kind == RECV_ACT || a->kind == SEND_GRAD) peer = rank_of(c, s - 1);
+        const int split = a->kind == BWD_B || a->kind == BWD_W;
+        if (split ? a->wslot < 0 || a->wslot >= t->max_w_pending : a->wslot != -1)
+            return fail(c, "rank %d action %d: wslot %d (max_w_pending %d)", r, i, a->wslot,
+                        t->max_w_pending);
+        if (a->wslot >= 0 && a->kind == BWD_W && pos[BWD_B][p] >= 0 &&
+            t->actions[pos[BWD_B][p]].wslot != a->wslot)
+            return fail(c, "rank %d action %d: bwd_w's wslot is not its bwd_b's", r, i);
         if (a->stage != s || a->peer != peer)
             return fail(c, "rank %d action %d: stage %d peer %d, want %d and %d", r, i, a->stage,
                         a->peer, s, peer);
@@ -101,15 +129,20 @@ static int check_pairs(sim_case *c, int r, int pos[6][MAX_PAIRS], int *slot) {
         slot[p] = a->slot;
     }
     for (int p = 0; p < n; p++) {
-        int s = (p % v) * pp + r, micro = p / v, b = !c->forward_only;
-        int want[6] = {s > 0, 1, s < last, b && s < last, b, b && s > 0};
-        for (int k = 0; k < 6; k++)
+        int s = stage_of(c, r, p % v), micro = p / v, b = !c->forward_only, z = is_zb(c);
+        // No comm action where the neighbouring stage is on this rank (the V's turn).
+        int remote_prev = s > 0 && rank_of(c, s - 1) != r,
+            remote_next = s < last && rank_of(c, s + 1) != r;
+        int want[NK] = {remote_prev,      1,      remote_next, b && remote_next, b && !z,
+                        b && remote_prev, b && z, b && z};
+        for (int k = 0; k < NK; k++)
             if ((pos[k][p] >= 0) != want[k])
                 return fail(c, "rank %d micro %d stage %d: %s %s", r, micro, s, name(k),
                             want[k] ? "missing" : "not allowed here");
-        static const int order[][2] = {
-            {RECV_ACT, FWD}, {FWD, SEND_ACT}, {RECV_GRAD, BWD}, {BWD, SEND_GRAD}, {FWD, BWD}};
-        for (int o = 0; o < 5; o++) {
+        static const int order[][2] = {{RECV_ACT, FWD},    {FWD, SEND_ACT}, {RECV_GRAD, BWD},
+                                       {BWD, SEND_GRAD},   {FWD, BWD},      {RECV_GRAD, BWD_B},
+                                       {BWD_B, SEND_GRAD}, {FWD, BWD_B},    {BWD_B, BWD_W}};
+        for (int o = 0; o < 9; o++) {
             int a = pos[order[o][0]][p], b = pos[order[o][1]][p];
             if (a >= 0 && b >= 0 && a > b)
                 return fail(c, "rank %d micro %d stage %d: %s after %s", r, micro, s,
@@ -129,13 +162,15 @@ static int check_runs(sim_case *c, int r) {
             i++;
             continue;
         }
-        int end = i, seen[6] = {0}, last_act = -1, first_grad = t->n_actions;
+        int end = i, seen[NK] = {0}, last_act = -1, first_grad = t->n_actions;
         while (end < t->n_actions && is_comm(t->actions[end].kind)) end++;
         if (sched_comm_run_end(t, i) != end)
             return fail(c, "rank %d: sched_comm_run_end(%d) != %d", r, i, end);
         for (int j = i; j < end; j++) {
             const sched_action *a = &t->actions[j];
-            if (seen[a->kind]++)
+            // zb tables: a run may hold several receives (ordered by phase, sched.h); the
+            // simulator proves their message order.
+            if (seen[a->kind]++ && !is_zb(c))
                 return fail(c, "rank %d: two %s in the run at %d", r, name(a->kind), i);
             if (a->kind == SEND_ACT || a->kind == RECV_ACT) last_act = j;
             else if (j < first_grad) first_grad = j;
@@ -148,7 +183,7 @@ static int check_runs(sim_case *c, int r) {
                     return fail(c, "rank %d: %s and %s share slot %d in one run", r, name(a->kind),
                                 name(t->actions[q].kind), a->slot);
         }
-        if (last_act > first_grad)
+        if (last_act > first_grad && !is_zb(c))
             return fail(c, "rank %d: run at %d has a gradient op before an activation op", r, i);
         i = end;
     }
@@ -156,7 +191,13 @@ static int check_runs(sim_case *c, int r) {
         const sched_action *a = &t->actions[i];
         if (a->kind != SCHED_ACTION_RECV_GRAD) continue;
         int j = i + 1;
-        while (j < t->n_actions && t->actions[j].kind != SCHED_ACTION_BWD) j++;
+        // zbv: a rank receives d(output) for both chunks, so a received one may wait behind
+        // the other chunk's BWD_B (it sits in its own pair's slot); it is the next BWD_B of
+        // its chunk.
+        while (j < t->n_actions && t->actions[j].kind != BWD &&
+               (t->actions[j].kind != BWD_B ||
+                (c->schedule == SCHEDULE_ZBV && t->actions[j].chunk != a->chunk)))
+            j++;
         if (j == t->n_actions || t->actions[j].micro != a->micro || t->actions[j].chunk != a->chunk)
             return fail(c, "rank %d: the d(output) received at %d is not for the next bwd", r, i);
     }
@@ -168,9 +209,12 @@ static int check_runs(sim_case *c, int r) {
 static int supported(schedule_kind s, int pp, int v, int m);
 
 static int least_training_peak(const sim_case *c, int r) {
-    const schedule_kind kinds[] = {SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED};
+    const schedule_kind kinds[] = {SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED,
+                                   SCHEDULE_ZBH1, SCHEDULE_ZBV};
     int least = 1 << 30;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 5; k++) {
+        // zbv's evaluation table follows the V; the others gpipe's placement.
+        if ((c->schedule == SCHEDULE_ZBV) != (kinds[k] == SCHEDULE_ZBV)) continue;
         sched_table t;
         if (!supported(kinds[k], c->pp, c->v, c->m)) continue;
         if (sched_build(&t, kinds[k], c->pp, c->v, c->m, r) != TRI_OK) continue;
@@ -183,17 +227,67 @@ static int least_training_peak(const sim_case *c, int r) {
 // One rank's slots: a pair holds its slot from its first action through its BWD (in a
 // forward-only table: through the run of its SEND_ACT, or its FWD on the last stage); no two
 // pairs held at once share one; max_in_flight is the peak held and the expected bound.
-static int check_slots(sim_case *c, int r, int pos[6][MAX_PAIRS], const int *slot) {
+static int check_slots(sim_case *c, int r, int pos[NK][MAX_PAIRS], const int *slot) {
     const sched_table *t = &c->t[r];
     const int v = c->v, n = c->m * v;
     int start[MAX_PAIRS], end[MAX_PAIRS], peak = 0;
     for (int p = 0; p < n; p++) {
         start[p] = pos[RECV_ACT][p] >= 0 ? pos[RECV_ACT][p] : pos[FWD][p];
-        end[p] = pos[BWD][p];
+        end[p] = is_zb(c) ? pos[BWD_W][p] : pos[BWD][p];
         if (c->forward_only)
             end[p] = pos[SEND_ACT][p] >= 0 ? sched_comm_run_end(t, pos[SEND_ACT][p]) - 1
                                            : pos[FWD][p];
     }
+    if (c->forward_only && c->schedule == SCHEDULE_ZBV && r == c->pp - 1)
+        for (int p = 0; p < n; p += 2) // chunk 0's output is read by chunk 1's FWD
+            end[p] = pos[FWD][p + 1];
+    // The V's turn on rank pp-1: the source slot is still held where it is read.
+    for (int i = 0; i < t->n_actions && c->schedule == SCHEDULE_ZBV; i++) {
+        const sched_action *a = &t->actions[i];
+        const int turn_fwd = a->kind == FWD && a->chunk == 1,
+                  turn_bwd = a->kind == BWD_B && a->chunk == 0;
+        const int want = r == c->pp - 1 && (turn_fwd || turn_bwd);
+        const int src = a->micro * v + (turn_fwd ? 0 : 1);
+        if (!want) {
+            if (a->local_src != -1)
+                return fail(c, "rank %d action %d: local_src %d", r, i, a->local_src);
+            continue;
+        }
+        if (a->local_src != slot[src])
+            return fail(c, "rank %d action %d: local_src %d, want slot %d", r, i, a->local_src,
+                        slot[src]);
+        if (!(start[src] <= i && i <= end[src]))
+            return fail(c, "rank %d: %s of micro %d reads slot %d of a pair no longer held", r,
+                        name(a->kind), a->micro, a->local_src);
+    }
+    for (int i = 0; i < t->n_actions && !is_zb(c); i++)
+        if (t->actions[i].local_src != -1) return fail(c, "rank %d action %d: local_src", r, i);
+    // W-buffers: held from BWD_B through BWD_W, peak == max_w_pending == the closed form; the
+    // W's of a chunk run in micro-batch order (gradient accumulation order, as 1f1b).
+    if (is_zb(c) && !c->forward_only) {
+        int wpeak = 0, wheld = 0, next_w[2] = {0, 0};
+        for (int i = 0; i < t->n_actions; i++) {
+            const sched_action *a = &t->actions[i];
+            if (a->kind == BWD_B && ++wheld > wpeak) wpeak = wheld;
+            if (a->kind != BWD_W) continue;
+            wheld--;
+            if (a->micro != next_w[a->chunk]++)
+                return fail(c, "rank %d: bwd_w of chunk %d runs micro %d out of order", r, a->chunk,
+                            a->micro);
+        }
+        const int64_t closed = sched_max_w_pending(c->schedule, c->pp, c->v, c->m, r);
+        if (wpeak != t->max_w_pending || closed != wpeak)
+            return fail(c, "rank %d: %d W-buffers held at once, max_w_pending %d, closed form %lld",
+                        r, wpeak, t->max_w_pending, (long long)closed);
+        for (int p = 0; p < n; p++)
+            for (int q = p + 1; q < n; q++)
+                if (t->actions[pos[BWD_B][p]].wslot == t->actions[pos[BWD_B][q]].wslot &&
+                    pos[BWD_B][p] <= pos[BWD_W][q] && pos[BWD_B][q] <= pos[BWD_W][p])
+                    return fail(c, "rank %d: two pairs share a W-buffer", r);
+    } else if (!c->forward_only && t->max_w_pending != 0) {
+        return fail(c, "rank %d: max_w_pending %d without a split backward", r, t->max_w_pending);
+    }
+
     for (int i = 0; i < t->n_actions; i++) {
         int held = 0;
         for (int p = 0; p < n; p++) held += start[p] <= i && i <= end[p];
@@ -216,7 +310,7 @@ static int check_slots(sim_case *c, int r, int pos[6][MAX_PAIRS], const int *slo
                         r, peak, least);
         return 1;
     }
-    if (peak != expected_peak(c, r))
+    if (expected_peak(c, r) >= 0 && peak != expected_peak(c, r))
         return fail(c, "rank %d: %d pairs held at once, expected %d", r, peak, expected_peak(c, r));
     return 1;
 }
@@ -243,7 +337,7 @@ static double g_posted_at[MAX_PP][MAX_ACTIONS], g_matched_at[MAX_PP][MAX_ACTIONS
 
 static message message_of(const sim_case *c, op_ref o) {
     const sched_action *a = &c->t[o.rank].actions[o.index];
-    int s = a->chunk * c->pp + o.rank;
+    int s = stage_of(c, o.rank, a->chunk);
     switch (a->kind) {
     case SCHED_ACTION_SEND_ACT: return (message){0, a->micro, s, s + 1};
     case SCHED_ACTION_RECV_ACT: return (message){0, a->micro, s - 1, s};
@@ -280,12 +374,12 @@ static int post(sim_case *c, int r, int i, double now) {
 // Runs rank r from its cursor until it waits on a group or finishes; returns 0 on a failure
 // and sets *moved when it made progress.
 static int advance(sim_case *c, int r, int *cursor, int *posted, double *clock, int *moved,
-                   char done[2][32][4 * MAX_PP]) {
+                   char done[3][32][4 * MAX_PP]) {
     const sched_table *t = &c->t[r];
     const int last = c->pp * c->v - 1;
     while (*cursor < t->n_actions) {
         const sched_action *a = &t->actions[*cursor];
-        int s = a->chunk * c->pp + r;
+        int s = stage_of(c, r, a->chunk);
         if (is_comm(a->kind)) {
             int end = sched_comm_run_end(t, *cursor), all = 1;
             if (!*posted) {
@@ -301,14 +395,23 @@ static int advance(sim_case *c, int r, int *cursor, int *posted, double *clock, 
             *posted = 0;
             continue;
         }
-        int bwd = a->kind == BWD;
+        int bwd = a->kind == BWD || a->kind == BWD_B;
+        if (a->kind == BWD_W) {
+            if (!done[1][a->micro][s])
+                return fail(c, "rank %d: bwd_w micro %d stage %d before its bwd_b", r, a->micro, s);
+            done[2][a->micro][s] = 1;
+            *clock += 1;
+            (*cursor)++;
+            *moved = 1;
+            continue;
+        }
         if (!bwd && s > 0 && !done[0][a->micro][s - 1])
             return fail(c, "rank %d: fwd micro %d stage %d before stage %d's", r, a->micro, s,
                         s - 1);
         if (bwd && (!done[0][a->micro][s] || (s < last && !done[1][a->micro][s + 1])))
             return fail(c, "rank %d: bwd micro %d stage %d before its inputs", r, a->micro, s);
         done[bwd][a->micro][s] = 1;
-        *clock += bwd ? 2 : 1;
+        *clock += a->kind == BWD ? 2 : 1; // F = B = W = 1, an unsplit backward 2
         (*cursor)++;
         *moved = 1;
     }
@@ -317,7 +420,7 @@ static int advance(sim_case *c, int r, int *cursor, int *posted, double *clock, 
 
 static int simulate(sim_case *c) {
     const int pp = c->pp, m = c->m, last = pp * c->v - 1;
-    static char done[2][32][4 * MAX_PP]; // [fwd, bwd][micro][virtual stage]
+    static char done[3][32][4 * MAX_PP]; // [fwd, bwd or bwd_b, bwd_w][micro][virtual stage]
     int cursor[MAX_PP] = {0}, posted[MAX_PP] = {0};
     double clock[MAX_PP] = {0};
     memset(g_ch, 0, sizeof g_ch);
@@ -345,7 +448,8 @@ static int simulate(sim_case *c) {
                             g_ch[a][b].n_recvs);
     for (int micro = 0; micro < m; micro++)
         for (int s = 0; s <= last; s++)
-            if (!done[0][micro][s] || (!c->forward_only && !done[1][micro][s]))
+            if (!done[0][micro][s] || (!c->forward_only && !done[1][micro][s]) ||
+                (!c->forward_only && is_zb(c) && !done[2][micro][s]))
                 return fail(c, "micro %d stage %d never ran", micro, s);
     double makespan = 0;
     for (int r = 0; r < pp; r++) makespan = clock[r] > makespan ? clock[r] : makespan;
@@ -354,11 +458,12 @@ static int simulate(sim_case *c) {
 }
 
 static int run_case(sim_case *c) {
-    static int pos[MAX_PP][6][MAX_PAIRS], slot[MAX_PP][MAX_PAIRS];
+    static int pos[MAX_PP][NK][MAX_PAIRS], slot[MAX_PP][MAX_PAIRS];
     int built = 0, ok = 1;
     for (; built < c->pp && ok; built++) {
         tri_status rc = c->forward_only
-                            ? sched_build_forward(&c->t[built], c->pp, c->v, c->m, built)
+                            ? sched_build_forward(&c->t[built], c->schedule, c->pp, c->v, c->m,
+                                                  built)
                             : sched_build(&c->t[built], c->schedule, c->pp, c->v, c->m, built);
         if (rc != TRI_OK) ok = fail(c, "sched_build failed for rank %d", built);
         else if (c->t[built].forward_only != c->forward_only)
@@ -382,6 +487,8 @@ static int run_case(sim_case *c) {
 static int supported(schedule_kind s, int pp, int v, int m) {
     if (s == SCHEDULE_GPIPE) return v == 1 || pp >= 2;
     if (s == SCHEDULE_1F1B) return v == 1;
+    if (s == SCHEDULE_ZBH1) return v == 1 && pp >= 2;
+    if (s == SCHEDULE_ZBV) return v == 2 && pp >= 2;
     return v >= 2 && pp >= 2 && m % pp == 0;
 }
 
@@ -452,6 +559,74 @@ int main(void) {
                        first_fail);
         }
 
+    // Zero-bubble tables: pp 2..8, m 1..3pp and a few larger, training and (zbv) evaluation.
+    // The measured bubble equals sched_bubble_fraction for every m: the paper's closed form
+    // where it holds (zb-h1 m >= pp, zbv m >= 2pp), the table's own timing below.
+    printf("  pp   m  schedule  simulated  formula  1f1b\n");
+    for (int zi = 0; zi < 2; zi++)
+        for (int pp = 2; pp <= MAX_PP; pp++) {
+            const schedule_kind s = zi ? SCHEDULE_ZBV : SCHEDULE_ZBH1;
+            const int v = zi ? 2 : 1;
+            int simulated = 0, failed = 0, eval_failed = 0;
+            char first_fail[600] = "", eval_fail[600] = "", test_name[96];
+            for (int m = 1; m <= 32; m++) {
+                if (m > 3 * pp && m != 4 * pp && m != 32) continue;
+                static sim_case c;
+                memset(&c, 0, sizeof c);
+                c.schedule = s, c.pp = pp, c.v = v, c.m = m;
+                simulated++;
+                if (!run_case(&c)) {
+                    if (!failed++) snprintf(first_fail, sizeof first_fail, "%s", c.why);
+                    continue;
+                }
+                const double formula = sched_bubble_fraction(s, pp, v, m);
+                const int closed = zi ? m >= 2 * pp : m >= pp;
+                const double paper = zi ? (pp - 1.0) / (6.0 * m + pp - 1)
+                                        : (pp - 1.0) / (3.0 * m + pp - 1);
+                const double one = sched_bubble_fraction(SCHEDULE_1F1B, pp, 1, m);
+                if (fabs(c.bubble - formula) > 1e-12 || (closed && fabs(formula - paper) > 1e-12))
+                    if (!failed++)
+                        snprintf(first_fail, sizeof first_fail,
+                                 "m %d: bubble measured %.6f, formula %.6f, closed form %.6f", m,
+                                 c.bubble, formula, paper);
+                if ((pp == 2 || pp == 4 || pp == 8) &&
+                    (m == 1 || m == pp || m == 2 * pp || m == 3 * pp))
+                    printf("  %2d %3d  %-8s  %.4f     %.4f   %.4f%s\n", pp, m, schedule_name(s),
+                           c.bubble, formula, one,
+                           closed ? "" : "  (simulated: below the closed form)");
+                memset(&c, 0, sizeof c);
+                c.schedule = s, c.forward_only = 1, c.pp = pp, c.v = zi ? 2 : 1, c.m = m;
+                if (zi && !run_case(&c) && !eval_failed++)
+                    snprintf(eval_fail, sizeof eval_fail, "%s", c.why);
+            }
+            snprintf(test_name, sizeof test_name, "sched_sim %s pp=%d (%d m values)",
+                     schedule_name(s), pp, simulated);
+            TEST_CHECK(!failed, test_name, "%d of %d failed; first: %s", failed, simulated,
+                       first_fail);
+            if (zi) {
+                snprintf(test_name, sizeof test_name, "sched_sim forward-only zbv pp=%d", pp);
+                TEST_CHECK(!eval_failed, test_name, "%d failed; first: %s", eval_failed, eval_fail);
+            }
+        }
+    // The stage map: zbv's V, the others chunk-major.
+    int map_ok = 1;
+    for (int pp = 1; pp <= MAX_PP; pp++)
+        for (int s = 0; s < 2 * pp; s++) {
+            int r, ch, r2, ch2;
+            sched_stage_rank_chunk(SCHEDULE_ZBV, pp, 2, s, &r, &ch);
+            sched_stage_rank_chunk(SCHEDULE_INTERLEAVED, pp, 2, s, &r2, &ch2);
+            map_ok &= r == (s < pp ? s : 2 * pp - 1 - s) && ch == (s >= pp);
+            map_ok &= r2 == s % pp && ch2 == s / pp;
+        }
+    TEST_CHECK(map_ok, "sched_stage_rank_chunk", "a stage maps to the wrong rank or chunk");
+    // The closed forms at a large m (no table is built: bounded cost).
+    TEST_CHECK(sched_max_in_flight(SCHEDULE_ZBH1, 4, 1, 1 << 24, 1) == 4 &&
+                   sched_max_w_pending(SCHEDULE_ZBH1, 4, 1, 1 << 24, 1) == 2 &&
+                   sched_max_in_flight(SCHEDULE_ZBV, 4, 2, 1 << 24, 3) == 9 &&
+                   sched_max_w_pending(SCHEDULE_ZBV, 4, 2, 1 << 24, 3) == 7 &&
+                   sched_max_w_pending(SCHEDULE_1F1B, 4, 1, 1 << 24, 3) == 0,
+               "sched_max_in_flight and sched_max_w_pending at m = 2^24", "wrong peak");
+
     // The formula itself.
     double b1 = sched_bubble_fraction(SCHEDULE_1F1B, 4, 1, 8);
     double b2 = sched_bubble_fraction(SCHEDULE_GPIPE, 4, 1, 32);
@@ -474,6 +649,11 @@ int main(void) {
         {SCHEDULE_INTERLEAVED, 1, 2, 4},
         {SCHEDULE_GPIPE, 1, 2, 4},
         {SCHEDULE_GPIPE, 2, 1, 0},
+        {SCHEDULE_ZBH1, 4, 2, 8},
+        {SCHEDULE_ZBH1, 1, 1, 8},
+        {SCHEDULE_ZBV, 4, 1, 8},
+        {SCHEDULE_ZBV, 4, 4, 8},
+        {SCHEDULE_ZBV, 1, 2, 8},
         {SCHEDULE_GPIPE, 2, 4, SCHED_MAX_PAIRS / 2}, // past SCHED_MAX_PAIRS: refused unbuilt
     };
     int rejected = 0, n_bad = (int)(sizeof bad / sizeof *bad);

@@ -379,7 +379,8 @@ tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     TRI_CHECK(startup_boundary(tr, "model"));
     const int pp = cfg->parallel.pp, v = cfg->parallel.virtual_stages;
     TRI_CHECK(sched_build(&tr->sched, cfg->parallel.schedule, pp, v, tr->n_micro, tr->coord.pp));
-    TRI_CHECK(sched_build_forward(&tr->eval_sched, pp, pp == 1 ? 1 : v, tr->n_micro, tr->coord.pp));
+    TRI_CHECK(sched_build_forward(&tr->eval_sched, cfg->parallel.schedule, pp, pp == 1 ? 1 : v,
+                                  tr->n_micro, tr->coord.pp));
     TRI_CHECK(create_model(tr));
     TRI_CHECK(startup_boundary(tr, "directories"));
     TRI_CHECK(open_dirs(tr));

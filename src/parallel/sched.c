@@ -1,5 +1,8 @@
-// sched.c: GPipe, 1F1B and interleaved 1F1B schedule tables (semantics in sched.h).
+// sched.c: GPipe, 1F1B and interleaved 1F1B schedule tables, and the checks and closed forms
+// of every schedule (semantics in sched.h; zb-h1 and zbv tables in sched_zb.c).
 #include "parallel/sched.h"
+
+#include "parallel/sched_internal.h"
 
 #include <string.h>
 
@@ -31,7 +34,9 @@ static void push(builder *b, sched_action_kind kind, sched_pair pair) {
                                                   .chunk = pair.chunk,
                                                   .stage = stage,
                                                   .slot = -1,
-                                                  .peer = peer};
+                                                  .peer = peer,
+                                                  .wslot = -1,
+                                                  .local_src = -1};
 }
 
 // The forward order fwd[0..m*v) and backward order bwd[0..m*v) of this rank's pairs. With
@@ -173,6 +178,23 @@ static tri_status check_supported(schedule_kind schedule, int pp, int v, int m) 
         }
         return TRI_OK;
     }
+    if (schedule == SCHEDULE_ZBH1 || schedule == SCHEDULE_ZBV) {
+        const char *name = schedule == SCHEDULE_ZBH1 ? "zb-h1" : "zbv";
+        const int want = schedule == SCHEDULE_ZBH1 ? 1 : 2;
+        if (v != want) {
+            LOG_ERROR("parallel.virtual_stages: schedule %s runs %d chunk%s per rank (got %d); "
+                      "set virtual_stages: %d",
+                      name, want, want == 1 ? "" : "s", v, want);
+            return TRI_ERR_CONFIG;
+        }
+        if (pp < 2) {
+            LOG_ERROR("parallel.pp: schedule %s needs pp >= 2 (got %d); use schedule: 1f1b "
+                      "for a single pipeline stage",
+                      name, pp);
+            return TRI_ERR_CONFIG;
+        }
+        return TRI_OK;
+    }
     if (schedule == SCHEDULE_1F1B && v != 1) {
         LOG_ERROR("parallel.virtual_stages: schedule 1f1b runs one chunk per rank (got %d); use "
                   "schedule: interleaved for virtual_stages > 1",
@@ -200,6 +222,8 @@ tri_status sched_build(sched_table *st, schedule_kind schedule, int pp, int virt
     TRI_CHECK(check_supported(schedule, pp, virtual_stages, m));
     const int v = virtual_stages, n = m * v;
     *st = (sched_table){.pp = pp, .virtual_stages = v, .micro_batches = m, .rank = rank};
+    if (schedule == SCHEDULE_ZBH1 || schedule == SCHEDULE_ZBV)
+        return sched_zb_build(st, schedule, pp, m, rank, 0);
     sched_pair *fwd = xmalloc_for((size_t)n * sizeof *fwd, "a pipeline schedule table");
     sched_pair *bwd = xmalloc_for((size_t)n * sizeof *bwd, "a pipeline schedule table");
     pair_orders(pp, v, m, fwd, bwd);
@@ -224,8 +248,25 @@ tri_status sched_build(sched_table *st, schedule_kind schedule, int pp, int virt
     return TRI_OK;
 }
 
+// A zero-bubble table's peaks, built: only below the closed forms' range, m < 2pp.
+static int64_t zb_built_peak(schedule_kind schedule, int pp, int m, int rank, int w_pending) {
+    sched_table t;
+    TRI_ASSERT(sched_build(&t, schedule, pp, schedule == SCHEDULE_ZBV ? 2 : 1, m, rank) == TRI_OK);
+    const int64_t peak = w_pending ? t.max_w_pending : t.max_in_flight;
+    sched_free(&t);
+    return peak;
+}
+
 int64_t sched_max_in_flight(schedule_kind schedule, int pp, int virtual_stages, int m, int rank) {
     TRI_ASSERT(pp >= 1 && rank >= 0 && rank < pp && virtual_stages >= 1 && m >= 1);
+    // zb-h1 holds pp pairs on every rank once m >= pp (its deferred W's keep pairs held): the
+    // paper's "1F1B memory", 1f1b's busiest rank's, on every rank.
+    if (schedule == SCHEDULE_ZBH1) return m >= pp ? pp : zb_built_peak(schedule, pp, m, rank, 0);
+    // zbv: 2pp + 1 chunk pairs at either end of the pipeline, one more on a middle rank (its
+    // receive of the next forward's input is posted before the W that frees a pair).
+    if (schedule == SCHEDULE_ZBV)
+        return m >= 2 * pp ? 2 * pp + 1 + (rank > 0 && rank < pp - 1)
+                           : zb_built_peak(schedule, pp, m, rank, 0);
     const int64_t n = (int64_t)m * virtual_stages; // pairs of the rank
     if (schedule == SCHEDULE_GPIPE) return n;      // every pair is held at the last forward
     // 1F1B and interleaved hold their warm-up forwards plus the one in the steady state.
@@ -235,9 +276,41 @@ int64_t sched_max_in_flight(schedule_kind schedule, int pp, int virtual_stages, 
     return warmup + 1 < n ? warmup + 1 : n;
 }
 
-tri_status sched_build_forward(sched_table *st, int pp, int virtual_stages, int m, int rank) {
+int64_t sched_max_w_pending(schedule_kind schedule, int pp, int virtual_stages, int m, int rank) {
+    TRI_ASSERT(pp >= 1 && rank >= 0 && rank < pp && virtual_stages >= 1 && m >= 1);
+    // Rank r defers r W's (zb-h1) or 2r (zbv) past the B's after them, plus the one in hand.
+    if (schedule == SCHEDULE_ZBH1)
+        return m >= pp ? rank + 1 : zb_built_peak(schedule, pp, m, rank, 1);
+    if (schedule == SCHEDULE_ZBV)
+        return m >= 2 * pp ? 2 * rank + 1 : zb_built_peak(schedule, pp, m, rank, 1);
+    return 0;
+}
+
+void sched_stage_rank_chunk(schedule_kind schedule, int pp, int virtual_stages, int s, int *rank,
+                            int *chunk) {
+    TRI_ASSERT(pp >= 1 && s >= 0 && s < pp * virtual_stages);
+    if (schedule == SCHEDULE_ZBV) {
+        *rank = s < pp ? s : 2 * pp - 1 - s;
+        *chunk = s < pp ? 0 : 1;
+        return;
+    }
+    *rank = s % pp;
+    *chunk = s / pp;
+}
+
+tri_status sched_build_forward(sched_table *st, schedule_kind schedule, int pp, int virtual_stages,
+                               int m, int rank) {
     memset(st, 0, sizeof *st);
     TRI_ASSERT(pp >= 1 && rank >= 0 && rank < pp);
+    if (schedule == SCHEDULE_ZBV) {
+        TRI_CHECK(check_supported(schedule, pp, virtual_stages, m));
+        *st = (sched_table){.pp = pp,
+                            .virtual_stages = virtual_stages,
+                            .micro_batches = m,
+                            .rank = rank,
+                            .forward_only = 1};
+        return sched_zb_build(st, schedule, pp, m, rank, 1);
+    }
     // The forward half of gpipe's table (the same combinations are valid).
     TRI_CHECK(check_supported(SCHEDULE_GPIPE, pp, virtual_stages, m));
     const int v = virtual_stages, n = m * v;
@@ -269,12 +342,15 @@ int sched_comm_run_end(const sched_table *st, int i) {
 }
 
 const char *sched_action_name(sched_action_kind k) {
-    static const char *names[] = {"recv_act", "fwd", "send_act", "recv_grad", "bwd", "send_grad"};
+    static const char *names[] = {"recv_act", "fwd",       "send_act", "recv_grad",
+                                  "bwd",      "send_grad", "bwd_b",    "bwd_w"};
     return (unsigned)k < sizeof names / sizeof *names ? names[k] : "?";
 }
 
 double sched_bubble_fraction(schedule_kind schedule, int pp, int virtual_stages, int m) {
-    (void)schedule; // gpipe with chunks runs the interleaved order, so it fills as fast
+    if ((schedule == SCHEDULE_ZBH1 || schedule == SCHEDULE_ZBV) && pp >= 2 && m >= 1)
+        return sched_zb_bubble(schedule, pp, m);
+    // gpipe with chunks runs the interleaved order, so it fills as fast
     double fill = (double)(pp - 1) / virtual_stages;
     return fill / (m + fill);
 }

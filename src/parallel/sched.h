@@ -48,7 +48,7 @@ typedef enum {
     SCHEDULE_1F1B = 1,
     SCHEDULE_INTERLEAVED = 2,
     SCHEDULE_ZBH1 = 3,
-    SCHEDULE_ZBV = 4
+    SCHEDULE_ZBV = 4,
 } schedule_kind;
 
 // Previous and next are virtual stages s-1 and s+1 of the pair's stage s.
@@ -59,8 +59,8 @@ typedef enum {
     SCHED_ACTION_RECV_GRAD,    // receive d(output) of (micro, chunk) from next
     SCHED_ACTION_BWD,          // backward of (micro, chunk)
     SCHED_ACTION_SEND_GRAD,    // send d(input) of (micro, chunk) to previous
-    SCHED_ACTION_BWD_B,
-    SCHED_ACTION_BWD_W,
+    SCHED_ACTION_BWD_B,        // input gradient of (micro, chunk): d(input) for SEND_GRAD
+    SCHED_ACTION_BWD_W,        // weight gradient of (micro, chunk); ends the pair
 } sched_action_kind;
 
 typedef struct {
@@ -70,7 +70,11 @@ typedef struct {
     int stage; // virtual stage chunk*pp + rank, 0..pp*v-1
     int slot;  // activation slot of the pair, in [0, max_in_flight); on all its actions
     int peer;  // comm actions: pipeline rank at the other end ((rank +- 1) % pp); else -1
-    int wslot;
+    int wslot; // BWD_B and BWD_W: the pair's W-buffer in [0, max_w_pending); else -1
+    // zbv, rank pp-1 only (the V's turn, no comm action): on the FWD of (micro, chunk 1) the
+    // slot of (micro, chunk 0), whose output is this FWD's input; on the BWD_B of (micro,
+    // chunk 0) the slot of (micro, chunk 1), whose d(input) is this BWD_B's d(output). The
+    // executor copies before the action; the source pair still holds that slot. Else -1.
     int local_src;
 } sched_action;
 
@@ -78,7 +82,7 @@ typedef struct {
     sched_action *actions;
     int n_actions;
     int max_in_flight; // peak number of (micro, chunk) pairs holding a slot at once
-    int max_w_pending;
+    int max_w_pending; // peak number of pairs between their BWD_B and BWD_W (0 without split)
     int pp, virtual_stages, micro_batches, rank;
     int forward_only; // sched_build_forward's: no backward, no gradient
 } sched_table;
@@ -101,6 +105,21 @@ typedef struct {
 //                chunk (k / pp) % v of micro-batch (k / (pp*v))*pp + k % pp; the k-th
 //                backward chunk v-1 - (k / pp) % v of the same micro-batch;
 //                (pp - rank - 1)*2 + (v - 1)*pp warm-up forwards (at most m*v).
+//   zb-h1        v = 1, pp >= 2, any m: Qi et al.'s ZB-H1 (Paddle's construction). Rank r runs
+//                min(pp - r, m) warm-up forwards, then r rounds of (BWD_B, FWD) with their
+//                W's deferred, then (BWD_B, BWD_W, FWD) while forwards remain, then the
+//                cool-down BWD_B/BWD_W pairs and the deferred W's, which fill the bubble.
+//   zbv          v = 2, pp >= 2, any m: ZB-V in the V placement (torchtitan's
+//                ScheduleZBVZeroBubble order): 2(pp - r) - 1 chunk-0 forwards, r rounds of
+//                (F1, F0), pp - r rounds of (F1, B1, W1), then (F0, B0, W0, F1, B1, W1) while
+//                forwards remain, then the cool-down; on rank pp-1 a B0 that would come
+//                after the W1 of its micro-batch moves before it (the turn's d(input) is read
+//                from the chunk-1 slot, which must still be held).
+//                Both: the orders of compute actions above, timed as soon as possible with
+//                unit times (the rank's previous action and the pair's input done), and each
+//                message received in the run at the latest phase that neither delays its
+//                sender's next compute nor comes after its consumer (see "Zero-bubble
+//                tables" above).
 // Returns TRI_ERR_CONFIG, with a message naming the key, for any other combination.
 tri_status sched_build(sched_table *st, schedule_kind schedule, int pp, int virtual_stages, int m,
                        int rank);
@@ -109,12 +128,23 @@ tri_status sched_build(sched_table *st, schedule_kind schedule, int pp, int virt
 // planner and the config's size rules use it, so that their cost does not grow with m.
 // Needs a supported combination (sched_build's).
 int64_t sched_max_in_flight(schedule_kind schedule, int pp, int virtual_stages, int m, int rank);
+// max_w_pending of sched_build's table, the same way: 0 for gpipe, 1f1b and interleaved;
+// zb-h1 min(r + 1, m) for m >= pp, zbv 2r + 1 for m >= 2pp; below those bounds (m < 2pp,
+// so a cost bounded by pp) the table's own figure, from building it.
+int64_t sched_max_w_pending(schedule_kind schedule, int pp, int virtual_stages, int m, int rank);
+// Virtual stage s's pipeline rank and chunk: s % pp and s / pp; zbv's V: s < pp is rank s
+// chunk 0, s >= pp is rank 2pp-1-s chunk 1. Pure; the layer placement follows it.
+void sched_stage_rank_chunk(schedule_kind schedule, int pp, int virtual_stages, int s, int *rank,
+                            int *chunk);
 // The forward-only table of evaluation: gpipe's forward half (the same order of pairs, the
 // same receive posted in the run before each forward), where a pair holds its slot from
 // its first action through its SEND_ACT's run (through its FWD on the last virtual stage):
 // at most 2 slots, and never more than the training table of any schedule gives the rank
-// (tests/test_sched.c checks both).
-tri_status sched_build_forward(sched_table *st, int pp, int virtual_stages, int m, int rank);
+// (tests/test_sched.c checks both). zbv's follows the V: micro-batch by micro-batch through
+// chunk 0 then chunk 1 (FWD of chunk 1 on rank pp-1 with local_src, as in training); the
+// other schedules ignore `schedule` (gpipe's placement and forward half).
+tri_status sched_build_forward(sched_table *st, schedule_kind schedule, int pp, int virtual_stages,
+                               int m, int rank);
 void sched_free(sched_table *st);
 
 const char *sched_action_name(sched_action_kind k);
@@ -122,14 +152,16 @@ static inline int sched_action_is_comm(sched_action_kind k) {
     return k == SCHED_ACTION_RECV_ACT || k == SCHED_ACTION_SEND_ACT ||
            k == SCHED_ACTION_RECV_GRAD || k == SCHED_ACTION_SEND_GRAD;
 }
-int64_t sched_max_w_pending(schedule_kind schedule, int pp, int virtual_stages, int m, int rank);
 // One past the last action of the run of comm actions starting at index i (i itself if
 // action i is FWD or BWD).
 int sched_comm_run_end(const sched_table *st, int i);
 
-// Idle fraction of a step with equal stages and free communication: ((pp-1)/v) / (m +
-// (pp-1)/v), which is (pp-1)/(m+pp-1) for gpipe and 1f1b with one chunk. The tests measure
-// it on the simulator (forward 1, backward 2 per chunk, rendezvous messages): exact for
-// every schedule here when v == 1 or pp divides m; gpipe with v > 1 and a partial last
-// group of micro-batches idles more.
+// Idle fraction of a step with equal stages and free communication, in unit times F = B = W
+// = 1 per chunk (an unsplit backward 2): gpipe, 1f1b and interleaved ((pp-1)/v) / (m +
+// (pp-1)/v), which is (pp-1)/(m+pp-1) with one chunk; exact for those when v == 1 or pp
+// divides m, and gpipe with v > 1 and a partial last group of micro-batches idles more.
+// zb-h1 (pp-1) / (3m + pp-1) for m >= pp (the paper's (pp-1)(F+B-W) idle per rank); zbv
+// (pp-1) / (6m + pp-1) for m >= 2pp (pp-1 chunk-forwards of idle per rank); below those the
+// unit-time timing of the table itself (bounded cost, m < 2pp). The tests measure every
+// table on the simulator.
 double sched_bubble_fraction(schedule_kind schedule, int pp, int virtual_stages, int m);
