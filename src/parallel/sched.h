@@ -10,14 +10,27 @@
 // chunk c > 0 receives from rank pp-1's chunk c-1, and rank pp-1's chunk c < v-1 sends to
 // rank 0's chunk c+1: activations always flow to rank (r+1) % pp, gradients to
 // (r-1+pp) % pp. There is no comm action at either end of the virtual pipeline.
+// zbv's V (v = 2, sched_stage_rank_chunk): stage s < pp is rank s chunk 0, stage s >= pp rank
+// 2pp-1-s chunk 1, so chunk 0 flows to rank r+1 and chunk 1 to rank r-1, and the turn from
+// stage pp-1 to stage pp stays on rank pp-1: no message but a copy, named by local_src (the FWD
+// of chunk 1 copies chunk 0's output into its input; the BWD_B of chunk 0 copies chunk 1's
+// d(input) into its d(output)).
+//
+// Split backward (zb-h1, zbv). BWD_B computes the input gradients (what SEND_GRAD sends and
+// the stage before waits for); BWD_W, later, the weight gradients from what BWD_B kept in the
+// pair's W-buffer `wslot`. A pair is B before W, and each chunk's W's run in micro-batch order
+// (so gradients accumulate in the order 1f1b adds them).
 //
 // Running a list. Actions run in order. Every maximal run of consecutive comm actions
 // (sends and receives) is ONE group: all posted together, in list order, both directions
 // in flight, and the group completes when all of them are matched (Megatron's batched
 // send_forward_recv_backward and friends). FWD of (micro, chunk) comes after its RECV_ACT
-// and before its SEND_ACT; BWD after its RECV_GRAD and before its SEND_GRAD; FWD before BWD.
-// A run holds at most one action of each comm kind, and the d(output) a RECV_GRAD brings
-// is consumed by the very next BWD of the list.
+// and before its SEND_ACT; BWD (BWD_B) after its RECV_GRAD and before its SEND_GRAD; FWD
+// before BWD. In gpipe, 1f1b and interleaved a run holds at most one action of each comm
+// kind, and the d(output) a RECV_GRAD brings is consumed by the very next BWD of the list.
+// The zero-bubble tables post each receive as late as it can be without delaying its
+// sender, so a run may hold several receives (ordered by when their messages are due) and a
+// received d(output) may wait, in its own pair's slot, behind another chunk's BWD_B.
 //
 // Message order. Messages between a pair of ranks match in the order issued (one MPI tag,
 // NCCL's in-order p2p), so the lists are built such that the n-th message rank a sends to
@@ -29,7 +42,8 @@
 // 1450). The simulator checks the order with rendezvous (unbuffered) sends.
 //
 // Activation slots. A (micro, chunk) pair holds a slot from its first action (its RECV_ACT,
-// or its FWD at virtual stage 0) through its BWD. The slot carries the chunk's input, its
+// or its FWD at virtual stage 0) through its BWD, or its BWD_W (W reads the saved
+// activations). The slot carries the chunk's input, its
 // saved activations, its output (sent by SEND_ACT, which precedes BWD) and the received
 // d(output). Its SEND_GRAD, in the run right after its BWD, reads d(input) while the slot
 // may already belong to a pair whose RECV_ACT is in that same run; that RECV_ACT writes
@@ -40,6 +54,10 @@
 //   gpipe        m*v (every pair is held at the last forward)
 //   1f1b         min(pp - rank, m)
 //   interleaved  min(m*v, (pp - rank - 1)*2 + (v - 1)*pp + 1), Megatron's warm-up + 1
+//   zb-h1        pp for m >= pp (1f1b's rank 0, on every rank: the deferred W's keep pairs)
+//   zbv          2pp + 1 chunk pairs for m >= 2pp, 2pp + 2 on a middle rank
+// and W-buffers (max_w_pending) rank + 1 (zb-h1), 2*rank + 1 (zbv). Below those m, the
+// built table's own peak.
 #pragma once
 #include "base/common.h"
 
