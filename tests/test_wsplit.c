@@ -175,7 +175,8 @@ static void check_mode(const char *sets_csv, launch_info *li) {
                  sets_csv, be->bf16_out ? ", bf16_out" : "", li->world);
         if (li->rank == 0)
             TEST_CHECK(wrong[0] + wrong[1] + wrong[2] + wrong[3] == 0, name,
-                       "failed runs %g, gradients differing %g of %zu, d(input) %g of %zu, loss %g",
+                       "summed over the ranks: failed runs %g, gradients differing %g (rank 0 "
+                       "holds %zu), d(input) %g (of %zu), loss %g",
                        (double)wrong[0], (double)wrong[1], o[r].n_grads, (double)wrong[2],
                        o[r].n_dinp, (double)wrong[3]);
     }
