@@ -145,6 +145,95 @@ static void test_matmul_composed(backend *b) {
     free(h), free(hw), free(hd);
 }
 
+// The split backward forms (backend.h; the zero-bubble schedules' B and W): the input
+// gradient alone and the parameter gradients alone, each bitwise the joint call's, for the
+// matmul (fp32, bf16 operands, bf16 outputs) and both norms. Accumulators start from the
+// same nonzero values, so an op that overwrote instead of adding would show.
+static void test_bwd_split(backend *b) {
+    const int N = 37, IC = 40, OC = 24, C = 40;
+    char name[128];
+    float *inp = dev_rand(b, (size_t)N * IC, -1, 1), *w = dev_rand(b, (size_t)OC * IC, -1, 1);
+    float *dout = dev_rand(b, (size_t)N * OC, -1, 1), *pre2 = dev_rand(b, (size_t)N * IC, -3, 3);
+    float *h0 = rand_f((size_t)OC * IC + OC, -1, 1); // the accumulators' start
+    float *jd = dev_f(b, NULL, (size_t)N * IC), *sd = dev_f(b, NULL, (size_t)N * IC);
+    float *jw = dev_f(b, h0, (size_t)OC * IC + OC), *sw = dev_f(b, h0, (size_t)OC * IC + OC);
+    for (int k = 0; k < 3; k++) { // fp32; fp32 with gelu_pre; bf16 operands
+        operand x = operand_fp32(inp), wt = operand_fp32(w), dy = operand_fp32(dout);
+        uint16_t *x16 = NULL, *w16 = NULL, *d16 = NULL;
+        if (k == 2) {
+            float *h = host_of(b, inp, (size_t)N * IC), *hw = host_of(b, w, (size_t)OC * IC);
+            float *hd = host_of(b, dout, (size_t)N * OC);
+            x16 = dev_bf16(b, h, (size_t)N * IC), w16 = dev_bf16(b, hw, (size_t)OC * IC);
+            d16 = dev_bf16(b, hd, (size_t)N * OC);
+            x = operand_bf16(x16), wt = operand_bf16(w16), dy = operand_bf16(d16);
+            free(h), free(hw), free(hd);
+        }
+        const float *gp = k == 1 ? pre2 : NULL;
+        b->copy_to_device(b, jw, h0, ((size_t)OC * IC + OC) * sizeof(float));
+        b->copy_to_device(b, sw, h0, ((size_t)OC * IC + OC) * sizeof(float));
+        backend_matmul_bwd(b, jd, jw, jw + (size_t)OC * IC, dy, x, wt, gp, N, IC, OC);
+        backend_matmul_bwd(b, sd, NULL, NULL, dy, x, wt, gp, N, IC, OC);
+        backend_matmul_bwd(b, NULL, sw, sw + (size_t)OC * IC, dy, x, wt, NULL, N, IC, OC);
+        const char *what[3] = {"fp32", "fp32 gelu_pre", "bf16"};
+        char what_k[96];
+        snprintf(what_k, sizeof what_k,
+                 "matmul_bwd split (dinp only, dweight+dbias only) = joint, %s", what[k]);
+        name_of(name, sizeof name, what_k);
+        TEST_CHECK(same_on_host(b, sd, jd, (size_t)N * IC) &&
+                       same_on_host(b, sw, jw, (size_t)OC * IC + OC),
+                   name, "dinp or dweight/dbias differ");
+        if (k == 2) { // bf16 outputs: matmul_bwd16 with dinp16 NULL / dweight NULL
+            uint16_t *j16 = b->alloc(b, (size_t)N * IC * 2), *s16 = b->alloc(b, (size_t)N * IC * 2);
+            uint16_t *p16 = b->alloc(b, (size_t)N * IC * 2);
+            b->to_bf16(b, p16, pre2, (size_t)N * IC);
+            b->copy_to_device(b, jw, h0, ((size_t)OC * IC + OC) * sizeof(float));
+            b->copy_to_device(b, sw, h0, ((size_t)OC * IC + OC) * sizeof(float));
+            backend_matmul_bwd16(b, j16, jw, jw + (size_t)OC * IC, dy, x, wt, p16, N, IC, OC);
+            backend_matmul_bwd16(b, s16, NULL, NULL, dy, x, wt, p16, N, IC, OC);
+            backend_matmul_bwd16(b, NULL, sw, sw + (size_t)OC * IC, dy, x, wt, p16, N, IC, OC);
+            uint16_t *hj = xmalloc((size_t)N * IC * 2), *hs = xmalloc((size_t)N * IC * 2);
+            b->copy_to_host(b, hj, j16, (size_t)N * IC * 2);
+            b->copy_to_host(b, hs, s16, (size_t)N * IC * 2);
+            name_of(name, sizeof name, "matmul_bwd16 split = joint (bitwise)");
+            TEST_CHECK(!memcmp(hj, hs, (size_t)N * IC * 2) &&
+                           same_on_host(b, sw, jw, (size_t)OC * IC + OC),
+                       name, "dinp16 or dweight/dbias differ");
+            free(hj), free(hs);
+            b->free(b, j16), b->free(b, s16), b->free(b, p16);
+            b->free(b, x16), b->free(b, w16), b->free(b, d16);
+        }
+    }
+    // The norms: dinp accumulates too, so it starts from the same values as well.
+    const size_t n = (size_t)N * C;
+    float *x = dev_rand(b, n, -2, 3), *dy = dev_rand(b, n, -1, 1), *nw = dev_rand(b, C, 0.5, 1.5);
+    float *nb = dev_rand(b, C, -1, 1), *out = dev_f(b, NULL, n),
+          *st = dev_f(b, NULL, 2 * (size_t)N);
+    float *hx0 = rand_f(n, -1, 1);
+    float *jx = dev_f(b, hx0, n), *sx = dev_f(b, hx0, n);
+    float *jp = dev_f(b, h0, 2 * (size_t)C), *sp = dev_f(b, h0, 2 * (size_t)C);
+    b->layernorm_fwd(b, out, st, st + N, x, nw, nb, N, C);
+    b->layernorm_bwd(b, jx, jp, jp + C, dy, x, nw, st, st + N, N, C);
+    b->layernorm_bwd(b, sx, NULL, NULL, dy, x, nw, st, st + N, N, C);
+    b->layernorm_bwd(b, NULL, sp, sp + C, dy, x, NULL, st, st + N, N, C);
+    name_of(name, sizeof name, "layernorm_bwd split (dinp only, dweight+dbias only) = joint");
+    TEST_CHECK(same_on_host(b, sx, jx, n) && same_on_host(b, sp, jp, 2 * (size_t)C), name,
+               "dinp or dweight/dbias differ");
+    b->copy_to_device(b, jx, hx0, n * sizeof(float)),
+        b->copy_to_device(b, sx, hx0, n * sizeof(float));
+    b->copy_to_device(b, jp, h0, C * sizeof(float)),
+        b->copy_to_device(b, sp, h0, C * sizeof(float));
+    b->rmsnorm_fwd(b, out, st, x, nw, N, C, 1e-5f);
+    b->rmsnorm_bwd(b, jx, jp, dy, x, nw, st, N, C);
+    b->rmsnorm_bwd(b, sx, NULL, dy, x, nw, st, N, C);
+    b->rmsnorm_bwd(b, NULL, sp, dy, x, NULL, st, N, C);
+    name_of(name, sizeof name, "rmsnorm_bwd split (dinp only, dweight only) = joint");
+    TEST_CHECK(same_on_host(b, sx, jx, n) && same_on_host(b, sp, jp, (size_t)C), name,
+               "dinp or dweight differ");
+    float *bufs[] = {inp, w, dout, pre2, jd, sd, jw, sw, x, dy, nw, nb, out, st, jx, sx, jp, sp};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) b->free(b, bufs[k]);
+    free(h0), free(hx0);
+}
+
 // The residual add fused into the LayerNorm.
 static void test_residual_layernorm(backend *b) {
     const int N = 33, C = 40;
@@ -364,6 +453,7 @@ int main(int argc, char **argv) {
         backend *b = bs[i];
         snprintf(test_tag, sizeof test_tag, "%s", tags[i]);
         test_matmul_composed(b);
+        test_bwd_split(b);
         test_residual_layernorm(b);
         test_attention_bf16(b);
         test_gelu_saturates(b);

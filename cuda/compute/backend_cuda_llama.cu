@@ -173,10 +173,9 @@ void cuda_residual_rmsnorm_fwd(backend *b, float *res, float *out, float *rstd, 
     rms_fwd(cuda_ctx_of(b), res, out, rstd, a, c, weight, N, C, eps);
 }
 
-void cuda_rmsnorm_bwd(backend *b, float *dinp, float *dweight, const float *dout, const float *inp,
-                      const float *weight, const float *rstd, int N, int C) {
-    cuda_ctx *x = cuda_ctx_of(b);
-    if (N <= 0 || C <= 0) return;
+// The input gradient of cuda_rmsnorm_bwd (vectorised where the rows allow).
+static void rmsnorm_bwd_dinp(cuda_ctx *x, float *dinp, const float *dout, const float *inp,
+                             const float *weight, const float *rstd, int N, int C) {
     const int vec = C % 4 == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) &&
                     aligned16(weight);
     if (vec) {
@@ -188,6 +187,15 @@ void cuda_rmsnorm_bwd(backend *b, float *dinp, float *dweight, const float *dout
             dinp, dout, inp, weight, rstd, N, C);
         CUDA_LAUNCH_CHECK("rmsnorm_bwd_dinp_kernel<float>");
     }
+}
+
+void cuda_rmsnorm_bwd(backend *b, float *dinp, float *dweight, const float *dout, const float *inp,
+                      const float *weight, const float *rstd, int N, int C) {
+    cuda_ctx *x = cuda_ctx_of(b);
+    if (N <= 0 || C <= 0) return;
+    // The split forms (backend.h): dinp NULL skips its kernel, dweight NULL the partial sums.
+    if (dinp) rmsnorm_bwd_dinp(x, dinp, dout, inp, weight, rstd, N, C);
+    if (!dweight) return;
     // The LayerNorm's workspace (its dweight half): reserve sized it for these rows.
     const int nchunks = (N + RMS_CHUNK - 1) / RMS_CHUNK;
     float *pw = (float *)cuda_scratch(x, cuda_ws_column_sums((size_t)N, (size_t)C));

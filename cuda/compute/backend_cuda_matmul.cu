@@ -342,6 +342,8 @@ static void matmul_bwd(cuda_ctx *x, cudaDataType_t ab, float *dinp, float *dweig
     }
     if (dinp)
         gemm(x, ab, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC, dout, OC, dinp, IC, 0.0f);
+    // The input gradient alone (backend.h's split form): dbias comes only with dweight.
+    if (!dweight) return;
     if (dbias) {
         float *dbias_step = (float *)cuda_scratch(x, cuda_ws_bias_grad((size_t)OC));
         if (lt_matmul(x, ab, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, dout, OC, dweight, IC,
@@ -453,6 +455,10 @@ void cuda_matmul_fwd16(backend *b, uint16_t *out16, uint16_t *pre16, operand inp
 void cuda_matmul_bwd16(backend *b, uint16_t *dinp16, float *dweight, float *dbias, operand dout,
                        operand inp, operand weight, const uint16_t *pre16, int N, int IC, int OC) {
     cuda_ctx *x = cuda_ctx_of(b);
+    if (!dinp16) { // the weight gradients only (backend.h's split form): the same GEMMs
+        matmul_bwd_typed(x, NULL, dweight, dbias, dout, inp, weight, N, IC, OC);
+        return;
+    }
     const cublasLtEpilogue_t epi = pre16 ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT;
     const int direct = N > 0 && OC > 0 && IC > 0 && (!pre16 || (x->gelu_epilogue && IC % 8 == 0)) &&
                        lt_matmul_d16(x, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight.ptr, IC,

@@ -230,13 +230,15 @@ void cuda_layernorm_bwd(backend *b, float *dinp, float *dweight, float *dbias, c
                         int N, int C) {
     cuda_ctx *x = cuda_ctx_of(b);
     if (N <= 0 || C <= 0) return;
-    if (!cuda_ln4_bwd_dinp(x, dinp, dout, inp, weight, mean, rstd, N, C)) {
+    // The split forms (backend.h): dinp NULL skips its kernel, dweight (and dbias) NULL the
+    // column sums; each kernel writes only its own output, so the values are the joint call's.
+    if (dinp && !cuda_ln4_bwd_dinp(x, dinp, dout, inp, weight, mean, rstd, N, C)) {
         layernorm_bwd_dinp_kernel<<<(N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK,
                                     32 * LN_ROWS_PER_BLOCK, 0, x->stream>>>(dinp, dout, inp, weight,
                                                                             mean, rstd, N, C);
         CUDA_LAUNCH_CHECK("layernorm_bwd_dinp_kernel");
     }
-    column_sums(x, dweight, dbias, dout, inp, mean, rstd, N, C);
+    if (dweight) column_sums(x, dweight, dbias, dout, inp, mean, rstd, N, C);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ void backend_matmul_bwd(backend *b, float *dinp, float *dweight, float *dbias, o
     check_operands("matmul_bwd", (const operand[]){dout, inp, weight}, names, 3);
     TRI_ASSERT(N >= 0 && IC >= 0 && OC >= 0);
     TRI_ASSERT(dinp || !gelu_pre); // the gradient at the GELU's input is dinp's
+    TRI_ASSERT(dweight || !dbias); // split forms (backend.h): dbias only with dweight
     if (!b->matmul_bwd(b, dinp, dweight, dbias, dout, inp, weight, gelu_pre, N, IC, OC) && gelu_pre)
         b->gelu_bwd(b, dinp, gelu_pre, dinp, (size_t)N * IC);
 }
@@ -51,7 +52,8 @@ void backend_matmul_bwd16(backend *b, uint16_t *dinp16, float *dweight, float *d
                           int OC) {
     static const char *const names[] = {"dout", "inp", "weight"};
     check_operands("matmul_bwd16", (const operand[]){dout, inp, weight}, names, 3);
-    TRI_ASSERT(dout.dtype == DTYPE_BF16 && dinp16 && N >= 0 && IC >= 0 && OC >= 0);
+    TRI_ASSERT(dout.dtype == DTYPE_BF16 && N >= 0 && IC >= 0 && OC >= 0);
+    TRI_ASSERT(dweight || !dbias); // split forms (backend.h): dbias only with dweight
     b->matmul_bwd16(b, dinp16, dweight, dbias, dout, inp, weight, pre16, N, IC, OC);
 }
 

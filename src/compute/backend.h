@@ -152,6 +152,9 @@ struct backend {
                       const float *bias, int N, int IC, int OC);
     // dinp (N, IC) = dout (N, OC) @ weight  (overwritten; skipped when dinp is NULL)
     // dweight (OC, IC) += dout^T @ inp;  dbias (OC) += column sums of dout (skipped if NULL)
+    // Split forms (the zero-bubble schedules' B and W, model.h): dweight and dbias NULL gives
+    // the input gradient alone, dinp NULL the weight gradients alone; dbias only with
+    // dweight. Each output is bitwise what the joint call writes (its own GEMM or kernel).
     // gelu_pre (N, IC) fp32, or NULL: this layer's input is gelu_tanh(gelu_pre), and dinp
     // (then not NULL) is wanted at gelu_pre: dinp *= gelu_tanh'(gelu_pre). A backend that
     // fuses that product into its GEMM returns 1; else it returns 0 with dinp = dout @ weight,
@@ -170,7 +173,9 @@ struct backend {
     void (*matmul_fwd16)(backend *b, uint16_t *out16, uint16_t *pre16, operand inp, operand weight,
                          const float *bias, int N, int IC, int OC);
     // dinp16 (N, IC) = bf16((dout @ weight) * gelu_tanh'(pre16 widened)), the factor only
-    // when pre16 is given; dweight, dbias as matmul_bwd (fp32, accumulated).
+    // when pre16 is given; dweight, dbias as matmul_bwd (fp32, accumulated). Split forms as
+    // matmul_bwd's: dinp16 NULL, the weight gradients only (bitwise matmul_bwd's on the same
+    // bf16 operands); dweight and dbias NULL, dinp16 only.
     void (*matmul_bwd16)(backend *b, uint16_t *dinp16, float *dweight, float *dbias, operand dout,
                          operand inp, operand weight, const uint16_t *pre16, int N, int IC, int OC);
 
@@ -179,7 +184,9 @@ struct backend {
     void (*layernorm_fwd)(backend *b, float *out, float *mean, float *rstd, const float *inp,
                           const float *weight, const float *bias, int N, int C);
     // dinp (N, C) += ... (ACCUMULATES: dinp is the residual stream's gradient);
-    // dweight, dbias (C) +=.
+    // dweight, dbias (C) +=. Split forms, each output bitwise the joint call's: dinp NULL, the
+    // parameter gradients only (weight is then not read); dweight and dbias NULL (both), dinp
+    // only.
     void (*layernorm_bwd)(backend *b, float *dinp, float *dweight, float *dbias, const float *dout,
                           const float *inp, const float *weight, const float *mean,
                           const float *rstd, int N, int C);
@@ -301,7 +308,8 @@ struct backend {
     // RMSNorm: out (N, C) = inp * rstd * weight, rstd (N) = 1/sqrt(mean(inp^2) + eps), saved.
     void (*rmsnorm_fwd)(backend *b, float *out, float *rstd, const float *inp, const float *weight,
                         int N, int C, float eps);
-    // dinp (N, C) += ... (ACCUMULATES, as layernorm_bwd); dweight (C) +=.
+    // dinp (N, C) += ... (ACCUMULATES, as layernorm_bwd); dweight (C) +=. Split forms as
+    // layernorm_bwd's: dinp NULL (weight not read) or dweight NULL.
     void (*rmsnorm_bwd)(backend *b, float *dinp, float *dweight, const float *dout,
                         const float *inp, const float *weight, const float *rstd, int N, int C);
     // residual_fwd then rmsnorm_fwd in one pass (res may alias a), as residual_layernorm_fwd.

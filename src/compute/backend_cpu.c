@@ -178,10 +178,14 @@ static void matmul_fwd_f32(backend *b, float *out, const float *inp, const float
 static void matmul_bwd_f32(backend *b, float *dinp, float *dweight, float *dbias, const float *dout,
                            const float *inp, const float *weight, int N, int IC, int OC) {
     cpu_ctx *ctx = ctx_of(b);
+    // Each output has its own GEMM or loop: the input gradient alone (dweight and dbias NULL)
+    // or the weight gradients alone (dinp NULL) are bitwise the joint call's.
     if (dinp)
         cpu_gemm(ctx, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, weight, IC, 0.0f, dinp,
                  IC);
-    cpu_gemm(ctx, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
+    if (dweight)
+        cpu_gemm(ctx, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight,
+                 IC);
     // dbias: column sums, each thread owning a column slice and walking the rows in order,
     // so the result is the same for every thread count.
     if (!dbias) return;
@@ -231,22 +235,36 @@ static void cpu_layernorm_bwd(backend *b, float *dinp, float *dweight, float *db
                               const float *mean, const float *rstd, int N, int C) {
     cpu_ctx *ctx = ctx_of(b);
     // Per-thread partial dweight and dbias over a static block of rows, summed in thread
-    // order afterwards: deterministic for a given thread count, and no atomics.
-    float *partial = cpu_scratch(ctx, (size_t)ctx->threads * 2 * C);
+    // order afterwards: deterministic for a given thread count, and no atomics. The split
+    // forms (dinp NULL: the parameter gradients only; dweight NULL, then dbias NULL too: dinp
+    // only) compute each output with the same expressions over the same rows, so each is
+    // bitwise the joint call's.
+    const int want_dx = dinp != NULL, want_dw = dweight != NULL;
+    TRI_ASSERT(want_dw == (dbias != NULL));
+    float *partial = want_dw ? cpu_scratch(ctx, (size_t)ctx->threads * 2 * C) : NULL;
 #pragma omp parallel num_threads(ctx->threads)
     {
         int tid = omp_get_thread_num(), nth = omp_get_num_threads();
-        float *restrict pw = partial + (size_t)tid * 2 * C;
-        float *restrict pb = pw + C;
-        memset(pw, 0, 2 * (size_t)C * sizeof(float));
+        float *restrict pw = want_dw ? partial + (size_t)tid * 2 * C : NULL;
+        float *restrict pb = want_dw ? pw + C : NULL;
+        if (want_dw) memset(pw, 0, 2 * (size_t)C * sizeof(float));
         size_t r0, r1;
         row_block((size_t)N, tid, nth, &r0, &r1);
         const float *restrict w = weight;
         for (size_t n = r0; n < r1; n++) {
             const float *restrict x = inp + n * C;
             const float *restrict dy = dout + n * C;
-            float *restrict dx = dinp + n * C;
             const float m = mean[n], s = rstd[n];
+            if (!want_dx) {
+#pragma omp simd
+                for (int i = 0; i < C; i++) {
+                    float norm = (x[i] - m) * s;
+                    pb[i] += dy[i];
+                    pw[i] += dy[i] * norm;
+                }
+                continue;
+            }
+            float *restrict dx = dinp + n * C;
             // dnorm = dy * w; dx = s * (dnorm - mean(dnorm) - norm * mean(dnorm * norm))
             float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
 #pragma omp simd reduction(+ : dnorm_sum, dnorm_norm_sum)
@@ -258,6 +276,15 @@ static void cpu_layernorm_bwd(backend *b, float *dinp, float *dweight, float *db
             }
             const float dnorm_mean = dnorm_sum / (float)C;
             const float dnorm_norm_mean = dnorm_norm_sum / (float)C;
+            if (!want_dw) {
+#pragma omp simd
+                for (int i = 0; i < C; i++) {
+                    float norm = (x[i] - m) * s;
+                    float dnorm = dy[i] * w[i];
+                    dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+                }
+                continue;
+            }
 #pragma omp simd
             for (int i = 0; i < C; i++) {
                 float norm = (x[i] - m) * s;
@@ -267,17 +294,19 @@ static void cpu_layernorm_bwd(backend *b, float *dinp, float *dweight, float *db
                 dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
             }
         }
+        if (want_dw) {
 #pragma omp barrier
-        int c0, c1;
-        col_block(C, tid, nth, &c0, &c1);
-        for (int t = 0; t < nth; t++) {
-            const float *restrict tw = partial + (size_t)t * 2 * C;
-            const float *restrict tb = tw + C;
-            float *restrict dw = dweight, *restrict db = dbias;
+            int c0, c1;
+            col_block(C, tid, nth, &c0, &c1);
+            for (int t = 0; t < nth; t++) {
+                const float *restrict tw = partial + (size_t)t * 2 * C;
+                const float *restrict tb = tw + C;
+                float *restrict dw = dweight, *restrict db = dbias;
 #pragma omp simd
-            for (int c = c0; c < c1; c++) {
-                dw[c] += tw[c];
-                db[c] += tb[c];
+                for (int c = c0; c < c1; c++) {
+                    dw[c] += tw[c];
+                    db[c] += tb[c];
+                }
             }
         }
     }
@@ -562,9 +591,11 @@ static void matmul_bwd_bf16(backend *b, float *dinp, float *dweight, float *dbia
     const size_t no = (size_t)N * OC, ni = (size_t)N * IC, nw = (size_t)OC * IC;
     float *w_dout = cpu_scratch(ctx_of(b), no + ni + nw), *w_inp = w_dout + no,
           *w_weight = w_inp + ni;
+    // Only the operands of the outputs asked for (the split forms): the weight for dinp, the
+    // input for dweight.
     cpu_from_bf16(b, w_dout, dout, no);
-    cpu_from_bf16(b, w_inp, inp, ni);
-    cpu_from_bf16(b, w_weight, weight, nw);
+    if (dweight) cpu_from_bf16(b, w_inp, inp, ni);
+    if (dinp) cpu_from_bf16(b, w_weight, weight, nw);
     matmul_bwd_f32(b, dinp, dweight, dbias, w_dout, w_inp, w_weight, N, IC, OC);
 }
 
@@ -609,6 +640,10 @@ static void cpu_matmul_bwd16(backend *b, uint16_t *dinp16, float *dweight, float
                              operand dout, operand inp, operand weight, const uint16_t *pre16,
                              int N, int IC, int OC) {
     const size_t n = (size_t)N * IC;
+    if (!dinp16) { // the weight gradients only (backend.h)
+        matmul_bwd_bf16(b, NULL, dweight, dbias, dout.ptr, inp.ptr, weight.ptr, N, IC, OC);
+        return;
+    }
     float *dinp = cpu_out_stage(ctx_of(b), pre16 ? 2 * n : n), *pre = dinp + n;
     matmul_bwd_bf16(b, dinp, dweight, dbias, dout.ptr, inp.ptr, weight.ptr, N, IC, OC);
     if (pre16) {

@@ -32,24 +32,43 @@ void cpu_rmsnorm_fwd(backend *b, float *out, float *rstd, const float *inp, cons
 void cpu_rmsnorm_bwd(backend *b, float *dinp, float *dweight, const float *dout, const float *inp,
                      const float *weight, const float *rstd, int N, int C) {
     cpu_ctx *ctx = ctx_of(b);
-    float *partial = cpu_scratch(ctx, (size_t)ctx->threads * C);
+    // The split forms (dinp NULL: dweight only; dweight NULL: dinp only) compute each output
+    // with the joint call's expressions over the same rows: bitwise its values.
+    const int want_dx = dinp != NULL, want_dw = dweight != NULL;
+    float *partial = want_dw ? cpu_scratch(ctx, (size_t)ctx->threads * C) : NULL;
 #pragma omp parallel num_threads(ctx->threads)
     {
         const int tid = omp_get_thread_num(), nth = omp_get_num_threads();
-        float *restrict pw = partial + (size_t)tid * C;
-        memset(pw, 0, (size_t)C * sizeof(float));
+        float *restrict pw = want_dw ? partial + (size_t)tid * C : NULL;
+        if (want_dw) memset(pw, 0, (size_t)C * sizeof(float));
         size_t r0, r1;
         row_block((size_t)N, tid, nth, &r0, &r1);
         const float *restrict w = weight;
         for (size_t n = r0; n < r1; n++) {
             const float *restrict x = inp + n * C;
             const float *restrict dy = dout + n * C;
-            float *restrict dx = dinp + n * C;
             const float s = rstd[n];
+            if (!want_dx) {
+#pragma omp simd
+                for (int i = 0; i < C; i++) {
+                    const float norm = x[i] * s;
+                    pw[i] += dy[i] * norm;
+                }
+                continue;
+            }
+            float *restrict dx = dinp + n * C;
             float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
             for (int i = 0; i < C; i++) dot += dy[i] * w[i] * x[i] * s;
             const float mean_dot = dot / (float)C;
+            if (!want_dw) {
+#pragma omp simd
+                for (int i = 0; i < C; i++) {
+                    const float norm = x[i] * s;
+                    dx[i] += (dy[i] * w[i] - norm * mean_dot) * s;
+                }
+                continue;
+            }
 #pragma omp simd
             for (int i = 0; i < C; i++) {
                 const float norm = x[i] * s;
@@ -57,14 +76,16 @@ void cpu_rmsnorm_bwd(backend *b, float *dinp, float *dweight, const float *dout,
                 dx[i] += (dy[i] * w[i] - norm * mean_dot) * s;
             }
         }
+        if (want_dw) {
 #pragma omp barrier
-        int c0, c1;
-        col_block(C, tid, nth, &c0, &c1);
-        for (int t = 0; t < nth; t++) {
-            const float *restrict tw = partial + (size_t)t * C;
-            float *restrict dw = dweight;
+            int c0, c1;
+            col_block(C, tid, nth, &c0, &c1);
+            for (int t = 0; t < nth; t++) {
+                const float *restrict tw = partial + (size_t)t * C;
+                float *restrict dw = dweight;
 #pragma omp simd
-            for (int c = c0; c < c1; c++) dw[c] += tw[c];
+                for (int c = c0; c < c1; c++) dw[c] += tw[c];
+            }
         }
     }
 }

@@ -201,6 +201,20 @@ void model_buffers(mem_specs *s, const model_config *mc, const model_layout *ml,
                                         (size_t)d.NH_local);
     const int head = d.has_head ? 1 + (model_xent16(ml->precision, ml->bf16_out) && !d.llama) : 0;
     if (!m && ml->n_slots > 0) sized_slots(s, &d, att, ml->n_slots, recompute, bf16, head);
+    // The W-buffers of the B/W split (model_wsplit.c): sized as one spec when only sizing, the
+    // n_wbufs-fold of one spec rounded as the arena carves it (as sized_slots does).
+    const size_t wbuf = ml->n_wbufs > 0 ? model_wbuf_bytes(mc, ml) : 0;
+    if (!m && ml->n_wbufs > 0) {
+        mem_specs one = {0};
+        uint64_t kinds[MEM_KIND_COUNT];
+        mem_specs_add(&one, "activation.wbuf", MEM_ACTIVATION, wbuf, NULL);
+        mem_specs_totals(&one, kinds);
+        mem_specs_free(&one);
+        mem_specs_add(s, "activation.wbufs", MEM_ACTIVATION,
+                      sat_mul_size((size_t)kinds[MEM_ACTIVATION], (size_t)ml->n_wbufs), NULL);
+    }
+    for (int k = 0; m && k < ml->n_wbufs; k++)
+        mem_specs_add(s, "activation.wbuf", MEM_ACTIVATION, wbuf, &m->wbufs[k].mem);
     for (int k = 0; m && k < ml->n_slots; k++)
         slot_buffers(s, &d, att, recompute ? 0 : d.Lc, head, 0, bf16, recompute, 0, m,
                      &m->slots[k]);
@@ -268,6 +282,16 @@ tri_status model_create(model *m, const model_config *mc, const model_layout *ml
     TRI_ASSERT(ml->n_slots >= 1 && ml->n_slots <= MODEL_MAX_SLOTS); // config_sizes.c
     m->n_slots = ml->n_slots;
     m->slots = xcalloc_for((size_t)ml->n_slots, sizeof(model_acts), "the activation slots' table");
+    TRI_ASSERT(ml->n_wbufs >= 0 && ml->n_wbufs <= MODEL_MAX_SLOTS); // at most one per pair
+    m->n_wbufs = ml->n_wbufs;
+    m->wbuf_bytes = ml->n_wbufs > 0 ? model_wbuf_bytes(mc, ml) : 0;
+    m->wbufs = ml->n_wbufs > 0 ? xcalloc((size_t)ml->n_wbufs, sizeof(model_wbuf)) : NULL;
+    for (int k = 0; k < m->n_wbufs; k++) {
+        model_wbuf *wb = &m->wbufs[k];
+        wb->slot = wb->chunk = -1;
+        wb->cap_ops = MODEL_WOPS_PER_LAYER * d->Lc + MODEL_WOPS_ENDS;
+        wb->ops = xcalloc((size_t)wb->cap_ops, sizeof(model_wop));
+    }
     if (m->bf16) {
         m->pstage_off = xcalloc((size_t)m->table.n_entries, sizeof(size_t));
         params_stage_layout(&m->table, m->pstage_off, 0);
@@ -290,6 +314,8 @@ void model_free(model *m) {
     if (!m->be) return;
     mem_specs_release(&m->buffers, m->pool, m->be);
     free(m->slots);
+    for (int k = 0; k < m->n_wbufs; k++) free(m->wbufs[k].ops);
+    free(m->wbufs);
     free(m->stage_off);
     free(m->pstage_off);
     params_free(&m->table);

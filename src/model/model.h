@@ -33,6 +33,8 @@ typedef struct {
     model_shard shard;
     int micro_batch;       // B
     int n_slots;           // activation slots: micro-batches (and chunks) in flight
+    int n_wbufs;           // W-buffers: (micro-batch, chunk) pairs between their backward's B
+                           // and its W (the schedule's max_w_pending; 0 without the split)
     int sequence_parallel; // parallel.sequence_parallel (in effect only with tp > 1)
     recompute_kind recompute;
     tri_dtype precision;        // parameters and kept activations: DTYPE_FP32 or DTYPE_BF16
@@ -109,6 +111,17 @@ typedef struct {
     uint16_t *ln1_16, *ln2_16, *qkv16, *atty16, *fch16, *fch_gelu16;
 } model_acts;
 
+// The passes of a chunk the store is told of (model_store.pass_begin): a forward, a whole
+// backward (model_backward), or the backward split in two for the zero-bubble schedules: B
+// (model_backward_b: activation gradients, reads the parameters) and W (model_backward_w:
+// the parameter gradients, reads no parameter, finishes the gradients as a backward does).
+typedef enum {
+    MODEL_PASS_FORWARD = 0,
+    MODEL_PASS_BACKWARD = 1,
+    MODEL_PASS_B = 2,
+    MODEL_PASS_W = 3,
+} model_pass;
+
 // Where the model's parameters and gradients live (filled in by the ZeRO layer). An entry's
 // parameters are fp32 or bf16 (layout.precision), its gradient accumulator fp32 or bf16
 // (layout.grad_dtype); the pointers may change between passes (ZeRO-3 gathers into a
@@ -117,15 +130,16 @@ typedef struct {
     void *ctx;
     void **param_of; // (table.n_entries)
     void **grad_of;  // (table.n_entries)
-    // At the start of every forward and backward of a chunk (ZeRO-3 gathers there). NULL: none.
-    tri_status (*pass_begin)(void *ctx, int chunk, int backward);
+    // At the start of every pass of a chunk (ZeRO-3 gathers there for all but W). NULL: none.
+    tri_status (*pass_begin)(void *ctx, int chunk, model_pass pass);
     // Before an op reads the parameters of entries [first, first + count) (a layer, the
     // embeddings, the final LayerNorm, the LM head): a gather pass_begin started may be in
     // flight until then. NULL: none.
     tri_status (*params_ready)(void *ctx, int first, int count);
     // When the gradients of entries [first, first + count) of the current micro-batch are
     // final (after each layer's backward, after the LM head, after the embedding), so that
-    // they can be reduced while the backward goes on. NULL: none.
+    // they can be reduced while the backward goes on. NULL: none. A split backward calls it
+    // from W only, in the same order as model_backward.
     tri_status (*grads_ready)(void *ctx, int first, int count);
 } model_store;
 
@@ -151,6 +165,13 @@ typedef struct {
     size_t *stage_off;
     model_acts *slots; // one per micro-batch in flight (the schedule's bound)
     int n_slots;
+    // The B/W split (model_backward_b / _w): n_wbufs W-buffers, each wbuf_bytes of device
+    // memory (model_buffers: model_wbuf_bytes) and the list of W's ops; wcur: the one the
+    // running B fills (NULL: the backward computes its weight gradients at once).
+    struct model_wbuf *wbufs;
+    int n_wbufs;
+    size_t wbuf_bytes;
+    struct model_wbuf *wcur;
     int bf16_direct;   // model_bf16_direct: the layers' matmuls write their bf16 outputs
     int xent16;        // model_xent16: the fused bf16 classifier (slots hold logits16)
     int recompute;     // parallel.recompute full: slots keep each layer's input only; the
@@ -221,6 +242,26 @@ double model_take_loss(model *m);
 // d(loss)/d(per-token loss): 1 / tokens in the global batch); any other chunk from
 // model_chunk_grad() holding d(output). Leaves d(input) there for the previous stage.
 tri_status model_backward(model *m, int slot, int chunk, float dloss);
+
+// The backward split in two (the zero-bubble schedules, sched.h's BWD_B and BWD_W), which
+// together give bitwise model_backward's gradients and d(input):
+// B: the activation gradients of (slot, chunk) from dloss (the loss chunk) or the slot's
+// d(output); leaves d(input) at model_chunk_grad(m, slot). All its tp collectives are here.
+// What W needs that B computed (each matmul's output gradient, under bf16 its rounding; each
+// norm's output gradient after its tp reduction; the embedding's all-rows gradient) or that
+// would be overwritten before W (the work activations under recompute) goes to W-buffer
+// `wslot` (0 <= wslot < layout.n_wbufs, free: its last B had its W). Writes no parameter
+// gradient and calls no grads_ready.
+tri_status model_backward_b(model *m, int slot, int wslot, int chunk, float dloss);
+// W: every parameter gradient of (slot, chunk), from the slot (held until now) and W-buffer
+// `wslot` only (no parameter, no collective), accumulated in model_backward's order with the
+// store's grads_ready calls as it makes them; frees the W-buffer. Any FWD or B of other pairs
+// may run between a pair's B and its W.
+tri_status model_backward_w(model *m, int slot, int wslot, int chunk);
+
+// Bytes of one W-buffer on the rank `ml` describes (the largest B of any of its chunks
+// fills), a pure function of the dims and the layout (model_buffers counts n_wbufs of them).
+size_t model_wbuf_bytes(const model_config *mc, const model_layout *ml);
 
 // The (Nl, C) buffers a pipeline exchanges for a slot: the chunk's input activation (where
 // a received activation goes), its output (what is sent on), and its residual gradient.

@@ -3,6 +3,7 @@
 //   model_layer.c  a transformer layer forward and backward, its tp collectives, bf16 keeping
 //   model_layer_llama.c  the Llama layer and its final norm and head (model.arch llama)
 //   model_pass.c   the forward and backward of a chunk: embedding, layers, LM head and loss
+//   model_wsplit.c the backward's B/W split: W-buffers, the ops W replays, their sizes
 #pragma once
 #include <stddef.h>
 
@@ -69,10 +70,11 @@ tri_status model_layernorm_to_all_rows(model *m, float *full, float *mean, float
                                        const float *in, const float *w, const float *b);
 // Backward of "copy to the tp region" for a LayerNorm output: m->dln (N, C) holds this
 // rank's partial gradient of all rows; after the reduction the LayerNorm backward
-// accumulates the gradient of this rank's rows into dres.
-tri_status model_layernorm_bwd_from_all_rows(model *m, float *dres, const float *in, const float *w,
-                                             float *dw, float *db, const float *mean,
-                                             const float *rstd);
+// accumulates the gradient of this rank's rows into dres, and the gradients of entries w and b
+// (its weight and bias), now or in W (model_w_norm: `in` and the statistics kept when
+// `outside`, the one-layer work activations of recompute).
+tri_status model_layernorm_bwd_from_all_rows(model *m, float *dres, const float *in, int w, int b,
+                                             const float *mean, const float *rstd, int outside);
 
 // How a layer's forward meets the LayerNorms next to it (`fuse`, model_forward decides): its
 // MLP residual add fused with the LayerNorm that reads the sum, as the attention's is with
@@ -103,9 +105,9 @@ void model_keep_bf16(model *m, model_acts *a, layer_acts *w, int i, int which);
 const uint16_t *model_stored_bf16(model *m, model_acts *a, layer_acts *w, int i, int which);
 const uint16_t *model_attn_out16(model *m, model_acts *a, layer_acts *w, int i);
 // The backward of a bias-free linear layer (entry w): dinp (N, IC) = dout @ W, dW += dout^T
-// inp, under bf16 on dout's rounding and inp16.
+// inp, under bf16 on dout's rounding and inp16; dW now or in W (inp kept when `outside`).
 void model_linear_bwd(model *m, float *dinp, int w, const float *dout, const float *inp,
-                      const uint16_t *inp16, int N, int IC, int OC);
+                      const uint16_t *inp16, int outside, int N, int IC, int OC);
 // SP: the all-gather of every rank's rows of `full` (N, C), this rank's at row0.
 tri_status model_tp_gather_rows(model *m, float *full);
 
@@ -127,3 +129,65 @@ tri_status model_llama_head_backward(model *m, model_acts *a);
 // forward with fuse 0 (the next layer's buffers are not this one's to write then).
 tri_status model_layer_forward(model *m, model_acts *acts, int l, int i, int fuse);
 tri_status model_layer_backward(model *m, model_acts *acts, int l, int i);
+
+// ---- the B/W split (model_wsplit.c) ----
+// What W does, recorded by B in the order a joint backward would have done it: the parameter
+// gradients of a matmul (dweight of entry w, dbias of entry b or -1, from dout and inp), of a
+// norm (LayerNorm: w, b; RMSNorm: w, b -1, mean NULL), of the embedding (w = wte, b = wpe or
+// -1), a rounding into mm16 (the LM head's bf16 operands), and the store's grads_ready.
+typedef enum {
+    WOP_MATMUL,
+    WOP_LAYERNORM,
+    WOP_RMSNORM,
+    WOP_EMBEDDING,
+    WOP_TO_BF16,
+    WOP_GRADS_READY,
+} model_wop_kind;
+
+typedef struct {
+    model_wop_kind kind;
+    int w, b;                     // gradient entries; GRADS_READY: first, count
+    operand dout, inp;            // MATMUL
+    const float *dy;              // norms and EMBEDDING: the output gradient; TO_BF16: the source
+    const float *x, *mean, *rstd; // norms: the input and its statistics
+    const int *tokens;            // EMBEDDING
+    uint16_t *dst;                // TO_BF16
+    size_t n;                     // TO_BF16: elements
+    int N, IC, OC;                // MATMUL (N, IC, OC); norms (N, C = IC)
+} model_wop;
+
+// The most ops a B records: per layer 6 matmuls and norms and a grads_ready; at the chunk's
+// ends the LM head (3 per bf16 row chunk), the final norm, the embedding and 5 grads_ready.
+#define MODEL_WOPS_PER_LAYER 7
+#define MODEL_WOPS_ENDS (3 * MODEL_HEAD_CHUNKS + 8)
+
+// One W-buffer: its device memory (wbuf_bytes, carved from the model's specs), the part B
+// used, W's ops, and the pair it holds (slot -1: free).
+typedef struct model_wbuf {
+    char *mem;
+    size_t used;
+    model_wop *ops;
+    int n_ops, cap_ops;
+    int slot, chunk;
+} model_wbuf;
+
+// Whether a B is running (its weight gradients go to W).
+static inline int model_deferring(const model *m) { return m->wcur != NULL; }
+// B: `bytes` of the running W-buffer (aligned for any kernel), or a copy of `src` into them.
+void *model_w_take(model *m, size_t bytes);
+const void *model_w_keep(model *m, const void *src, size_t bytes);
+void model_w_push(model *m, const model_wop *op);
+// The store's grads_ready for entries [first, first + count): now (after flushing bf16
+// gradients' staging), or recorded for W while a B runs.
+tri_status model_grads_ready(model *m, int first, int count);
+// The linear layers' backward under B: dinp only, with W's op recorded (dout kept, or its
+// bf16 rounding written straight into the W-buffer; inp kept when `outside`). dout16: dout's
+// bf16 rounding already made (NULL: made here under bf16). gelu_pre as backend_matmul_bwd's.
+void model_w_linear(model *m, float *dinp, int w, int b, const float *dout, const uint16_t *dout16,
+                    operand inp, int outside, const float *gelu_pre, int N, int IC, int OC);
+// A norm's parameter gradients for W: dy (Nl, C; m->dln after the reduction) kept, and x, mean,
+// rstd when `outside` (mean NULL: RMSNorm, b -1).
+void model_w_norm(model *m, int w, int b, const float *dy, const float *x, const float *mean,
+                  const float *rstd, int outside);
+// W: the ops of a W-buffer, in order.
+tri_status model_w_run(model *m, model_wbuf *wb);

@@ -143,28 +143,48 @@ static void linear_gelu_fwd(model *m, float *out, float *pre, const float *inp,
                        IC, OC);
 }
 
-// Its backward into dinp and the gradients of entry w (dbias: its bias's, or NULL). Under
+// Its backward into dinp and the gradients of entry w and its bias (entry bias, or -1). Under
 // bf16 dout is rounded into mm16 first, unless dout16 holds that rounding already (written
 // so by the matmul before: bf16_direct). gelu_pre: the layer's input is gelu(gelu_pre), and
-// dinp is the gradient at gelu_pre (NULL: at the input).
-static void linear_bwd(model *m, float *dinp, int w, float *dbias, const float *dout,
+// dinp is the gradient at gelu_pre (NULL: at the input). Under a B (model_deferring) the
+// weight gradients are W's, with inp kept when it is recompute's work copy.
+static void linear_bwd(model *m, float *dinp, int w, int bias, const float *dout,
                        const uint16_t *dout16, const float *inp, const uint16_t *inp16,
                        const float *gelu_pre, int N, int IC, int OC) {
     backend *be = m->be;
+    if (model_deferring(m)) {
+        model_w_linear(m, dinp, w, bias, dout, dout16, OPND(m, inp, inp16), m->recompute, gelu_pre,
+                       N, IC, OC);
+        return;
+    }
     if (m->bf16 && !dout16) be->to_bf16(be, m->mm16, dout, (size_t)N * OC);
-    backend_matmul_bwd(be, dinp, G(m, w), dbias, OPND(m, dout, dout16 ? dout16 : m->mm16),
-                       OPND(m, inp, inp16), OPND(m, P(m, w), P16(m, w)), gelu_pre, N, IC, OC);
+    backend_matmul_bwd(be, dinp, G(m, w), bias >= 0 ? G(m, bias) : NULL,
+                       OPND(m, dout, dout16 ? dout16 : m->mm16), OPND(m, inp, inp16),
+                       OPND(m, P(m, w), P16(m, w)), gelu_pre, N, IC, OC);
 }
 
 // bf16_direct: the fcproj backward (after the GELU) with its input gradient, times the
 // GELU's derivative at the kept bf16 GELU input fch16, written as bf16 into dfch16 (the
-// fc backward's dout); dout is rounded into mm16 first, as linear_bwd does.
-static void linear_gelu_bwd16(model *m, uint16_t *dinp16, int w, float *dbias, const float *dout,
+// fc backward's dout); dout is rounded into mm16 first, as linear_bwd does (under a B into
+// the W-buffer, where W reads it; inp16 is the slot's: no recompute here).
+static void linear_gelu_bwd16(model *m, uint16_t *dinp16, int w, int bias, const float *dout,
                               const uint16_t *inp16, const uint16_t *pre16, int N, int IC, int OC) {
     backend *be = m->be;
-    be->to_bf16(be, m->mm16, dout, (size_t)N * OC);
-    backend_matmul_bwd16(be, dinp16, G(m, w), dbias, operand_bf16(m->mm16), operand_bf16(inp16),
-                         operand_bf16(P16(m, w)), pre16, N, IC, OC);
+    const int defer = model_deferring(m);
+    uint16_t *d16 = defer ? model_w_take(m, (size_t)N * OC * sizeof(uint16_t)) : m->mm16;
+    be->to_bf16(be, d16, dout, (size_t)N * OC);
+    backend_matmul_bwd16(be, dinp16, defer ? NULL : G(m, w), defer || bias < 0 ? NULL : G(m, bias),
+                         operand_bf16(d16), operand_bf16(inp16), operand_bf16(P16(m, w)), pre16, N,
+                         IC, OC);
+    if (defer)
+        model_w_push(m, &(model_wop){.kind = WOP_MATMUL,
+                                     .w = w,
+                                     .b = bias,
+                                     .dout = operand_bf16(d16),
+                                     .inp = operand_bf16(inp16),
+                                     .N = N,
+                                     .IC = IC,
+                                     .OC = OC});
 }
 
 // bf16: the attention output O as the attention backward's operand (backend.h), the same bits
@@ -314,12 +334,18 @@ tri_status model_layer_forward(model *m, model_acts *acts, int l, int i, int fus
 
 // model_layernorm_bwd_from_all_rows: after the reduction the first Nl rows of m->dln are
 // the gradient of this rank's rows (all-reduce without SP, reduce-scatter with it).
-tri_status model_layernorm_bwd_from_all_rows(model *m, float *dres, const float *in, const float *w,
-                                             float *dw, float *db, const float *mean,
-                                             const float *rstd) {
+tri_status model_layernorm_bwd_from_all_rows(model *m, float *dres, const float *in, int w, int b,
+                                             const float *mean, const float *rstd, int outside) {
     const model_dims *d = &m->d;
     TRI_CHECK(model_tp_reduce_rows(m, m->dln, m->dln));
-    m->be->layernorm_bwd(m->be, dres, dw, db, m->dln, in, w, mean, rstd, d->N_local, d->C);
+    if (!model_deferring(m)) {
+        m->be->layernorm_bwd(m->be, dres, G(m, w), G(m, b), m->dln, in, P(m, w), mean, rstd,
+                             d->N_local, d->C);
+        return TRI_OK;
+    }
+    m->be->layernorm_bwd(m->be, dres, NULL, NULL, m->dln, in, P(m, w), mean, rstd, d->N_local,
+                         d->C);
+    model_w_norm(m, w, b, m->dln, in, mean, rstd, outside);
     return TRI_OK;
 }
 
@@ -339,36 +365,35 @@ tri_status model_layer_backward(model *m, model_acts *acts, int l, int i) {
     const param_table *pt = &m->table;
     TRI_CHECK(model_params_ready(m, params_layer(pt, l, 0), pt->layer_entries));
     float *dout;
-#define LP(which) P(m, params_layer(pt, l, which))
-#define LG(which) G(m, params_layer(pt, l, which))
 #define LW(which) params_layer(pt, l, which)
 #define IN16(which) (m->bf16 ? stored_bf16(m, acts, &a, i, which) : NULL)
     // MLP: out = res2 + fcproj(gelu(fc(ln2(res2)))).
     TRI_CHECK(model_dresidual_all_rows(m, acts->dres, &dout));
     if (m->bf16_direct) // dfch16: at gelu's input, already the fc backward's bf16 operand
-        linear_gelu_bwd16(m, m->dfch16, LW(PARAM_FCPROJW), LG(PARAM_FCPROJB), dout,
+        linear_gelu_bwd16(m, m->dfch16, LW(PARAM_FCPROJW), LW(PARAM_FCPROJB), dout,
                           IN16(ACT_FCH_GELU), IN16(ACT_FCH), N, d->C4_local, C);
     else
-        linear_bwd(m, m->dfch, LW(PARAM_FCPROJW), LG(PARAM_FCPROJB), dout, NULL, a.fch_gelu,
+        linear_bwd(m, m->dfch, LW(PARAM_FCPROJW), LW(PARAM_FCPROJB), dout, NULL, a.fch_gelu,
                    IN16(ACT_FCH_GELU), a.fch, N, d->C4_local, C); // dfch: at gelu's input
-    linear_bwd(m, m->dln, LW(PARAM_FCW), LG(PARAM_FCB), m->dfch, m->dfch16, a.ln2, IN16(ACT_LN2),
+    linear_bwd(m, m->dln, LW(PARAM_FCW), LW(PARAM_FCB), m->dfch, m->dfch16, a.ln2, IN16(ACT_LN2),
                NULL, N, C, d->C4_local);
-    TRI_CHECK(model_layernorm_bwd_from_all_rows(m, acts->dres, a.res2, LP(PARAM_LN2W),
-                                                LG(PARAM_LN2W), LG(PARAM_LN2B), a.ln2_mean,
-                                                a.ln2_rstd));
+    // res2 and the statistics are recompute's work copies (kept for W), else the slot's.
+    TRI_CHECK(model_layernorm_bwd_from_all_rows(m, acts->dres, a.res2, LW(PARAM_LN2W),
+                                                LW(PARAM_LN2B), a.ln2_mean, a.ln2_rstd,
+                                                m->recompute));
     // Attention: res2 = in + attproj(attention(qkv(ln1(in)))).
     TRI_CHECK(model_dresidual_all_rows(m, acts->dres, &dout));
-    linear_bwd(m, m->datty, LW(PARAM_ATTPROJW), LG(PARAM_ATTPROJB), dout, NULL, a.atty,
+    linear_bwd(m, m->datty, LW(PARAM_ATTPROJW), LW(PARAM_ATTPROJB), dout, NULL, a.atty,
                IN16(ACT_ATTY), NULL, N, d->C_local, C);
     backend_attention_bwd(be, m->dqkv, m->datty, OPND(m, a.qkv, IN16(ACT_QKV)),
                           OPND(m, a.atty, m->bf16 ? attn_out16(m, acts, &a, i) : NULL), a.att_state,
                           d->B, d->T, d->NH_local, d->NH_local, d->HS);
-    linear_bwd(m, m->dln, LW(PARAM_QKVW), LG(PARAM_QKVB), m->dqkv, NULL, a.ln1, IN16(ACT_LN1), NULL,
+    linear_bwd(m, m->dln, LW(PARAM_QKVW), LW(PARAM_QKVB), m->dqkv, NULL, a.ln1, IN16(ACT_LN1), NULL,
                N, C, d->C3_local);
-    TRI_CHECK(model_layernorm_bwd_from_all_rows(m, acts->dres, a.in, LP(PARAM_LN1W), LG(PARAM_LN1W),
-                                                LG(PARAM_LN1B), a.ln1_mean, a.ln1_rstd));
-#undef LP
-#undef LG
+    // in is the slot's residual stream; under recompute the statistics are work copies (kept
+    // whole with it: model_w_norm keeps x, mean and rstd together).
+    TRI_CHECK(model_layernorm_bwd_from_all_rows(m, acts->dres, a.in, LW(PARAM_LN1W), LW(PARAM_LN1B),
+                                                a.ln1_mean, a.ln1_rstd, m->recompute));
 #undef LW
 #undef IN16
     return TRI_OK;
@@ -390,7 +415,11 @@ const uint16_t *model_attn_out16(model *m, model_acts *a, layer_acts *w, int i) 
     return attn_out16(m, a, w, i);
 }
 void model_linear_bwd(model *m, float *dinp, int w, const float *dout, const float *inp,
-                      const uint16_t *inp16, int N, int IC, int OC) {
-    linear_bwd(m, dinp, w, NULL, dout, NULL, inp, inp16, NULL, N, IC, OC);
+                      const uint16_t *inp16, int outside, int N, int IC, int OC) {
+    if (model_deferring(m)) {
+        model_w_linear(m, dinp, w, -1, dout, NULL, OPND(m, inp, inp16), outside, NULL, N, IC, OC);
+        return;
+    }
+    linear_bwd(m, dinp, w, -1, dout, NULL, inp, inp16, NULL, N, IC, OC);
 }
 tri_status model_tp_gather_rows(model *m, float *full) { return tp_gather_rows(m, full); }

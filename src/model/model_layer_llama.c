@@ -27,12 +27,16 @@ static tri_status rmsnorm_to_all_rows(model *m, float *full, float *rstd, const 
 
 // The backward of rmsnorm_to_all_rows: m->dln (N, C) holds this rank's partial gradient of all
 // rows; after the reduction over tp (a reduce-scatter under SP) its first Nl rows are this
-// rank's, and the RMSNorm backward adds their input gradient into dres.
-static tri_status rmsnorm_bwd_from_all_rows(model *m, float *dres, const float *in, const float *w,
-                                            float *dw, const float *rstd) {
+// rank's, and the RMSNorm backward adds their input gradient into dres; the gradient of entry
+// w now, or in W (model_w_norm: in and rstd kept when `outside`, recompute's work copies).
+static tri_status rmsnorm_bwd_from_all_rows(model *m, float *dres, const float *in, int w,
+                                            const float *rstd, int outside) {
     const model_dims *d = &m->d;
     TRI_CHECK(model_tp_reduce_rows(m, m->dln, m->dln));
-    m->be->rmsnorm_bwd(m->be, dres, dw, m->dln, in, w, rstd, d->N_local, d->C);
+    const int defer = model_deferring(m);
+    m->be->rmsnorm_bwd(m->be, dres, defer ? NULL : G(m, w), m->dln, in, P(m, w), rstd, d->N_local,
+                       d->C);
+    if (defer) model_w_norm(m, w, -1, m->dln, in, NULL, rstd, outside);
     return TRI_OK;
 }
 
@@ -56,7 +60,6 @@ static tri_status rowpar_residual(model *m, float *out, const float *residual, c
 }
 
 #define LP(which) P(m, params_layer(pt, l, which))
-#define LG(which) G(m, params_layer(pt, l, which))
 #define LW(which) params_layer(pt, l, which)
 
 tri_status model_llama_layer_forward(model *m, model_acts *acts, int l, int i) {
@@ -110,29 +113,28 @@ tri_status model_llama_layer_backward(model *m, model_acts *acts, int l, int i) 
     float *dout;
     // MLP: out = res2 + down(swiglu(gate_up(rmsnorm(res2)))).
     TRI_CHECK(model_dresidual_all_rows(m, acts->dres, &dout));
-    model_linear_bwd(m, m->dswiglu, LW(LLAMA_FCPROJW), dout, a.fch_gelu, IN16(ACT_FCH_GELU), N,
+    const int r = m->recompute; // the operands are work copies: W keeps them
+    model_linear_bwd(m, m->dswiglu, LW(LLAMA_FCPROJW), dout, a.fch_gelu, IN16(ACT_FCH_GELU), r, N,
                      d->fh_local, C);
     be->swiglu_bwd(be, m->dfch, m->dswiglu, a.fch, N, d->fh_local);
-    model_linear_bwd(m, m->dln, LW(LLAMA_FCW), m->dfch, a.ln2, IN16(ACT_LN2), N, C, d->fc_local);
-    TRI_CHECK(rmsnorm_bwd_from_all_rows(m, acts->dres, a.res2, LP(LLAMA_LN2W), LG(LLAMA_LN2W),
-                                        a.ln2_rstd));
+    model_linear_bwd(m, m->dln, LW(LLAMA_FCW), m->dfch, a.ln2, IN16(ACT_LN2), r, N, C, d->fc_local);
+    TRI_CHECK(rmsnorm_bwd_from_all_rows(m, acts->dres, a.res2, LW(LLAMA_LN2W), a.ln2_rstd, r));
     // Attention: res2 = in + o_proj(attention(rope(qkv(rmsnorm(in))))).
     TRI_CHECK(model_dresidual_all_rows(m, acts->dres, &dout));
-    model_linear_bwd(m, m->datty, LW(LLAMA_ATTPROJW), dout, a.atty, IN16(ACT_ATTY), N, d->C_local,
-                     C);
+    model_linear_bwd(m, m->datty, LW(LLAMA_ATTPROJW), dout, a.atty, IN16(ACT_ATTY), r, N,
+                     d->C_local, C);
     backend_attention_bwd(be, m->dqkv, m->datty, OPND(m, a.qkv, IN16(ACT_QKV)),
                           OPND(m, a.atty, m->bf16 ? model_attn_out16(m, acts, &a, i) : NULL),
                           a.att_state, d->B, d->T, d->NH_local, d->NKV_local, d->HS);
     be->rope_bwd(be, m->dqkv, d->B, d->T, d->NH_local, d->NKV_local, d->HS, d->rope_theta);
-    model_linear_bwd(m, m->dln, LW(LLAMA_QKVW), m->dqkv, a.ln1, IN16(ACT_LN1), N, C, d->C3_local);
-    TRI_CHECK(
-        rmsnorm_bwd_from_all_rows(m, acts->dres, a.in, LP(LLAMA_LN1W), LG(LLAMA_LN1W), a.ln1_rstd));
+    model_linear_bwd(m, m->dln, LW(LLAMA_QKVW), m->dqkv, a.ln1, IN16(ACT_LN1), r, N, C,
+                     d->C3_local);
+    TRI_CHECK(rmsnorm_bwd_from_all_rows(m, acts->dres, a.in, LW(LLAMA_LN1W), a.ln1_rstd, r));
 #undef IN16
     return TRI_OK;
 }
 
 #undef LP
-#undef LG
 #undef LW
 
 // ---- the final RMSNorm and the LM head ----
@@ -156,6 +158,5 @@ tri_status model_llama_head_backward(model *m, model_acts *a) {
     TRI_CHECK(model_params_ready(m, params_lnfw(pt), 1));
     model_head_matmul_backward(m, a, params_head(pt));
     m->be->memset_zero(m->be, a->dres, (size_t)d->N_local * d->C * sizeof(float));
-    return rmsnorm_bwd_from_all_rows(m, a->dres, a->output, P(m, params_lnfw(pt)),
-                                     G(m, params_lnfw(pt)), a->lnf_rstd);
+    return rmsnorm_bwd_from_all_rows(m, a->dres, a->output, params_lnfw(pt), a->lnf_rstd, 0);
 }

@@ -10,8 +10,8 @@
 #define P16(m, idx) model_param16(m, idx)
 
 // The store begins a pass of the chunk (ZeRO-3 gathers its parameters there).
-static tri_status begin_pass(model *m, int chunk, int backward) {
-    return m->store.pass_begin ? m->store.pass_begin(m->store.ctx, chunk, backward) : TRI_OK;
+static tri_status begin_pass(model *m, int chunk, model_pass pass) {
+    return m->store.pass_begin ? m->store.pass_begin(m->store.ctx, chunk, pass) : TRI_OK;
 }
 
 static int holds_embedding(const model *m, int chunk) { return m->d.has_embed && chunk == 0; }
@@ -134,7 +134,7 @@ tri_status model_forward(model *m, int slot, int chunk, const int *inputs, const
     model_acts *a = &m->slots[slot];
     const size_t tokens = (size_t)m->d.N * sizeof(int);
     const int first_layer = params_chunk_first_layer(&m->table, chunk);
-    TRI_CHECK(begin_pass(m, chunk, 0));
+    TRI_CHECK(begin_pass(m, chunk, MODEL_PASS_FORWARD));
     if (holds_embedding(m, chunk)) m->be->copy_to_device(m->be, a->inputs, inputs, tokens);
     const int loss = holds_head(m, chunk) && targets;
     if (loss) m->be->copy_to_device(m->be, a->targets, targets, tokens);
@@ -156,39 +156,48 @@ tri_status model_forward(model *m, int slot, int chunk, const int *inputs, const
 
 // ---- backward ----
 
-// bf16 gradients: what the backward accumulated in fp32 staging for entries [first, first +
-// count) is added into their bf16 buffers (rounded once per micro-batch), and the staging
-// is zeroed for the next.
-static void flush_bf16_grads(model *m, int first, int count) {
-    for (int e = first; e < first + count; e++) {
-        const size_t n = (size_t)m->table.entries[e].local_numel;
-        m->be->add_to_bf16(m->be, m->store.grad_of[e], m->gstage + m->stage_off[e], n);
-        m->be->memset_zero(m->be, m->gstage + m->stage_off[e], n * sizeof(float));
-    }
-}
-
-static tri_status grads_ready(model *m, int first, int count) {
-    if (m->g16) flush_bf16_grads(m, first, count);
-    return m->store.grads_ready ? m->store.grads_ready(m->store.ctx, first, count) : TRI_OK;
-}
-
 // The LM head's matmul backward (entry `wte`: the tied embedding, or llama's lm_head): d(lnf)
 // into m->dln, the weight's gradient accumulated. Under bf16 in chunks of rows
-// (model_head_chunk_rows), each chunk's lnf and d(logits) rounded into mm16 together.
+// (model_head_chunk_rows), each chunk's lnf and d(logits) rounded into mm16 together. Under a
+// B the weight's gradient is W's: d(logits) and lnf stay in the slot until then, and W rounds
+// them into mm16 again (the same bits), so the head keeps nothing in the W-buffer.
 void model_head_matmul_backward(model *m, model_acts *a, int wte) {
     const model_dims *d = &m->d;
     const size_t C = d->C, Vp = d->Vp_local;
+    const int defer = model_deferring(m);
+    float *dw = defer ? NULL : G(m, wte);
     if (m->xent16) { // d(logits) is bf16 already (xent_bwd16): one call, lnf rounded whole
         m->be->to_bf16(m->be, m->mm16, a->lnf, (size_t)d->N * C);
-        backend_matmul_bwd(m->be, m->dln, G(m, wte), NULL, operand_bf16(a->logits16),
+        backend_matmul_bwd(m->be, m->dln, dw, NULL, operand_bf16(a->logits16),
                            operand_bf16(m->mm16), operand_bf16(P16(m, wte)), NULL, d->N, d->C,
                            d->Vp_local);
+        if (defer) {
+            model_w_push(
+                m, &(model_wop){
+                       .kind = WOP_TO_BF16, .dst = m->mm16, .dy = a->lnf, .n = (size_t)d->N * C});
+            model_w_push(m, &(model_wop){.kind = WOP_MATMUL,
+                                         .w = wte,
+                                         .b = -1,
+                                         .dout = operand_bf16(a->logits16),
+                                         .inp = operand_bf16(m->mm16),
+                                         .N = d->N,
+                                         .IC = d->C,
+                                         .OC = d->Vp_local});
+        }
         return;
     }
     if (!m->bf16) {
-        backend_matmul_bwd(m->be, m->dln, G(m, wte), NULL, operand_fp32(a->logits),
-                           operand_fp32(a->lnf), operand_fp32(P(m, wte)), NULL, d->N, d->C,
-                           d->Vp_local);
+        backend_matmul_bwd(m->be, m->dln, dw, NULL, operand_fp32(a->logits), operand_fp32(a->lnf),
+                           operand_fp32(P(m, wte)), NULL, d->N, d->C, d->Vp_local);
+        if (defer)
+            model_w_push(m, &(model_wop){.kind = WOP_MATMUL,
+                                         .w = wte,
+                                         .b = -1,
+                                         .dout = operand_fp32(a->logits),
+                                         .inp = operand_fp32(a->lnf),
+                                         .N = d->N,
+                                         .IC = d->C,
+                                         .OC = d->Vp_local});
         return;
     }
     const size_t rows = model_head_chunk_rows((size_t)d->N);
@@ -197,9 +206,23 @@ void model_head_matmul_backward(model *m, model_acts *a, int wte) {
         uint16_t *lnf16 = m->mm16, *dlogits16 = m->mm16 + r * C;
         m->be->to_bf16(m->be, lnf16, a->lnf + r0 * C, r * C);
         m->be->to_bf16(m->be, dlogits16, a->logits + r0 * Vp, r * Vp);
-        backend_matmul_bwd(m->be, m->dln + r0 * C, G(m, wte), NULL, operand_bf16(dlogits16),
+        backend_matmul_bwd(m->be, m->dln + r0 * C, dw, NULL, operand_bf16(dlogits16),
                            operand_bf16(lnf16), operand_bf16(P16(m, wte)), NULL, (int)r, d->C,
                            d->Vp_local);
+        if (!defer) continue;
+        model_w_push(
+            m, &(model_wop){.kind = WOP_TO_BF16, .dst = lnf16, .dy = a->lnf + r0 * C, .n = r * C});
+        model_w_push(
+            m, &(model_wop){
+                   .kind = WOP_TO_BF16, .dst = dlogits16, .dy = a->logits + r0 * Vp, .n = r * Vp});
+        model_w_push(m, &(model_wop){.kind = WOP_MATMUL,
+                                     .w = wte,
+                                     .b = -1,
+                                     .dout = operand_bf16(dlogits16),
+                                     .inp = operand_bf16(lnf16),
+                                     .N = (int)r,
+                                     .IC = d->C,
+                                     .OC = d->Vp_local});
     }
 }
 
@@ -218,45 +241,79 @@ static tri_status head_backward(model *m, model_acts *a, float dloss) {
                         d->Vp_local, d->vocab_start, d->V);
     if (d->llama) { // lnfw and the untied lm_head: a ZeRO bucket each (zero_layout.c)
         TRI_CHECK(model_llama_head_backward(m, a));
-        TRI_CHECK(grads_ready(m, params_lnfw(pt), 1));
-        if (pt->lm_head >= 0) TRI_CHECK(grads_ready(m, pt->lm_head, 1));
-        if (pt->wte_is_copy) TRI_CHECK(grads_ready(m, params_wte(pt), 1));
+        TRI_CHECK(model_grads_ready(m, params_lnfw(pt), 1));
+        if (pt->lm_head >= 0) TRI_CHECK(model_grads_ready(m, pt->lm_head, 1));
+        if (pt->wte_is_copy) TRI_CHECK(model_grads_ready(m, params_wte(pt), 1));
         return TRI_OK;
     }
     model_head_matmul_backward(m, a, params_wte(&m->table));
     m->be->memset_zero(m->be, a->dres, (size_t)d->N_local * d->C * sizeof(float));
-    TRI_CHECK(model_layernorm_bwd_from_all_rows(m, a->dres, a->output, P(m, params_lnfw(pt)),
-                                                G(m, params_lnfw(pt)), G(m, params_lnfb(pt)),
-                                                a->lnf_mean, a->lnf_rstd));
-    TRI_CHECK(grads_ready(m, params_lnfw(pt), 2));
-    if (pt->wte_is_copy) TRI_CHECK(grads_ready(m, params_wte(pt), 1));
+    TRI_CHECK(model_layernorm_bwd_from_all_rows(m, a->dres, a->output, params_lnfw(pt),
+                                                params_lnfb(pt), a->lnf_mean, a->lnf_rstd, 0));
+    TRI_CHECK(model_grads_ready(m, params_lnfw(pt), 2));
+    if (pt->wte_is_copy) TRI_CHECK(model_grads_ready(m, params_wte(pt), 1));
     return TRI_OK;
 }
 
 // The embedding's gradient is the residual stream's at layer 0, all rows: every rank adds to
-// its own vocabulary rows, and computes the same (replicated) wpe gradient.
+// its own vocabulary rows, and computes the same (replicated) wpe gradient. Under a B, W's:
+// the all-rows gradient (gathered here under SP) kept for it.
 static tri_status embedding_backward(model *m, model_acts *a) {
     const model_dims *d = &m->d;
     const param_table *pt = &m->table;
     float *dout;
     TRI_CHECK(model_dresidual_all_rows(m, a->dres, &dout));
     const int wpe = params_wpe(pt); // -1 for llama
-    m->be->embedding_bwd(m->be, G(m, params_wte(pt)), wpe >= 0 ? G(m, wpe) : NULL, dout, a->inputs,
-                         d->B, d->T, d->C, d->vocab_start, d->Vp_local);
-    TRI_CHECK(grads_ready(m, params_wte(pt), 1));
-    return wpe >= 0 ? grads_ready(m, wpe, 1) : TRI_OK;
+    if (model_deferring(m)) {
+        const float *kept = model_w_keep(m, dout, (size_t)d->N * d->C * sizeof(float));
+        model_w_push(m, &(model_wop){.kind = WOP_EMBEDDING,
+                                     .w = params_wte(pt),
+                                     .b = wpe,
+                                     .dy = kept,
+                                     .tokens = a->inputs});
+    } else
+        m->be->embedding_bwd(m->be, G(m, params_wte(pt)), wpe >= 0 ? G(m, wpe) : NULL, dout,
+                             a->inputs, d->B, d->T, d->C, d->vocab_start, d->Vp_local);
+    TRI_CHECK(model_grads_ready(m, params_wte(pt), 1));
+    return wpe >= 0 ? model_grads_ready(m, wpe, 1) : TRI_OK;
 }
 
-tri_status model_backward(model *m, int slot, int chunk, float dloss) {
+// The backward of (slot, chunk): whole, or under a B (m->wcur set) its activation half.
+static tri_status backward_pass(model *m, int slot, int chunk, float dloss) {
     model_acts *a = &m->slots[slot];
     const param_table *pt = &m->table;
     const int first_layer = params_chunk_first_layer(pt, chunk);
-    TRI_CHECK(begin_pass(m, chunk, 1));
+    TRI_CHECK(begin_pass(m, chunk, model_deferring(m) ? MODEL_PASS_B : MODEL_PASS_BACKWARD));
     if (holds_head(m, chunk)) TRI_CHECK(head_backward(m, a, dloss));
     for (int i = m->d.Lc - 1; i >= 0; i--) {
         TRI_CHECK(model_layer_backward(m, a, first_layer + i, i));
-        TRI_CHECK(grads_ready(m, params_layer(pt, first_layer + i, 0), pt->layer_entries));
+        TRI_CHECK(model_grads_ready(m, params_layer(pt, first_layer + i, 0), pt->layer_entries));
     }
     if (holds_embedding(m, chunk)) TRI_CHECK(embedding_backward(m, a));
     return TRI_OK;
+}
+
+tri_status model_backward(model *m, int slot, int chunk, float dloss) {
+    TRI_ASSERT(!model_deferring(m));
+    return backward_pass(m, slot, chunk, dloss);
+}
+
+tri_status model_backward_b(model *m, int slot, int wslot, int chunk, float dloss) {
+    TRI_ASSERT(wslot >= 0 && wslot < m->n_wbufs && slot >= 0 && slot < m->n_slots);
+    model_wbuf *wb = &m->wbufs[wslot];
+    TRI_ASSERT(wb->slot < 0); // the schedule's W of its last pair ran
+    wb->used = 0, wb->n_ops = 0, wb->slot = slot, wb->chunk = chunk;
+    m->wcur = wb;
+    const tri_status st = backward_pass(m, slot, chunk, dloss);
+    m->wcur = NULL;
+    return st;
+}
+
+tri_status model_backward_w(model *m, int slot, int wslot, int chunk) {
+    TRI_ASSERT(wslot >= 0 && wslot < m->n_wbufs && !model_deferring(m));
+    model_wbuf *wb = &m->wbufs[wslot];
+    TRI_ASSERT(wb->slot == slot && wb->chunk == chunk); // this pair's B filled it
+    TRI_CHECK(begin_pass(m, chunk, MODEL_PASS_W));
+    wb->slot = -1;
+    return model_w_run(m, wb);
 }

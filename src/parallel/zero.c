@@ -257,9 +257,10 @@ void zero_step_begin(zero_state *z) {
 
 void zero_backward_micro(zero_state *z, int last) { z->last_micro = last; }
 
-void zero_next_pass(zero_state *z, int chunk, int backward) {
-    z->gather.next_chunk = chunk;
-    z->gather.next_backward = backward;
+void zero_next_pass(zero_state *z, int chunk, model_pass pass) {
+    // W gathers nothing (zero_pass_begin): nothing to start ahead for it.
+    z->gather.next_chunk = pass == MODEL_PASS_W ? -1 : chunk;
+    z->gather.next_backward = pass != MODEL_PASS_FORWARD;
 }
 
 void zero_overlap_counts(zero_state *z, int *reductions, int *gathers, int *prefetched) {

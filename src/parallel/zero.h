@@ -21,7 +21,7 @@
 //            store's grads_ready), it is reduce-scattered over dp and added to this rank's
 //            shard of that bucket.
 //   stage 3: as stage 2, and the parameters too live only as this rank's shards: before
-//            every forward and every backward of a chunk (the store's pass_begin) the
+//            every forward and every backward (or B) of a chunk (the store's pass_begin) the
 //            chunk's buckets are all-gathered into one workspace that all chunks share, so
 //            parameters are gathered once per micro-batch and pass, and nothing else of
 //            them is kept between passes (parallel.zero3_gather: pass). With
@@ -119,12 +119,15 @@ const param_table *zero_table(const zero_state *z); // the model's, whose entrie
 
 // Zeroes what accumulates gradients over a step.
 void zero_step_begin(zero_state *z);
-// The executor, before each backward: whether it is of the step's last micro-batch (stage 0
+// The executor, before each pass that makes gradients (a whole backward, or a split one's W;
+// not before a B, which makes none): whether it is of the step's last micro-batch (stage 0
 // reduces its buckets after it).
 void zero_backward_micro(zero_state *z, int last);
-// The executor, before each pass: the pass that follows it (-1: none, e.g. evaluation), whose
-// ZeRO-3 gathers may start while this one computes.
-void zero_next_pass(zero_state *z, int chunk, int backward);
+// The executor, before each pass: the pass that follows it (chunk -1: none, e.g. evaluation),
+// whose ZeRO-3 gathers may start while this one computes. A W pass reads no parameter and
+// gathers nothing: name the next pass that does (a forward, backward or B), or -1. B gathers
+// as a backward does (last bucket first).
+void zero_next_pass(zero_state *z, int chunk, model_pass pass);
 // After the step's last backward: completes the reductions and gathers in flight, sums what
 // the model leaves to the store (the LayerNorm gradients over tp under sequence parallelism,
 // the tied embedding's two copies over the embedding group), and does the rest of the dp

@@ -81,9 +81,13 @@ static tri_status start_gathers(zero_state *z, int chunk, int backward, int w) {
     return TRI_OK;
 }
 
-tri_status zero_pass_begin(void *ctx, int chunk, int backward) {
+tri_status zero_pass_begin(void *ctx, int chunk, model_pass pass) {
     zero_state *z = ctx;
     zero_gathers *g = &z->gather;
+    // W reads no parameter (model.h): no gather, and a prefetch started for the pass after it
+    // stays in flight. B gathers as a backward does.
+    if (pass == MODEL_PASS_W) return TRI_OK;
+    const int backward = pass != MODEL_PASS_FORWARD;
     if (g->gathered[chunk]) return TRI_OK; // "step": gathered since the last update
     g->gathered[chunk] = g->keep;
     // Passes alternate between the two workspaces (overlap, "pass"); this one may have been

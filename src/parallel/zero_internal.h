@@ -71,7 +71,7 @@ static inline void *zero_pel(const zero_state *z, const void *base, size_t i) {
 // zero_gather.c (stage 3)
 void zero_gather_init(zero_state *z);
 void zero_gather_free(zero_state *z);
-tri_status zero_pass_begin(void *ctx, int chunk, int backward); // the store's pass_begin
-tri_status zero_params_ready(void *ctx, int first, int count);  // the store's params_ready
+tri_status zero_pass_begin(void *ctx, int chunk, model_pass pass); // the store's pass_begin
+tri_status zero_params_ready(void *ctx, int first, int count);     // the store's params_ready
 // Completes every gather in flight (before anything reads or updates the shards they read).
 tri_status zero_wait_gathers(zero_state *z);
