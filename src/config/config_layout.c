@@ -2,6 +2,7 @@
 #include "config/config_layout.h"
 
 #include "parallel/optim.h"
+#include "parallel/sched.h"
 
 mesh config_mesh(const run_config *cfg) {
     TRI_ASSERT(cfg->parallel.dp >= 1); // resolved
@@ -17,11 +18,21 @@ model_shard config_model_shard(const run_config *cfg, int tp_rank, int pp_rank) 
                          .vplace = cfg->parallel.schedule == SCHEDULE_ZBV};
 }
 
+// The W-buffers of a zero-bubble schedule's pipeline rank (sched_max_w_pending); 0 for the
+// others, whose backward is not split (and before dp is resolved, which no run reaches).
+static int wbufs_of(const run_config *cfg, int pp_rank) {
+    const schedule_kind s = cfg->parallel.schedule;
+    if ((s != SCHEDULE_ZBH1 && s != SCHEDULE_ZBV) || cfg->parallel.dp < 1) return 0;
+    return (int)sched_max_w_pending(s, cfg->parallel.pp, cfg->parallel.virtual_stages,
+                                    config_micro_batches(cfg), pp_rank);
+}
+
 model_layout config_model_layout(const run_config *cfg, int tp_rank, int pp_rank, int n_slots,
                                  backend_traits bt) {
     return (model_layout){.shard = config_model_shard(cfg, tp_rank, pp_rank),
                           .micro_batch = cfg->train.micro_batch,
                           .n_slots = n_slots,
+                          .n_wbufs = wbufs_of(cfg, pp_rank),
                           .sequence_parallel = cfg->parallel.sequence_parallel,
                           .recompute = cfg->parallel.recompute,
                           .precision = cfg->train.precision,

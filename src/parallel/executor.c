@@ -129,6 +129,13 @@ static tri_status run_compute(executor *ex, const sched_table *t, const sched_ac
     return TRI_ERR_INTERNAL;
 }
 
+static model_pass pass_of(sched_action_kind k) {
+    return k == SCHED_ACTION_FWD    ? MODEL_PASS_FORWARD
+           : k == SCHED_ACTION_BWD_B ? MODEL_PASS_B
+           : k == SCHED_ACTION_BWD_W ? MODEL_PASS_W
+                                     : MODEL_PASS_BACKWARD;
+}
+
 // The compute action after action i that reads parameters (W does not), or -1.
 static int next_param_pass(const sched_table *t, int i) {
     for (int j = i + 1; j < t->n_actions; j++) {
@@ -168,9 +175,8 @@ tri_status executor_run(executor *ex, const sched_table *t, exec_batches batches
             // ZeRO-3 gathers the next parameter-reading pass's parameters while this one
             // computes.
             const int j = next_param_pass(t, i);
-            if (j >= 0)
-                zero_next_pass(ex->z, t->actions[j].chunk, t->actions[j].kind != SCHED_ACTION_FWD);
-            else zero_next_pass(ex->z, -1, 0);
+            if (j >= 0) zero_next_pass(ex->z, t->actions[j].chunk, pass_of(t->actions[j].kind));
+            else zero_next_pass(ex->z, -1, MODEL_PASS_FORWARD);
         }
         flight_set_activity(a->kind == SCHED_ACTION_FWD ? FLIGHT_ACT_FORWARD : FLIGHT_ACT_BACKWARD,
                             a->micro, a->chunk);
@@ -183,7 +189,7 @@ tri_status executor_run(executor *ex, const sched_table *t, exec_batches batches
         i++;
     }
     // Every transfer still in flight completes, also after an error.
-    zero_next_pass(ex->z, -1, 0); // nothing to gather ahead outside a table
+    zero_next_pass(ex->z, -1, MODEL_PASS_FORWARD); // nothing to gather ahead outside a table
     tri_status wrc = wait_flights(ex, t, &n_flight, 0, 0, waited);
     TRI_CHECK(rc);
     return wrc;
