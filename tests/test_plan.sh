@@ -104,6 +104,15 @@ check llama_3d_zero3 8 "${LL[@]}" --set parallel.tp=2 --set parallel.pp=2 --set 
     --set parallel.recompute=full --set train.global_batch=16 --set parallel.bucket_mb=0.01
 check llama_bf16_tied_3d_zero2 8 "${LL[@]}" "${BF16[@]}" --set parallel.tp=2 --set parallel.pp=2 \
     --set parallel.zero=2 --set train.global_batch=16 --set model.tie_embeddings=true
+# Zero-bubble schedules (issue 20): the W-buffers of the split backward (with recompute and
+# bf16, the operands B keeps for W), zbv's V (rank 0 holds the embedding and the loss: no tied
+# copy of wte, no embedding-group sum).
+check pp2_zbh1 2 --set parallel.pp=2 --set parallel.schedule=zb-h1 --set train.global_batch=16
+check zbv_3d_zero3_bf16 8 "${L4[@]}" "${BF16[@]}" --set parallel.tp=2 --set parallel.pp=2 --set parallel.schedule=zbv \
+    --set parallel.virtual_stages=2 --set parallel.zero=3 --set parallel.sequence_parallel=true \
+    --set parallel.recompute=full --set train.global_batch=16 --set parallel.bucket_mb=0.01
+check llama_zbv_tied_pp2 2 "${LL[@]}" --set parallel.pp=2 --set parallel.schedule=zbv --set parallel.virtual_stages=2 \
+    --set model.tie_embeddings=true --set train.global_batch=16
 check tp2_pp2_zero3_step_gpipe 8 "${L4[@]}" --set parallel.tp=2 --set parallel.pp=2 --set parallel.schedule=gpipe \
     --set parallel.zero=3 --set parallel.zero3_gather=step --set train.global_batch=8 --set train.micro_batch=1
 

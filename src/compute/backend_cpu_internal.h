@@ -85,6 +85,17 @@ void cpu_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, 
 void cpu_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv, operand out,
                        const void *state, int B, int T, int NH, int NKV, int HS);
 
+// LayerNorm and the residual add (backend_cpu_norm.c), as backend.h's table states them.
+void cpu_layernorm_fwd(backend *b, float *out, float *mean, float *rstd, const float *inp,
+                       const float *weight, const float *bias, int N, int C);
+void cpu_layernorm_bwd(backend *b, float *dinp, float *dweight, float *dbias, const float *dout,
+                       const float *inp, const float *weight, const float *mean, const float *rstd,
+                       int N, int C);
+void cpu_residual_fwd(backend *b, float *out, const float *a, const float *c, size_t n);
+void cpu_residual_layernorm_fwd(backend *b, float *res, float *out, float *mean, float *rstd,
+                                const float *a, const float *c, const float *weight,
+                                const float *bias, int N, int C);
+
 // The Llama ops (backend_cpu_llama.c), as backend.h's table states them.
 void cpu_rmsnorm_fwd(backend *b, float *out, float *rstd, const float *inp, const float *weight,
                      int N, int C, float eps);

@@ -341,8 +341,11 @@ int params_chunk_layers(const param_table *pt) {
 }
 
 int params_chunk_first_layer(const param_table *pt, int chunk) {
-    const model_shard sh = {.tp = pt->tp, .tp_rank = pt->tp_rank, .pp = pt->pp,
-                            .pp_rank = pt->pp_rank, .virtual_stages = pt->virtual_stages,
+    const model_shard sh = {.tp = pt->tp,
+                            .tp_rank = pt->tp_rank,
+                            .pp = pt->pp,
+                            .pp_rank = pt->pp_rank,
+                            .virtual_stages = pt->virtual_stages,
                             .vplace = pt->vplace};
     return model_shard_stage(&sh, chunk) * params_chunk_layers(pt);
 }

@@ -90,12 +90,12 @@ typedef struct {
     int lm_head;              // the untied LM head (llama, tie_embeddings false; last stage),
                               // else -1
     int tied;                 // the LM head reads wte
-    int wte_shared; // the tied wte lives on two pipeline stages (the first, and the last as
-                    // wte_is_copy): the embedding group sums its gradient. Not under the V
-                    // placement, whose rank 0 holds both ends
-    int vplace;     // model_shard's: the V placement of zbv
-    size_t local_numel;       // elements in this rank's parameter buffer
-    int64_t global_numel;     // elements of the whole model, padding included
+    int wte_shared;       // the tied wte lives on two pipeline stages (the first, and the last as
+                          // wte_is_copy): the embedding group sums its gradient. Not under the V
+                          // placement, whose rank 0 holds both ends
+    int vplace;           // model_shard's: the V placement of zbv
+    size_t local_numel;   // elements in this rank's parameter buffer
+    int64_t global_numel; // elements of the whole model, padding included
 } param_table;
 
 // What params_build would make of (mc, sh), in closed form and 64-bit checked arithmetic,

@@ -130,7 +130,7 @@ static tri_status run_compute(executor *ex, const sched_table *t, const sched_ac
 }
 
 static model_pass pass_of(sched_action_kind k) {
-    return k == SCHED_ACTION_FWD    ? MODEL_PASS_FORWARD
+    return k == SCHED_ACTION_FWD     ? MODEL_PASS_FORWARD
            : k == SCHED_ACTION_BWD_B ? MODEL_PASS_B
            : k == SCHED_ACTION_BWD_W ? MODEL_PASS_W
                                      : MODEL_PASS_BACKWARD;

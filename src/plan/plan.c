@@ -444,15 +444,15 @@ static int stage_kind(const layout *lo, int r) { return r == 0 ? 0 : r == lo->pp
 static const param_table *cached_table(plan_cache *c, const layout *lo, int r) {
     const run_config *cfg = lo->cfg;
     const double key[10] = {cfg->model.n_layer,
-                           cfg->model.n_head,
-                           cfg->model.d_model,
-                           cfg->model.seq_len,
-                           cfg->model.vocab_size,
-                           cfg->model.vocab_pad_to,
-                           lo->tp,
-                           lo->pp,
-                           lo->v,
-                           cfg->parallel.schedule == SCHEDULE_ZBV};
+                            cfg->model.n_head,
+                            cfg->model.d_model,
+                            cfg->model.seq_len,
+                            cfg->model.vocab_size,
+                            cfg->model.vocab_pad_to,
+                            lo->tp,
+                            lo->pp,
+                            lo->v,
+                            cfg->parallel.schedule == SCHEDULE_ZBV};
     if (memcmp(key, c->table_key, sizeof key)) {
         cache_drop_tables(c);
         memcpy(c->table_key, key, sizeof key);

@@ -272,8 +272,8 @@ void plan_print_text(const plan_result *p, const run_config *cfg, FILE *f) {
     fprintf(f,
             "\npipeline bubble: %.1f%% at unit times (F = B = W) for %s with pp %d, v %d, m %d; "
             "%.1f%% with this device's stage times\n",
-            100 * p->bubble, config_schedule_name(cfg->parallel.schedule), p->pp,
-            p->virtual_stages, p->micro_batches, 100 * p->bubble_sim);
+            100 * p->bubble, config_schedule_name(cfg->parallel.schedule), p->pp, p->virtual_stages,
+            p->micro_batches, 100 * p->bubble_sim);
     fprintf(f,
             "FLOPs per token: %.4g = 6 x (%s + Vp C) + 12 L T C (matmuls fwd + bwd, attention)\n",
             p->flops_per_token,
@@ -398,12 +398,12 @@ void plan_print_json(const plan_result *p, const run_config *cfg, FILE *f) {
         fputc('}', f);
     }
     fprintf(f, "],\"fits\":%s,\"worst_stage\":%d,", p->fits ? "true" : "false", p->worst_stage);
-    const char *keys[] = {"bubble",      "bubble_sim",      "flops_per_token", "tokens_per_step",
-                          "step_s",      "schedule_s",      "step_end_s",
-                          "optimizer_s", "tokens_per_s",    "mfu"};
-    const double vals[] = {p->bubble,      p->bubble_sim,      p->flops_per_token, p->tokens_per_step,
-                           p->step_s,      p->t_schedule,      p->t_step_end,
-                           p->t_optimizer, p->tokens_per_s,    p->mfu};
+    const char *keys[] = {"bubble",       "bubble_sim", "flops_per_token", "tokens_per_step",
+                          "step_s",       "schedule_s", "step_end_s",      "optimizer_s",
+                          "tokens_per_s", "mfu"};
+    const double vals[] = {p->bubble,       p->bubble_sim, p->flops_per_token, p->tokens_per_step,
+                           p->step_s,       p->t_schedule, p->t_step_end,      p->t_optimizer,
+                           p->tokens_per_s, p->mfu};
     for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
         json_double(f, keys[i], vals[i]);
         fputc(',', f);
