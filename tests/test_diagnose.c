@@ -158,14 +158,14 @@ static void case_missing_poster(void) {
     for (int r = 0; r < 4; r++) {
         op(r, COMM_GROUP_DP, COMM_OP_ALL_REDUCE, -1, 4096, g_now - 20, g_now - 19);
         op(r, COMM_GROUP_DP, COMM_OP_ALL_REDUCE, -1, 4096, g_now - 10, g_now - 9.5);
-        if (r < 3) {
-            op(r, COMM_GROUP_DP, COMM_OP_ALL_REDUCE, -1, 12600000, g_now - 8, 0);
+        if (r < 3) { // the reduction of ZeRO bucket 3 (flight_set_bucket)
+            op(r, COMM_GROUP_DP, COMM_OP_ALL_REDUCE, -1, 12600000, g_now - 8, 0)->bucket = 3 + 1;
             waits(r, 1);
         }
     }
     g_rings[3].h.activity = FLIGHT_ACT_BACKWARD;
     stopped(3, 4.5);
-    const char *want[] = {"dp group {0,1,2,3}: dp all_reduce #3 (12.6 MB fp32",
+    const char *want[] = {"dp group {0,1,2,3}: dp all_reduce #3 of bucket 3 (12.6 MB fp32",
                           "posted by rank 0, 1, 2; rank 3 never posted it",
                           "rank 3 (host n03, pid 1003): stopped",
                           "last completed dp all_reduce #2 at 9.0 s before the deadline",

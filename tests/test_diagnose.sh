@@ -84,6 +84,13 @@ case_run() {
         if echo "$head" | grep -qE "group \{([0-9]+,)*$victim(,[0-9]+)*\}: .* #[0-9]+.*rank $victim never (posted|completed) it"; then
             pass "${name}_names_group_and_op"
         else fail "${name}_names_group_and_op" "first line: '$head'"; fi
+        # Under ZeRO-3 every dp reduce-scatter and all-gather moves a bucket, which the
+        # verdict names ("dp all_gather #12 of bucket 1").
+        if [[ $name == stop_dp4_zero3* ]] && echo "$head" | grep -qE "dp (reduce_scatter|all_gather) #"; then
+            if echo "$head" | grep -qE "dp (reduce_scatter|all_gather) #[0-9]+ of bucket [0-9]+ "; then
+                pass "${name}_names_bucket"
+            else fail "${name}_names_bucket" "first line: '$head'"; fi
+        fi
     fi
     # The same verdict offline, from the rings the job left.
     local offline

@@ -42,6 +42,7 @@ static struct {
     pthread_mutex_t mutex;
     pthread_cond_t wake;
 } g = {.mutex = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
+static uint32_t g_bucket; // flight_set_bucket's, as records store it (1 + bucket; 0 none)
 
 double flight_clock(void) {
     struct timespec ts;
@@ -85,6 +86,8 @@ void flight_set_activity(flight_activity a, int micro, int chunk) {
     g.h->chunk = chunk;
 }
 
+void flight_set_bucket(int bucket) { g_bucket = bucket >= 0 ? (uint32_t)bucket + 1 : 0; }
+
 static flight_rec *rec_of(uint64_t index) { return &g.recs[(index - 1) % FLIGHT_CAPACITY]; }
 
 uint64_t flight_post(comm_group_id grp, int op, size_t bytes, tri_dtype dt, int peer_group_rank) {
@@ -113,7 +116,8 @@ uint64_t flight_post(comm_group_id grp, int op, size_t bytes, tri_dtype dt, int 
                       .group = (uint8_t)grp,
                       .op = (uint8_t)op,
                       .dtype = (uint8_t)dt,
-                      .activity = (uint8_t)h->activity};
+                      .activity = (uint8_t)h->activity,
+                      .bucket = g_bucket};
     // The index last: a reader that sees it sees the record (both on this host's page).
     atomic_thread_fence(memory_order_release);
     r->index = index;

@@ -77,7 +77,9 @@ typedef struct {
     uint8_t op;       // comm_op_id, or FLIGHT_OP_BARRIER
     uint8_t dtype;    // tri_dtype
     uint8_t activity; // flight_activity
-    uint8_t pad[28];
+    uint32_t bucket;  // 1 + the ZeRO gradient bucket a dp reduction or gather moves
+                      // (flight_set_bucket); 0: none
+    uint8_t pad[24];
 } flight_rec;
 
 #define FLIGHT_MAX_GROUP 64 // members kept in the header per group (larger: the first 64)
@@ -110,6 +112,9 @@ int flight_enabled(void);
 // ---- what the rank does (cheap: stores into the mapping) ----
 void flight_set_step(int step);
 void flight_set_activity(flight_activity a, int micro, int chunk);
+// The ZeRO bucket (zero.h, 0-based) of the operations posted from now on; -1: none. The ZeRO
+// layer sets it around each bucket's reduction or gather, so a verdict can name the bucket.
+void flight_set_bucket(int bucket);
 
 // ---- comm_dispatch.c's hooks: indices are records' `index` ----
 uint64_t flight_post(comm_group_id g, int op, size_t bytes, tri_dtype dt, int peer_group_rank);

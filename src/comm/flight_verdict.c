@@ -223,10 +223,12 @@ static void fmt_bytes(char *out, size_t cap, uint64_t b) {
 }
 
 // "dp all_reduce #17" / "pp recv #4 from rank 1"
+// "dp all_reduce #517 of bucket 3", "pp send #912 to rank 1".
 static void fmt_op(char *out, size_t cap, const flight_rec *r) {
     char peer[48] = "";
     if (r->peer >= 0)
         snprintf(peer, sizeof peer, " %s rank %d", r->op == COMM_OP_SEND ? "to" : "from", r->peer);
+    else if (r->bucket) snprintf(peer, sizeof peer, " of bucket %u", r->bucket - 1);
     snprintf(out, cap, "%s %s #%llu%s", comm_group_name(r->group), flight_op_name(r->op),
              (unsigned long long)r->seq, peer);
 }
@@ -479,11 +481,11 @@ static void json_rec(const flight_rec *r, FILE *f) {
     fprintf(f,
             "{\"index\":%llu,\"group\":\"%s\",\"op\":\"%s\",\"seq\":%llu,\"peer\":%d,"
             "\"bytes\":%llu,\"dtype\":\"%s\",\"step\":%d,\"activity\":\"%s\",\"micro\":%d,"
-            "\"chunk\":%d,\"posted\":%.6f,\"started\":%.6f,\"completed\":%.6f}",
+            "\"chunk\":%d,\"bucket\":%d,\"posted\":%.6f,\"started\":%.6f,\"completed\":%.6f}",
             (unsigned long long)r->index, comm_group_name(r->group), flight_op_name(r->op),
             (unsigned long long)r->seq, r->peer, (unsigned long long)r->bytes,
             dtype_name((tri_dtype)r->dtype), r->step, flight_activity_name(r->activity), r->micro,
-            r->chunk, r->t_posted, r->t_started, r->t_completed);
+            r->chunk, (int)r->bucket - 1, r->t_posted, r->t_started, r->t_completed);
 }
 
 void flight_write_json(const flight_header *h, const flight_rec *recs, FILE *f) {

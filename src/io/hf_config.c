@@ -142,7 +142,10 @@ static tri_status parse_gpt2(const reader *r, hf_config *h) {
     int scale = 1;
     TRI_CHECK(get_bool(r, "scale_attn_weights", 1, &scale));
     if (!scale) return refused(r, "scale_attn_weights", "false", "trident scales by 1/sqrt(hs)");
-    h->n_kv_head = h->n_head, h->ffn_hidden = 4 * h->d_model, h->rope_theta = 10000;
+    // The MLP width as the summary shows it; a d_model whose 4C passes an int is refused by
+    // the config's size rules (naming model.init_from), so the width saturates until then.
+    h->ffn_hidden = h->d_model <= INT_MAX / 4 ? 4 * h->d_model : INT_MAX;
+    h->n_kv_head = h->n_head, h->rope_theta = 10000;
     return TRI_OK;
 }
 

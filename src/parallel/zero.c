@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/bf16.h"
+#include "comm/flight.h"
 
 // ---- creation ----
 
@@ -223,9 +224,18 @@ static tri_status reduce_converted(zero_state *z, const zero_bucket *b, void *ws
 
 // The store's grads_ready: entries [first, first + count) of the running micro-batch's
 // backward are final.
+static tri_status grads_ready_bucket(zero_state *z, int k, int first, int count);
+
 static tri_status zero_grads_ready(void *ctx, int first, int count) {
     zero_state *z = ctx;
     const int k = z->lay.bucket_of_entry[first];
+    flight_set_bucket(k); // what the flight recorder says this reduction moves
+    const tri_status rc = grads_ready_bucket(z, k, first, count);
+    flight_set_bucket(-1);
+    return rc;
+}
+
+static tri_status grads_ready_bucket(zero_state *z, int k, int first, int count) {
     const zero_bucket *b = &z->lay.buckets[k];
     TRI_ASSERT(first >= b->first && first + count <= b->first + b->count);
     // A bucket of several layers is final when the backward has done all of them.
@@ -368,7 +378,10 @@ tri_status zero_update_end(zero_state *z) {
     for (int k = 0; z->lay.stage == 2 && k < z->lay.n_buckets; k++) {
         const zero_bucket *b = &z->lay.buckets[k];
         const void *own = zero_pel(z, z->params, b->begin + (size_t)z->lay.dp_rank * b->shard);
-        TRI_CHECK(comm_all_gather(cm, COMM_GROUP_DP, own, z->scratch, b->shard, z->pdt));
+        flight_set_bucket(k);
+        const tri_status rc = comm_all_gather(cm, COMM_GROUP_DP, own, z->scratch, b->shard, z->pdt);
+        flight_set_bucket(-1);
+        TRI_CHECK(rc);
         z->be->copy(z->be, zero_pel(z, z->params, b->begin), z->scratch, b->numel * z->pelem);
     }
     return TRI_OK;

@@ -7,6 +7,8 @@
 
 #include <string.h>
 
+#include "comm/flight.h"
+
 void zero_gather_init(zero_state *z) {
     zero_gathers *g = &z->gather;
     const zero_layout *zl = &z->lay;
@@ -72,9 +74,12 @@ static tri_status start_gathers(zero_state *z, int chunk, int backward, int w) {
         const int k = list[backward ? n - 1 - i : i];
         const zero_bucket *b = &z->lay.buckets[k];
         comm_request *req = gather_req(z, w, k);
-        TRI_CHECK(comm_all_gather_start(
+        flight_set_bucket(k); // the flight recorder names the bucket a gather moves
+        const tri_status rc = comm_all_gather_start(
             z->cm, COMM_GROUP_DP, zero_pel(z, z->gather.shard, b->arena),
-            zero_pel(z, gather_ws(z, w), z->gather.ws_offset[k]), b->shard, z->pdt, req));
+            zero_pel(z, gather_ws(z, w), z->gather.ws_offset[k]), b->shard, z->pdt, req);
+        flight_set_bucket(-1);
+        TRI_CHECK(rc);
         if (!z->overlap) TRI_CHECK(comm_wait(z->cm, req));
         else if (req->impl) z->overlapped_gathers++;
     }
