@@ -6,11 +6,12 @@
 # Per schedule, the medians over steps 3..STEPS (steps 1-2 warm up) of rank 0's step line:
 #   step ms      the step time
 #   idle         the measured fraction of the step rank 0 waited on other stages ("bubble")
-#   formula      the schedule's idle fraction at unit times F = B = W (sched_bubble_fraction)
-#   simulated    the tables simulated with the measured mean times of this run's forward (F),
-#                input-gradient (B, or a whole backward) and weight-gradient (W) actions
-#                (pass_ms, each rank's own): the idle the schedule alone explains, with free
-#                messages; measured - simulated is what communication and imbalance add
+#   formula      the schedule's idle fraction at unit times F = B = W and equal stages
+#                (sched_bubble_fraction), the same on every rank
+#   simulated    rank 0's idle in every rank's table simulated by `trident plan --fbw` with the
+#                F:B:W ratios measured here (pass_ms) and the planner's per-stage compute (the
+#                LM head's stage heavier): the idle the schedule and the imbalance explain with
+#                free messages; measured - simulated is what communication and timing noise add
 #   F / B / W    rank 0's mean ms per action
 # No thresholds: it prints numbers. Needs 2 free cores for pp 2 (pp cores in general).
 set -euo pipefail
@@ -21,7 +22,7 @@ shift 2 2>/dev/null || shift $#
 SCHEDULES=("$@")
 [ ${#SCHEDULES[@]} -gt 0 ] || SCHEDULES=(1f1b interleaved zb-h1 zbv)
 [ -x build/trident ] || { echo "bench-pipeline: build/trident missing; run make" >&2; exit 1; }
-PP=$(build/trident plan "$CONFIG" --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["pp"])')
+PP=$(build/trident plan "$CONFIG" --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["mesh"]["pp"])')
 LOG=$(mktemp -d /tmp/trident-bench-pipe.XXXXXX)
 echo "bench-pipeline: $CONFIG, pp $PP, $STEPS steps, one rank per core; logs in $LOG" >&2
 ROOT=()

@@ -1,7 +1,9 @@
 """One row of scripts/bench-pipeline.sh: SCHEDULE V METRICS_JSONL CONFIG [STEPS].
 
-Medians over steps 3.. of rank 0's step lines (step_ms, bubble, pass_ms), the unit-time formula,
-and the schedule tables simulated by `trident plan --fbw` with this run's measured F:B:W."""
+Medians over steps 3.. of rank 0's step lines (step_ms, bubble, pass_ms), the unit-time formula
+(the mean over ranks), and rank 0's idle in the schedule tables simulated by `trident plan --fbw`
+with this run's measured F:B:W (the planner's stage times: the last stage, or zbv's rank 0,
+carries the LM head)."""
 import json
 import statistics
 import subprocess
@@ -20,7 +22,7 @@ if w == 0:  # an unsplit backward: B holds B + W; the planner's ratios split it 
 plan = subprocess.run(['build/trident', 'plan', config, '--json', '--set',
                        f'parallel.schedule={sched}', '--set', f'parallel.virtual_stages={v}',
                        '--fbw', f'{f:.6g}:{b:.6g}:{w:.6g}'], capture_output=True, text=True)
-sim = json.loads(plan.stdout)['bubble_sim'] if plan.returncode == 0 else float('nan')
+sim = json.loads(plan.stdout)['stages'][0]['idle_sim'] if plan.returncode == 0 else float('nan')
 print('%-12s %3s %9.1f %7.3f %8.3f %10.3f %8.2f %8.2f %8.2f' %
       (sched, v, med('step_ms'), med('bubble'), steps[-1]['bubble_formula'], sim,
        passes['F'], passes['B'], passes['W']))

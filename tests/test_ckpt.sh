@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checkpoints (DESIGN.md "Files"): bitwise resume on the same layout (one process and 4 ranks,
 # sync and async writes alike), resharding tp2 pp2 dp2 zero1 -> tp1 pp4 dp2 zero3
-# (interleaved) -> tp4 dp1 zero0 -> 1 process against the unchanged layout, exports of any
+# (interleaved) -> tp2 pp2 zero0 (zbv: the V placement, rank 0 holding both ends) -> 1 process
+# against the unchanged layout, exports of any
 # checkpoint, checkpoint.keep, preemption by SIGUSR1 / SIGTERM, and damaged checkpoints
 # (truncated, corrupted, missing rank file, another model's manifest, kill -9 during writes).
 set -u
@@ -55,7 +56,8 @@ RS=(--set train.steps=20 --set train.micro_batch=2 --set train.global_batch=16 -
 "${MPIRUN[@]}" -np 8 $T train $CFG "${RS[@]}" --set parallel.pp=4 --set parallel.zero=3 --set parallel.schedule=interleaved \
     --set parallel.virtual_stages=2 --set run.out_dir=$W/B --set checkpoint.dir=$W/cB \
     --set checkpoint.resume=$W/cA/step_00000005 >$W/B.log 2>&1
-"${MPIRUN[@]}" -np 4 $T train $CFG "${RS[@]}" --set parallel.tp=4 --set parallel.zero=0 --set run.out_dir=$W/C \
+"${MPIRUN[@]}" -np 4 $T train $CFG "${RS[@]}" --set parallel.tp=2 --set parallel.pp=2 --set parallel.schedule=zbv \
+    --set parallel.virtual_stages=2 --set parallel.zero=0 --set run.out_dir=$W/C \
     --set checkpoint.dir=$W/cC --set checkpoint.resume=$W/cB/step_00000010 >$W/C.log 2>&1
 $T train $CFG "${RS[@]}" --set run.out_dir=$W/D --set checkpoint.dir=$W/cD --set checkpoint.resume=$W/cC/step_00000015 >$W/D.log 2>&1
 if out=$(/usr/bin/python3 - $W <<'PY'
@@ -72,6 +74,12 @@ print('max rel loss err %.2e over steps 6-20 on 3 other layouts' % worst)
 sys.exit(0 if ok and worst <= 1e-5 else 1)
 PY
 ); then pass "ckpt_reshard_chain $out"; else fail ckpt_reshard_chain "$out $(tail -1 $W/D.log)"; fi
+# zbv's own checkpoint resumed on its layout: bitwise the uninterrupted run's model.
+"${MPIRUN[@]}" -np 4 $T train $CFG "${RS[@]}" --set parallel.tp=2 --set parallel.pp=2 --set parallel.schedule=zbv \
+    --set parallel.virtual_stages=2 --set parallel.zero=0 --set run.out_dir=$W/C2 \
+    --set checkpoint.resume=$W/cC/step_00000015 >$W/C2.log 2>&1
+if cmp -s $W/C/model.bin $W/C2/model.bin; then pass ckpt_zbv_resume_bitwise
+else fail ckpt_zbv_resume_bitwise "$(tail -2 $W/C2.log | tr '\n' ' ')"; fi
 if grep -q "mesh: {world: 8, tp: 2, pp: 2, dp: 2" $W/cA/step_00000005/manifest.yaml &&
     ! grep -h "tensor: " $W/cA/step_00000020/manifest.yaml | sed 's/, file: .*//' | sort | uniq -d | grep -q .; then
     pass ckpt_no_region_twice

@@ -8,10 +8,12 @@
 #      grouped-query and multi-head attention, untied and tied heads, another theta and eps;
 #   2. every layout against the single-process llama run on the same global batch, 20 steps
 #      (loss 1e-5, grad_norm 1e-4, val 1e-5, as GPT-2's layouts): tp 2 with sequence
-#      parallelism, pp 2 interleaved, dp 2 ZeRO-3 with overlap, tp 2 x pp 2 x dp 2;
+#      parallelism, pp 2 interleaved, pp 2 zbv (the V: embedding and untied head on rank 0,
+#      the backward split into B and W), dp 2 ZeRO-3 with overlap, tp 2 x pp 2 x dp 2;
 #      recompute bitwise equal to its absence; a checkpoint of one process resumed on tp 2 x
 #      dp 2 (ZeRO-3); `trident sample` of that checkpoint.
-# --all (make test-full) adds pp 2 with 1f1b, dp 2 with ZeRO-1 and ZeRO-2, the tied head over pp 2,
+# --all (make test-full) adds pp 2 with 1f1b and zb-h1, zbv with the tied head, dp 2 with
+# ZeRO-1 and ZeRO-2, the tied head over pp 2,
 # bf16 over tp 2 x pp 2 x dp 2 with recompute against the bf16 single process, and a resume on
 # pp 2. Prints PASS/FAIL lines.
 set -u
@@ -72,6 +74,7 @@ match_reference llama_recompute_bitwise $W/ref $W/ref_recompute bitwise model=no
 layout tp2_sp 2 ref --set parallel.tp=2 --set parallel.sequence_parallel=true
 layout pp2_interleaved 2 ref --set parallel.pp=2 --set parallel.schedule=interleaved \
     --set parallel.virtual_stages=2
+layout pp2_zbv 2 ref --set parallel.pp=2 --set parallel.schedule=zbv --set parallel.virtual_stages=2
 layout dp2_zero3 2 ref --set parallel.zero=3 --set parallel.overlap=true
 layout tp2_pp2_dp2 8 ref --set parallel.tp=2 --set parallel.pp=2 --set parallel.zero=1
 
@@ -92,6 +95,9 @@ if [ $ALL = 1 ]; then
     layout dp2_zero2 2 ref --set parallel.zero=2 --set parallel.overlap=true
     run1 ref_tied --set model.tie_embeddings=true
     layout pp2_tied 2 ref_tied --set parallel.pp=2 --set model.tie_embeddings=true
+    layout pp2_zbh1 2 ref --set parallel.pp=2 --set parallel.schedule=zb-h1
+    layout pp2_zbv_tied 2 ref_tied --set parallel.pp=2 --set parallel.schedule=zbv \
+        --set parallel.virtual_stages=2 --set model.tie_embeddings=true
     run1 ref_bf16 --set train.precision=bf16
     PARITY=(loss=1e-3 norm=1e-2 steps=20) # bf16 layouts round other sums (as test_mixed.sh)
     layout bf16_tp2_pp2_dp2_recompute 8 ref_bf16 --set train.precision=bf16 --set parallel.tp=2 \

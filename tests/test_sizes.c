@@ -30,6 +30,57 @@ static void test_checked(void) {
                "a product or sum wrapped or saturated early");
 }
 
+// The V placement of zbv (DESIGN.md "Layer placement"): each rank's chunks hold the layers of
+// the virtual stages sched_stage_rank_chunk gives them, every layer on exactly one rank, the
+// embedding and the final norm and LM head (GPT-2: wte not copied, no embedding-group sum) on
+// rank 0 alone.
+static void test_vplace(void) {
+    int bad = 0, cases = 0;
+    char first[200] = "";
+    for (int pp = 2; pp <= 6; pp++)
+        for (int lc = 1; lc <= 2; lc++)
+            for (int llama = 0; llama <= 1; llama++) {
+                const int L = 2 * pp * lc;
+                model_config mc = {.n_layer = L,
+                                   .n_head = 2,
+                                   .d_model = 8,
+                                   .seq_len = 4,
+                                   .vocab_size = 50,
+                                   .vocab_pad_to = 8};
+                if (llama) {
+                    mc.arch = (char *)"llama", mc.n_kv_head = 1, mc.ffn_hidden = 16;
+                    mc.tie_embeddings = 1;
+                }
+                int *owner = xcalloc((size_t)L, sizeof(int));
+                for (int r = 0; r < pp; r++) {
+                    const model_shard sh = {1, 0, pp, r, 2, 1};
+                    param_table pt;
+                    params_build(&pt, &mc, &sh);
+                    cases++;
+                    for (int c = 0; c < 2; c++) {
+                        int rank, chunk;
+                        sched_stage_rank_chunk(SCHEDULE_ZBV, pp, 2, model_shard_stage(&sh, c),
+                                               &rank, &chunk);
+                        const int first_layer = params_chunk_first_layer(&pt, c);
+                        if (rank != r || chunk != c ||
+                            first_layer != model_shard_stage(&sh, c) * lc)
+                            bad++;
+                        for (int l = first_layer; l < first_layer + lc; l++) owner[l]++;
+                    }
+                    const int ends = (pt.wte >= 0) + (pt.lnfw >= 0);
+                    if (ends != (r == 0 ? 2 : 0) || pt.wte_is_copy || pt.wte_shared) bad++;
+                    if (bad && !first[0])
+                        snprintf(first, sizeof first, "pp %d Lc %d llama %d rank %d", pp, lc, llama,
+                                 r);
+                    params_free(&pt);
+                }
+                for (int l = 0; l < L; l++) bad += owner[l] != 1;
+                free(owner);
+            }
+    TEST_CHECK(!bad && cases > 20, "zbv's V placement: stages, layers and both ends on rank 0",
+               "%d bad of %d: %s", bad, cases, first);
+}
+
 // params_size_of against params_build, every stage of every layout of a set of shapes.
 static void test_params_size(void) {
     int cases = 0, bad = 0;
@@ -53,8 +104,9 @@ static void test_params_size(void) {
                             param_table full;
                             params_build_full(&full, &mc, tp);
                             params_free(&full);
-                            for (int r = 0; r < pp; r++) {
-                                model_shard sh = {tp, tp - 1, pp, r, v};
+                            // zbv's V placement too (v 2): rank 0 holds both ends.
+                            for (int r = 0; r < pp * (v == 2 ? 2 : 1); r++) {
+                                model_shard sh = {tp, tp - 1, pp, r % pp, v, r >= pp};
                                 params_size ps;
                                 param_table pt;
                                 params_build(&pt, &mc, &sh);
@@ -76,6 +128,7 @@ static void test_params_size(void) {
                         }
     TEST_CHECK(!bad && cases > 500, "params_size_of equals the built table", "%d of %d: %s", bad,
                cases, first);
+    test_vplace();
     // Past 64 bits: -1, nothing built.
     model_config huge = {.n_layer = INT_MAX,
                          .n_head = 1,
@@ -83,7 +136,7 @@ static void test_params_size(void) {
                          .seq_len = 1,
                          .vocab_size = 1,
                          .vocab_pad_to = 1};
-    model_shard one = {1, 0, 1, 0, 1};
+    model_shard one = {1, 0, 1, 0, 1, 0};
     params_size ps;
     TEST_CHECK(params_size_of(&huge, &one, &ps) == -1, "params_size_of refuses past INT64_MAX",
                "returned 0 (local %lld)", (long long)ps.local_numel);

@@ -265,8 +265,10 @@ static void log_step(trainer *tr, int n, int64_t samples, double loss, double lr
         .tokens = samples * cfg->model.seq_len,
         .step_ms = 1e3 * dt,
         .tokens_per_s = tokens_per_step / dt,
-        .mfu = tr->peak_flops > 0 ? tr->flops_per_token * tokens_per_step / dt / tr->peak_flops
-                                  : NAN,
+        // Every rank has its own device (or cores) and peak: the job's FLOP/s over world peaks.
+        .mfu = tr->peak_flops > 0
+                   ? tr->flops_per_token * tokens_per_step / dt / (tr->peak_flops * tr->li->world)
+                   : NAN,
         .mem_peak_bytes = tr->be->mem_peak_bytes(tr->be),
         .comm_tp = comm_group_bytes(tr->cm, COMM_GROUP_TP),
         .comm_pp = comm_group_bytes(tr->cm, COMM_GROUP_PP),

@@ -560,6 +560,10 @@ static tri_status simulate_schedule(plan_result *p, const layout *lo, int n_repl
                                    : span[0] + (span[1] - span[0]) / (replay_m[1] - replay_m[0]) *
                                                    (lo->m - replay_m[0]);
     p->bubble_sim = p->t_schedule > 0 ? 1 - busy / (pp * p->t_schedule) : 0;
+    for (int r = 0; r < pp && p->t_schedule > 0; r++) {
+        const plan_stage *s = &p->stages[r];
+        p->stages[r].idle_sim = 1 - (s->t_compute + s->t_comm[PLAN_PHASE_SCHEDULE]) / p->t_schedule;
+    }
     return TRI_OK;
 }
 

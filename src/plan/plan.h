@@ -100,6 +100,7 @@ typedef struct {
     double model_flops; // model FLOPs of this rank per step (fwd + bwd, its tp share)
     double hw_flops;    // FLOPs it executes (recompute runs each forward twice)
     double t_compute, t_comm[PLAN_PHASE_COUNT]; // seconds per step
+    double idle_sim; // the fraction of the simulated schedule this stage waits (bubble_sim's)
     double t_optimizer;
 } plan_stage;
 

@@ -395,6 +395,8 @@ void plan_print_json(const plan_result *p, const run_config *cfg, FILE *f) {
         json_double(f, "compute_s", s->t_compute);
         fputc(',', f);
         json_double(f, "comm_s", s->t_comm[0] + s->t_comm[1]);
+        fputc(',', f);
+        json_double(f, "idle_sim", s->idle_sim);
         fputc('}', f);
     }
     fprintf(f, "],\"fits\":%s,\"worst_stage\":%d,", p->fits ? "true" : "false", p->worst_stage);

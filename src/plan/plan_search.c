@@ -107,7 +107,7 @@ static void search_options(search_state *s, run_config *c, const plan_device *de
                                 p.step_s,
                                 p.tokens_per_s,
                                 p.mfu,
-                                p.bubble,
+                                p.bubble_sim,
                                 p.stages[p.worst_stage].mem_total};
                 if (p.fits) {
                     add_row(s, &r);
