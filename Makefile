@@ -178,11 +178,14 @@ test-asan: deps
 		grep -q "^PASS " $(SAN_BUILD)/sanitize.log && ! grep -q "^FAIL " $(SAN_BUILD)/sanitize.log
 
 # What CI runs besides make test: the suites that do not fit its 10 minutes (the sanitizers;
-# the blend test on every layout; the Llama layouts beyond make test's; a SmolLM-shaped HF import; the flight recorder's stalled and killed jobs repeated and
+# the blend test on every layout; the Llama layouts beyond make test's; a SmolLM-shaped HF import;
+# the planner against the 8-rank runs beyond make test's; the flight recorder's stalled and
+# killed jobs repeated and
 # its ring fuzzer at 1000 cases a family).
 test-full: test-asan
 	@$(MAKE) --no-print-directory all && bash tests/test_blend.sh --all-layouts && \
-		bash tests/test_llama.sh --all && bash tests/test_hf_llama.sh --all
+		bash tests/test_llama.sh --all && bash tests/test_hf_llama.sh --all && \
+		bash tests/test_plan.sh --all
 	@$(MAKE) --no-print-directory $(BUILD)/tests/test_diagnose && \
 		$(BUILD)/tests/test_diagnose --cases 1000 && bash tests/test_diagnose.sh --full
 

@@ -465,7 +465,8 @@ static void test_enums(void) {
         const char *set, *want;
     } cases[] = {
         {"parallel.schedule=1fb1", "parallel.schedule: expected one of gpipe, 1f1b, interleaved, "
-                                   "got 1fb1; did you mean 1f1b?"},
+                                   "zb-h1, zbv, got 1fb1; did you mean 1f1b?"},
+        {"parallel.schedule=zbh1", "got zbh1; did you mean zb-h1?"},
         {"train.precision=fp8", "train.precision: expected one of fp32, bf16, tf32, got fp8"},
         {"train.grad_dtype=BF16", "did you mean bf16?"},
         {"train.reduce_dtype=half", "train.reduce_dtype: expected one of fp32, bf16"},
@@ -559,8 +560,8 @@ static void test_rules(void) {
          "parallel.schedule: schedule interleaved needs parallel.virtual_stages >= 2 (got 1)"},
         {"rule virtual_stages > 1 needs interleaved",
          {"parallel.virtual_stages=2"},
-         "parallel.virtual_stages: 2 virtual stages need parallel.schedule: interleaved (got "
-         "1f1b)"},
+         "parallel.virtual_stages: 2 virtual stages need parallel.schedule: interleaved or zbv "
+         "(got 1f1b)"},
         {"rule sequence_parallel needs seq_len % tp",
          {"parallel.sequence_parallel=true", "parallel.tp=4", "model.seq_len=254"},
          "parallel.sequence_parallel: sequence parallelism splits model.seq_len (254) over "
