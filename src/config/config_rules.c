@@ -214,12 +214,15 @@ static void check_batch_split(config_ctx *c, const run_config *cfg, int dp) {
                           "(%d * %d) = %lld; raise global_batch to %lld, or lower micro_batch",
                           config_schedule_name(s), pp, gb, mb, dp, m, per_mb * pp);
     } else if (s == SCHEDULE_INTERLEAVED && m % pp != 0) {
-        // Interleaved 1F1B runs micro-batches in groups of pp through each chunk.
+        // Interleaved 1F1B runs micro-batches in groups of pp through each chunk; a partial
+        // last group has no order here that the simulator proves free of deadlock with
+        // Megatron's warm-up, so the rule stays (zbv, also two chunks, takes any m >= pp).
         config_report_key(c, K_PAR_SCHEDULE, K_TRAIN_GLOBAL_BATCH,
                           "schedule interleaved needs the micro-batches per step "
                           "(train.global_batch / (train.micro_batch * parallel.dp) = %lld) to "
-                          "be a multiple of parallel.pp (%d); choose a global_batch that is a "
-                          "multiple of %lld",
+                          "be a multiple of parallel.pp (%d): it runs them through each chunk "
+                          "in groups of pp; choose a global_batch that is a multiple of %lld, "
+                          "or schedule zbv (two chunks per rank, any count from pp on)",
                           m, pp, per_mb * pp);
     }
 }
