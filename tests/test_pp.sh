@@ -83,6 +83,16 @@ untimed_steps() {
 same_as_1f1b dp2_pp2_zero3_overlap_recompute_bf16 --set parallel.dp=2 --set parallel.zero=3 \
     --set parallel.overlap=true --set parallel.recompute=full --set train.precision=bf16
 
+# zbv under dp 2 with ZeRO-3, overlap and recompute (its W fills the ZeRO-3 buckets, its B
+# gathers) against the single process, 20 steps.
+if "${MPIRUN[@]}" -np 4 $T train $CFG "${COMMON[@]}" --set parallel.pp=2 --set parallel.dp=2 \
+        --set parallel.schedule=zbv --set parallel.virtual_stages=2 --set parallel.zero=3 \
+        --set parallel.overlap=true --set parallel.recompute=full --set run.out_dir=$W/dp2_zbv_zero3 \
+        >$W/dp2_zbv_zero3.log 2>&1; then
+    match_reference dp2_pp2_zbv_zero3_overlap_recompute_parity $W/ref $W/dp2_zbv_zero3 loss=1e-5 \
+        norm=1e-4 val=1e-5 param=1e-4 steps=20
+else fail dp2_pp2_zbv_zero3_run "$(tail -3 $W/dp2_zbv_zero3.log | tr '\n' ' ')"; fi
+
 # Config errors, caught by `trident check` with the key named (exit 2).
 expect_check() { # name pattern args...
     local name=$1 pattern=$2; shift 2

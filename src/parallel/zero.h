@@ -64,6 +64,9 @@ typedef struct {
     int first, count;     // table entries [first, first + count)
     int layers;           // transformer layers in it (0: the embeddings or final LayerNorm)
     int chunk;            // the model chunk whose passes read and finish it
+    int also_chunk;       // another chunk whose passes read it, or -1: on zbv's rank 0 the tied
+                          // wte, read by the embedding (chunk 0) and the LM head (chunk 1);
+                          // ZeRO-3 "pass" gathers it for both, first in each chunk's workspace
     size_t begin, numel;  // their flat range
     size_t padded, shard; // numel rounded up to a multiple of dp; padded / dp
     size_t arena;         // where this rank's shard of the bucket starts in the shard arrays
@@ -87,6 +90,11 @@ typedef struct {
 } zero_layout;
 
 void zero_layout_build(zero_layout *zl, const zero_config *zc, const param_table *pt);
+// Whether ZeRO-3 gathers bucket k before a pass of chunk c: its own chunk's, and under "pass"
+// (not `step`, which keeps every chunk's region) also the chunk in also_chunk.
+static inline int zero_bucket_gathered_for(const zero_layout *zl, int k, int c, int step) {
+    return zl->buckets[k].chunk == c || (!step && zl->buckets[k].also_chunk == c);
+}
 void zero_layout_free(zero_layout *zl);
 // Entries in the bucket that starts at entry i: consecutive layers of one chunk merged while
 // they fit in bucket_bytes (at least one layer; *layers counts them), the final LayerNorm's

@@ -21,16 +21,22 @@ void zero_gather_init(zero_state *z) {
     // "pass": the chunks share one workspace (zero_buffers sized it for the largest chunk);
     // "step": each chunk keeps its own region until the update.
     size_t total = 0;
+    // A bucket that two chunks read (also_chunk) is gathered for each, at the start of the
+    // workspace for both: the embedding bucket is its chunk 0's first (table order) and goes
+    // first in the other chunk's list, so its one ws_offset serves both.
     for (int c = 0; c < zl->chunks; c++) {
         g->chunk_buckets[c] = xmalloc((size_t)(zl->n_buckets + 1) * sizeof(int));
         int n = 0;
         size_t used = g->keep ? total : 0;
-        for (int k = 0; k < zl->n_buckets; k++) {
-            if (zl->buckets[k].chunk != c) continue;
-            g->chunk_buckets[c][n++] = k;
-            g->ws_offset[k] = used;
-            used += zl->buckets[k].padded;
-        }
+        for (int pass = 0; pass < 2; pass++)
+            for (int k = 0; k < zl->n_buckets; k++) {
+                const int shared = zl->buckets[k].chunk != c;
+                if (!zero_bucket_gathered_for(zl, k, c, g->keep) || shared != (pass == 0)) continue;
+                TRI_ASSERT(!shared || (used == 0 && g->ws_offset[k] == 0));
+                g->chunk_buckets[c][n++] = k;
+                g->ws_offset[k] = used;
+                used += zl->buckets[k].padded;
+            }
         g->chunk_buckets[c][n] = -1;
         total = used;
     }

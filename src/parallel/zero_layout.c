@@ -63,6 +63,7 @@ static void define_buckets(zero_layout *zl, const param_table *pt, double bucket
         b->chunk = e->layer >= 0                   ? layer_chunk(pt, e->layer)
                    : e->layer == PARAM_LAYER_EMBED ? 0
                                                    : zl->chunks - 1;
+        b->also_chunk = -1;
         b->begin = e->offset;
         for (int k = i; k < i + b->count; k++) {
             b->numel += (size_t)pt->entries[k].local_numel;
@@ -78,6 +79,10 @@ static void define_buckets(zero_layout *zl, const param_table *pt, double bucket
         zl->n_buckets++;
     }
     if (zl->stage >= 2) zl->arena_len = arena;
+    // The LM head reads this rank's own wte (no tied copy) from another chunk: zbv's V puts the
+    // embedding and the loss both on rank 0.
+    if (pt->tied && pt->wte >= 0 && !pt->wte_is_copy && pt->lnfw >= 0 && zl->chunks > 1)
+        zl->buckets[zl->bucket_of_entry[pt->wte]].also_chunk = zl->chunks - 1;
 }
 
 void zero_layout_build(zero_layout *zl, const zero_config *zc, const param_table *pt) {
@@ -174,14 +179,14 @@ void zero_buffers(mem_specs *s, const zero_config *zc, const zero_layout *zl, co
     }
     if (zl->stage == 3) { // the largest chunk's buckets ("pass"), or every chunk's ("step")
         size_t most = 0, all = 0;
+        const int step = zc->gather == ZERO3_GATHER_STEP;
         for (int c = 0; c < zl->chunks; c++) {
-            size_t n = 0;
+            size_t n = 0; // "pass" gathers a bucket another chunk reads for that one too
             for (int k = 0; k < zl->n_buckets; k++)
-                if (zl->buckets[k].chunk == c) n += zl->buckets[k].padded;
+                if (zero_bucket_gathered_for(zl, k, c, step)) n += zl->buckets[k].padded;
             most = n > most ? n : most;
             all += n;
         }
-        const int step = zc->gather == ZERO3_GATHER_STEP;
         const size_t ws = step ? all : most;
         mem_specs_add(s, "zero.gather_ws", MEM_PARAM_GATHER, (ws ? ws : 1) * pelem, DST(gather.ws));
         if (overlap && !step) // the next pass's gathers go to a second one

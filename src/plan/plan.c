@@ -146,9 +146,10 @@ static void pass_begin(rank_step *r, int chunk) {
     const layout *lo = r->lo;
     const zero_layout *zl = &r->st->zl;
     if (zl->stage != 3 || r->gathered[chunk]) return;
-    r->gathered[chunk] = lo->cfg->parallel.zero3_gather == ZERO3_GATHER_STEP;
+    const int step = lo->cfg->parallel.zero3_gather == ZERO3_GATHER_STEP;
+    r->gathered[chunk] = step;
     for (int k = 0; k < zl->n_buckets; k++)
-        if (zl->buckets[k].chunk == chunk)
+        if (zero_bucket_gathered_for(zl, k, chunk, step))
             count(r, COMM_GROUP_DP, COMM_OP_ALL_GATHER, zl->buckets[k].padded * lo->es.param);
 }
 
