@@ -11,7 +11,7 @@
 #   resume      10 steps on one process with a checkpoint, then resumed on tp 2 x dp 2 to 20
 # and `trident plan --json` for configs/plan-70b.yaml on 512 ranks (h100 and h200).
 # For each run OUT_DIR holds metrics.jsonl without its timing fields (step_ms, tokens_per_s,
-# mfu, bubble, blocked_ms, mfu_peak_flops, straggler, pass_ms) and the sha256 of the final model.bin. The runs
+# mfu, bubble, blocked_ms, mfu_peak_flops, straggler, pass_ms, plan_ratio) and the sha256 of the final model.bin. The runs
 # write under /tmp/trident-snapshot so that the paths in the run records are the same.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,7 +45,7 @@ keep() { # name: normalised metrics and the model's digest into $out
     /usr/bin/python3 - "$R/$1/metrics.jsonl" >"$out/$1.jsonl" <<'PY'
 import json, sys
 timing = {'step_ms', 'tokens_per_s', 'mfu', 'bubble', 'blocked_ms', 'mfu_peak_flops', 'straggler',
-          'pass_ms'}
+          'pass_ms', 'plan_ratio'}
 for line in open(sys.argv[1]):
     r = json.loads(line)
     print(json.dumps({k: v for k, v in r.items() if k not in timing}, sort_keys=True))

@@ -26,7 +26,7 @@ import numpy as np
 # Fields that measure time or name a slow rank and its host (DESIGN.md "Metrics": two runs
 # differ only in these).
 TIMING = ('step_ms', 'tokens_per_s', 'mfu', 'bubble', 'blocked_ms', 'mfu_peak_flops', 'straggler',
-          'pass_ms')
+          'pass_ms', 'plan_ratio')
 
 
 def rows(run_dir, kind):

@@ -33,7 +33,7 @@ from tensorboard.compat.proto import event_pb2
 from tensorboard.compat.tensorflow_stub import pywrap_tensorflow, errors
 
 DECIMALS = {"step_ms": 5e-4, "tokens_per_s": 5e-2, "bubble": 5e-5, "bubble_formula": 5e-5,
-            "pass_ms/F": 5e-4, "pass_ms/B": 5e-4, "pass_ms/W": 5e-4}
+            "pass_ms/F": 5e-4, "pass_ms/B": 5e-4, "pass_ms/W": 5e-4, "plan_ratio": 5e-5}
 NOT_SCALARS = {"type", "step", "straggler"}  # straggler: a rank and host, not a series
 
 

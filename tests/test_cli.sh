@@ -20,7 +20,7 @@ expect() {
     else pass "$name"; fi
 }
 # Strips the timing fields, which are the only ones allowed to differ between runs.
-untimed() { sed -E 's/"(straggler|pass_ms)":\{[^}]*\}//g; s/"(step_ms|tokens_per_s|mfu|mfu_peak_flops|bubble)":[^,}]*//g' "$1"; }
+untimed() { sed -E 's/"(straggler|pass_ms)":\{[^}]*\}//g; s/"(step_ms|tokens_per_s|mfu|mfu_peak_flops|bubble|plan_ratio)":[^,}]*//g' "$1"; }
 
 # --- determinism: two runs of one config write identical metrics apart from timing
 expect train_run_a 0 "done: 6 steps" $T train $CFG --set run.out_dir=$W/a

@@ -10,7 +10,7 @@ set -u
 source "$(dirname "$0")/lib.sh"
 RUN=(--set train.steps=3 --set system.threads=1 --set data.eval_every=0)
 untimed() {
-    grep '"type":"step"' "$1" | sed -E 's/"straggler":\{[^}]*\}//; s/"(step_ms|tokens_per_s|mfu|mem_peak_bytes|blocked_ms)":[^,}]*//g'
+    grep '"type":"step"' "$1" | sed -E 's/"straggler":\{[^}]*\}//; s/"(step_ms|tokens_per_s|mfu|plan_ratio|mem_peak_bytes|blocked_ms)":[^,}]*//g'
 }
 comm_of() { head -n 1 "$1" | grep -o '"comm":"[^"]*"' | head -n 1; }
 

@@ -48,6 +48,14 @@ for s in steps:
     for g, v in s['comm_bytes'].items():
         if plan['comm_bytes'][g] != v: bad.append('step %d comm %s run %d plan %d' % (s['step'], g, v, plan['comm_bytes'][g]))
 if len(steps) != 2: bad.append('%d step lines' % len(steps))
+# The run's own prediction (issue 21 point 3): the planner's step time on this device in the
+# run record, and each step line's measured time over it.
+pr = run.get('plan', {})
+if pr.get('device') != 'cpu' or abs(pr.get('step_s', 0) - plan['step_s']) > 1e-5 * plan['step_s']:
+    bad.append('run record plan %s, trident plan step_s %s' % (pr, plan['step_s']))
+for s in steps:
+    if abs(s.get('plan_ratio', 0) - s['step_ms'] / 1e3 / pr.get('step_s', 1)) > 1e-3 * s.get('plan_ratio', 1):
+        bad.append('step %d plan_ratio %s, step_ms %s' % (s['step'], s.get('plan_ratio'), s['step_ms']))
 # The backend's peak: the planned total (the record's kinds plus the model's scratch), or
 # trainer.c's matmul-rate probe (512x768, 768x768 and 512x768 floats, freed before the model
 # is built) when that is larger; nothing else.

@@ -78,7 +78,7 @@ same_as_1f1b() { # name args...
     else fail "${name}_zbh1_bitwise_1f1b" "$(diff <(untimed_steps $a/metrics.jsonl) <(untimed_steps $b/metrics.jsonl) | head -3 | tr '\n' ' ')"; fi
 }
 untimed_steps() {
-    grep '"type":"step"' "$1" | sed -E 's/"(straggler|pass_ms)":\{[^}]*\}//g; s/"(step_ms|tokens_per_s|mfu|bubble|bubble_formula|mem_peak_bytes)":[^,}]*//g'
+    grep '"type":"step"' "$1" | sed -E 's/"(straggler|pass_ms)":\{[^}]*\}//g; s/"(step_ms|tokens_per_s|mfu|plan_ratio|bubble|bubble_formula|mem_peak_bytes)":[^,}]*//g'
 }
 same_as_1f1b dp2_pp2_zero3_overlap_recompute_bf16 --set parallel.dp=2 --set parallel.zero=3 \
     --set parallel.overlap=true --set parallel.recompute=full --set train.precision=bf16

@@ -62,10 +62,10 @@ if [ $rc = 4 ] && grep -q "error: log.tensorboard: cannot create directory $W/af
 else fail tb_unwritable_dir_exit4 "exit $rc: $(head -3 $W/bad.log | tr '\n' ' ')"; fi
 
 # The step line: the fields it had, then MFU, elapsed time and ETA.
-re='^step +[0-9]+/12 \| loss [0-9.]+ \| lr [0-9.e+-]+ \| norm [0-9.]+ \| [0-9.]+ ms \| [0-9]+ tok/s \| MFU [0-9.]+% \| [0-9:]+s? elapsed, ETA [0-9:]+s?$'
+re='^step +[0-9]+/12 \| loss [0-9.]+ \| lr [0-9.e+-]+ \| norm [0-9.]+ \| [0-9.]+ ms \| [0-9]+ tok/s \| MFU [0-9.]+% \| [0-9:]+s? elapsed, ETA [0-9:]+s?( \| [0-9.]+x plan)?$'
 n_lines=$(grep -c '^step .*tok/s' $W/single.log)
 if [ "$n_lines" = 7 ] && [ "$(grep -cE "$re" $W/single.log)" = 7 ] &&
-    grep -qE '^step +12/12 .*, ETA 0s$' $W/single.log; then pass "tb_step_line_mfu_elapsed_eta $(grep -m1 '^step    12/' $W/single.log)"
+    grep -qE '^step +12/12 .*, ETA 0s( \| [0-9.]+x plan)?$' $W/single.log; then pass "tb_step_line_mfu_elapsed_eta $(grep -m1 '^step    12/' $W/single.log)"
 else fail tb_step_line_mfu_elapsed_eta "$n_lines step lines, e.g. $(grep -m1 '^step .*tok/s' $W/single.log)"; fi
 if grep -qE '^step +[0-9]+/12 .* ETA [0-9:]+s? \| bubble [0-9.]+ \(formula' $W/pp.log; then pass tb_step_line_pipelined
 else fail tb_step_line_pipelined "$(grep -m1 '^step .*tok/s' $W/pp.log)"; fi

@@ -273,6 +273,7 @@ static void log_step(trainer *tr, int n, int64_t samples, double loss, double lr
         .comm_tp = comm_group_bytes(tr->cm, COMM_GROUP_TP),
         .comm_pp = comm_group_bytes(tr->cm, COMM_GROUP_PP),
         .comm_dp = comm_group_bytes(tr->cm, COMM_GROUP_DP),
+        .plan_ratio = tr->plan_step_s > 0 ? dt / tr->plan_step_s : 0,
         .pipelined = m->d.pp > 1,
         .bubble = waited / dt,
         .bubble_formula = sched_bubble_fraction(cfg->parallel.schedule, m->d.pp, m->d.chunks,
@@ -297,8 +298,10 @@ static void log_step(trainer *tr, int n, int64_t samples, double loss, double lr
                  s.bubble_formula);
     train_progress(progress, sizeof progress, s.mfu, time_now_s() - tr->loop_start, n,
                    tr->start.step + 1, cfg->train.steps);
-    LOG_INFO("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s%s%s%s", n,
-             cfg->train.steps, loss, lr, norm, s.step_ms, s.tokens_per_s, progress, bubble,
+    char plan[32] = ""; // measured over predicted
+    if (s.plan_ratio > 0) snprintf(plan, sizeof plan, " | %.2fx plan", s.plan_ratio);
+    LOG_INFO("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s%s%s%s%s", n,
+             cfg->train.steps, loss, lr, norm, s.step_ms, s.tokens_per_s, progress, bubble, plan,
              ckpt_note);
 }
 

@@ -73,6 +73,29 @@ static double mfu_peak(trainer *tr) {
     return measure_matmul_rate(be, be->device_memory && prec == PRECISION_BF16);
 }
 
+// The planner's prediction for this run (issue 21 point 3): `trident plan` of this config on
+// the device the run uses (the CUDA device's table entry, or the CPU's), into the run record's
+// "plan" object; each step line then carries its measured time over the predicted one
+// (plan_ratio). Nothing when the device has no entry.
+static void plan_json(trainer *tr, char *out, size_t cap) {
+    out[0] = '\0';
+    tr->plan_step_s = 0;
+    plan_device dev;
+    const backend *be = tr->be;
+    if (be->device_name ? plan_device_for_gpu(be->device_name, &dev) != 0
+                        : plan_device_lookup("cpu", tr->li->world, &dev) != 0)
+        return;
+    plan_result p;
+    if (plan_compute(&p, tr->cfg, &dev) != TRI_OK) return;
+    tr->plan_step_s = p.step_s;
+    snprintf(tr->plan_device, sizeof tr->plan_device, "%s", dev.name);
+    snprintf(out, cap,
+             ",\"plan\":{\"device\":\"%s\",\"calibrated\":%s,\"step_s\":%.6g,"
+             "\"schedule_s\":%.6g,\"bubble\":%.4f,\"bubble_sim\":%.4f,\"tokens_per_s\":%.6g}",
+             dev.name, "false", p.step_s, p.t_schedule, p.bubble, p.bubble_sim, p.tokens_per_s);
+    plan_free(&p);
+}
+
 // data.train (io/data_order.h) and data.val's sets; rank 0 says what they hold.
 static tri_status open_data(trainer *tr) {
     run_config *cfg = tr->cfg;
@@ -391,9 +414,10 @@ tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     describe_data(tr);
     TRI_CHECK(startup_boundary(tr, "metrics"));
     tr->flops_per_token = plan_flops_per_token(cfg);
-    char memory[1024], *extra = NULL;
+    char memory[1024], *extra = NULL, plan[512];
     size_t extra_len = 0;
     TRI_CHECK(memory_json(tr, memory, sizeof memory));
+    plan_json(tr, plan, sizeof plan);
     char wait[128] = "";
     if (tr->be->threads > 0) backend_cpu_wait_describe(wait, sizeof wait);
     FILE *f = open_memstream(&extra, &extra_len);
@@ -403,10 +427,10 @@ tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     fprintf(f,
             ",\"n_params\":%lld,\"threads\":%d,\"threads_why\":\"%s\",\"omp_wait\":\"%s\","
             "\"micro_batches\":%d,\"flops_per_token\":%.0f,\"mfu_peak_flops\":%.4g,"
-            "\"rank_params\":%zu%s",
+            "\"rank_params\":%zu%s%s",
             (long long)tr->model.table.global_numel, tr->be->threads,
             tr->be->threads > 0 ? tr->threads_why : "", wait, tr->n_micro, tr->flops_per_token,
-            tr->peak_flops, tr->model.table.local_numel, memory);
+            tr->peak_flops, tr->model.table.local_numel, memory, plan);
     // A resumed run says from which step, so that scripts/plot.py joins the restarts there,
     // and the changes it made to the checkpoint's config.
     if (tr->resumed)

@@ -64,6 +64,10 @@ typedef struct {
     int step;       // the optimizer step being run (0-based), for the batch loader
     int eval_batch; // the evaluation batch being run
     double flops_per_token, peak_flops;
+    // The planner's prediction for this run's layout on the device it runs on (plan_compute,
+    // issue 21): its step seconds, 0 when the device has no planner entry.
+    double plan_step_s;
+    char plan_device[32];
     uint64_t step_allocs; // device allocations the training steps made (backend.alloc_count):
                           // none is expected (a step sized everything at start-up)
     rundir dirs;          // run.out_dir and checkpoint.dir, locked (rank 0)

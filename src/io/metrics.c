@@ -228,13 +228,15 @@ void metrics_write_step(metrics_log *ml, const metrics_step *s) {
                  s->straggler_rank, host, s->straggler_excess_pct, s->straggler_step_ms,
                  s->straggler_compute_ms, s->straggler_wait_ms, s->straggler_median_ms);
     }
+    char plan[48] = "";
+    if (s->plan_ratio > 0) snprintf(plan, sizeof plan, ",\"plan_ratio\":%.4f", s->plan_ratio);
     snprintf(what, sizeof what, "step %d line", s->step);
     write_linef(
         ml, what,
         "{\"type\":\"step\",\"step\":%d,\"loss\":%s,\"lr\":%s,\"grad_norm\":%s,"
-        "\"tokens\":%lld,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,\"mfu\":%s,"
+        "\"tokens\":%lld,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,\"mfu\":%s%s,"
         "\"mem_peak_bytes\":%llu,\"comm_bytes\":{\"tp\":%llu,\"pp\":%llu,\"dp\":%llu}%s%s}\n",
-        s->step, loss, lr, norm, (long long)s->tokens, s->step_ms, s->tokens_per_s, mfu,
+        s->step, loss, lr, norm, (long long)s->tokens, s->step_ms, s->tokens_per_s, mfu, plan,
         (unsigned long long)s->mem_peak_bytes, (unsigned long long)s->comm_tp,
         (unsigned long long)s->comm_pp, (unsigned long long)s->comm_dp, bubble, straggler);
 }

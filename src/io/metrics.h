@@ -43,6 +43,8 @@ typedef struct {
     uint64_t comm_tp, comm_pp, comm_dp;
     int pipelined;                 // pp > 1: the bubble fields are written
     double bubble, bubble_formula; // measured fraction of the step waiting on other stages
+    double plan_ratio; // step_ms over the planner's predicted step (the run record's "plan");
+                       // 0: no prediction, no field
     double pass_ms[3]; // pipelined: this rank's mean ms per forward, input-gradient (B, or a
                        // whole backward) and weight-gradient (W) action of the step
     // The slowest rank of a multi-rank run at this logged step (timing fields, written as

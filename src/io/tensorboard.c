@@ -147,6 +147,7 @@ void tb_write_step(tb_log *tb, const metrics_step *s) {
     summary_add(&sum, "step_ms", s->step_ms);
     summary_add(&sum, "tokens_per_s", s->tokens_per_s);
     summary_add(&sum, "mfu", s->mfu);
+    if (s->plan_ratio > 0) summary_add(&sum, "plan_ratio", s->plan_ratio);
     summary_add(&sum, "mem_peak_bytes", (double)s->mem_peak_bytes);
     summary_add(&sum, "comm_bytes/tp", (double)s->comm_tp);
     summary_add(&sum, "comm_bytes/pp", (double)s->comm_pp);

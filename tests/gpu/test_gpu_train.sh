@@ -20,7 +20,7 @@ PY=${PYTHON:-$(for p in /usr/bin/python3 python3; do
     "$p" -c 'import numpy' 2>/dev/null && { echo "$p"; break; }; done)}
 untimed() {
     grep '"type":"step"\|"type":"eval"' "$1" |
-        sed -E 's/"(step_ms|tokens_per_s|mfu|bubble|mem_peak_bytes)":[^,}]*//g'
+        sed -E 's/"(step_ms|tokens_per_s|mfu|plan_ratio|bubble|mem_peak_bytes)":[^,}]*//g'
 }
 COMMON=(--set train.steps=10 --set log.every=1 --set data.eval_every=5 --set checkpoint.resume=none)
 ran=1
