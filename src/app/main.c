@@ -85,7 +85,8 @@ static const cli_option PLAN_OPTIONS[] = {
     OPT_WORLD("the number of devices to plan for",
               "the config's tp * pp * dp, dp: auto counting as 1"),
     {"--device", "NAME", CLI_STR, CA(plan.device),
-     .help = "the device: h100, h200, a100 or cpu (the table under README \"Planning a run\")",
+     .help = "the device: h100, h200, a100 or cpu (the table under README \"Planning a run\", "
+             "uncalibrated estimates), or a profile FILE (.yaml) that --calibrate wrote",
      .def = "h100 when system.backend is cuda, else cpu"},
     {"--json", NULL, CLI_FLAG, CA(plan.json),
      .help = "print one JSON object instead of the report"},
@@ -97,6 +98,11 @@ static const cli_option PLAN_OPTIONS[] = {
      .help = "the forward, input-gradient and weight-gradient time ratios the schedule is "
              "simulated with (e.g. a run's pass_ms)",
      .def = "the device table's"},
+    {"--calibrate", NULL, CLI_FLAG, CA(plan.calibrate),
+     .help = "measure this machine at CONFIG's shapes (matmuls, attention, elementwise, AdamW, "
+             "a layer's F:B:W; system.threads threads) and write a device profile"},
+    {"--out", "FILE", CLI_STR, CA(plan.out), .help = "where --calibrate writes the profile",
+     .def = "profiles/<device>-<host>.yaml"},
     OPT_SET,
 };
 static const cli_command PLAN_CLI = {

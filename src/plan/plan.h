@@ -23,6 +23,18 @@
 
 // ---- devices ----
 
+// Where a device profile was measured (plan_profile.h): `trident plan` prints it beside the
+// prediction. calibrated 0: a built-in table entry, an uncalibrated estimate.
+typedef struct {
+    int calibrated;
+    char path[256];     // the profile file
+    char host[64];      // the host it was measured on
+    char date[32];      // when (UTC, ISO 8601)
+    int threads;        // compute threads per rank it was measured with
+    int ranks;          // processes it ran with
+    int intra_measured; // intra_bw and latency_intra measured (>= 2 ranks), else estimates
+} plan_calib;
+
 typedef struct {
     const char *name; // what --device takes: "h100", "h200", "a100", "cpu"
     const char *description;
@@ -47,6 +59,13 @@ typedef struct {
     // other (the split backward of the zero-bubble schedules; B + W is the whole backward).
     double fbw[3];
     int fbw_measured; // fbw measured on this device (else an estimate from FLOP counts)
+    // From a measured profile (plan_profile.h); 0 in the built-in table. Today's time model
+    // reads none of them (its large-matmul rate, peak x efficiency, stands for attention,
+    // and mem_bw for the optimizer): they are there for the time model to use.
+    double attn_rate;        // attention forward + backward, FLOP/s (12 T C per token)
+    double elem_bw;          // elementwise passes (LayerNorm, residual, GELU), bytes/s
+    double matmul_rate_bf16; // a large matmul with bf16 operands, FLOP/s
+    plan_calib calib;        // where it was measured; calib.calibrated 0: the table's estimate
 } plan_device;
 
 // The backend traits the device's buffers follow.
@@ -177,6 +196,8 @@ typedef struct {
     int world_given;    // --world was passed (else the config's tp * pp * dp, dp auto as 1)
     const char *fbw;    // --fbw F:B:W: the device's forward, input-gradient and weight-gradient
                         // time ratios (e.g. a run's pass_ms); NULL: the device table's
+    int calibrate;      // --calibrate: measure this machine and write a profile
+    const char *out;    // --out FILE: where --calibrate writes; NULL: plan_profile_default_path
 } plan_options;
 
 // The largest world `trident check` and `plan` take (--world, or the config's tp * pp * dp).

@@ -34,6 +34,10 @@ static const plan_device DEVICES[] = {
         /* .bf16_out      = */ 1,
         /* .fbw           = */ {1.0, 1.0, 1.0},
         /* .fbw_measured  = */ 0,
+        /* .attn_rate .. .calib: a profile's (plan_profile.h) */ 0,
+        0,
+        0,
+        {0},
     },
     {
         /* .name          = */ "h200",
@@ -57,6 +61,10 @@ static const plan_device DEVICES[] = {
         /* .bf16_out      = */ 1,
         /* .fbw           = */ {1.0, 1.0, 1.0},
         /* .fbw_measured  = */ 0,
+        /* .attn_rate .. .calib: a profile's (plan_profile.h) */ 0,
+        0,
+        0,
+        {0},
     },
     {
         /* .name          = */ "a100",
@@ -80,6 +88,10 @@ static const plan_device DEVICES[] = {
         /* .bf16_out      = */ 1,
         /* .fbw           = */ {1.0, 1.0, 1.0},
         /* .fbw_measured  = */ 0,
+        /* .attn_rate .. .calib: a profile's (plan_profile.h) */ 0,
+        0,
+        0,
+        {0},
     },
     {
         // One rank per core: 3 GHz x 2 AVX2 FMA units x 8 fp32 lanes x 2 FLOPs; bf16 is
@@ -108,6 +120,10 @@ static const plan_device DEVICES[] = {
         // makes B a little heavier than F, and W's GEMMs lighter.
         /* .fbw           = */ {1.0, 1.07, 0.84},
         /* .fbw_measured  = */ 1,
+        /* .attn_rate .. .calib: a profile's (plan_profile.h) */ 0,
+        0,
+        0,
+        {0},
     },
 };
 #define N_DEVICES (sizeof DEVICES / sizeof DEVICES[0])

@@ -6,6 +6,7 @@
 #include "io/hf_config.h"
 #include "io/metrics.h"
 #include "plan/plan.h"
+#include "plan/plan_profile.h"
 
 #include "compute/cuda_workspace.h"
 
@@ -203,11 +204,27 @@ static void print_comm(const plan_result *p, FILE *f) {
             (unsigned long long)plan_group_bytes(s, COMM_GROUP_DP));
 }
 
+// Where the device's numbers come from: a measured profile, or the built-in table.
+static void print_calibration(const plan_device *d, FILE *f) {
+    const plan_calib *c = &d->calib;
+    if (!c->calibrated) {
+        fprintf(f, "device numbers: uncalibrated estimate (the built-in table; `trident plan "
+                   "CONFIG --calibrate` measures this machine)\n");
+        return;
+    }
+    fprintf(f,
+            "device numbers: calibrated on %s at %s with %d threads (%s, %d rank%s); between "
+            "nodes%s: uncalibrated estimates\n",
+            c->host, c->date, c->threads, c->path, c->ranks, c->ranks == 1 ? "" : "s",
+            c->intra_measured ? "" : " and within a node");
+}
+
 void plan_print_text(const plan_result *p, const run_config *cfg, FILE *f) {
     char a[32], b[32], c[32], d[32], e[32];
     const plan_stage *w = &p->stages[p->worst_stage], *s0 = &p->stages[0];
     fprintf(f, "plan: %s on %d x %s (%s)\n", cfg->source_path ? cfg->source_path : "config",
             p->world, p->dev.name, p->dev.description);
+    print_calibration(&p->dev, f);
     char llama[96] = ""; // its own shape keys, when it is a llama
     if (model_arch_is_llama(&cfg->model))
         snprintf(llama, sizeof llama, " (llama: %d kv heads, ffn %d, %s head)",
@@ -345,6 +362,40 @@ static void json_comm(FILE *f, const plan_stage *s) {
     fputc('}', f);
 }
 
+// ,"calibrated":false, or the profile's host, date, threads and the numbers the time model
+// read from it.
+static void json_calibration(FILE *f, const plan_device *d) {
+    const plan_calib *c = &d->calib;
+    fprintf(f, ",\"calibrated\":%s", c->calibrated ? "true" : "false");
+    if (!c->calibrated) return;
+    fprintf(f, ",\"profile\":{\"host\":\"%s\",\"date\":\"%s\",\"threads\":%d,\"ranks\":%d,",
+            c->host, c->date, c->threads, c->ranks);
+    const char *keys[] = {"matmul_rate",   "matmul_rate_bf16", "gemm_half", "attn_rate",
+                          "elem_bw",       "mem_bw",           "intra_bw",  "inter_bw",
+                          "latency_intra", "latency_inter"};
+    const double vals[] = {d->peak_fp32 * d->efficiency,
+                           d->matmul_rate_bf16,
+                           d->gemm_half,
+                           d->attn_rate,
+                           d->elem_bw,
+                           d->mem_bw,
+                           d->intra_bw,
+                           d->inter_bw,
+                           d->latency_intra,
+                           d->latency_inter};
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+        json_double(f, keys[i], vals[i]);
+        fputc(',', f);
+    }
+    fprintf(f, "\"fbw\":[");
+    for (int i = 0; i < 3; i++) {
+        char buf[32];
+        metrics_format_double(buf, sizeof buf, d->fbw[i]);
+        fprintf(f, "%s%s", i ? "," : "", buf);
+    }
+    fprintf(f, "]}");
+}
+
 void plan_print_json(const plan_result *p, const run_config *cfg, FILE *f) {
     const plan_stage *s0 = &p->stages[0];
     fprintf(f,
@@ -355,6 +406,7 @@ void plan_print_json(const plan_result *p, const run_config *cfg, FILE *f) {
     json_double(f, "usable_bytes", p->usable_bytes);
     fputc(',', f);
     json_double(f, "peak_flops", p->peak_flops);
+    json_calibration(f, &p->dev);
     fprintf(f,
             "},\"mesh\":{\"tp\":%d,\"pp\":%d,\"dp\":%d},\"zero_in_effect\":%d,"
             "\"micro_batches\":%d,\"n_params\":%lld,\"rank_params\":%lld,\"memory\":",
@@ -436,10 +488,29 @@ tri_status plan_run(run_config *cfg, int world, const plan_options *po) {
         }
         world = (int)ranks;
     }
+    if (po->calibrate) {
+        if (po->search || po->json || po->fbw || po->device) {
+            LOG_ERROR("--calibrate measures this machine and writes a profile: it takes only "
+                      "--out, --world and --set");
+            LOG_HINT("calibrate first, then plan with --device PROFILE");
+            return TRI_ERR_CONFIG;
+        }
+        TRI_CHECK(config_resolve_world(cfg, world));
+        return plan_calibrate(cfg, po->out);
+    }
+    if (po->out) {
+        LOG_ERROR("--out names the profile --calibrate writes; it needs --calibrate");
+        LOG_HINT("add --calibrate, or drop --out");
+        return TRI_ERR_CONFIG;
+    }
     plan_device dev;
-    if (plan_device_lookup(name, world, &dev)) {
+    if (plan_profile_is_file(name)) {
+        TRI_CHECK(plan_profile_load(name, world, &dev));
+    } else if (plan_device_lookup(name, world, &dev)) {
         LOG_ERROR("--device: unknown device %s", name);
-        LOG_HINT("the device table has %s", plan_device_names());
+        LOG_HINT("the device table has %s; or give a profile (a .yaml file) that `trident plan "
+                 "CONFIG --calibrate` wrote",
+                 plan_device_names());
         return TRI_ERR_CONFIG;
     }
     if (po->fbw) {

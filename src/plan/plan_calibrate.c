@@ -1,0 +1,445 @@
+// plan_calibrate.c: `trident plan CONFIG --calibrate`: measures what the planner's time model
+// needs on this machine, at the shapes CONFIG uses, through the compute backend's own entries
+// (backend_matmul_fwd/_bwd, backend_attention_*, the table's pointwise ops and adamw), with the
+// threads the trainer gives one rank, and writes a device profile (plan_profile.h).
+//
+// Each op is run once to warm up (first touch, OpenBLAS's buffers), then repeated until
+// CAL_MIN_S has passed, the fastest repetition counting; an op whose warm-up alone took
+// CAL_SLOW_S is timed by it (the LM head
+// of a GPT-2-sized model), which bounds the whole to about 20 s for configs/bench-m.yaml on
+// two cores.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "compute/backend_select.h"
+#include "plan/plan_profile.h"
+
+#define CAL_MIN_S 0.15
+#define CAL_SLOW_S 0.5
+#define CAL_MAX_REPS 50
+#define CAL_ADAM_ELEMS ((size_t)8 << 20) // 8 Mi elements: 128 MB of state, past the caches
+
+typedef struct {
+    backend *be;
+    void **bufs; // every allocation, freed at the end
+    int n_bufs, cap_bufs;
+    uint64_t rng;
+} cal;
+
+static float *cal_alloc(cal *c, size_t n) {
+    float *p = c->be->alloc(c->be, n * sizeof(float) + 64);
+    if (!p) tri_out_of_host_memory(n * sizeof(float), "a calibration buffer");
+    if (c->n_bufs == c->cap_bufs) {
+        c->cap_bufs = c->cap_bufs ? 2 * c->cap_bufs : 64;
+        void **grown = xcalloc((size_t)c->cap_bufs, sizeof(void *));
+        if (c->n_bufs) memcpy(grown, c->bufs, (size_t)c->n_bufs * sizeof(void *));
+        free(c->bufs);
+        c->bufs = grown;
+    }
+    c->bufs[c->n_bufs++] = p;
+    // Small random values: no denormals, no zeros a kernel could skip.
+    float *host = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        c->rng = c->rng * 6364136223846793005ULL + 1442695040888963407ULL;
+        host[i] = (float)((double)(c->rng >> 40) / (double)(1 << 24) - 0.5) * 0.1f;
+    }
+    c->be->copy_to_device(c->be, p, host, n * sizeof(float));
+    free(host);
+    return p;
+}
+
+static uint16_t *cal_alloc16(cal *c, size_t n) {
+    float *src = cal_alloc(c, n);
+    uint16_t *p = (uint16_t *)cal_alloc(c, (n + 1) / 2);
+    c->be->to_bf16(c->be, p, src, n);
+    return p;
+}
+
+typedef void (*op_fn)(backend *be, void *ctx);
+
+// Seconds per call of fn(ctx): see the file's comment.
+static double time_op(backend *be, op_fn fn, void *ctx) {
+    double t0 = time_now_s();
+    fn(be, ctx);
+    be->synchronize(be);
+    const double warm = time_now_s() - t0;
+    if (warm >= CAL_SLOW_S) return warm;
+    // The fastest repetition: on a shared machine the slow ones measure the neighbours.
+    double best = warm, total = 0;
+    for (int reps = 0; reps < CAL_MAX_REPS && total < CAL_MIN_S; reps++) {
+        t0 = time_now_s();
+        fn(be, ctx);
+        be->synchronize(be);
+        const double t = time_now_s() - t0;
+        total += t;
+        if (t < best) best = t;
+    }
+    return best;
+}
+
+// ---- matmuls ----
+
+typedef struct {
+    int m, n, k;
+    operand inp, w, dout;
+    float *out, *dinp, *dweight;
+} mm_ctx;
+
+static void mm_run(backend *be, void *p) {
+    mm_ctx *x = p;
+    backend_matmul_fwd(be, x->out, NULL, x->inp, x->w, NULL, x->m, x->k, x->n);
+    backend_matmul_bwd(be, x->dinp, x->dweight, NULL, x->dout, x->inp, x->w, NULL, x->m, x->k,
+                       x->n);
+}
+
+// The shapes of a config: rows (micro_batch x seq_len), d_model, and this tp rank's widths.
+typedef struct {
+    int rows, B, T, C, Cl, C3, F, Vpl, NH, NKV, HS;
+} shapes;
+
+static shapes shapes_of(const run_config *cfg) {
+    const model_config *mc = &cfg->model;
+    const int tp = cfg->parallel.tp;
+    shapes s = {.B = cfg->train.micro_batch, .T = mc->seq_len, .C = mc->d_model};
+    s.rows = s.B * s.T;
+    s.HS = mc->d_model / mc->n_head;
+    s.NH = mc->n_head / tp;
+    s.NKV = (model_arch_is_llama(mc) ? mc->n_kv_head : mc->n_head) / tp;
+    if (s.NKV < 1) s.NKV = 1;
+    s.Cl = s.NH * s.HS;
+    s.C3 = (s.NH + 2 * s.NKV) * s.HS;
+    // The MLP's inner width: GPT-2's 4C, Llama's ffn_hidden (its gate and up are two such).
+    s.F = (model_arch_is_llama(mc) ? mc->ffn_hidden : 4 * mc->d_model) / tp;
+    s.Vpl = config_padded_vocab(cfg) / tp;
+    return s;
+}
+
+static void measure_point(cal *c, plan_profile *pr, int m, int n, int k, tri_dtype dt) {
+    if (pr->n_points == PLAN_PROFILE_MAX_POINTS || m < 1 || n < 1 || k < 1) return;
+    mm_ctx x = {.m = m, .n = n, .k = k};
+    if (dt == DTYPE_BF16) {
+        x.inp = operand_bf16(cal_alloc16(c, (size_t)m * k));
+        x.w = operand_bf16(cal_alloc16(c, (size_t)n * k));
+        x.dout = operand_bf16(cal_alloc16(c, (size_t)m * n));
+    } else {
+        x.inp = operand_fp32(cal_alloc(c, (size_t)m * k));
+        x.w = operand_fp32(cal_alloc(c, (size_t)n * k));
+        x.dout = operand_fp32(cal_alloc(c, (size_t)m * n));
+    }
+    x.out = cal_alloc(c, (size_t)m * n);
+    x.dinp = cal_alloc(c, (size_t)m * k);
+    x.dweight = cal_alloc(c, (size_t)n * k);
+    const double t = time_op(c->be, mm_run, &x);
+    plan_matmul_point *p = &pr->points[pr->n_points++];
+    *p = (plan_matmul_point){.m = m, .n = n, .k = k, .dtype = dt, .rate = 6.0 * m * n * k / t};
+    // The buffers go now: the next point's may be as large.
+    for (int i = 0; i < 6; i++) c->be->free(c->be, c->bufs[--c->n_bufs]);
+    if (dt == DTYPE_BF16)
+        for (int i = 0; i < 3; i++) c->be->free(c->be, c->bufs[--c->n_bufs]);
+}
+
+static double min3(double a, double b, double d) {
+    return a < b ? (a < d ? a : d) : (b < d ? b : d);
+}
+
+// Least squares in log space of log r = log R + log s - log(s + h) over the fp32 points:
+// for a given h the best log R is the mean residual; h by a log-spaced scan, then a finer one
+// around the best.
+static void fit_gemm(const plan_profile *pr, double *R, double *h_out) {
+    double best_h = 0, best_sse = INFINITY, best_logr = 0;
+    double lo = log(0.01), hi = log(1e5);
+    for (int pass = 0; pass < 2; pass++) {
+        const double step = (hi - lo) / 400;
+        for (int i = 0; i <= 400; i++) {
+            const double h = exp(lo + step * i);
+            double sum = 0, sse = 0;
+            int n = 0;
+            for (int j = 0; j < pr->n_points; j++) {
+                const plan_matmul_point *p = &pr->points[j];
+                if (p->dtype != DTYPE_FP32) continue;
+                const double s = min3(p->m, p->n, p->k);
+                sum += log(p->rate) - log(s) + log(s + h), n++;
+            }
+            const double logr = sum / n;
+            for (int j = 0; j < pr->n_points; j++) {
+                const plan_matmul_point *p = &pr->points[j];
+                if (p->dtype != DTYPE_FP32) continue;
+                const double s = min3(p->m, p->n, p->k);
+                const double e = log(p->rate) - (logr + log(s) - log(s + h));
+                sse += e * e;
+            }
+            if (sse < best_sse) best_sse = sse, best_h = h, best_logr = logr;
+        }
+        lo = log(best_h) - 0.1, hi = log(best_h) + 0.1;
+    }
+    *R = exp(best_logr), *h_out = best_h;
+}
+
+static void measure_matmuls(cal *c, plan_profile *pr, const shapes *s) {
+    const int r = s->rows;
+    measure_point(c, pr, r, s->C3, s->C, DTYPE_FP32);  // qkv
+    measure_point(c, pr, r, s->C, s->Cl, DTYPE_FP32);  // attention projection
+    measure_point(c, pr, r, s->F, s->C, DTYPE_FP32);   // MLP up
+    measure_point(c, pr, r, s->C, s->F, DTYPE_FP32);   // MLP down
+    measure_point(c, pr, r, s->Vpl, s->C, DTYPE_FP32); // LM head
+    // The small-dimension fall-off: few rows, few output columns, a short inner dimension.
+    static const int small[] = {4, 16, 64, 256};
+    for (int i = 0; i < 4; i++) {
+        if (small[i] < r) measure_point(c, pr, small[i], s->C, s->C, DTYPE_FP32);
+        if (small[i] < s->C) measure_point(c, pr, r, small[i], s->C, DTYPE_FP32);
+        if (small[i] < s->C && i % 2) measure_point(c, pr, r, s->C, small[i], DTYPE_FP32);
+    }
+    fit_gemm(pr, &pr->matmul_rate, &pr->dev.gemm_half);
+    // bf16 operands at the two largest layer shapes, against fp32's there.
+    const int first16 = pr->n_points;
+    measure_point(c, pr, r, s->C3, s->C, DTYPE_BF16);
+    measure_point(c, pr, r, s->F, s->C, DTYPE_BF16);
+    double r16 = 0, r32 = 0;
+    for (int i = first16; i < pr->n_points; i++) r16 += pr->points[i].rate;
+    r32 = pr->points[0].rate + pr->points[2].rate;
+    pr->dev.matmul_rate_bf16 = pr->matmul_rate * (r16 > 0 && r32 > 0 ? r16 / r32 : 1);
+}
+
+// ---- attention, elementwise passes, AdamW ----
+
+typedef struct {
+    const shapes *s;
+    float *qkv, *out, *dout, *dqkv;
+    void *state;
+} attn_ctx;
+
+static void attn_run(backend *be, void *p) {
+    attn_ctx *a = p;
+    const shapes *s = a->s;
+    backend_attention_fwd(be, a->out, a->state, operand_fp32(a->qkv), s->B, s->T, s->NH, s->NKV,
+                          s->HS);
+    backend_attention_bwd(be, a->dqkv, a->dout, operand_fp32(a->qkv), operand_fp32(a->out),
+                          a->state, s->B, s->T, s->NH, s->NKV, s->HS);
+}
+
+typedef struct {
+    const shapes *s;
+    float *x, *y, *z, *mean, *rstd, *w, *b, *dw, *db, *f1, *f2;
+} elem_ctx;
+
+// The elementwise passes of a layer: bytes moved per call (elem_bytes) in elem_run's order.
+static double elem_bytes(const shapes *s) {
+    const double nc = (double)s->rows * s->C, nf = (double)s->rows * s->F;
+    return 4 * (2 * nc + 3 * nc + 2 * nf + 3 * nf + 4 * nc);
+}
+
+static void elem_run(backend *be, void *p) {
+    elem_ctx *e = p;
+    const shapes *s = e->s;
+    const size_t nc = (size_t)s->rows * s->C, nf = (size_t)s->rows * s->F;
+    be->layernorm_fwd(be, e->y, e->mean, e->rstd, e->x, e->w, e->b, s->rows, s->C);
+    be->residual_fwd(be, e->z, e->x, e->y, nc);
+    be->gelu_fwd(be, e->f2, e->f1, nf);
+    be->gelu_bwd(be, e->f2, e->f1, e->f2, nf);
+    be->layernorm_bwd(be, e->z, NULL, NULL, e->y, e->x, e->w, e->mean, e->rstd, s->rows, s->C);
+}
+
+typedef struct {
+    float *p, *g, *m, *v;
+    size_t n;
+} adam_ctx;
+
+static void adam_run(backend *be, void *ctx) {
+    adam_ctx *a = ctx;
+    const adamw_step st = {.lr = 1e-4f,
+                           .beta1 = 0.9f,
+                           .beta2 = 0.95f,
+                           .eps = 1e-8f,
+                           .weight_decay = 0.1f,
+                           .grad_scale = 1.0f,
+                           .t = 1};
+    be->adamw(be, a->p, a->g, a->m, a->v, a->n, &st, NULL);
+}
+
+// ---- one layer's F, B and W (the split backward, model.h's model_backward_b / _w) ----
+
+typedef struct {
+    const shapes *s;
+    float *x, *ln, *mean, *rstd, *qkv, *att, *proj, *x2, *ln2, *mean2, *rstd2, *fcpre, *fcout,
+        *proj2, *x3;
+    float *lnw, *lnb, *wqkv, *bqkv, *wproj, *bproj, *wfc, *bfc, *wproj2, *bproj2;
+    float *dx3, *dfc, *dln2, *dx2, *datt, *dqkv, *dln, *dx;
+    float *dlnw, *dlnb, *dwqkv, *dbqkv, *dwproj, *dbproj, *dwfc, *dbfc, *dwproj2, *dbproj2;
+    void *state;
+} layer_ctx;
+
+static void layer_f(backend *be, void *p) {
+    layer_ctx *l = p;
+    const shapes *s = l->s;
+    const int N = s->rows, C = s->C;
+    be->layernorm_fwd(be, l->ln, l->mean, l->rstd, l->x, l->lnw, l->lnb, N, C);
+    backend_matmul_fwd(be, l->qkv, NULL, operand_fp32(l->ln), operand_fp32(l->wqkv), l->bqkv, N, C,
+                       s->C3);
+    backend_attention_fwd(be, l->att, l->state, operand_fp32(l->qkv), s->B, s->T, s->NH, s->NKV,
+                          s->HS);
+    backend_matmul_fwd(be, l->proj, NULL, operand_fp32(l->att), operand_fp32(l->wproj), l->bproj, N,
+                       s->Cl, C);
+    be->residual_fwd(be, l->x2, l->x, l->proj, (size_t)N * C);
+    be->layernorm_fwd(be, l->ln2, l->mean2, l->rstd2, l->x2, l->lnw, l->lnb, N, C);
+    backend_matmul_fwd(be, l->fcout, l->fcpre, operand_fp32(l->ln2), operand_fp32(l->wfc), l->bfc,
+                       N, C, s->F);
+    backend_matmul_fwd(be, l->proj2, NULL, operand_fp32(l->fcout), operand_fp32(l->wproj2),
+                       l->bproj2, N, s->F, C);
+    be->residual_fwd(be, l->x3, l->x2, l->proj2, (size_t)N * C);
+}
+
+static void layer_b(backend *be, void *p) {
+    layer_ctx *l = p;
+    const shapes *s = l->s;
+    const int N = s->rows, C = s->C;
+    backend_matmul_bwd(be, l->dfc, NULL, NULL, operand_fp32(l->dx3), operand_fp32(l->fcout),
+                       operand_fp32(l->wproj2), l->fcpre, N, s->F, C);
+    backend_matmul_bwd(be, l->dln2, NULL, NULL, operand_fp32(l->dfc), operand_fp32(l->ln2),
+                       operand_fp32(l->wfc), NULL, N, C, s->F);
+    be->layernorm_bwd(be, l->dx2, NULL, NULL, l->dln2, l->x2, l->lnw, l->mean2, l->rstd2, N, C);
+    backend_matmul_bwd(be, l->datt, NULL, NULL, operand_fp32(l->dx2), operand_fp32(l->att),
+                       operand_fp32(l->wproj), NULL, N, s->Cl, C);
+    backend_attention_bwd(be, l->dqkv, l->datt, operand_fp32(l->qkv), operand_fp32(l->att),
+                          l->state, s->B, s->T, s->NH, s->NKV, s->HS);
+    backend_matmul_bwd(be, l->dln, NULL, NULL, operand_fp32(l->dqkv), operand_fp32(l->ln),
+                       operand_fp32(l->wqkv), NULL, N, C, s->C3);
+    be->layernorm_bwd(be, l->dx, NULL, NULL, l->dln, l->x, l->lnw, l->mean, l->rstd, N, C);
+}
+
+static void layer_w(backend *be, void *p) {
+    layer_ctx *l = p;
+    const shapes *s = l->s;
+    const int N = s->rows, C = s->C;
+    backend_matmul_bwd(be, NULL, l->dwproj2, l->dbproj2, operand_fp32(l->dx3),
+                       operand_fp32(l->fcout), operand_fp32(l->wproj2), NULL, N, s->F, C);
+    backend_matmul_bwd(be, NULL, l->dwfc, l->dbfc, operand_fp32(l->dfc), operand_fp32(l->ln2),
+                       operand_fp32(l->wfc), NULL, N, C, s->F);
+    be->layernorm_bwd(be, NULL, l->dlnw, l->dlnb, l->dln2, l->x2, l->lnw, l->mean2, l->rstd2, N, C);
+    backend_matmul_bwd(be, NULL, l->dwproj, l->dbproj, operand_fp32(l->dx2), operand_fp32(l->att),
+                       operand_fp32(l->wproj), NULL, N, s->Cl, C);
+    backend_matmul_bwd(be, NULL, l->dwqkv, l->dbqkv, operand_fp32(l->dqkv), operand_fp32(l->ln),
+                       operand_fp32(l->wqkv), NULL, N, C, s->C3);
+    be->layernorm_bwd(be, NULL, l->dlnw, l->dlnb, l->dln, l->x, l->lnw, l->mean, l->rstd, N, C);
+}
+
+static void measure_layer(cal *c, plan_profile *pr, const shapes *s) {
+    const size_t N = (size_t)s->rows, C = (size_t)s->C, F = (size_t)s->F;
+    layer_ctx l = {.s = s};
+    float **nc[] = {&l.x,  &l.ln,  &l.proj, &l.x2,  &l.ln2, &l.proj2,
+                    &l.x3, &l.dx3, &l.dln2, &l.dx2, &l.dln, &l.dx};
+    for (size_t i = 0; i < sizeof nc / sizeof *nc; i++) *nc[i] = cal_alloc(c, N * C);
+    float **rowv[] = {&l.mean, &l.rstd, &l.mean2, &l.rstd2};
+    for (size_t i = 0; i < 4; i++) *rowv[i] = cal_alloc(c, N);
+    float **cv[] = {&l.lnw, &l.lnb, &l.bproj, &l.bproj2, &l.dlnw, &l.dlnb, &l.dbproj, &l.dbproj2};
+    for (size_t i = 0; i < sizeof cv / sizeof *cv; i++) *cv[i] = cal_alloc(c, C);
+    l.qkv = cal_alloc(c, N * s->C3), l.dqkv = cal_alloc(c, N * s->C3);
+    l.att = cal_alloc(c, N * s->Cl), l.datt = cal_alloc(c, N * s->Cl);
+    l.fcpre = cal_alloc(c, N * F), l.fcout = cal_alloc(c, N * F), l.dfc = cal_alloc(c, N * F);
+    l.wqkv = cal_alloc(c, C * s->C3), l.dwqkv = cal_alloc(c, C * s->C3);
+    l.bqkv = cal_alloc(c, s->C3), l.dbqkv = cal_alloc(c, s->C3);
+    l.wproj = cal_alloc(c, C * s->Cl), l.dwproj = cal_alloc(c, C * s->Cl);
+    l.wfc = cal_alloc(c, C * F), l.dwfc = cal_alloc(c, C * F), l.bfc = cal_alloc(c, F);
+    l.dbfc = cal_alloc(c, F);
+    l.wproj2 = cal_alloc(c, C * F), l.dwproj2 = cal_alloc(c, C * F);
+    l.state = cal_alloc(c, attn_state_bytes(c->be->attn_state, s->B, s->T, s->NH) / 4 + 1);
+    // The attention forward fills the state the backward reads.
+    layer_f(c->be, &l);
+    const double tf = time_op(c->be, layer_f, &l);
+    const double tb = time_op(c->be, layer_b, &l);
+    const double tw = time_op(c->be, layer_w, &l);
+    pr->dev.fbw[0] = 1, pr->dev.fbw[1] = tb / tf, pr->dev.fbw[2] = tw / tf;
+    pr->dev.fbw_measured = 1;
+
+    // Attention alone, on the same buffers.
+    attn_ctx a = {
+        .s = s, .qkv = l.qkv, .out = l.att, .dout = l.datt, .dqkv = l.dqkv, .state = l.state};
+    const double ta = time_op(c->be, attn_run, &a);
+    pr->dev.attn_rate = 12.0 * (double)N * s->T * s->Cl / ta;
+    // The elementwise passes: x, y, z (N, C), f1, f2 (N, F).
+    elem_ctx e = {.s = s,
+                  .x = l.x,
+                  .y = l.ln,
+                  .z = l.x2,
+                  .mean = l.mean,
+                  .rstd = l.rstd,
+                  .w = l.lnw,
+                  .b = l.lnb,
+                  .f1 = l.fcpre,
+                  .f2 = l.fcout};
+    pr->dev.elem_bw = elem_bytes(s) / time_op(c->be, elem_run, &e);
+}
+
+static void measure_adam(cal *c, plan_profile *pr) {
+    adam_ctx a = {.n = CAL_ADAM_ELEMS};
+    a.p = cal_alloc(c, a.n), a.g = cal_alloc(c, a.n), a.m = cal_alloc(c, a.n);
+    a.v = cal_alloc(c, a.n);
+    // fp32 AdamW reads p, g, m, v and writes p, m, v: 28 bytes per element, as the planner's
+    // optimizer time counts them.
+    pr->dev.mem_bw = 28.0 * (double)a.n / time_op(c->be, adam_run, &a);
+    for (int i = 0; i < 4; i++) c->be->free(c->be, c->bufs[--c->n_bufs]);
+}
+
+tri_status plan_calibrate(const run_config *cfg, const char *out) {
+    const double t0 = time_now_s();
+    char why[160];
+    const int threads = backend_cpu_fit_threads(cfg->system.threads, 1, why, sizeof why);
+    cal c = {.rng = 20240601};
+    TRI_CHECK(backend_create_for(cfg->system.backend, 0, threads, &c.be));
+    plan_profile *pr = xcalloc(1, sizeof *pr);
+    tri_status rc = TRI_OK;
+    if (c.be->device_name ? plan_device_for_gpu(c.be->device_name, &pr->dev)
+                          : plan_device_lookup("cpu", 1, &pr->dev)) {
+        LOG_ERROR("--calibrate: the GPU %s is not in the planner's device table",
+                  c.be->device_name);
+        LOG_HINT("the table has %s; calibrate on one of them", plan_device_names());
+        rc = TRI_ERR_CONFIG;
+        goto done;
+    }
+    plan_device *d = &pr->dev;
+    if (!c.be->device_name) { // the table's nominal core, times the threads of a rank
+        d->peak_fp32 *= threads, d->peak_bf16 *= threads, d->peak_tf32 *= threads;
+    }
+    const shapes s = shapes_of(cfg);
+    LOG_INFO("calibrating %s with %d thread%s (%s) at the shapes of %s: rows %d, d_model %d, "
+             "widths %d/%d/%d, vocabulary %d per rank",
+             d->name, c.be->threads, c.be->threads == 1 ? "" : "s", why, cfg->source_path, s.rows,
+             s.C, s.C3, s.F, s.Cl, s.Vpl);
+    measure_matmuls(&c, pr, &s);
+    measure_layer(&c, pr, &s);
+    measure_adam(&c, pr);
+    plan_calib *cb = &d->calib;
+    cb->calibrated = 1;
+    cb->threads = c.be->threads > 0 ? c.be->threads : 1;
+    cb->ranks = 1;
+    cb->intra_measured = 0;
+    if (gethostname(cb->host, sizeof cb->host)) snprintf(cb->host, sizeof cb->host, "unknown");
+    cb->host[sizeof cb->host - 1] = 0;
+    for (char *ch = cb->host; *ch; ch++)
+        if ((unsigned char)*ch < 0x20 || *ch == '"' || *ch == '\\') *ch = '_';
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(cb->date, sizeof cb->date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    pr->config = cfg->source_path;
+    pr->seconds = time_now_s() - t0;
+    char path[512];
+    if (out) snprintf(path, sizeof path, "%s", out);
+    else plan_profile_default_path(d->name, path, sizeof path);
+    rc = plan_profile_write(pr, path);
+    if (rc == TRI_OK)
+        printf("calibrated %s on %s with %d threads in %.1f s: matmul %.4g GFLOP/s (half at %.0f), "
+               "attention %.4g GFLOP/s, elementwise %.3g GB/s, AdamW %.3g GB/s, F:B:W "
+               "%.3g:%.3g:%.3g\nwrote %s (use it with --device %s)\n",
+               d->name, cb->host, cb->threads, pr->seconds, pr->matmul_rate / 1e9, d->gemm_half,
+               d->attn_rate / 1e9, d->elem_bw / 1e9, d->mem_bw / 1e9, d->fbw[0], d->fbw[1],
+               d->fbw[2], path, path);
+done:
+    for (int i = c.n_bufs - 1; i >= 0; i--) c.be->free(c.be, c.bufs[i]);
+    free(c.bufs);
+    c.be->destroy(c.be);
+    free(pr);
+    return rc;
+}
