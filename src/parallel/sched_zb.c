@@ -1,7 +1,7 @@
 // sched_zb.c: the zero-bubble tables, zb-h1 and zbv (semantics in sched.h). Each rank's order
 // of compute actions is written out (zb_orders); the orders of all ranks are timed together
 // with unit times (zb_time); the comm actions are placed from that timing (zb_emit), which
-// makes the table deadlock-free by construction (sched.h, "Zero-bubble tables").
+// makes the table deadlock-free by construction (sched.h, "Running a list" and "Split backward").
 #include <string.h>
 
 #include "parallel/sched_internal.h"
