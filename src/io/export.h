@@ -9,7 +9,7 @@
 #include "io/llmc.h"
 
 typedef struct {
-    char path[4096];        // what is read: the llm.c file or the checkpoint directory
+    char path[4096];        // what is read: the llm.c file, checkpoint or Hugging Face directory
     run_config cfg;         // config_defaults() with the source's model keys
     param_table full;       // the whole model (tp = 1), its vocabulary padded as the source's
     llmc_file lf;           // an llm.c file source (lf.fd >= 0), or
