@@ -3,7 +3,11 @@
 (tests/test_hf.sh; run in build/venv-hf: transformers 4.40.2 over Debian's torch).
 
   hf_gpt2.py make DIR     a seeded random GPT2LMHeadModel, save_pretrained into DIR/fp32,
-                          DIR/bf16 (bfloat16) and DIR/shard (fp32 in 40 KB shards)
+                          DIR/bf16 (bfloat16) and DIR/shard (fp32 in 40 KB shards); DIR/byte
+                          (V 256, wider init) and DIR/reversed_tokenizer.json for the sample
+  hf_gpt2.py generate DIR OUT PROMPT N [--reverse]  trident sample's greedy output (OUT)
+                          against transformers' generate (generate() below)
+  hf_gpt2.py same A B     every tensor of HF directory B equals A's
   hf_gpt2.py check DIR DUMP RUN CONFIG [--steps N] [--name NAME] [--tol T]
       DUMP: build/tests/ref_dump's output for the run's config with model.init_from=DIR;
       RUN: a trident run directory (metrics.jsonl) of CONFIG from DIR. Compares trident's
@@ -33,10 +37,13 @@ def report(ok, name, detail):
     fails += 0 if ok else 1
 
 
-def make(d, bf16, shard):
+def make(d, bf16, shard, byte=False):
     from transformers import GPT2Config, GPT2LMHeadModel
     torch.manual_seed(1234)
-    cfg = GPT2Config(n_layer=2, n_head=4, n_embd=64, n_positions=64, vocab_size=250,
+    # byte: a byte-level vocabulary (trident sample encodes a prompt as its bytes), weights
+    # initialised wider so that greedy decoding follows the prompt instead of one token
+    cfg = GPT2Config(n_layer=2, n_head=4, n_embd=64, n_positions=64,
+                     vocab_size=256 if byte else 250, initializer_range=0.3 if byte else 0.02,
                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0,
                      eos_token_id=0)
     m = GPT2LMHeadModel(cfg)
@@ -73,6 +80,78 @@ def check_logits(model, dump, cfg, name):
         ref = model(x[:B]).logits.reshape(B * T, V).double().numpy()
     err = np.abs(ours[:, :V] - ref).max() / np.abs(ref).max()
     report(err <= 1e-5, name + "_logits", "max|dlogit|/max|logit| %.2e" % err)
+
+
+def reversed_tokenizer(path):
+    """A byte-level BPE tokenizer.json without merges whose id of byte b is 255 - b: a sample
+    that used it differs from one that took the prompt's bytes as ids."""
+    from tokenize_fixture import bytes_to_unicode
+    byte_char = bytes_to_unicode()
+    tok = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [],
+           "normalizer": None,
+           "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                             "use_regex": True},
+           "post_processor": None,
+           "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
+                       "use_regex": True},
+           "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                     "continuing_subword_prefix": "", "end_of_word_suffix": "",
+                     "fuse_unk": False, "byte_fallback": False,
+                     "vocab": {byte_char[b]: 255 - b for b in range(256)}, "merges": []}}
+    json.dump(tok, open(path, "w"))
+
+
+def generate(d, out, prompt, n, name, reverse):
+    """`trident sample D --prompt PROMPT --temperature 0 --tokens N` (its stdout in OUT) against
+    transformers' greedy generate from the prompt's ids: a byte-level model, the prompt's
+    bytes (reverse: the ids of reversed_tokenizer, 255 - byte) and no end-of-text token."""
+    model = load(d)
+    ids = [255 - b if reverse else b for b in prompt.encode()]
+    with torch.no_grad():
+        ref = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False,
+                             pad_token_id=0)[0].tolist()[len(ids):]
+        # how near the closest second choice came along the way: what fp32 rounding could flip
+        logits = model(torch.tensor([ids + ref[:-1]])).logits[0, len(ids) - 1:]
+        top = logits.topk(2, dim=-1).values
+        margin = float(((top[:, 0] - top[:, 1]) / logits.abs().max()).min())
+    text = open(out, "rb").read() if os.path.exists(out) else b""
+    head = prompt.encode()
+    got = list(text[len(head):len(head) + n])
+    ours = [255 - b if reverse else b for b in got]
+    ok = text.startswith(head) and ours == ref and len(set(ref)) > 2
+    report(ok, name, "%d greedy tokens as transformers' generate (%d distinct; smallest "
+           "top-2 margin %.1e of the largest logit)%s" % (n, len(set(ref)), margin,
+                                                         "" if ok else ": ours %s, HF %s" %
+                                                         (ours, ref)))
+
+
+def same_tensors(a, b, name):
+    """Every tensor of HF directory b equals a's (names, shapes, values; fp32)."""
+    def read(d):
+        from safetensors.numpy import load_file
+        idx = os.path.join(d, "model.safetensors.index.json")
+        files = (sorted(set(json.load(open(idx))["weight_map"].values()))
+                 if os.path.exists(idx) else ["model.safetensors"])
+        t = {}
+        for f in files:
+            t.update(load_file(os.path.join(d, f)))
+        return t
+    try:
+        ta, tb = read(a), read(b)
+    except Exception as e:  # no export to compare: a FAIL line, and the next command runs
+        report(False, name, "cannot read %s or %s: %s" % (a, b, e))
+        return
+    bad = sorted(k for k in set(ta) | set(tb)
+                 if k not in ta or k not in tb or ta[k].shape != tb[k].shape or
+                 not np.array_equal(ta[k].astype(np.float32), tb[k].astype(np.float32)))
+    cfg_a, cfg_b = (json.load(open(os.path.join(x, "config.json"))) for x in (a, b))
+    keys = [k for k in ("n_positions", "max_position_embeddings", "vocab_size", "bos_token_id",
+                        "eos_token_id", "tie_word_embeddings") if k in cfg_a]
+    differ = [k for k in keys if cfg_a.get(k) != cfg_b.get(k)]
+    report(not bad and not differ and ta, name,
+           "%d tensors equal bit for bit, config.json keeps %s%s" %
+           (len(ta), ", ".join(keys), "" if not bad and not differ else
+            ": differ %s %s" % (bad[:5], differ)))
 
 
 def set_lr(opt, lr):
@@ -145,6 +224,14 @@ def run(a):
     if a[0] == "make":
         for sub, bf16, shard in (("fp32", 0, 0), ("bf16", 1, 0), ("shard", 0, 1)):
             make(os.path.join(a[1], sub), bf16, shard)
+        make(os.path.join(a[1], "byte"), 0, 0, byte=True)
+        reversed_tokenizer(os.path.join(a[1], "reversed_tokenizer.json"))
+    elif a[0] == "generate":
+        reverse = "--reverse" in a
+        a = [x for x in a if x != "--reverse"]
+        generate(a[1], a[2], a[3], int(a[4]), name, reverse)
+    elif a[0] == "same":
+        same_tensors(a[1], a[2], name)
     elif a[0] == "check":
         check(a[1], a[2], a[3], a[4], steps, name, tol)
     elif a[0] == "logits":

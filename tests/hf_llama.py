@@ -7,6 +7,7 @@ export (tests/test_hf_llama.sh; run in build/venv-hf: transformers 4.40.2 over D
                           DIR/bf16   the same model in bfloat16
                           DIR/shard  the same model in fp32, 40 KB shards with the index
                           DIR/tied   tied head, rope_theta 5e5, rms_norm_eps 1e-6 (another seed)
+                          DIR/byte   as fp32 with a byte-level vocabulary (V 256), wider init
                           (norm weights perturbed from ones, so a norm read wrong shows)
   hf_llama.py make-smol DIR   a random SmolLM-135M-shaped model (bf16) in DIR (make test-full)
   hf_llama.py export CKPT_STEP_DIR DIR [--name NAME]
@@ -51,6 +52,11 @@ def make(d):
     save(base, 1234, os.path.join(d, "shard"), shard=True)
     tied = LlamaConfig(**TINY, tie_word_embeddings=True, rms_norm_eps=1e-6, rope_theta=5e5)
     save(tied, 4321, os.path.join(d, "tied"))
+    # byte-level (trident sample takes the prompt's bytes as ids), wider weights so that greedy
+    # decoding follows the prompt
+    byte = LlamaConfig(**{**TINY, "vocab_size": 256}, tie_word_embeddings=False,
+                       rms_norm_eps=1e-5, rope_theta=10000.0, initializer_range=0.3)
+    save(byte, 99, os.path.join(d, "byte"))
 
 
 def make_smol(d):

@@ -1,7 +1,9 @@
 // test_fuzz_hf.c: seeded fuzzers of the Hugging Face readers (issue 18): the safetensors
 // header and data (io/safetensors.c, through model.init_from's import of a whole GPT-2), the
 // sharded model's model.safetensors.index.json (io/safetensors_dir.c), and config.json
-// (io/hf_config.c, GPT2LMHeadModel and LlamaForCausalLM). Each case writes a valid model
+// (io/hf_config.c, GPT2LMHeadModel and LlamaForCausalLM); and (hf_export) every safetensors and
+// index case again through export_open and export_read_entry, what `trident sample DIR` and
+// `trident export DIR` read the directory with. Each case writes a valid model
 // directory, damages it in one of the ways below (or not), and knows from the damage what
 // trident must do: succeed, or exit 4 (a damaged file; 2 for a config.json value trident
 // refuses) with the file and the tensor or key named. `any` damages (random bytes) have no
@@ -24,6 +26,7 @@
 #include <unistd.h>
 
 #include "base/bf16.h"
+#include "io/export.h"
 #include "io/hf_import.h"
 #include "io/model_init.h"
 #include "testlib.h"
@@ -93,10 +96,24 @@ static void tiny_config_json(int llama, int tied, char *out, size_t n) {
 enum { FAM_ST = 0, FAM_INDEX, FAM_CONFIG };
 typedef struct {
     int family, llama, tied;
+    int via_export; // export_open's reading of the whole model instead of model.init_from's
     char dir[400];
 } job;
 
+// What sample and export read: config.json's model, then every entry, one at a time.
+static int run_export(const job *j) {
+    export_source s;
+    tri_status rc = export_open(&s, j->dir);
+    if (rc != TRI_OK) return (int)rc;
+    float *buf = malloc((size_t)s.full.local_numel * sizeof(float) + 1);
+    for (int i = 0; rc == TRI_OK && i < s.full.n_entries; i++) rc = export_read_entry(&s, i, buf);
+    free(buf);
+    export_close(&s);
+    return (int)rc;
+}
+
 static int run_job(const job *j) {
+    if (j->via_export) return run_export(j);
     run_config cfg;
     config_defaults(&cfg);
     if (j->family == FAM_CONFIG) { // config.json read and applied over a run's config
@@ -322,7 +339,15 @@ static void flip(unsigned char *b, size_t lo, size_t hi) {
         b[lo + rnd() % (hi - lo)] = (unsigned char)rnd();
 }
 
-static void fuzz_safetensors(int cases, family *fam) {
+// The case just scored, again through export_open (family ex): the same verdict.
+static void again_via_export(job *j, family *ex, int c, const char *what, int want,
+                             const char *file, const char *named) {
+    j->via_export = 1;
+    child_result r = run_case(j);
+    score(ex, c, what, &r, want, file, named);
+}
+
+static void fuzz_safetensors(int cases, family *fam, family *ex) {
     unsigned char *file = malloc(256 << 10);
     for (int c = 0; c < cases; c++) {
         g_rng = g_seed * 1000003ULL + (uint64_t)c;
@@ -417,11 +442,12 @@ static void fuzz_safetensors(int cases, family *fam) {
         char path[600];
         snprintf(path, sizeof path, "%s/model.safetensors", j.dir);
         score(fam, c, what, &r, want, kind == 7 ? j.dir : path, named[0] ? named : NULL);
+        again_via_export(&j, ex, c, what, want, kind == 7 ? j.dir : path, named[0] ? named : NULL);
     }
     free(file);
 }
 
-static void fuzz_index(int cases, family *fam) {
+static void fuzz_index(int cases, family *fam, family *ex) {
     unsigned char *file = malloc(256 << 10);
     char *index = malloc(64 << 10);
     for (int c = 0; c < cases; c++) {
@@ -516,6 +542,7 @@ static void fuzz_index(int cases, family *fam) {
         free(a.data), free(b.data);
         child_result r = run_case(&j);
         score(fam, c, what, &r, want, file_named, named);
+        again_via_export(&j, ex, c, what, want, file_named, named);
     }
     free(file), free(index);
 }
@@ -685,13 +712,15 @@ int main(int argc, char **argv) {
     mkdir(g_dir, 0755);
     const double t0 = (double)time(NULL);
     family st = {.name = "hf_safetensors"}, ix = {.name = "hf_index"}, cf = {.name = "hf_config"};
-    fuzz_safetensors(cases, &st);
-    fuzz_index(cases, &ix);
+    family ex = {.name = "hf_export"};
+    fuzz_safetensors(cases, &st, &ex);
+    fuzz_index(cases, &ix, &ex);
     fuzz_config(cases, &cf);
     if (g_worker > 0) close(g_to), waitpid(g_worker, NULL, 0);
     report(&st);
     report(&ix);
     report(&cf);
+    report(&ex);
     printf("fuzz_hf: seed %llu, %d cases per family, %.0f s\n", (unsigned long long)g_seed, cases,
            (double)time(NULL) - t0);
     char cmd[300];

@@ -11,7 +11,14 @@
 #   - export --format hf from a tp 2 checkpoint (one file and sharded): from_pretrained's
 #     logits equal trident's (ref_dump of the llm.c export of the same checkpoint), and the
 #     run's tokenizer loads with AutoTokenizer;
-#   - a missing tensor, a truncated file, a wrong shape: exit 4 naming the file and tensor.
+#   - a missing tensor, a truncated file, a wrong shape: exit 4 naming the file and tensor;
+#   - `trident sample DIR` and `trident export DIR` straight from a Hugging Face directory:
+#     greedy sampling (--temperature 0) from a byte-level model equals transformers' generate
+#     on the prompt's bytes, and with DIR/tokenizer.json (ids 255 - byte) on its ids; an hf
+#     export of the fp32 and the sharded save holds the same tensors bit for bit and the same
+#     config.json positions and token ids; the llm.c export gives the same logits as the
+#     directory; a corrupt or truncated file exits 4 naming it (and the tensor), a refused
+#     config.json value exits 2 naming the key.
 set -u
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/hf_lib.sh"
@@ -52,6 +59,29 @@ expect hf_export_sharded 0 "in 7 files" $T export $W/out_ck --format hf --out $W
 SHAPE=(model.arch=gpt2 model.n_layer=2 model.n_head=4 model.d_model=64 model.vocab_size=250)
 cfg $W/exp.yaml $W/out.bin "${SHAPE[@]}"
 mkdir -p $W/exp.dump && $DUMP $W/exp.yaml $W/exp.dump 1 >$W/exp.dump.log 2>&1
+# --- sample and export straight from a Hugging Face directory -----------------------------
+P="In the beginning"
+$T sample $W/hf/byte --prompt "$P" --temperature 0 --tokens 24 >$W/sample.out 2>$W/sample.err ||
+    fail hf_sample_run "$(tail -n 3 $W/sample.err | tr '\n' ' ')"
+cp -r $W/hf/byte $W/bytetok && cp $W/hf/reversed_tokenizer.json $W/bytetok/tokenizer.json
+$T sample $W/bytetok --prompt "$P" --temperature 0 --tokens 24 >$W/sample_tok.out 2>$W/sample.err ||
+    fail hf_sample_tokenizer_run "$(tail -n 3 $W/sample.err | tr '\n' ' ')"
+expect hf_export_from_hf 0 "exported $W/hf/fp32 to $W/rt \(hf\)" $T export $W/hf/fp32 --format hf --out $W/rt
+$T export $W/hf/shard --format hf --out $W/rt_shard >$W/rt.log 2>&1 || fail hf_export_from_hf_sharded "$(tail -n 2 $W/rt.log)"
+$T export $W/bytetok --format hf --out $W/rt_tok >$W/rt.log 2>&1 && cmp -s $W/rt_tok/tokenizer.json $W/bytetok/tokenizer.json &&
+    pass hf_export_from_hf_tokenizer || fail hf_export_from_hf_tokenizer "$(tail -n 2 $W/rt.log)"
+expect hf_export_onto_itself 2 "--out $W/rt is the source directory" $T export $W/rt --format hf --out $W/rt
+expect hf_sample_prompt_needs_tokenizer 2 "no tokenizer is known" $T sample $W/hf/fp32 --prompt "$P"
+# the llm.c export of the directory (seq_len: all 64 positions): the same logits as the
+# directory itself read by model.init_from
+$T export $W/hf/fp32 --format llmc --out $W/hf.bin >$W/rt.log 2>&1 || fail hf_export_llmc_from_hf "$(tail -n 2 $W/rt.log)"
+dump hfbin $W/hf.bin model.arch=gpt2 model.n_layer=2 model.n_head=4 model.d_model=64 \
+    model.vocab_size=250 model.seq_len=64
+dump hfdir $W/hf/fp32 model.seq_len=64
+if [ -s $W/hfbin.dump/logits.bin ] && cmp -s $W/hfbin.dump/logits.bin $W/hfdir.dump/logits.bin; then
+    pass hf_export_llmc_from_hf
+else fail hf_export_llmc_from_hf "the llm.c export's logits differ from the directory's"; fi
+
 # the exported directory read back by trident (its shape given too: equal keys are no
 # conflict): the same logits as the llm.c export's
 cfg $W/back.yaml $W/exp2 "${SHAPE[@]}"
@@ -68,7 +98,11 @@ else fail hf_export_import_roundtrip "logits of the re-imported export differ"; 
     --name hf_in_bf16_run + \
     logits $W/exp1 $W/exp.dump $W/exp.yaml --name hf_export_tp2 + \
     logits $W/exp2 $W/exp.dump $W/exp.yaml --name hf_export_tp2_sharded + \
-    tokenizer $W/exp1 "In the beginning God created the heaven and the earth." 2>$W/py.log
+    tokenizer $W/exp1 "In the beginning God created the heaven and the earth." + \
+    generate $W/hf/byte $W/sample.out "$P" 24 --name hf_sample_greedy + \
+    generate $W/bytetok $W/sample_tok.out "$P" 24 --reverse --name hf_sample_tokenizer_json + \
+    same $W/hf/fp32 $W/rt --name hf_export_hf_roundtrip + \
+    same $W/hf/fp32 $W/rt_shard --name hf_export_hf_roundtrip_sharded 2>$W/py.log
 [ "${PIPESTATUS[0]}" = 0 ] || { fails=$((fails + 1)); tail -5 $W/py.log; }
 
 # --- refused ------------------------------------------------------------------------------
@@ -86,4 +120,13 @@ expect hf_in_truncated 4 "trunc/model.safetensors: tensor .* lies past the end o
 cp -r $W/hf/shard $W/miss && sed -i '/"transformer.h.1.mlp.c_fc.weight"/d' $W/miss/model.safetensors.index.json
 expect hf_in_missing_tensor 4 "miss: no tensor transformer.h.1.mlp.c_fc.weight \(trident's h1.fcw\)" \
     $T train $W/in_fp32.yaml --set model.init_from=$W/miss
+# the same damage through sample and export (export_open), and a header that is not one
+expect hf_sample_truncated 4 "trunc/model.safetensors: tensor .* lies past the end of the file" \
+    $T sample $W/trunc --tokens 2
+expect hf_export_truncated 4 "trunc/model.safetensors: tensor .* lies past the end of the file" \
+    $T export $W/trunc --format hf --out $W/trunc_out
+cp -r $W/hf/fp32 $W/corrupt && printf 'not a safetensors header' | dd of=$W/corrupt/model.safetensors conv=notrunc 2>/dev/null
+expect hf_sample_corrupt 4 "corrupt/model.safetensors: the header length" $T sample $W/corrupt --tokens 2
+expect hf_sample_missing_tensor 4 "miss: no tensor transformer.h.1.mlp.c_fc.weight" $T sample $W/miss --tokens 2
+expect hf_sample_refused_activation 2 'act/config.json: "activation_function" is "relu"' $T sample $W/act --tokens 2
 exit $((fails > 0))

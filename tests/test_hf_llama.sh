@@ -13,7 +13,12 @@
 #     and its logits equal trident's on the exported directory; the run directory exports
 #     its checkpoint; --format llmc refuses a llama (exit 4);
 #   - refused with the key named (exit 2): rope_scaling, attention_bias, num_key_value_heads
-#     not dividing num_attention_heads or not divisible by parallel.tp, a contradicting --set.
+#     not dividing num_attention_heads or not divisible by parallel.tp, a contradicting --set;
+#   - `trident sample DIR` / `trident export DIR` straight from a Hugging Face directory: greedy
+#     sampling from a byte-level GQA model equals transformers' generate on the prompt's bytes;
+#     an hf export of the untied, the tied and the sharded save holds the same tensors bit for
+#     bit (and config.json's positions and token ids); --format llmc refuses the directory
+#     (exit 4); a truncated file exits 4 naming file and tensor, rope_scaling exits 2.
 # --all (make test-full) adds the tied model on tp 2 x pp 2 x dp 2 with ZeRO-3, an fp32 file
 # into a bf16 run, and a random SmolLM-135M-shaped save (bf16) imported with
 # configs/smollm-135m.yaml: its logits against transformers'.
@@ -61,6 +66,16 @@ expect hf_llama_export_llmc_refused 4 "holds a llama model \(model.arch llama\),
     $T export $W/out_ck --format llmc --out $W/exp.bin
 dump exp1 $W/exp1 # trident's logits of the exported model (exp2 holds the same tensors)
 
+# --- sample and export straight from a Hugging Face directory -----------------------------
+P="In the beginning"
+$T sample $W/hf/byte --prompt "$P" --temperature 0 --tokens 24 >$W/sample.out 2>$W/sample.err ||
+    fail hf_llama_sample_run "$(tail -n 3 $W/sample.err | tr '\n' ' ')"
+for m in fp32 tied shard; do
+    $T export $W/hf/$m --format hf --out $W/rt_$m >$W/rt.log 2>&1 || fail hf_llama_export_from_hf_$m "$(tail -n 2 $W/rt.log)"
+done
+expect hf_llama_export_llmc_from_hf_refused 4 "the directory holds a llama model \(model.arch llama\), and the llmc format" \
+    $T export $W/hf/fp32 --format llmc --out $W/hf.bin
+
 "$PY" tests/hf_llama.py \
     check $W/hf/fp32 $W/in_fp32.dump $W/in_fp32 $W/in_fp32.yaml --name hf_llama_in_fp32 + \
     check $W/hf/tied $W/in_tied.dump $W/in_tied $W/in_tied.yaml --name hf_llama_in_tied + \
@@ -70,7 +85,11 @@ dump exp1 $W/exp1 # trident's logits of the exported model (exp2 holds the same 
     check $W/hf/fp32 $W/in_fp32.dump $W/in_tp2sp $W/in_tp2sp.yaml --name hf_llama_in_tp2sp + \
     export $W/out_ck/step_00000004 $W/exp1 --name hf_llama_export_tp2 + \
     export $W/out_ck/step_00000004 $W/exp2 --name hf_llama_export_tp2_sharded + \
-    logits $W/exp1 $W/exp1.dump $W/exp1.yaml --name hf_llama_export_tp2 2>$W/py.log
+    logits $W/exp1 $W/exp1.dump $W/exp1.yaml --name hf_llama_export_tp2 + \
+    generate $W/hf/byte $W/sample.out "$P" 24 --name hf_llama_sample_greedy + \
+    same $W/hf/fp32 $W/rt_fp32 --name hf_llama_export_hf_roundtrip + \
+    same $W/hf/tied $W/rt_tied --name hf_llama_export_hf_roundtrip_tied + \
+    same $W/hf/fp32 $W/rt_shard --name hf_llama_export_hf_roundtrip_sharded 2>$W/py.log
 [ "${PIPESTATUS[0]}" = 0 ] || { fails=$((fails + 1)); tail -5 $W/py.log; }
 
 # --- refused (exit 2, the key named) -------------------------------------------------------
@@ -94,6 +113,11 @@ expect hf_llama_refused_kv_heads 2 'config.json: "num_key_value_heads" is 3: it 
     $T train $W/in_fp32.yaml --set model.init_from=$W/kv3
 expect hf_llama_refused_kv_heads_tp 2 "model.n_kv_head \(2\) must be divisible by parallel.tp \(4\)" \
     $T train $W/in_fp32.yaml --set parallel.tp=4
+expect hf_llama_sample_refused_rope_scaling 2 'rope/config.json: "rope_scaling" is an object of type "linear"' \
+    $T sample $W/rope --tokens 2
+cp -r $W/hf/fp32 $W/trunc && truncate -s -100 $W/trunc/model.safetensors
+expect hf_llama_sample_truncated 4 "trunc/model.safetensors: tensor .* lies past the end of the file" \
+    $T sample $W/trunc --tokens 2
 expect hf_llama_conflict 2 "model.tie_embeddings is true in the config but false in $W/hf/fp32/config.json" \
     $T train $W/in_fp32.yaml --set model.tie_embeddings=true
 

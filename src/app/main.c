@@ -124,7 +124,8 @@ static const sample_args SAMPLE_DEFAULTS = {.s = {.tokens = 256, .temperature = 
 
 #define SOURCE_HELP                                                                                \
     "a checkpoint (checkpoint.dir/step_N, or a checkpoint.dir: its newest) of any layout, a "      \
-    "run directory (run.out_dir, holding model.bin) or an llm.c model file"
+    "run directory (run.out_dir, holding model.bin), an llm.c model file, or a Hugging Face "      \
+    "model directory (config.json + model.safetensors, GPT2LMHeadModel or LlamaForCausalLM)"
 
 static const cli_option SAMPLE_OPTIONS[] = {
     {"--prompt", "TEXT", CLI_STR, SA(s.prompt),
@@ -140,7 +141,8 @@ static const cli_option SAMPLE_OPTIONS[] = {
      .help = "compute threads; 0: every core"},
     {"--tokenizer", "FILE", CLI_STR, SA(s.tokenizer),
      .help = "the tokenizer.json that encodes the prompt and decodes the sample",
-     .def = "the run's data.tokenizer; without one, bytes for a vocabulary of 256, else ids"},
+     .def = "a Hugging Face directory's tokenizer.json, else the run's data.tokenizer; "
+            "without one, bytes for a vocabulary of 256, else ids"},
 };
 static const cli_command SAMPLE_CLI = {
     .name = "sample",

@@ -57,19 +57,22 @@ static int emit(int token, int byte_level, const tokenizer *tk) {
     return known;
 }
 
-// The tokenizer to use: --tokenizer, else the one recorded with the run (data.tokenizer).
-// *tk stays NULL when there is none.
-static tri_status open_tokenizer(const sample_options *opt, tokenizer **tk) {
+// The tokenizer to use: --tokenizer, else the source's own (a Hugging Face directory's
+// tokenizer.json: export_open's data.tokenizer), else the one recorded with the run
+// (data.tokenizer). *tk stays NULL when there is none.
+static tri_status open_tokenizer(const sample_options *opt, const export_source *src,
+                                 tokenizer **tk) {
     *tk = NULL;
     char recorded[4096];
-    const char *path = opt->tokenizer;
+    const char *path = opt->tokenizer ? opt->tokenizer : src->cfg.data.tokenizer;
     if (!path &&
         run_record_config_string(opt->run_or_file, "data", "tokenizer", recorded, sizeof recorded))
         path = recorded;
     if (!path) return TRI_OK;
     tri_status rc = tokenizer_load(path, tk);
     if (rc != TRI_OK && !opt->tokenizer)
-        LOG_HINT("%s is the run's data.tokenizer; pass --tokenizer FILE to use another", path);
+        LOG_HINT("%s is the %s; pass --tokenizer FILE to use another", path,
+                 src->hf ? "model directory's tokenizer" : "run's data.tokenizer");
     return rc;
 }
 
@@ -138,7 +141,7 @@ tri_status sample_run(const sample_options *opt) {
     const char *prompt = opt->prompt ? opt->prompt : "";
     tokenizer *tk = NULL;
     tok_ids prompt_ids = {0};
-    tri_status rc = open_tokenizer(opt, &tk);
+    tri_status rc = open_tokenizer(opt, &src, &tk);
     if (rc == TRI_OK && tk) rc = encode_prompt(tk, prompt, V, &prompt_ids);
     if (rc == TRI_OK && !tk && !byte_level && *prompt) {
         LOG_ERROR("sample: the model's vocabulary (%d) is not byte-level and no tokenizer is "

@@ -1,4 +1,5 @@
-// export.c: model files out of a run, in llm.c and safetensors formats, one tensor at a time.
+// export.c: model files out of a run (or a Hugging Face model directory), in llm.c and
+// safetensors formats, one tensor at a time.
 #include "io/export.h"
 
 #include <errno.h>
@@ -20,6 +21,42 @@ static int run_model_bin(const char *path, char *buf, size_t n) {
     return stat(buf, &st) == 0;
 }
 
+// A Hugging Face model directory as model.init_from reads it: config.json's model keys
+// (refused values exit 2, named) over the defaults, checked by every rule of the config as a
+// run's would be, and its safetensors opened (their headers checked; no tensor read yet).
+static tri_status open_hf(export_source *s, const char *dir) {
+    snprintf(s->path, sizeof s->path, "%s", dir);
+    TRI_CHECK(hf_config_read(&s->hf_cfg, dir));
+    const hf_config *h = &s->hf_cfg;
+    char sets[HF_SETS_MAX + 1][96];
+    int n = hf_config_sets(h, sets, HF_SETS_MAX);
+    const int window = h->llama && h->max_pos > EXPORT_HF_WINDOW ? EXPORT_HF_WINDOW : h->max_pos;
+    snprintf(sets[n++], 96, "model.seq_len=%d", window);
+    char *argv[HF_SETS_MAX + 1];
+    for (int i = 0; i < n; i++) argv[i] = sets[i];
+    // No YAML: the keys are the defaults and config.json's (an empty file, so that the rules
+    // and their messages are config_load's own).
+    if (config_load(&s->cfg, "/dev/null", n, argv) != TRI_OK) {
+        config_defaults(&s->cfg); // config_load freed it; export_open frees it again
+        LOG_ERROR("%s/config.json gives a model trident cannot build: its values are the --set "
+                  "model.* lines above",
+                  dir);
+        LOG_HINT("start from another model, or change that key in a copy of the directory's "
+                 "config.json and weights");
+        return TRI_ERR_CONFIG;
+    }
+    free(s->cfg.source_path); // not a YAML file the user gave
+    s->cfg.source_path = NULL;
+    char tok[4200];
+    struct stat st;
+    snprintf(tok, sizeof tok, "%s/tokenizer.json", dir);
+    if (stat(tok, &st) == 0) s->cfg.data.tokenizer = xstrdup(tok);
+    TRI_CHECK(st_model_open(&s->hf_model, dir));
+    s->hf = 1;
+    params_build_full(&s->full, &s->cfg.model, 1);
+    return TRI_OK;
+}
+
 tri_status export_open(export_source *s, const char *run_or_file) {
     memset(s, 0, sizeof *s);
     s->lf.fd = -1;
@@ -29,6 +66,8 @@ tri_status export_open(export_source *s, const char *run_or_file) {
     char ck[4096];
     if (ckpt_is_checkpoint(run_or_file, s->path, sizeof s->path)) { // any layout's checkpoint
         rc = ckpt_model_open(s->path, &s->cfg, &s->full, &s->ckr);
+    } else if (hf_is_model_dir(run_or_file)) {
+        rc = open_hf(s, run_or_file);
     } else if (!run_model_bin(run_or_file, s->path, sizeof s->path) &&
                run_record_config_string(run_or_file, "checkpoint", "dir", ck, sizeof ck) &&
                ckpt_is_checkpoint(ck, s->path, sizeof s->path)) {
@@ -45,11 +84,7 @@ tri_status export_open(export_source *s, const char *run_or_file) {
             params_build_full(&s->full, &s->cfg.model, 1);
         }
     }
-    if (rc != TRI_OK) {
-        config_free(&s->cfg);
-        memset(s, 0, sizeof *s);
-        s->lf.fd = -1;
-    }
+    if (rc != TRI_OK) export_close(s);
     return rc;
 }
 
@@ -77,12 +112,15 @@ tri_status export_read_entry(export_source *s, int i, float *dst) {
         TRI_CHECK(ckpt_model_read(s->ckr, i, dst));
         return check_finite(s, &s->full.entries[i], dst);
     }
+    // st_read_block refuses a non-finite value itself, naming the file, tensor and element.
+    if (s->hf) return hf_read_entry(&s->hf_model, &s->hf_cfg, &s->full, i, dst);
     return llmc_read_entry(&s->lf, &s->full, i, dst);
 }
 
 void export_close(export_source *s) {
     ckpt_model_close(s->ckr);
     llmc_close(&s->lf);
+    if (s->hf) st_model_close(&s->hf_model);
     params_free(&s->full);
     config_free(&s->cfg);
     memset(s, 0, sizeof *s);
@@ -118,7 +156,7 @@ typedef struct {
     int64_t rows, cols; // shape (cols == 0: 1-d)
     int entry;          // our (out, in) tensor
     int transpose;      // HF Conv1D stores (in, out)
-} st_tensor;
+} gpt2_tensor;
 
 static int write_all(int fd, const void *buf, size_t n) {
     const char *p = buf;
@@ -134,7 +172,7 @@ static int write_all(int fd, const void *buf, size_t n) {
 tri_status export_safetensors(export_source *s, const char *out_path) {
     const param_table *pt = &s->full;
     const int V = s->cfg.model.vocab_size;
-    st_tensor *ts = xcalloc((size_t)pt->n_entries, sizeof *ts);
+    gpt2_tensor *ts = xcalloc((size_t)pt->n_entries, sizeof *ts);
     // HF GPT-2 per-layer names, in our per-layer order (PARAM_LN1W..PARAM_FCPROJB).
     static const char *hf[PARAM_PER_LAYER] = {
         "ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
@@ -144,7 +182,7 @@ tri_status export_safetensors(export_source *s, const char *out_path) {
     int64_t most_rows = 1; // of a transposed tensor: one of its columns, written as a row
     for (int i = 0; i < k; i++) {
         const param_entry *e = &pt->entries[i];
-        st_tensor *t = &ts[i];
+        gpt2_tensor *t = &ts[i];
         most_rows = e->global_rows > most_rows ? e->global_rows : most_rows;
         t->entry = i;
         t->rows = e->global_rows;
@@ -169,7 +207,7 @@ tri_status export_safetensors(export_source *s, const char *out_path) {
     char *header = xmalloc(cap);
     len += (size_t)snprintf(header + len, cap - len, "{\"__metadata__\":{\"format\":\"pt\"}");
     for (int i = 0; i < k; i++) {
-        const st_tensor *t = &ts[i];
+        const gpt2_tensor *t = &ts[i];
         size_t bytes = (size_t)t->rows * (size_t)(t->cols ? t->cols : 1) * 4;
         if (t->cols)
             len += (size_t)snprintf(header + len, cap - len,
@@ -197,7 +235,7 @@ tri_status export_safetensors(export_source *s, const char *out_path) {
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0 || write_all(fd, &hlen, 8) || write_all(fd, header, len)) goto io_error;
     for (int i = 0; i < k; i++) {
-        const st_tensor *t = &ts[i];
+        const gpt2_tensor *t = &ts[i];
         TRI_CHECK_GOTO(export_read_entry(s, t->entry, buf), rc, done);
         if (!t->transpose) {
             size_t count = (size_t)t->rows * (size_t)(t->cols ? t->cols : 1);
@@ -237,13 +275,21 @@ tri_status export_run(const char *run_or_file, const char *format, const char *o
     export_source s;
     TRI_CHECK(export_open(&s, run_or_file));
     if (model_arch_is_llama(&s.cfg.model) && strcmp(format, "hf")) { // GPT-2's tensors only
-        LOG_ERROR("export %s: the checkpoint holds a llama model (model.arch llama), and the %s "
-                  "format holds GPT-2 models only",
-                  s.path, format);
+        LOG_ERROR("export %s: the %s holds a llama model (model.arch llama), and the %s format "
+                  "holds GPT-2 models only",
+                  s.path, s.hf ? "directory" : "checkpoint", format);
         LOG_HINT("export it with --format hf (a LlamaForCausalLM directory); a llama checkpoint "
                  "is also read as it is by `trident sample` and by a resumed run");
         export_close(&s);
         return TRI_ERR_CKPT;
+    }
+    struct stat a, b;
+    if (s.hf && !strcmp(format, "hf") && stat(out_path, &b) == 0 && stat(s.path, &a) == 0 &&
+        a.st_dev == b.st_dev && a.st_ino == b.st_ino) { // its files would replace themselves
+        LOG_ERROR("export %s: --out %s is the source directory", s.path, out_path);
+        LOG_HINT("write the export to another directory");
+        export_close(&s);
+        return TRI_ERR_CONFIG;
     }
     tri_status rc = !strcmp(format, "llmc") ? export_llmc(&s, out_path)
                     : !strcmp(format, "hf") ? export_hf(&s, run_or_file, out_path, max_shard_bytes)

@@ -23,9 +23,14 @@ typedef struct {
     int shard;
 } piece;
 
-// The HF model of a source's config (its resolved model keys: model.tie_embeddings is 0 or 1).
-static tri_status model_hf_config(const run_config *cfg, hf_config *h) {
-    const model_config *mc = &cfg->model;
+// The HF model of a source: a Hugging Face directory's own config.json (its positions and
+// token ids kept), else its config's resolved model keys (model.tie_embeddings is 0 or 1).
+static tri_status model_hf_config(const export_source *s, hf_config *h) {
+    const model_config *mc = &s->cfg.model;
+    if (s->hf) {
+        *h = s->hf_cfg;
+        return TRI_OK;
+    }
     memset(h, 0, sizeof *h);
     h->n_layer = mc->n_layer, h->n_head = mc->n_head, h->d_model = mc->d_model;
     h->max_pos = mc->seq_len, h->vocab_size = mc->vocab_size;
@@ -128,7 +133,7 @@ static tri_status copy_tokenizer(const export_source *s, const char *source, con
 tri_status export_hf(export_source *s, const char *source, const char *dir,
                      uint64_t max_shard_bytes) {
     hf_config h;
-    TRI_CHECK(model_hf_config(&s->cfg, &h));
+    TRI_CHECK(model_hf_config(s, &h));
     char parent[4096]; // DIR and the directories above it, as mkdir -p
     snprintf(parent, sizeof parent, "%s", dir);
     for (char *slash = strchr(parent + 1, '/'); slash; slash = strchr(slash + 1, '/')) {

@@ -139,13 +139,15 @@ tri_status llmc_open(llmc_file *f, const char *path) {
     if (fd < 0 || fstat(fd, &st) != 0) {
         LOG_ERROR("cannot open model file %s: %s", path, strerror(errno));
         LOG_HINT("model.init_from and `trident sample/export` take an llm.c model file "
-                 "(or a run directory containing model.bin, or a checkpoint)");
+                 "(or a run directory containing model.bin, a checkpoint, or a Hugging Face "
+                 "model directory with config.json)");
         if (fd >= 0) close(fd);
         return TRI_ERR_CKPT;
     }
     if (!S_ISREG(st.st_mode)) {
         LOG_ERROR("%s: not a regular file", path);
-        LOG_HINT("model.init_from and `trident sample/export` take an llm.c model file");
+        LOG_HINT("model.init_from and `trident sample/export` take an llm.c model file (or a "
+                 "directory: a run's, a checkpoint, a Hugging Face model's)");
         close(fd);
         return TRI_ERR_CKPT;
     }
