@@ -307,10 +307,7 @@ double plan_flops_per_token(const run_config *cfg) {
     return 6.0 * (L * 12.0 * C * C + Vp * C) + 12.0 * L * T * C;
 }
 
-// Ring algorithms: an all-reduce moves 2(n-1)/n of its buffer through each rank's link, a
-// reduce-scatter or all-gather (n-1)/n of the whole buffer, a send its message (a receive
-// shares the send's time: links are full duplex).
-static double wire_factor(comm_op_id op, int n) {
+double plan_wire_factor(comm_op_id op, int n) {
     switch (op) {
     case COMM_OP_ALL_REDUCE: return 2.0 * (n - 1) / n;
     case COMM_OP_REDUCE_SCATTER:
@@ -319,6 +316,12 @@ static double wire_factor(comm_op_id op, int n) {
     case COMM_OP_SEND: return 1.0;
     default: return 0.0;
     }
+}
+
+const char *plan_comm_op_name(comm_op_id op) {
+    static const char *names[COMM_OP_COUNT] = {"all_reduce", "reduce_scatter", "all_gather",
+                                               "broadcast",  "send",           "recv"};
+    return op >= 0 && op < COMM_OP_COUNT ? names[op] : "?";
 }
 
 // Ranks a group spans in the world (rank = tp + TP * (dp + DP * pp)): it stays in one node
@@ -346,8 +349,12 @@ static double comm_seconds(const layout *lo, const plan_comm *c, plan_phase ph) 
                                               : lo->world;
         for (int op = 0; op < COMM_OP_COUNT; op++) {
             if (!c->calls[ph][g][op]) continue;
-            t += (double)c->bytes[ph][g][op] * wire_factor((comm_op_id)op, n) / bw;
-            if (op != COMM_OP_RECV) t += (double)c->calls[ph][g][op] * lat;
+            // Within a node, the op's own measured line where the profile has one.
+            const int own = intra && d->comm_bw[op] > 0;
+            t += (double)c->bytes[ph][g][op] * plan_wire_factor((comm_op_id)op, n) /
+                 (own ? d->comm_bw[op] : bw);
+            if (op != COMM_OP_RECV)
+                t += (double)c->calls[ph][g][op] * (own ? d->comm_lat[op] : lat);
         }
     }
     return t;
