@@ -130,6 +130,10 @@ typedef struct {
     double model_flops; // model FLOPs of this rank per step (fwd + bwd, its tp share)
     double hw_flops;    // FLOPs it executes (recompute runs each forward twice)
     double t_compute, t_comm[PLAN_PHASE_COUNT]; // seconds per step
+    // The schedule's busy time of the stage per step: compute and the communication that
+    // parallel.overlap leaves exposed (all of it without overlap); and with overlap a
+    // pipeline message's transfer time, which the simulator adds between stages instead.
+    double t_busy, t_p2p;
     double idle_sim; // the fraction of the simulated schedule this stage waits (bubble_sim's)
     double t_optimizer;
 } plan_stage;
