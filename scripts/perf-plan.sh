@@ -33,7 +33,7 @@ COMMON=(--set train.steps=$STEPS --set log.every=1 --set data.eval_every=0
 PROFILE=$OUT/profile.yaml
 
 echo "perf-plan: calibrating on 2 ranks at the shapes of $BASE"
-[ "$REUSE" = 1 ] && [ -f "$PROFILE" ] || timeout 300 "${MPI[@]}" -np 2 "$T" plan "$BASE" --set parallel.pp=1 --set system.threads=1 \
+[ "$REUSE" = 1 ] && [ -f "$PROFILE" ] || timeout 300 "${MPI[@]}" -np 2 "$T" plan "$BASE" --set parallel.pp=1 --set parallel.schedule=1f1b --set system.threads=1 \
     --calibrate --out "$PROFILE" >"$OUT/calibrate.log" 2>&1 ||
     { echo "perf-plan: calibration failed:"; tail -5 "$OUT/calibrate.log"; exit 1; }
 grep -E "^(calibrated|communication)" "$OUT/calibrate.log"
@@ -41,18 +41,18 @@ grep -E "^(calibrated|communication)" "$OUT/calibrate.log"
 # name np overrides...: a GPT-2 of BASE's shapes unless the overrides say otherwise.
 LLAMA=(--set model.arch=llama --set model.n_kv_head=2 --set model.ffn_hidden=704)
 LAYOUTS=(
-    "1proc-1thread 1 --set parallel.pp=1 --set system.threads=1"
-    "1proc-2threads 1 --set parallel.pp=1 --set system.threads=2"
-    "tp2 2 --set parallel.pp=1 --set parallel.tp=2 --set system.threads=1"
+    "1proc-1thread 1 --set parallel.pp=1 --set parallel.schedule=1f1b --set system.threads=1"
+    "1proc-2threads 1 --set parallel.pp=1 --set parallel.schedule=1f1b --set system.threads=2"
+    "tp2 2 --set parallel.pp=1 --set parallel.schedule=1f1b --set parallel.tp=2 --set system.threads=1"
     "pp2-1f1b 2 --set parallel.schedule=1f1b --set system.threads=1"
     "pp2-interleaved 2 --set parallel.schedule=interleaved --set parallel.virtual_stages=2 --set system.threads=1"
     "pp2-zb-h1 2 --set parallel.schedule=zb-h1 --set system.threads=1"
-    "dp2-zero1 2 --set parallel.pp=1 --set parallel.dp=2 --set parallel.zero=1 --set system.threads=1"
-    "dp2-zero3 2 --set parallel.pp=1 --set parallel.dp=2 --set parallel.zero=3 --set system.threads=1"
-    "dp2-zero3-no-overlap 2 --set parallel.pp=1 --set parallel.dp=2 --set parallel.zero=3 --set parallel.overlap=false --set system.threads=1"
-    "recompute 1 --set parallel.pp=1 --set parallel.recompute=full --set system.threads=1"
-    "bf16 1 --set parallel.pp=1 --set train.precision=bf16 --set system.threads=1"
-    "llama 1 --set parallel.pp=1 --set system.threads=1 ${LLAMA[*]}"
+    "dp2-zero1 2 --set parallel.pp=1 --set parallel.schedule=1f1b --set parallel.dp=2 --set parallel.zero=1 --set system.threads=1"
+    "dp2-zero3 2 --set parallel.pp=1 --set parallel.schedule=1f1b --set parallel.dp=2 --set parallel.zero=3 --set system.threads=1"
+    "dp2-zero3-no-overlap 2 --set parallel.pp=1 --set parallel.schedule=1f1b --set parallel.dp=2 --set parallel.zero=3 --set parallel.overlap=false --set system.threads=1"
+    "recompute 1 --set parallel.pp=1 --set parallel.schedule=1f1b --set parallel.recompute=full --set system.threads=1"
+    "bf16 1 --set parallel.pp=1 --set parallel.schedule=1f1b --set train.precision=bf16 --set system.threads=1"
+    "llama 1 --set parallel.pp=1 --set parallel.schedule=1f1b --set system.threads=1 ${LLAMA[*]}"
     "llama-pp2-1f1b 2 --set parallel.schedule=1f1b --set system.threads=1 ${LLAMA[*]}"
 )
 
