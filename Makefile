@@ -195,6 +195,7 @@ test-full: test-asan
 test-perf: all
 	@scripts/bench-tokenize.sh
 	@scripts/bench-threads.sh
+	@scripts/perf-plan.sh $(BUILD)
 
 # The GPU checks (issue 9): each op on CUDA against the CPU backend, and a training run on
 # each backend; tests/gpu/run.sh says what runs. Needs a CUDA build and a GPU.

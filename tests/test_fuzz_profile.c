@@ -236,6 +236,45 @@ static void fuzz_bytes(family *fam, int cases) {
     free(buf);
 }
 
+// The optional per-collective lines (plan_calibrate_comm.c): a valid profile with one
+// comm_<op>: {value: [latency, bandwidth], source: ...} appended, its value drawn from valid
+// and invalid tokens (a latency may be 0, a bandwidth must be above 0), the wrong arity, or a
+// bad source.
+static void fuzz_comm(family *fam, int cases) {
+    static const char *const KEYS[] = {"comm_all_reduce", "comm_reduce_scatter", "comm_all_gather",
+                                       "comm_send"};
+    static const struct {
+        const char *tok;
+        int verdict; // 0 valid, 1 invalid, 2 valid only as a latency (0)
+    } TOK[] = {{"2e-06", 0}, {"5e9", 0}, {"0", 2},     {"-1", 1},  {"nan", 1},
+               {".inf", 1},  {"abc", 1}, {"1e999", 1}, {"[1]", 1}, {"~", 1}};
+    const int n_tok = sizeof TOK / sizeof *TOK;
+    char *buf = malloc(g_valid_len + 256);
+    for (int c = 0; c < cases; c++) {
+        const char *key = KEYS[rnd() % 4];
+        const int a = (int)(rnd() % n_tok), b = (int)(rnd() % n_tok), kind = (int)(rnd() % 8);
+        memcpy(buf, g_valid, g_valid_len);
+        size_t o = g_valid_len;
+        int bad;
+        if (kind == 0) { // one number only
+            o += (size_t)sprintf(buf + o, "%s: {value: [%s], source: measured}\n", key, TOK[a].tok);
+            bad = 1;
+        } else if (kind == 1) { // a source that is neither
+            o += (size_t)sprintf(buf + o, "%s: {value: [1e-6, 1e9], source: guessed}\n", key);
+            bad = 1;
+        } else {
+            o += (size_t)sprintf(buf + o, "%s: {value: [%s, %s], source: %s}\n", key, TOK[a].tok,
+                                 TOK[b].tok, kind % 2 ? "measured" : "estimate");
+            bad = TOK[a].verdict == 1 || TOK[b].verdict != 0;
+        }
+        char path[400];
+        snprintf(path, sizeof path, "%s/comm_%d.yaml", g_dir, c);
+        write_text(path, buf, o);
+        run_case(fam, c, path, bad ? 2 : 0, key);
+    }
+    free(buf);
+}
+
 int main(int argc, char **argv) {
     int cases = 200;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -268,8 +307,9 @@ int main(int argc, char **argv) {
     TEST_CHECK(base.successes == 1, "fuzz_profile_valid_loads", "the written profile loads");
 
     family lines = {.name = "lines"}, values = {.name = "values"};
-    family structure = {.name = "structure"}, bytes = {.name = "bytes"};
+    family structure = {.name = "structure"}, bytes = {.name = "bytes"}, comm = {.name = "comm"};
     fuzz_lines(&lines, cases);
+    fuzz_comm(&comm, cases / 2);
     fuzz_values(&values, cases);
     fuzz_structure(&structure, cases);
     fuzz_bytes(&bytes, cases);
@@ -277,6 +317,7 @@ int main(int argc, char **argv) {
     report(&values);
     report(&structure);
     report(&bytes);
+    report(&comm);
     printf("fuzz_profile: seed %llu, %d cases per family\n", (unsigned long long)g_seed, cases);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);

@@ -144,7 +144,7 @@ expect_plan() { # name code pattern args...
     else fail $name "exit $rc: $(head -3 $W/out | tr '\n' ' ')"; fi
 }
 expect_plan plan_70b_512 0 "fits: (yes|NO)" configs/plan-70b.yaml --world 512
-expect_plan plan_70b_assumptions 0 "no overlap" configs/plan-70b.yaml --world 512 --device a100
+expect_plan plan_70b_assumptions 0 "parallel.overlap" configs/plan-70b.yaml --world 512 --device a100
 if $T plan configs/plan-70b.yaml --world 512 --json --device h200 >$W/70b.json 2>&1 &&
         /usr/bin/python3 -c "
 import json; p = json.load(open('$W/70b.json'))

@@ -43,9 +43,9 @@ else
     fail profile_says_calibrated "no 'calibrated on' / 'uncalibrated estimate' line"
 fi
 
-# Twice the matmul rate (and attention's, which today's time model runs at the matmul rate):
-# compute per stage halves.
-sed -E 's/^(matmul_rate: \{value: )([0-9.e+-]+)/echo "\1$(python3 -c "print(2*\2)")"/e' $P >$W/fast.yaml
+# Twice every compute rate the time model reads (matmul, bf16 matmul, attention, the
+# elementwise bandwidth): compute per stage halves.
+sed -E 's/^((matmul_rate|matmul_rate_bf16|attn_rate|elem_bw): \{value: )([0-9.e+-]+)/echo "\1$(python3 -c "print(2*\3)")"/e' $P >$W/fast.yaml
 $T plan $CFG --device $W/fast.yaml --json >$W/fast.json 2>$W/fast.err
 if python3 - $W/plan.json $W/fast.json <<'EOF'; then pass profile_rate_halves_compute; else fail profile_rate_halves_compute "see above"; fi
 import json, sys

@@ -66,7 +66,18 @@ typedef struct {
     double elem_bw;          // elementwise passes (LayerNorm, residual, GELU), bytes/s
     double matmul_rate_bf16; // a large matmul with bf16 operands, FLOP/s
     plan_calib calib;        // where it was measured; calib.calibrated 0: the table's estimate
+    // Per collective within a node (indexed by comm_op_id; a recv shares its send's), from a
+    // profile calibrated on 2 or more ranks: seconds per call and bytes/s of the ring's wire
+    // bytes (plan_wire_factor). 0: not measured, intra_bw and latency_intra stand for it.
+    double comm_lat[COMM_OP_COUNT], comm_bw[COMM_OP_COUNT];
 } plan_device;
+
+// Ring algorithms: the bytes per rank's link of a collective over n ranks, per byte the comm
+// layer counts for it (comm.h): an all-reduce 2(n-1)/n, a reduce-scatter or all-gather
+// (n-1)/n, a send (or broadcast) 1, a receive 0 (it shares the send's time).
+double plan_wire_factor(comm_op_id op, int n);
+// "all_reduce", "reduce_scatter", "all_gather", "broadcast", "send", "recv"
+const char *plan_comm_op_name(comm_op_id op);
 
 // The backend traits the device's buffers follow.
 static inline backend_traits plan_device_traits(const plan_device *d) {
@@ -119,6 +130,10 @@ typedef struct {
     double model_flops; // model FLOPs of this rank per step (fwd + bwd, its tp share)
     double hw_flops;    // FLOPs it executes (recompute runs each forward twice)
     double t_compute, t_comm[PLAN_PHASE_COUNT]; // seconds per step
+    // The schedule's busy time of the stage per step: compute and the communication that
+    // parallel.overlap leaves exposed (all of it without overlap); and with overlap a
+    // pipeline message's transfer time, which the simulator adds between stages instead.
+    double t_busy, t_p2p;
     double idle_sim; // the fraction of the simulated schedule this stage waits (bubble_sim's)
     double t_optimizer;
 } plan_stage;

@@ -14,6 +14,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "comm/comm.h"
+#include "comm/launch.h"
+#include "comm/mesh.h"
 #include "compute/backend_select.h"
 #include "plan/plan_profile.h"
 
@@ -384,29 +387,42 @@ static void measure_adam(cal *c, plan_profile *pr) {
 
 tri_status plan_calibrate(const run_config *cfg, const char *out) {
     const double t0 = time_now_s();
+    launch_info li;
+    TRI_CHECK(launch_init(&li));
+    log_set_rank(li.rank, li.rank, 0, 0);
+    // Every rank of this host measures at once, with the threads the trainer gives one rank
+    // of that many: the compute rates of a run that fills the cores.
     char why[160];
-    const int threads = backend_cpu_fit_threads(cfg->system.threads, 1, why, sizeof why);
+    const int threads = backend_cpu_fit_threads(cfg->system.threads, li.local_size, why,
+                                                sizeof why);
     cal c = {.rng = 20240601};
-    TRI_CHECK(backend_create_for(cfg->system.backend, 0, threads, &c.be));
+    comm *cm = NULL;
     plan_profile *pr = xcalloc(1, sizeof *pr);
-    tri_status rc = TRI_OK;
+    tri_status rc = backend_create_for(cfg->system.backend, li.local_rank, threads, &c.be);
+    if (rc != TRI_OK) goto done;
     if (c.be->device_name ? plan_device_for_gpu(c.be->device_name, &pr->dev)
-                          : plan_device_lookup("cpu", 1, &pr->dev)) {
+                          : plan_device_lookup("cpu", li.world, &pr->dev)) {
         LOG_ERROR("--calibrate: the GPU %s is not in the planner's device table",
                   c.be->device_name);
         LOG_HINT("the table has %s; calibrate on one of them", plan_device_names());
         rc = TRI_ERR_CONFIG;
         goto done;
     }
+    if (li.world > 1) { // one group of every rank: its tp group (comm.h)
+        const mesh m = {.tp = li.world, .dp = 1, .pp = 1};
+        rc = comm_create_for(&cm, &m, cfg->system.comm, &li, c.be, cfg->system.comm_timeout_s);
+        if (rc != TRI_OK) goto done;
+    }
     plan_device *d = &pr->dev;
     if (!c.be->device_name) { // the table's nominal core, times the threads of a rank
         d->peak_fp32 *= threads, d->peak_bf16 *= threads, d->peak_tf32 *= threads;
     }
     const shapes s = shapes_of(cfg);
-    LOG_INFO("calibrating %s with %d thread%s (%s) at the shapes of %s: rows %d, d_model %d, "
-             "widths %d/%d/%d, vocabulary %d per rank",
-             d->name, c.be->threads, c.be->threads == 1 ? "" : "s", why, cfg->source_path, s.rows,
-             s.C, s.C3, s.F, s.Cl, s.Vpl);
+    if (li.rank == 0)
+        LOG_INFO("calibrating %s with %d thread%s (%s) on %d rank%s at the shapes of %s: rows %d, "
+                 "d_model %d, widths %d/%d/%d, vocabulary %d per rank",
+                 d->name, c.be->threads, c.be->threads == 1 ? "" : "s", why, li.world,
+                 li.world == 1 ? "" : "s", cfg->source_path, s.rows, s.C, s.C3, s.F, s.Cl, s.Vpl);
     measure_matmuls(&c, pr, &s);
     measure_layer(&c, pr, &s);
     measure_adam(&c, pr);
@@ -415,6 +431,12 @@ tri_status plan_calibrate(const run_config *cfg, const char *out) {
     cb->threads = c.be->threads > 0 ? c.be->threads : 1;
     cb->ranks = 1;
     cb->intra_measured = 0;
+    if (cm) { // the ranks finish their compute at different times: start the comm together
+        rc = comm_barrier(cm, COMM_GROUP_TP);
+        if (rc == TRI_OK) rc = plan_calibrate_comm(cfg, cm, c.be, li.rank, li.world, d);
+        if (rc != TRI_OK) goto done;
+    }
+    if (li.rank != 0) goto done;
     if (gethostname(cb->host, sizeof cb->host)) snprintf(cb->host, sizeof cb->host, "unknown");
     cb->host[sizeof cb->host - 1] = 0;
     for (char *ch = cb->host; *ch; ch++)
@@ -429,17 +451,28 @@ tri_status plan_calibrate(const run_config *cfg, const char *out) {
     if (out) snprintf(path, sizeof path, "%s", out);
     else plan_profile_default_path(d->name, path, sizeof path);
     rc = plan_profile_write(pr, path);
-    if (rc == TRI_OK)
+    if (rc == TRI_OK) {
         printf("calibrated %s on %s with %d threads in %.1f s: matmul %.4g GFLOP/s (half at %.0f), "
                "attention %.4g GFLOP/s, elementwise %.3g GB/s, AdamW %.3g GB/s, F:B:W "
-               "%.3g:%.3g:%.3g\nwrote %s (use it with --device %s)\n",
+               "%.3g:%.3g:%.3g\n",
                d->name, cb->host, cb->threads, pr->seconds, pr->matmul_rate / 1e9, d->gemm_half,
                d->attn_rate / 1e9, d->elem_bw / 1e9, d->mem_bw / 1e9, d->fbw[0], d->fbw[1],
-               d->fbw[2], path, path);
+               d->fbw[2]);
+        if (cm)
+            printf("communication over %d ranks of this host: %.3g GB/s, %.1f us per call "
+                   "(all ops); between nodes: the table's estimate\n",
+                   li.world, d->intra_bw / 1e9, d->latency_intra * 1e6);
+        else
+            printf("communication: not measured (one rank; launch with mpirun -np 2 or more "
+                   "to time it)\n");
+        printf("wrote %s (use it with --device %s)\n", path, path);
+    }
 done:
     for (int i = c.n_bufs - 1; i >= 0; i--) c.be->free(c.be, c.bufs[i]);
     free(c.bufs);
-    c.be->destroy(c.be);
+    comm_destroy(cm);
+    if (c.be) c.be->destroy(c.be);
     free(pr);
+    launch_finalize(&li);
     return rc;
 }

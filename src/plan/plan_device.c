@@ -38,6 +38,8 @@ static const plan_device DEVICES[] = {
         0,
         0,
         {0},
+        /* .comm_lat, .comm_bw: a profile's */ {0},
+        {0},
     },
     {
         /* .name          = */ "h200",
@@ -65,6 +67,8 @@ static const plan_device DEVICES[] = {
         0,
         0,
         {0},
+        /* .comm_lat, .comm_bw: a profile's */ {0},
+        {0},
     },
     {
         /* .name          = */ "a100",
@@ -91,6 +95,8 @@ static const plan_device DEVICES[] = {
         /* .attn_rate .. .calib: a profile's (plan_profile.h) */ 0,
         0,
         0,
+        {0},
+        /* .comm_lat, .comm_bw: a profile's */ {0},
         {0},
     },
     {
@@ -123,6 +129,8 @@ static const plan_device DEVICES[] = {
         /* .attn_rate .. .calib: a profile's (plan_profile.h) */ 0,
         0,
         0,
+        {0},
+        /* .comm_lat, .comm_bw: a profile's */ {0},
         {0},
     },
 };

@@ -52,9 +52,11 @@ static int assumptions(const plan_result *p, const run_config *cfg, char out[][3
     snprintf(out[n++], 320,
              "a matmul runs at %.0f%% of the device's dense %s peak (%.4g TFLOP/s) "
              "times s / (s + %.0f), s its smallest dimension (micro_batch x seq_len, d_model "
-             "or its tp share); attention at %.0f%%; recompute runs each layer's forward again",
+             "or its tp share); attention at %.4g TFLOP/s; elementwise passes %s; recompute "
+             "runs each layer's forward again",
              100 * d->efficiency, peak_name, p->peak_flops / 1e12, d->gemm_half,
-             100 * d->efficiency);
+             (d->attn_rate > 0 ? d->attn_rate : p->peak_flops * d->efficiency) / 1e12,
+             d->elem_bw > 0 ? "at the profile's elem_bw" : "not counted");
     snprintf(out[n++], 320,
              "collectives are rings: an all-reduce moves 2(n-1)/n of its buffer over "
              "each rank's link, a reduce-scatter or all-gather (n-1)/n, a send its message");
@@ -64,10 +66,12 @@ static int assumptions(const plan_result *p, const run_config *cfg, char out[][3
              d->per_node, fmt_bytes(a, sizeof a, d->intra_bw), fmt_bytes(b, sizeof b, d->inter_bw),
              fmt_seconds(c, sizeof c, d->latency_intra),
              fmt_seconds(e, sizeof e, d->latency_inter));
-    snprintf(out[n++], 320,
-             "no overlap counted: communication time adds to compute time (an "
-             "upper bound: with parallel.overlap the dp reductions, ZeRO-3 gathers and some "
-             "pipeline transfers run under compute)");
+    snprintf(out[n++], 320, "%s",
+             cfg->parallel.overlap
+                 ? "parallel.overlap: pipeline messages cost their transfer between stages, dp "
+                   "bucket reductions and ZeRO-3 gathers hide under their compute (at least one "
+                   "call stays exposed); tp collectives and the step end add to compute"
+                 : "parallel.overlap off: communication time adds to compute time");
     snprintf(out[n++], 320,
              "the schedule's time is its tables simulated (sched_sim.h): each stage's time per "
              "micro-batch and chunk split into forward, input gradient and weight gradient "

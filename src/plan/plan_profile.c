@@ -48,13 +48,50 @@ static const struct {
 };
 
 // Every top-level key a profile may hold (NULL-terminated, for "did you mean").
-static const char *const KEYS[] = {
-    "profile_version",  "device",    "host",          "date",
-    "threads",          "ranks",     "config",        "seconds",
-    "peak_fp32",        "peak_bf16", "peak_tf32",     "matmul_rate",
-    "matmul_rate_bf16", "gemm_half", "attn_rate",     "elem_bw",
-    "mem_bw",           "intra_bw",  "inter_bw",      "latency_intra",
-    "latency_inter",    "fbw",       "matmul_points", NULL};
+static const char *const KEYS[] = {"profile_version",
+                                   "device",
+                                   "host",
+                                   "date",
+                                   "threads",
+                                   "ranks",
+                                   "config",
+                                   "seconds",
+                                   "peak_fp32",
+                                   "peak_bf16",
+                                   "peak_tf32",
+                                   "matmul_rate",
+                                   "matmul_rate_bf16",
+                                   "gemm_half",
+                                   "attn_rate",
+                                   "elem_bw",
+                                   "mem_bw",
+                                   "intra_bw",
+                                   "inter_bw",
+                                   "latency_intra",
+                                   "latency_inter",
+                                   "fbw",
+                                   "matmul_points",
+                                   "comm_all_reduce",
+                                   "comm_reduce_scatter",
+                                   "comm_all_gather",
+                                   "comm_send",
+                                   NULL};
+
+// The optional per-collective lines (plan_calibrate_comm.c), in PLAN_COMM_OPS order: the key
+// and the op it describes.
+static const struct {
+    const char *key;
+    comm_op_id op;
+} COMM_KEYS[PLAN_COMM_OPS] = {{"comm_all_reduce", COMM_OP_ALL_REDUCE},
+                              {"comm_reduce_scatter", COMM_OP_REDUCE_SCATTER},
+                              {"comm_all_gather", COMM_OP_ALL_GATHER},
+                              {"comm_send", COMM_OP_SEND}};
+
+static int is_comm_key(const char *k) {
+    for (int i = 0; i < PLAN_COMM_OPS; i++)
+        if (!strcmp(k, COMM_KEYS[i].key)) return 1;
+    return 0;
+}
 
 // ---------------------------------------------------------------------------------------
 // Reading
@@ -186,6 +223,29 @@ static tri_status read_fbw(const reader *r, const yaml_node_t *n, plan_device *d
     return TRI_OK;
 }
 
+// comm_<op>: {value: [latency_s, bytes_per_s], source: measured}, within a node.
+static tri_status read_comm(const reader *r, int i, const yaml_node_t *n, plan_device *dev) {
+    const char *key = COMM_KEYS[i].key;
+    yaml_node_t *v;
+    int measured;
+    TRI_CHECK(read_marked(r, key, n, &v, &measured));
+    double x[2];
+    int ok = v->type == YAML_SEQUENCE_NODE &&
+             v->data.sequence.items.top - v->data.sequence.items.start == 2;
+    for (int k = 0; ok && k < 2; k++)
+        ok = parse_double(scalar(yaml_document_get_node(r->doc, v->data.sequence.items.start[k])),
+                          &x[k]) &&
+             (k == 0 ? x[k] >= 0 : x[k] > 0);
+    if (!ok)
+        return bad(r, key, v, "value is not [latency, bandwidth]",
+                   "give the seconds per call (at least 0) and the bytes/s (above 0), e.g. "
+                   "[2e-06, 5e+09]");
+    const comm_op_id op = COMM_KEYS[i].op;
+    dev->comm_lat[op] = x[0], dev->comm_bw[op] = x[1];
+    if (op == COMM_OP_SEND) dev->comm_lat[COMM_OP_RECV] = x[0], dev->comm_bw[COMM_OP_RECV] = x[1];
+    return TRI_OK;
+}
+
 // matmul_points: a list of {m, n, k, dtype, rate}; kept in the file for the reader's eyes,
 // checked here so that a damaged list is not silently accepted.
 static tri_status read_points(const reader *r, const yaml_node_t *n) {
@@ -241,7 +301,7 @@ static tri_status read_doc(reader *r, int world, plan_device *dev) {
     // Every key but config, seconds and matmul_points is required.
     for (int i = 0; KEYS[i]; i++) {
         if (!strcmp(KEYS[i], "config") || !strcmp(KEYS[i], "seconds") ||
-            !strcmp(KEYS[i], "matmul_points"))
+            !strcmp(KEYS[i], "matmul_points") || is_comm_key(KEYS[i]))
             continue;
         if (!map_get(r, root, KEYS[i]))
             return bad(r, KEYS[i], NULL, "missing", "every field --calibrate writes is needed");
@@ -272,6 +332,10 @@ static tri_status read_doc(reader *r, int world, plan_device *dev) {
         TRI_CHECK(read_rate(r, FIELDS[i].key, map_get(r, root, FIELDS[i].key), FIELDS[i].zero_ok,
                             &v[i], &measured[i]));
     TRI_CHECK(read_fbw(r, map_get(r, root, "fbw"), dev));
+    for (int i = 0; i < PLAN_COMM_OPS; i++) {
+        const yaml_node_t *cn = map_get(r, root, COMM_KEYS[i].key);
+        if (cn) TRI_CHECK(read_comm(r, i, cn, dev));
+    }
     const yaml_node_t *pts = map_get(r, root, "matmul_points");
     if (pts) TRI_CHECK(read_points(r, pts));
     dev->peak_fp32 = v[F_PEAK_FP32], dev->peak_bf16 = v[F_PEAK_BF16];
@@ -394,6 +458,13 @@ static tri_status write_body(const plan_profile *pr, FILE *f) {
             "fbw: {value: [%.4g, %.4g, %.4g], source: measured} # one layer's forward, input "
             "gradient, weight gradient time\n",
             d->fbw[0], d->fbw[1], d->fbw[2]);
+    for (int i = 0; i < PLAN_COMM_OPS && c->intra_measured; i++) {
+        const comm_op_id op = COMM_KEYS[i].op;
+        fprintf(f,
+                "%s: {value: [%.6g, %.6g], source: measured} # within this host over %d ranks: "
+                "seconds per call, bytes/s of its ring wire bytes\n",
+                COMM_KEYS[i].key, d->comm_lat[op], d->comm_bw[op], c->ranks);
+    }
     fprintf(f, "matmul_points: # the measurements the fit came from: m rows, n output columns, k "
                "inner; fwd + bwd FLOP/s\n");
     for (int i = 0; i < pr->n_points; i++) {

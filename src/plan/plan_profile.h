@@ -51,4 +51,18 @@ void plan_profile_default_path(const char *device, char *out, size_t n);
 // `cfg` (resolved for its own layout) through the compute backend system.backend picks,
 // with the threads the trainer would give one rank, and writes the profile (to `out`, or the
 // default path); says where. Bounded: about 20 s for configs/bench-m.yaml on 2 cores.
+// Launched on N >= 2 ranks (mpirun, srun) every rank measures, rank 0 writes, and the
+// communication within this host is timed too (plan_calibrate_comm).
 tri_status plan_calibrate(const run_config *cfg, const char *out);
+
+// ---- communication (plan_calibrate_comm.c) ----
+
+#define PLAN_COMM_OPS 4   // all_reduce, reduce_scatter, all_gather, send (recv: send's)
+#define PLAN_COMM_SIZES 5 // message sizes timed per op
+// The message sizes (bytes, ascending, distinct) a step of cfg sends; returns how many.
+int plan_comm_sizes(const run_config *cfg, size_t out[PLAN_COMM_SIZES]);
+// Times the ops on comm `c` (every rank of the world in its tp group: a mesh of tp = world,
+// world >= 2; every rank calls it) and sets d's comm_lat, comm_bw, intra_bw and
+// latency_intra as measured, calib.ranks to world.
+tri_status plan_calibrate_comm(const run_config *cfg, comm *c, backend *be, int rank, int world,
+                               plan_device *d);
