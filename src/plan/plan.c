@@ -4,6 +4,7 @@
 // buckets; each function of the replay names the code whose calls it follows.
 #include "plan/plan.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "base/checked.h"
@@ -411,10 +412,11 @@ static tri_status simulate_schedule(plan_result *p, const layout *lo, int n_repl
     p->t_schedule = n_replays == 1 ? span[0]
                                    : span[0] + (span[1] - span[0]) / (replay_m[1] - replay_m[0]) *
                                                    (lo->m - replay_m[0]);
-    p->bubble_sim = p->t_schedule > 0 ? 1 - busy / (pp * p->t_schedule) : 0;
+    // Clamped at 0: with one stage the makespan is the busy time, up to rounding.
+    p->bubble_sim = p->t_schedule > 0 ? fmax(0, 1 - busy / (pp * p->t_schedule)) : 0;
     for (int r = 0; r < pp && p->t_schedule > 0; r++) {
         const plan_stage *s = &p->stages[r];
-        p->stages[r].idle_sim = 1 - s->t_busy / p->t_schedule;
+        p->stages[r].idle_sim = fmax(0, 1 - s->t_busy / p->t_schedule);
     }
     return TRI_OK;
 }
