@@ -190,12 +190,15 @@ test-full: test-asan
 		$(BUILD)/tests/test_diagnose --cases 1000 && bash tests/test_diagnose.sh --full
 
 # Speed measurements, never run by `make test` (which asserts no timing): the tokenizer
-# against Hugging Face tokenizers (scripts/bench-tokenize.sh [THREADS] [MB]), and the step
-# time's spread on oversubscribed cores (scripts/bench-threads.sh [STEPS] [REPEATS]).
+# against Hugging Face tokenizers (scripts/bench-tokenize.sh [THREADS] [MB]), the step
+# time's spread on oversubscribed cores (scripts/bench-threads.sh [STEPS] [REPEATS]), the
+# planner's predicted step against measured ones after --calibrate (scripts/perf-plan.sh),
+# and the pipeline schedules side by side (scripts/bench-pipeline.sh [CONFIG] [STEPS]).
 test-perf: all
 	@scripts/bench-tokenize.sh
 	@scripts/bench-threads.sh
 	@scripts/perf-plan.sh $(BUILD)
+	@scripts/bench-pipeline.sh
 
 # The GPU checks (issue 9): each op on CUDA against the CPU backend, and a training run on
 # each backend; tests/gpu/run.sh says what runs. Needs a CUDA build and a GPU.
