@@ -52,10 +52,6 @@ static tri_status evaluate(trainer *tr, double *val_loss) {
     const int T = cfg->model.seq_len, GB = cfg->train.global_batch;
     double waited = 0.0;
     const exec_batches batches = {load_eval_batch, tr};
-    double pass_s[3]; // the step lines' pass times leave the evaluation's out
-    int pass_n[3];
-    memcpy(pass_s, tr->exec.pass_s, sizeof pass_s);
-    memcpy(pass_n, tr->exec.pass_n, sizeof pass_n);
     for (tr->eval_set = 0; tr->eval_set < tr->n_val; tr->eval_set++) {
         for (tr->eval_batch = 0; tr->eval_batch < cfg->data.eval_batches; tr->eval_batch++) {
             TRI_CHECK(trainer_agree_stop(tr));
@@ -63,8 +59,6 @@ static tri_status evaluate(trainer *tr, double *val_loss) {
         }
         TRI_CHECK(executor_take_loss(&tr->exec, &val_loss[tr->eval_set]));
     }
-    memcpy(tr->exec.pass_s, pass_s, sizeof pass_s);
-    memcpy(tr->exec.pass_n, pass_n, sizeof pass_n);
     if (tr->dp > 1)
         TRI_CHECK(comm_all_reduce(tr->cm, COMM_GROUP_DP, val_loss, (size_t)tr->n_val, DTYPE_FP64,
                                   COMM_REDUCE_SUM));

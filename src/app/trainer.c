@@ -80,6 +80,7 @@ static double mfu_peak(trainer *tr) {
 static void plan_json(trainer *tr, char *out, size_t cap) {
     out[0] = '\0';
     tr->plan_step_s = 0;
+    if (tr->li->rank != 0) return; // the one rank that writes the record and the step lines
     plan_device dev;
     const backend *be = tr->be;
     if (be->device_name ? plan_device_for_gpu(be->device_name, &dev) != 0

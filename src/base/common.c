@@ -174,3 +174,14 @@ int make_dirs(const char *path) {
     }
     return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
 }
+
+int tri_write_all(int fd, const void *buf, size_t n) {
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t put = write(fd, p, n);
+        if (put < 0 && errno == EINTR) continue;
+        if (put <= 0) return -1;
+        p += put, n -= (size_t)put;
+    }
+    return 0;
+}

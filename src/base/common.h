@@ -102,6 +102,8 @@ void tri_abort_job(int code) __attribute__((noreturn));
 void *xgrow(void *items, int n, int *cap, size_t elem);
 
 double time_now_s(void); // monotonic seconds
+// Writes all n bytes of buf to fd, again after a short write or EINTR: 0, or -1 with errno.
+int tri_write_all(int fd, const void *buf, size_t n);
 
 // mkdir -p (mode 0755): 0, or -1 with errno set.
 int make_dirs(const char *path);

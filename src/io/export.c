@@ -158,17 +158,6 @@ typedef struct {
     int transpose;      // HF Conv1D stores (in, out)
 } gpt2_tensor;
 
-static int write_all(int fd, const void *buf, size_t n) {
-    const char *p = buf;
-    while (n > 0) {
-        ssize_t put = write(fd, p, n);
-        if (put < 0 && errno == EINTR) continue;
-        if (put <= 0) return -1;
-        p += put, n -= (size_t)put;
-    }
-    return 0;
-}
-
 tri_status export_safetensors(export_source *s, const char *out_path) {
     const param_table *pt = &s->full;
     const int V = s->cfg.model.vocab_size;
@@ -233,19 +222,19 @@ tri_status export_safetensors(export_source *s, const char *out_path) {
     tri_status rc = TRI_OK;
     uint64_t hlen = len;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0 || write_all(fd, &hlen, 8) || write_all(fd, header, len)) goto io_error;
+    if (fd < 0 || tri_write_all(fd, &hlen, 8) || tri_write_all(fd, header, len)) goto io_error;
     for (int i = 0; i < k; i++) {
         const gpt2_tensor *t = &ts[i];
         TRI_CHECK_GOTO(export_read_entry(s, t->entry, buf), rc, done);
         if (!t->transpose) {
             size_t count = (size_t)t->rows * (size_t)(t->cols ? t->cols : 1);
-            if (write_all(fd, buf, count * 4)) goto io_error;
+            if (tri_write_all(fd, buf, count * 4)) goto io_error;
             continue;
         }
         if (!row) row = xmalloc((size_t)most_rows * sizeof(float));
         for (int64_t c = 0; c < t->cols; c++) { // (out, in) -> (in, out)
             for (int64_t r = 0; r < t->rows; r++) row[r] = buf[r * t->cols + c];
-            if (write_all(fd, row, (size_t)t->rows * 4)) goto io_error;
+            if (tri_write_all(fd, row, (size_t)t->rows * 4)) goto io_error;
         }
     }
     if (fsync(fd) != 0) goto io_error;

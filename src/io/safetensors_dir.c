@@ -182,17 +182,6 @@ const st_tensor *st_model_find(const st_model *m, const char *name, const st_fil
 
 // ---- writing ----
 
-static int write_all(int fd, const void *buf, size_t n) {
-    const char *p = buf;
-    while (n > 0) {
-        ssize_t put = write(fd, p, n);
-        if (put < 0 && errno == EINTR) continue;
-        if (put <= 0) return -1;
-        p += put, n -= (size_t)put;
-    }
-    return 0;
-}
-
 static tri_status write_failed(st_writer *w) {
     LOG_ERROR("cannot write %s: %s", w->tmp, strerror(errno));
     LOG_HINT("check free space and permissions where --out points");
@@ -234,7 +223,7 @@ tri_status st_writer_open(st_writer *w, const char *path, const st_out_tensor *t
     for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)len >> (8 * i));
     w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     tri_status rc = TRI_OK;
-    if (w->fd < 0 || write_all(w->fd, len8, 8) || write_all(w->fd, h, len)) {
+    if (w->fd < 0 || tri_write_all(w->fd, len8, 8) || tri_write_all(w->fd, h, len)) {
         rc = write_failed(w);
         st_writer_close(w, 0);
     }
@@ -244,7 +233,7 @@ tri_status st_writer_open(st_writer *w, const char *path, const st_out_tensor *t
 
 tri_status st_writer_put(st_writer *w, const float *v, size_t n) {
     TRI_ASSERT(w->fd >= 0 && w->written + n * 4 <= w->expected);
-    if (write_all(w->fd, v, n * 4)) return write_failed(w);
+    if (tri_write_all(w->fd, v, n * 4)) return write_failed(w);
     w->written += n * 4;
     return TRI_OK;
 }

@@ -182,9 +182,13 @@ tri_status executor_run(executor *ex, const sched_table *t, exec_batches batches
                             a->micro, a->chunk);
         const double t0 = time_now_s();
         if (rc == TRI_OK) rc = run_compute(ex, t, a, batches, dloss);
-        const int kind = a->kind == SCHED_ACTION_FWD ? 0 : a->kind == SCHED_ACTION_BWD_W ? 2 : 1;
-        ex->pass_s[kind] += time_now_s() - t0;
-        ex->pass_n[kind]++;
+        if (!t->forward_only) { // the step lines' pass times: training's, not evaluation's
+            const int kind = a->kind == SCHED_ACTION_FWD     ? 0
+                             : a->kind == SCHED_ACTION_BWD_W ? 2
+                                                             : 1;
+            ex->pass_s[kind] += time_now_s() - t0;
+            ex->pass_n[kind]++;
+        }
         comm_progress(ex->cm);
         i++;
     }

@@ -31,7 +31,8 @@ typedef struct {
     exec_flight *flight;   // (cap) transfers in flight
     int cap;
     int overlapped_p2p; // transfers left in flight under a forward or backward
-    // Seconds and counts of the compute actions since executor_take_pass_ms: forwards,
+    // Seconds and counts of the training tables' compute actions (not a forward-only table's)
+    // since executor_take_pass_ms: forwards,
     // input gradients (BWD_B, or a whole BWD), weight gradients (BWD_W). Host time: on a GPU
     // the time to enqueue, not to run.
     double pass_s[3];

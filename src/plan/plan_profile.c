@@ -203,18 +203,24 @@ static tri_status read_rate(const reader *r, const char *key, const yaml_node_t 
     return TRI_OK;
 }
 
+// A YAML sequence of exactly k numbers into x: 1, or 0 when it is not one.
+static int read_numbers(const reader *r, const yaml_node_t *v, double *x, int k) {
+    if (v->type != YAML_SEQUENCE_NODE ||
+        v->data.sequence.items.top - v->data.sequence.items.start != k)
+        return 0;
+    for (int i = 0; i < k; i++)
+        if (!parse_double(scalar(yaml_document_get_node(r->doc, v->data.sequence.items.start[i])),
+                          &x[i]))
+            return 0;
+    return 1;
+}
+
 static tri_status read_fbw(const reader *r, const yaml_node_t *n, plan_device *dev) {
     yaml_node_t *v;
     int measured;
     TRI_CHECK(read_marked(r, "fbw", n, &v, &measured));
     double x[3];
-    int ok = v->type == YAML_SEQUENCE_NODE &&
-             v->data.sequence.items.top - v->data.sequence.items.start == 3;
-    for (int i = 0; ok && i < 3; i++)
-        ok = parse_double(scalar(yaml_document_get_node(r->doc, v->data.sequence.items.start[i])),
-                          &x[i]) &&
-             (i < 2 ? x[i] > 0 : x[i] >= 0);
-    if (!ok)
+    if (!read_numbers(r, v, x, 3) || !(x[0] > 0 && x[1] > 0 && x[2] >= 0))
         return bad(r, "fbw", v, "value is not three ratios [F, B, W]",
                    "give the forward, input-gradient and weight-gradient times, e.g. [1, 1.1, "
                    "0.9] (F and B above 0, W at least 0)");
@@ -230,13 +236,7 @@ static tri_status read_comm(const reader *r, int i, const yaml_node_t *n, plan_d
     int measured;
     TRI_CHECK(read_marked(r, key, n, &v, &measured));
     double x[2];
-    int ok = v->type == YAML_SEQUENCE_NODE &&
-             v->data.sequence.items.top - v->data.sequence.items.start == 2;
-    for (int k = 0; ok && k < 2; k++)
-        ok = parse_double(scalar(yaml_document_get_node(r->doc, v->data.sequence.items.start[k])),
-                          &x[k]) &&
-             (k == 0 ? x[k] >= 0 : x[k] > 0);
-    if (!ok)
+    if (!read_numbers(r, v, x, 2) || !(x[0] >= 0 && x[1] > 0))
         return bad(r, key, v, "value is not [latency, bandwidth]",
                    "give the seconds per call (at least 0) and the bytes/s (above 0), e.g. "
                    "[2e-06, 5e+09]");
