@@ -167,22 +167,17 @@ static void check_pipeline(config_ctx *c, const run_config *cfg) {
                           "schedule interleaved needs parallel.virtual_stages >= 2 (got %d); "
                           "set virtual_stages: 2 or more, or use schedule: 1f1b",
                           v);
-    if (s == SCHEDULE_INTERLEAVED && KEYS_OK(c, K_PAR_PP) && pp < 2)
+    // Both two-or-more-chunk schedules spread their chunks over pipeline ranks.
+    if ((s == SCHEDULE_INTERLEAVED || s == SCHEDULE_ZBV) && KEYS_OK(c, K_PAR_PP) && pp < 2)
         config_report_key(c, K_PAR_SCHEDULE, K_PAR_PP,
-                          "schedule interleaved needs parallel.pp >= 2 (got %d): its virtual "
-                          "stages pass activations between pipeline ranks; use schedule: 1f1b "
-                          "with pp: 1",
-                          pp);
+                          "schedule %s needs parallel.pp >= 2 (got %d): its virtual stages pass "
+                          "activations between pipeline ranks; use schedule: 1f1b with pp: 1",
+                          config_schedule_name(s), pp);
     if (s == SCHEDULE_ZBV && v != 2)
         config_report_key(c, K_PAR_SCHEDULE, K_PAR_VIRTUAL_STAGES,
                           "schedule zbv runs exactly two chunks per pipeline rank in a V "
                           "(parallel.virtual_stages: 2; got %d); set virtual_stages: 2",
                           v);
-    if (s == SCHEDULE_ZBV && KEYS_OK(c, K_PAR_PP) && pp < 2)
-        config_report_key(c, K_PAR_SCHEDULE, K_PAR_PP,
-                          "schedule zbv needs parallel.pp >= 2 (got %d): its V folds the "
-                          "layers over pipeline ranks; use schedule: 1f1b with pp: 1",
-                          pp);
     if (s != SCHEDULE_INTERLEAVED && s != SCHEDULE_ZBV && v > 1)
         config_report_key(c, K_PAR_VIRTUAL_STAGES, K_PAR_SCHEDULE,
                           "%d virtual stages need parallel.schedule: interleaved or zbv (got "
