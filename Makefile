@@ -192,12 +192,14 @@ test-full: test-asan
 # Speed measurements, never run by `make test` (which asserts no timing): the tokenizer
 # against Hugging Face tokenizers (scripts/bench-tokenize.sh [THREADS] [MB]), the step
 # time's spread on oversubscribed cores (scripts/bench-threads.sh [STEPS] [REPEATS]), the
-# planner's predicted step against measured ones after --calibrate (scripts/perf-plan.sh),
+# planner's predicted step against measured ones after --calibrate (scripts/perf-plan.sh), a
+# calibrated --search whose picks are run (scripts/search-local.sh, on perf-plan's profile),
 # and the pipeline schedules side by side (scripts/bench-pipeline.sh [CONFIG] [STEPS]).
 test-perf: all
 	@scripts/bench-tokenize.sh
 	@scripts/bench-threads.sh
 	@scripts/perf-plan.sh $(BUILD)
+	@scripts/search-local.sh $(BUILD)
 	@scripts/bench-pipeline.sh
 
 # The GPU checks (issue 9): each op on CUDA against the CPU backend, and a training run on

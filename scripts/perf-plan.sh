@@ -4,8 +4,10 @@
 # `make test-perf`, never in `make test` (a loaded machine would flake it); run it alone,
 # e.g. `flock /tmp/trident-maketest.lock scripts/perf-plan.sh`.
 #
-# 1. Calibrates once: `mpirun -np 2 trident plan BASE --calibrate` (ranks pinned one per
-#    core: compute measured with both cores busy, communication between the two ranks).
+# 1. Calibrates twice: `mpirun -np 2 trident plan BASE --calibrate` (ranks pinned one per
+#    core: compute measured with both cores busy, communication between the two ranks), the
+#    profile of the 2-rank rows; and one process with system.threads 2 (its rates at 2
+#    threads and, as thread_scaling, at 1), the profile of the 1-process rows.
 # 2. For each layout, trains STEPS steps of BASE with the layout's overrides (2-rank layouts
 #    pinned one per core with system.threads 1), takes the median step_ms of steps 3.. from
 #    metrics.jsonl, and `trident plan --device PROFILE --json`'s step_s for the same config.
@@ -37,6 +39,11 @@ echo "perf-plan: calibrating on 2 ranks at the shapes of $BASE"
     --calibrate --out "$PROFILE" >"$OUT/calibrate.log" 2>&1 ||
     { echo "perf-plan: calibration failed:"; tail -5 "$OUT/calibrate.log"; exit 1; }
 grep -E "^(calibrated|communication)" "$OUT/calibrate.log"
+PROFILE1=$OUT/profile-1rank.yaml
+[ "$REUSE" = 1 ] && [ -f "$PROFILE1" ] || timeout 300 "$T" plan "$BASE" --set parallel.pp=1 --set parallel.schedule=1f1b --set system.threads=2 \
+    --calibrate --out "$PROFILE1" >"$OUT/calibrate-1rank.log" 2>&1 ||
+    { echo "perf-plan: one-rank calibration failed:"; tail -5 "$OUT/calibrate-1rank.log"; exit 1; }
+grep -E "^(calibrated|at )" "$OUT/calibrate-1rank.log"
 
 # name np overrides...: a GPT-2 of BASE's shapes unless the overrides say otherwise.
 LLAMA=(--set model.arch=llama --set model.n_kv_head=2 --set model.ffn_hidden=704)
@@ -74,7 +81,9 @@ for row in "${LAYOUTS[@]}"; do
         misses=$((misses + 1))
         continue
     fi
-    pred=$("$T" plan "$BASE" "${sets[@]}" --device "$PROFILE" --json 2>"$OUT/$name.plan.err" |
+    prof=$PROFILE
+    [ "$np" -eq 1 ] && prof=$PROFILE1
+    pred=$("$T" plan "$BASE" "${sets[@]}" --device "$prof" --json 2>"$OUT/$name.plan.err" |
         /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["step_s"] * 1e3)')
     meas=$(/usr/bin/python3 - "$dir/metrics.jsonl" <<'PY'
 import json, statistics, sys

@@ -11,10 +11,13 @@
 //   structure  another version, a repeated or unknown key, deep nesting, a root that is no
 //              mapping, a point with a bad dtype
 //   bytes      random bytes flipped, inserted or cut (accepted or refused, cleanly)
+//   comm       a per-collective line appended (fuzz_comm)
+//   scaling    a thread_scaling line appended (fuzz_scaling)
 //
 //   build/tests/test_fuzz_profile [--cases N] [--seed S]
 //
 // make test runs 200 cases per family; a failing case prints its seed and number.
+#include <math.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -51,7 +54,7 @@ static void run_case(family *fam, int c, const char *path, int want, const char 
         (void)o;
         alarm(CASE_TIMEOUT_S);
         plan_device dev;
-        _exit(plan_profile_load(path, 1, &dev));
+        _exit(plan_profile_load(path, "--device", 1, &dev));
     }
     int status;
     waitpid(pid, &status, 0);
@@ -275,6 +278,54 @@ static void fuzz_comm(family *fam, int cases) {
     free(buf);
 }
 
+// The optional thread_scaling line (plan_calibrate.c's measure_scaling): a valid profile with
+// thread_scaling: {value: [[threads, mm, attn, elem], ...], source: measured} appended, 0 to 9
+// points whose thread counts and rates are drawn from valid and invalid tokens. The oracle: 1
+// to 8 points, each of 4 numbers, the threads whole, at least 1 and ascending, the rates
+// finite and above 0.
+static void fuzz_scaling(family *fam, int cases) {
+    static const struct {
+        const char *tok;
+        double v; // its value; NAN: not a number the reader takes
+    } THR[] = {{"1", 1},     {"2", 2}, {"3", 3},   {"4", 4},     {"8", 8},
+               {"2.5", 2.5}, {"0", 0}, {"-1", -1}, {"abc", NAN}, {"70000", 70000}},
+      RATE[] = {{"1e9", 1e9}, {"2.5e10", 2.5e10}, {"7", 7},       {"0", 0},  {"-3e9", -3e9},
+                {"nan", NAN}, {".inf", NAN},      {"1e999", NAN}, {"x", NAN}};
+    const int n_thr = sizeof THR / sizeof *THR, n_rate = sizeof RATE / sizeof *RATE;
+    char *buf = malloc(g_valid_len + 2048);
+    for (int c = 0; c < cases; c++) {
+        memcpy(buf, g_valid, g_valid_len);
+        size_t o = g_valid_len;
+        const int n = (int)(rnd() % 10), sorted = rnd() % 4 != 0, arity = rnd() % 8 ? 4 : 3;
+        int bad = n < 1 || n > 8 || arity != 4;
+        o += (size_t)sprintf(buf + o, "thread_scaling: {value: [");
+        double last = 0;
+        for (int i = 0; i < n; i++) {
+            // Mostly ascending whole counts (1, 2, 4, ...), sometimes a drawn one.
+            const int t = sorted ? -1 : (int)(rnd() % n_thr);
+            char thr[32];
+            double tv;
+            if (t < 0) tv = (double)(1 << i), snprintf(thr, sizeof thr, "%d", 1 << i);
+            else tv = THR[t].v, snprintf(thr, sizeof thr, "%s", THR[t].tok);
+            if (!(tv >= 1 && tv <= 65536 && tv == floor(tv) && tv > last)) bad = 1;
+            last = tv;
+            o += (size_t)sprintf(buf + o, "%s[%s", i ? ", " : "", thr);
+            for (int k = 1; k < arity; k++) {
+                const int r = rnd() % 3 ? (int)(rnd() % 3) : (int)(rnd() % n_rate);
+                if (!(RATE[r].v > 0) || !isfinite(RATE[r].v)) bad = 1;
+                o += (size_t)sprintf(buf + o, ", %s", RATE[r].tok);
+            }
+            buf[o++] = ']';
+        }
+        o += (size_t)sprintf(buf + o, "], source: measured}\n");
+        char path[400];
+        snprintf(path, sizeof path, "%s/scaling_%d.yaml", g_dir, c);
+        write_text(path, buf, o);
+        run_case(fam, c, path, bad ? 2 : 0, "thread_scaling");
+    }
+    free(buf);
+}
+
 int main(int argc, char **argv) {
     int cases = 200;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -308,8 +359,10 @@ int main(int argc, char **argv) {
 
     family lines = {.name = "lines"}, values = {.name = "values"};
     family structure = {.name = "structure"}, bytes = {.name = "bytes"}, comm = {.name = "comm"};
+    family scaling = {.name = "scaling"};
     fuzz_lines(&lines, cases);
     fuzz_comm(&comm, cases / 2);
+    fuzz_scaling(&scaling, cases / 2);
     fuzz_values(&values, cases);
     fuzz_structure(&structure, cases);
     fuzz_bytes(&bytes, cases);
@@ -318,6 +371,7 @@ int main(int argc, char **argv) {
     report(&structure);
     report(&bytes);
     report(&comm);
+    report(&scaling);
     printf("fuzz_profile: seed %llu, %d cases per family\n", (unsigned long long)g_seed, cases);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);

@@ -5,7 +5,9 @@
 # half the compute); the plan says "calibrated on HOST" for a profile and "uncalibrated
 # estimate" for a built-in device; and the reader's errors (missing key, another
 # profile_version, a negative rate, not YAML, an unknown key, a missing file) exit 2 naming
-# the file and the key. Prints PASS/FAIL lines; a few seconds.
+# the file and the key. Thread scaling: measured by a 2-thread calibration, applied by the time
+# model; system.device_profile: the run record's prediction. Prints PASS/FAIL lines; a few
+# seconds.
 set -u
 source "$(dirname "$0")/lib.sh"
 P=$W/prof.yaml
@@ -41,6 +43,57 @@ if $T plan $CFG --device $P 2>&1 | grep -q "calibrated on .* with 1 threads" &&
     pass profile_says_calibrated
 else
     fail profile_says_calibrated "no 'calibrated on' / 'uncalibrated estimate' line"
+fi
+
+# Thread scaling: --calibrate on one rank with 2 threads also measures 1 thread (the
+# thread_scaling points); the time model scales a rank's compute rates between measured thread
+# counts by them (beyond the last, per thread), and linearly without them.
+if $T plan $CFG --set system.threads=2 --calibrate --out $W/p2.yaml >$W/cal2.out 2>&1 &&
+    python3 - $W/p2.yaml <<'EOF'; then pass profile_thread_scaling_measured; else fail profile_thread_scaling_measured "$(tail -3 $W/cal2.out | tr '\n' ' ')"; fi
+import sys, yaml
+p = yaml.safe_load(open(sys.argv[1]))
+pts = p["thread_scaling"]["value"]
+assert p["threads"] == 2 and [q[0] for q in pts] == [1, 2], pts
+assert all(x > 0 for q in pts for x in q[1:]), pts
+EOF
+python3 - $P $W/scaled.yaml $W/linear.yaml <<'EOF'
+import sys
+text = open(sys.argv[1]).read().replace("\nthreads: 1 ", "\nthreads: 2 ")
+open(sys.argv[3], "w").write(text)
+# The same rates, now said to be 2 threads' and 1.5 times 1 thread's, for every kind of op.
+open(sys.argv[2], "w").write(text + "thread_scaling: {value: [[1, 2e9, 2e9, 2e9], [2, 3e9, 3e9, 3e9]], source: measured}\n")
+EOF
+compute() { # PROFILE THREADS
+    $T plan $CFG --device $1 --set system.threads=$2 --json 2>/dev/null |
+        python3 -c "import json,sys; print(json.load(sys.stdin)['stages'][0]['compute_s'])"
+}
+if python3 - $(compute $W/scaled.yaml 1) $(compute $W/scaled.yaml 2) $(compute $W/scaled.yaml 4) \
+    $(compute $W/linear.yaml 1) $(compute $W/linear.yaml 2) <<'EOF'; then pass profile_thread_scaling_model; else fail profile_thread_scaling_model "see above"; fi
+import sys
+s1, s2, s4, l1, l2 = map(float, sys.argv[1:6])
+print(f"measured scaling: 1 thread {s1 / s2:.4f} x 2 threads' time, 4 threads {s4 / s2:.4f}; linear: {l1 / l2:.4f}")
+assert abs(s1 / s2 - 1.5) < 1e-4 and abs(s4 / s2 - 0.5) < 1e-4 and abs(l1 / l2 - 2) < 1e-4
+EOF
+
+# system.device_profile: the run record's prediction comes from the profile (and `plan` of the
+# same config uses it by default); a path that does not open is the config's error.
+$T train $CFG --set train.steps=2 --set run.out_dir=$W/rec --set system.device_profile=$P \
+    >$W/rec.out 2>&1
+$T plan $CFG --set system.device_profile=$P --json >$W/rec_plan.json 2>/dev/null
+if python3 - $W/rec/metrics.jsonl $W/rec_plan.json $P <<'EOF'; then pass profile_in_run_record; else fail profile_in_run_record "$(tail -3 $W/rec.out | tr '\n' ' ')"; fi
+import json, sys
+rec = json.loads(open(sys.argv[1]).readline())["plan"]
+plan = json.loads(open(sys.argv[2]).read())
+assert rec["calibrated"] is True and rec["profile"] == sys.argv[3], rec
+assert plan["device"]["calibrated"] is True, plan["device"]
+assert abs(rec["step_s"] - plan["step_s"]) <= 1e-5 * plan["step_s"], (rec["step_s"], plan["step_s"])
+EOF
+$T train $CFG --set train.steps=2 --set run.out_dir=$W/rec2 --set system.device_profile=$W/absent.yaml >$W/rec2.out 2>&1
+rc=$?
+if [ $rc = 2 ] && grep -q "system.device_profile: cannot open the profile $W/absent.yaml" $W/rec2.out; then
+    pass profile_config_key_error
+else
+    fail profile_config_key_error "exit $rc: $(head -3 $W/rec2.out | tr '\n' ' ')"
 fi
 
 # Twice every compute rate the time model reads (matmul, bf16 matmul, attention, the
@@ -80,4 +133,6 @@ bad unknown_key gemm_halff $W/unknown.yaml
 bad no_file "cannot open" $W/absent.yaml
 sed -E 's/source: measured\} # one layer/source: guessed} # one layer/' $P >$W/source.yaml
 bad bad_source fbw $W/source.yaml
+sed -E 's/^    - \[1, /    - [3, /' $W/p2.yaml >$W/scaling.yaml
+bad thread_scaling_order thread_scaling $W/scaling.yaml
 exit $((fails > 0))

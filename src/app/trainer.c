@@ -18,6 +18,7 @@
 #include "io/model_init.h"
 #include "io/rundir.h"
 #include "plan/plan.h"
+#include "plan/plan_profile.h"
 
 // The backend's practical matmul rate, measured once (about 0.1 s) as the MFU denominator
 // where no datasheet peak applies: on the CPU, and on a GPU the planner's table does not
@@ -86,14 +87,33 @@ static void plan_json(trainer *tr, char *out, size_t cap) {
     if (be->device_name ? plan_device_for_gpu(be->device_name, &dev) != 0
                         : plan_device_lookup("cpu", tr->li->world, &dev) != 0)
         return;
+    if (tr->profile.calib.calibrated) { // system.device_profile, when it describes this device
+        if (!strcmp(tr->profile.name, dev.name)) dev = tr->profile;
+        else
+            LOG_WARN("system.device_profile: %s describes %s, this run uses %s: the run "
+                     "record's prediction uses the built-in %s entry",
+                     tr->profile.calib.path, tr->profile.name, dev.name, dev.name);
+    }
     plan_result p;
     if (plan_compute(&p, tr->cfg, &dev) != TRI_OK) return;
     tr->plan_step_s = p.step_s;
     snprintf(tr->plan_device, sizeof tr->plan_device, "%s", dev.name);
-    snprintf(out, cap,
-             ",\"plan\":{\"device\":\"%s\",\"calibrated\":%s,\"step_s\":%.6g,"
-             "\"schedule_s\":%.6g,\"bubble\":%.4f,\"bubble_sim\":%.4f,\"tokens_per_s\":%.6g}",
-             dev.name, "false", p.step_s, p.t_schedule, p.bubble, p.bubble_sim, p.tokens_per_s);
+    FILE *f = fmemopen(out, cap, "w");
+    if (!f) return;
+    fprintf(f,
+            ",\"plan\":{\"device\":\"%s\",\"calibrated\":%s,\"step_s\":%.6g,"
+            "\"schedule_s\":%.6g,\"bubble\":%.4f,\"bubble_sim\":%.4f,\"tokens_per_s\":%.6g",
+            dev.name, dev.calib.calibrated ? "true" : "false", p.step_s, p.t_schedule, p.bubble,
+            p.bubble_sim, p.tokens_per_s);
+    if (dev.calib.calibrated) {
+        fprintf(f, ",\"profile\":");
+        config_print_quoted(f, dev.calib.path);
+    }
+    fputc('}', f);
+    fflush(f);
+    const int cut = ferror(f) || ftell(f) >= (long)cap;
+    fclose(f);
+    if (cut) out[0] = '\0'; // cut short: no object at all
     plan_free(&p);
 }
 
@@ -360,6 +380,17 @@ tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     // Every rank validates the same config; only rank 0 prints what is wrong.
     int mute = log_mute_if_not_rank0();
     tri_status rc = config_resolve_world(cfg, li->world);
+    // The planner's profile for the run record, read before any communicator: a wrong path is
+    // the config's error (exit 2), on every rank alike.
+    if (rc == TRI_OK && cfg->system.device_profile) {
+        rc = plan_profile_load(cfg->system.device_profile, "system.device_profile", li->world,
+                               &tr->profile);
+        if (rc != TRI_OK)
+            LOG_HINT("system.device_profile names the profile `trident plan CONFIG --calibrate` "
+                     "wrote; fix the path in %s or remove the key (the run record then predicts "
+                     "from the built-in device table)",
+                     cfg->source_path);
+    }
     log_unmute(mute);
     // The launcher ends the job at the first failing exit: the other ranks give rank 0 time
     // to report first, so that the message is never cut off.
@@ -415,7 +446,7 @@ tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     describe_data(tr);
     TRI_CHECK(startup_boundary(tr, "metrics"));
     tr->flops_per_token = plan_flops_per_token(cfg);
-    char memory[1024], *extra = NULL, plan[512];
+    char memory[1024], *extra = NULL, plan[1024];
     size_t extra_len = 0;
     TRI_CHECK(memory_json(tr, memory, sizeof memory));
     plan_json(tr, plan, sizeof plan);

@@ -22,6 +22,7 @@
 #include "parallel/optim.h"
 #include "parallel/sched.h"
 #include "parallel/zero.h"
+#include "plan/plan.h"
 
 #define STRAGGLER_HOST_LEN 64 // bytes per host name gathered (a multiple of 8)
 
@@ -68,6 +69,7 @@ typedef struct {
     // issue 21): its step seconds, 0 when the device has no planner entry.
     double plan_step_s;
     char plan_device[32];
+    plan_device profile;  // system.device_profile, loaded at start (profile.calib.calibrated 1)
     uint64_t step_allocs; // device allocations the training steps made (backend.alloc_count):
                           // none is expected (a step sized everything at start-up)
     rundir dirs;          // run.out_dir and checkpoint.dir, locked (rank 0)

@@ -120,6 +120,8 @@ typedef struct {
         int threads;
         double comm_timeout_s;
         double init_timeout_s; // a start-up phase without progress this long: exit 5; 0 = off
+        char *device_profile;  // the planner's profile (plan_profile.h) for the run record; NULL:
+                               // the device's built-in table entry
     } system;
 
     char *source_path; // the YAML file this came from

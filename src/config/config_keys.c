@@ -208,6 +208,8 @@ const key_desc CONFIG_KEYS[K_COUNT] = {
             FREE("another collective timeout")),
     F64_KEY(K_SYS_INIT_TIMEOUT_S, system, init_timeout_s, 0, 0, INFINITY, 0, 300, // 0 = off
             FREE("another start-up deadline")),
+    STR_KEY(K_SYS_DEVICE_PROFILE, system, device_profile, 1, NULL,
+            FREE("the run record's predicted step time comes from another device profile")),
 };
 // clang-format on
 

@@ -23,6 +23,8 @@
 
 // ---- devices ----
 
+#define PLAN_SCALE_POINTS 8
+
 // Where a device profile was measured (plan_profile.h): `trident plan` prints it beside the
 // prediction. calibrated 0: a built-in table entry, an uncalibrated estimate.
 typedef struct {
@@ -33,6 +35,13 @@ typedef struct {
     int threads;        // compute threads per rank it was measured with
     int ranks;          // processes it ran with
     int intra_measured; // intra_bw and latency_intra measured (>= 2 ranks), else estimates
+    // How the compute rates change with a rank's threads (thread_scaling: a profile
+    // calibrated on one rank with more than one thread): per measured thread count, the rate
+    // of the two largest layer matmuls, of attention and of the elementwise passes. 0 points:
+    // the rates scale linearly with the threads.
+    int n_scale;
+    double scale_threads[PLAN_SCALE_POINTS], scale_mm[PLAN_SCALE_POINTS],
+        scale_attn[PLAN_SCALE_POINTS], scale_elem[PLAN_SCALE_POINTS];
 } plan_calib;
 
 typedef struct {
@@ -71,6 +80,10 @@ typedef struct {
     // bytes (plan_wire_factor). 0: not measured, intra_bw and latency_intra stand for it.
     double comm_lat[COMM_OP_COUNT], comm_bw[COMM_OP_COUNT];
 } plan_device;
+
+// "device numbers: calibrated on HOST at DATE with N threads (...)" or "uncalibrated
+// estimate": where the device's numbers come from (plan_print.c; the plan and the search).
+void plan_print_calibration(const plan_device *d, FILE *f);
 
 // Ring algorithms: the bytes per rank's link of a collective over n ranks, per byte the comm
 // layer counts for it (comm.h): an all-reduce 2(n-1)/n, a reduce-scatter or all-gather

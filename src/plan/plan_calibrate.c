@@ -385,6 +385,46 @@ static void measure_adam(cal *c, plan_profile *pr) {
     for (int i = 0; i < 4; i++) c->be->free(c->be, c->bufs[--c->n_bufs]);
 }
 
+// ---- how the rates change with the threads (one rank) ----
+
+// A thread_scaling point: the mean rate of the two largest layer matmuls (qkv, the MLP's up;
+// measure_matmuls' points 0 and 2), attention and the elementwise passes of `pr`.
+static void scale_point_of(plan_calib *cb, int threads, const plan_profile *pr, int qkv, int up) {
+    const int i = cb->n_scale++;
+    cb->scale_threads[i] = threads;
+    cb->scale_mm[i] = 0.5 * (pr->points[qkv].rate + pr->points[up].rate);
+    cb->scale_attn[i] = pr->dev.attn_rate, cb->scale_elem[i] = pr->dev.elem_bw;
+}
+
+// The same at fewer threads (1, 2, 4, ... below `threads`), each through a backend of its
+// own: a rank of a layout with fewer threads than the calibration's (one process of a
+// node's cores against one of several) runs at these rates, which memory bandwidth and the
+// cores' shared caches keep below linear. Only on one rank: several ranks measuring at once
+// would share the cores. Returns TRI_OK, or the backend's error.
+static tri_status measure_scaling(const run_config *cfg, const shapes *s, int threads,
+                                  plan_profile *pr) {
+    plan_calib *cb = &pr->dev.calib;
+    cb->n_scale = 0;
+    for (int t = 1; t < threads && cb->n_scale < PLAN_SCALE_POINTS - 1; t *= 2) {
+        cal c = {.rng = 20240601};
+        plan_profile *sub = xcalloc(1, sizeof *sub);
+        tri_status rc = backend_create_for(cfg->system.backend, 0, t, &c.be);
+        if (rc == TRI_OK) {
+            measure_point(&c, sub, s->rows, s->C3, s->C, DTYPE_FP32);
+            measure_point(&c, sub, s->rows, s->F, s->C, DTYPE_FP32);
+            measure_layer(&c, sub, s);
+            scale_point_of(cb, t, sub, 0, 1);
+        }
+        for (int i = c.n_bufs - 1; i >= 0; i--) c.be->free(c.be, c.bufs[i]);
+        free(c.bufs);
+        if (c.be) c.be->destroy(c.be);
+        free(sub);
+        if (rc != TRI_OK) return rc;
+    }
+    scale_point_of(cb, threads, pr, 0, 2);
+    return TRI_OK;
+}
+
 tri_status plan_calibrate(const run_config *cfg, const char *out) {
     const double t0 = time_now_s();
     launch_info li;
@@ -431,6 +471,10 @@ tri_status plan_calibrate(const run_config *cfg, const char *out) {
     cb->threads = c.be->threads > 0 ? c.be->threads : 1;
     cb->ranks = 1;
     cb->intra_measured = 0;
+    if (li.world == 1 && cb->threads > 1) {
+        rc = measure_scaling(cfg, &s, cb->threads, pr);
+        if (rc != TRI_OK) goto done;
+    }
     if (cm) { // the ranks finish their compute at different times: start the comm together
         rc = comm_barrier(cm, COMM_GROUP_TP);
         if (rc == TRI_OK) rc = plan_calibrate_comm(cfg, cm, c.be, li.rank, li.world, d);
@@ -458,6 +502,13 @@ tri_status plan_calibrate(const run_config *cfg, const char *out) {
                d->name, cb->host, cb->threads, pr->seconds, pr->matmul_rate / 1e9, d->gemm_half,
                d->attn_rate / 1e9, d->elem_bw / 1e9, d->mem_bw / 1e9, d->fbw[0], d->fbw[1],
                d->fbw[2]);
+        for (int i = 0; i + 1 < cb->n_scale; i++)
+            printf("at %d thread%s: matmul x%.2f, attention x%.2f, elementwise x%.2f of %d "
+                   "threads' rates\n",
+                   (int)cb->scale_threads[i], cb->scale_threads[i] == 1 ? "" : "s",
+                   cb->scale_mm[i] / cb->scale_mm[cb->n_scale - 1],
+                   cb->scale_attn[i] / cb->scale_attn[cb->n_scale - 1],
+                   cb->scale_elem[i] / cb->scale_elem[cb->n_scale - 1], cb->threads);
         if (cm)
             printf("communication over %d ranks of this host: %.3g GB/s, %.1f us per call "
                    "(all ops); between nodes: the table's estimate\n",

@@ -209,17 +209,21 @@ static void print_comm(const plan_result *p, FILE *f) {
 }
 
 // Where the device's numbers come from: a measured profile, or the built-in table.
-static void print_calibration(const plan_device *d, FILE *f) {
+void plan_print_calibration(const plan_device *d, FILE *f) {
     const plan_calib *c = &d->calib;
     if (!c->calibrated) {
         fprintf(f, "device numbers: uncalibrated estimate (the built-in table; `trident plan "
                    "CONFIG --calibrate` measures this machine)\n");
         return;
     }
+    char scaling[96] = "linear in the threads";
+    for (int i = 0, n = 0; i < c->n_scale && n < (int)sizeof scaling - 16; i++)
+        n += snprintf(scaling + n, sizeof scaling - (size_t)n, "%s%d", i ? ", " : "measured at ",
+                      (int)c->scale_threads[i]);
     fprintf(f,
-            "device numbers: calibrated on %s at %s with %d threads (%s, %d rank%s); between "
-            "nodes%s: uncalibrated estimates\n",
-            c->host, c->date, c->threads, c->path, c->ranks, c->ranks == 1 ? "" : "s",
+            "device numbers: calibrated on %s at %s with %d threads (%s, %d rank%s; thread "
+            "scaling %s); between nodes%s: uncalibrated estimates\n",
+            c->host, c->date, c->threads, c->path, c->ranks, c->ranks == 1 ? "" : "s", scaling,
             c->intra_measured ? "" : " and within a node");
 }
 
@@ -228,7 +232,7 @@ void plan_print_text(const plan_result *p, const run_config *cfg, FILE *f) {
     const plan_stage *w = &p->stages[p->worst_stage], *s0 = &p->stages[0];
     fprintf(f, "plan: %s on %d x %s (%s)\n", cfg->source_path ? cfg->source_path : "config",
             p->world, p->dev.name, p->dev.description);
-    print_calibration(&p->dev, f);
+    plan_print_calibration(&p->dev, f);
     char llama[96] = ""; // its own shape keys, when it is a llama
     if (model_arch_is_llama(&cfg->model))
         snprintf(llama, sizeof llama, " (llama: %d kv heads, ffn %d, %s head)",
@@ -397,6 +401,16 @@ static void json_calibration(FILE *f, const plan_device *d) {
         metrics_format_double(buf, sizeof buf, d->fbw[i]);
         fprintf(f, "%s%s", i ? "," : "", buf);
     }
+    fprintf(f, "],\"thread_scaling\":[");
+    for (int i = 0; i < c->n_scale; i++) {
+        const double v[4] = {c->scale_threads[i], c->scale_mm[i], c->scale_attn[i],
+                             c->scale_elem[i]};
+        for (int k = 0; k < 4; k++) {
+            char buf[32];
+            metrics_format_double(buf, sizeof buf, v[k]);
+            fprintf(f, "%s%s%s", k ? "," : i ? ",[" : "[", buf, k == 3 ? "]" : "");
+        }
+    }
     fprintf(f, "]}");
 }
 
@@ -508,8 +522,11 @@ tri_status plan_run(run_config *cfg, int world, const plan_options *po) {
         return TRI_ERR_CONFIG;
     }
     plan_device dev;
-    if (plan_profile_is_file(name)) {
-        TRI_CHECK(plan_profile_load(name, world, &dev));
+    if (!po->device && cfg->system.device_profile) { // the profile the run's record would use
+        TRI_CHECK(
+            plan_profile_load(cfg->system.device_profile, "system.device_profile", world, &dev));
+    } else if (plan_profile_is_file(name)) {
+        TRI_CHECK(plan_profile_load(name, "--device", world, &dev));
     } else if (plan_device_lookup(name, world, &dev)) {
         LOG_ERROR("--device: unknown device %s", name);
         LOG_HINT("the device table has %s; or give a profile (a .yaml file) that `trident plan "

@@ -71,6 +71,7 @@ static const char *const KEYS[] = {"profile_version",
                                    "latency_inter",
                                    "fbw",
                                    "matmul_points",
+                                   "thread_scaling",
                                    "comm_all_reduce",
                                    "comm_reduce_scatter",
                                    "comm_all_gather",
@@ -246,6 +247,34 @@ static tri_status read_comm(const reader *r, int i, const yaml_node_t *n, plan_d
     return TRI_OK;
 }
 
+// thread_scaling: {value: [[threads, matmul, attention, elementwise], ...], source: measured}:
+// the rates at each measured thread count, the thread counts ascending.
+static tri_status read_scaling(const reader *r, const yaml_node_t *n, plan_calib *c) {
+    yaml_node_t *v;
+    int measured;
+    TRI_CHECK(read_marked(r, "thread_scaling", n, &v, &measured));
+    const char *hint = "give a list of at most 8 [threads, matmul FLOP/s, attention FLOP/s, "
+                       "elementwise bytes/s], the threads ascending from 1, the rates above 0";
+    if (v->type != YAML_SEQUENCE_NODE)
+        return bad(r, "thread_scaling", v, "value is not a list", hint);
+    const long count = v->data.sequence.items.top - v->data.sequence.items.start;
+    if (count < 1 || count > PLAN_SCALE_POINTS)
+        return bad(r, "thread_scaling", v, "not 1 to 8 points", hint);
+    for (long i = 0; i < count; i++) {
+        const yaml_node_t *item = yaml_document_get_node(r->doc, v->data.sequence.items.start[i]);
+        double x[4];
+        if (!item || !read_numbers(r, item, x, 4) || !(x[0] >= 1 && x[0] <= 1 << 16) ||
+            x[0] != floor(x[0]) || (i > 0 && !(x[0] > c->scale_threads[i - 1])) ||
+            !(x[1] > 0 && x[2] > 0 && x[3] > 0) || !isfinite(x[1] + x[2] + x[3]))
+            return bad(r, "thread_scaling", item, "a point is not [threads, rate, rate, rate]",
+                       hint);
+        c->scale_threads[i] = x[0], c->scale_mm[i] = x[1], c->scale_attn[i] = x[2];
+        c->scale_elem[i] = x[3];
+    }
+    c->n_scale = (int)count;
+    return TRI_OK;
+}
+
 // matmul_points: a list of {m, n, k, dtype, rate}; kept in the file for the reader's eyes,
 // checked here so that a damaged list is not silently accepted.
 static tri_status read_points(const reader *r, const yaml_node_t *n) {
@@ -301,7 +330,8 @@ static tri_status read_doc(reader *r, int world, plan_device *dev) {
     // Every key but config, seconds and matmul_points is required.
     for (int i = 0; KEYS[i]; i++) {
         if (!strcmp(KEYS[i], "config") || !strcmp(KEYS[i], "seconds") ||
-            !strcmp(KEYS[i], "matmul_points") || is_comm_key(KEYS[i]))
+            !strcmp(KEYS[i], "matmul_points") || !strcmp(KEYS[i], "thread_scaling") ||
+            is_comm_key(KEYS[i]))
             continue;
         if (!map_get(r, root, KEYS[i]))
             return bad(r, KEYS[i], NULL, "missing", "every field --calibrate writes is needed");
@@ -338,6 +368,8 @@ static tri_status read_doc(reader *r, int world, plan_device *dev) {
     }
     const yaml_node_t *pts = map_get(r, root, "matmul_points");
     if (pts) TRI_CHECK(read_points(r, pts));
+    const yaml_node_t *sc = map_get(r, root, "thread_scaling");
+    if (sc) TRI_CHECK(read_scaling(r, sc, c));
     dev->peak_fp32 = v[F_PEAK_FP32], dev->peak_bf16 = v[F_PEAK_BF16];
     dev->peak_tf32 = v[F_PEAK_TF32];
     // The time model's large-matmul rate is peak x efficiency: the measured rate over the
@@ -354,14 +386,15 @@ static tri_status read_doc(reader *r, int world, plan_device *dev) {
     return TRI_OK;
 }
 
-tri_status plan_profile_load(const char *path, int world, plan_device *dev) {
+tri_status plan_profile_load(const char *path, const char *what, int world, plan_device *dev) {
     reader r = {.path = path};
     FILE *f = fopen(path, "rb");
     if (!f) {
-        LOG_ERROR("--device: cannot open the profile %s: %s", path, strerror(errno));
-        LOG_HINT("give a profile that `trident plan CONFIG --calibrate` wrote, or a built-in "
-                 "device: %s",
-                 plan_device_names());
+        LOG_ERROR("%s: cannot open the profile %s: %s", what, path, strerror(errno));
+        if (what[0] == '-') // a config key's caller says what to do with the key
+            LOG_HINT("give a profile that `trident plan CONFIG --calibrate` wrote, or a built-in "
+                     "device: %s",
+                     plan_device_names());
         return TRI_ERR_CONFIG;
     }
     struct stat st;
@@ -464,6 +497,15 @@ static tri_status write_body(const plan_profile *pr, FILE *f) {
                 "%s: {value: [%.6g, %.6g], source: measured} # within this host over %d ranks: "
                 "seconds per call, bytes/s of its ring wire bytes\n",
                 COMM_KEYS[i].key, d->comm_lat[op], d->comm_bw[op], c->ranks);
+    }
+    if (c->n_scale) {
+        fprintf(f, "thread_scaling: # one rank's rates by its compute threads: [threads, matmul "
+                   "FLOP/s (the two largest layer shapes), attention FLOP/s, elementwise bytes/s]\n"
+                   "  value:\n");
+        for (int i = 0; i < c->n_scale; i++)
+            fprintf(f, "    - [%d, %.6g, %.6g, %.6g]\n", (int)c->scale_threads[i], c->scale_mm[i],
+                    c->scale_attn[i], c->scale_elem[i]);
+        fprintf(f, "  source: measured\n");
     }
     fprintf(f, "matmul_points: # the measurements the fit came from: m rows, n output columns, k "
                "inner; fwd + bwd FLOP/s\n");

@@ -36,8 +36,9 @@ int plan_profile_is_file(const char *arg);
 // Loads the profile `path` into *dev for a world of `world` ranks (the built-in entry its
 // `device` names, with the profile's values over it). Every error (unreadable, not YAML, a
 // key missing, unknown or out of range, another profile_version) is reported naming the file
-// and the key: TRI_ERR_CONFIG.
-tri_status plan_profile_load(const char *path, int world, plan_device *dev);
+// and the key: TRI_ERR_CONFIG. `what` names where the path came from in the message when the
+// file cannot be opened ("--device", "system.device_profile").
+tri_status plan_profile_load(const char *path, const char *what, int world, plan_device *dev);
 
 // Writes `pr` to `path` (its directory created when missing; written to a temporary file,
 // then renamed). TRI_ERR_CKPT (an output file) when it cannot be written.

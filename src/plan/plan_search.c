@@ -272,6 +272,7 @@ tri_status plan_search(const run_config *cfg, int world, const plan_device *dev,
         fprintf(f, "search: %s on %d x %s (%s), %d sequences of %d tokens per step\n",
                 cfg->source_path ? cfg->source_path : "config", world, dev->name, dev->description,
                 cfg->train.global_batch, cfg->model.seq_len);
+        plan_print_calibration(dev, f);
         fprintf(f,
                 "%ld layouts planned, %d fit in %.2f GB per device; ranked by predicted step "
                 "time:\n",

@@ -137,17 +137,38 @@ typedef struct {
     double matmul, attn, elem;
 } rates;
 
+// A rate at t threads from a profile's thread_scaling points y (at c->scale_threads):
+// interpolated between two measured counts, and beyond the last (or below the first) that
+// point's rate per thread times t. No points: t itself (rates linear in the threads).
+static double at_threads(const plan_calib *c, const double *y, double t) {
+    const int n = c->n_scale;
+    if (n == 0) return t;
+    const double *x = c->scale_threads;
+    if (t <= x[0]) return y[0] * t / x[0];
+    if (t >= x[n - 1]) return y[n - 1] * t / x[n - 1];
+    int i = 1;
+    while (x[i] < t) i++;
+    return y[i - 1] + (y[i] - y[i - 1]) * (t - x[i - 1]) / (x[i] - x[i - 1]);
+}
+
 static rates rates_of(const layout *lo, double rate) {
     const plan_device *d = lo->dev;
-    // The CPU's numbers are per core (the table) or per calib.threads threads (a profile):
-    // a rank runs rank_threads of them; matmuls and attention scale with the threads, the
-    // elementwise passes too (each thread streams its share of the rows).
-    double scale = 1;
-    if (!d->cuda) scale = rank_threads(lo) / (d->calib.calibrated ? d->calib.threads : 1);
-    rates r = {.matmul = rate * scale, .attn = rate * scale, .elem = d->elem_bw * scale};
+    // The CPU's numbers are per core (the table) or per calib.threads threads (a profile): a
+    // rank runs rank_threads of them. Each kind of op scales as the profile's thread_scaling
+    // measured it (a matmul shares its cores better than a pass bound by memory), or linearly
+    // without one.
+    double mm = 1, attn = 1, elem = 1;
+    if (!d->cuda) {
+        const plan_calib *c = &d->calib;
+        const double t = rank_threads(lo), t0 = c->calibrated ? c->threads : 1;
+        mm = at_threads(c, c->scale_mm, t) / at_threads(c, c->scale_mm, t0);
+        attn = at_threads(c, c->scale_attn, t) / at_threads(c, c->scale_attn, t0);
+        elem = at_threads(c, c->scale_elem, t) / at_threads(c, c->scale_elem, t0);
+    }
+    rates r = {.matmul = rate * mm, .attn = rate * mm, .elem = d->elem_bw * elem};
     if (lo->cfg->train.precision == DTYPE_BF16 && d->matmul_rate_bf16 > 0)
-        r.matmul = d->matmul_rate_bf16 * scale;
-    if (d->attn_rate > 0) r.attn = d->attn_rate * scale;
+        r.matmul = d->matmul_rate_bf16 * mm;
+    if (d->attn_rate > 0) r.attn = d->attn_rate * attn;
     return r;
 }
 
