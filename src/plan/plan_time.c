@@ -1,5 +1,5 @@
-// plan_time.c: the predicted time of a stage (plan.h): FLOPs per token, the matmuls, attention
-// and elementwise passes of its chunks at the device's (or profile's) rates, its collectives
+// plan_time.c: the predicted time of a stage (plan.h): FLOPs per token, the ops of its chunks
+// (the model's op list, model_ops) at the device's (or profile's) rates, its collectives
 // over the links, and what parallel.overlap hides; plan.c simulates the schedule with them.
 #include "plan/plan_internal.h"
 
@@ -217,9 +217,10 @@ void plan_stage_time(plan_stage *s, const layout *lo, const stage_tables *st, do
     s->t_compute = 0;
     for (int c = 0; c < md->chunks; c++) {
         s->t_compute += lo->m * chunk_seconds(lo, &ml, &r, c, &hw);
-        (void)chunk_seconds(lo, &plain, &r, c, &model);
+        if (ml.recompute != RECOMPUTE_NONE) (void)chunk_seconds(lo, &plain, &r, c, &model);
     }
-    s->hw_flops = lo->m * hw, s->model_flops = lo->m * model;
+    s->hw_flops = lo->m * hw;
+    s->model_flops = lo->m * (ml.recompute != RECOMPUTE_NONE ? model : hw);
     for (int ph = 0; ph < PLAN_PHASE_COUNT; ph++)
         s->t_comm[ph] = comm_seconds(lo, &s->comm, (plan_phase)ph);
     stage_overlap(s, lo, st);
