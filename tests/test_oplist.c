@@ -6,8 +6,10 @@
 // and Llama (grouped-query), fp32 and bf16, the bf16 output route (the CUDA backend's,
 // which the CPU runs for the tests), full recompute, 4 layers (a first, middle and last
 // layer differ in what they fuse), pipeline stages (first: embedding, last: head), two
-// virtual stages. tp 1 only: a tp share needs a tp group (more processes); model_ops takes
-// the tp rank's shapes from model_dims as every other part of the model does.
+// virtual stages, and tp rank shapes with and without sequence parallelism: one process runs
+// tp rank R of 2 with a tp group whose collectives complete at once and move nothing (the
+// values are not a tp run's; the calls and their shapes are tp rank R's).
+// Not covered: train.grad_dtype bf16 (its gradient flush is not in the list, model.h).
 //   build/tests/test_oplist [SET[,SET...]...]   default: the table of modes below
 // Run from the repository root.
 #include "comm/comm_backend.h"
@@ -360,7 +362,8 @@ static void check_pass(const char *mode, const char *pass_name, const model_op_l
 
 // A mode: key=value sets over tests/configs/tiny.yaml, and optionally "pp=P:R:V" (the rank R
 // of P pipeline stages with V virtual stages, run in this one process: the model has no pp
-// collective) and "bf16_out" (the backend's bf16 output route).
+// collective), "tp=T:R" (tp rank R of T, fake_comm), "sp" (sequence parallelism) and
+// "bf16_out" (the backend's bf16 output route).
 static void check_mode(const char *mode) {
     char *copy = xstrdup(mode), *sets[16];
     int n_set = 0, pp = 1, pp_rank = 0, vs = 1, bf16_out = 0, tp = 1, tp_rank = 0, sp = 0;
