@@ -356,6 +356,7 @@ void model_ops(model_op_list *out, const model_config *mc, const model_layout *m
                model_pass pass) {
     ops_ctx c = {.d = model_dims_of(mc, ml), .count = 1, .l = out};
     const model_dims *d = &c.d;
+    TRI_ASSERT(chunk >= 0 && chunk < d->chunks);
     out->n = 0;
     c.bf16 = ml->precision == DTYPE_BF16;
     c.dt = ml->precision;
