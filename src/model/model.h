@@ -263,6 +263,95 @@ tri_status model_backward_w(model *m, int slot, int wslot, int chunk);
 // fills), a pure function of the dims and the layout (model_buffers counts n_wbufs of them).
 size_t model_wbuf_bytes(const model_config *mc, const model_layout *ml);
 
+// ---- the op list (model_ops.c) ----
+// Every backend call the model makes in one pass of one chunk for one micro-batch (with
+// targets: a training or evaluation forward), with its shape, as a pure function of the model
+// and the layout: the planner prices a stage's compute by it (plan_time.c) for any size of
+// model, with nothing allocated, and tests/test_oplist.c records the calls a real pass makes
+// through the CPU backend and holds them equal to it. Ops are the backend table's entries
+// (backend.h), named as there; identical calls are merged into one op with a count.
+// Not listed: what the store does at its hooks (model_store: ZeRO's gathers, bucket
+// reductions) and the bf16 gradients' flush at grads_ready (train.grad_dtype bf16: an
+// add_to_bf16 and a memset per parameter entry, per micro-batch).
+typedef enum {
+    MODEL_OP_MATMUL_FWD, // dims: rows N, in IC, out OC (backend.h's N, IC, OC)
+    MODEL_OP_MATMUL_BWD,
+    MODEL_OP_MATMUL_FWD16,
+    MODEL_OP_MATMUL_BWD16,
+    MODEL_OP_ATTENTION_FWD, // dims: B, T, NH, NKV, HS (this rank's heads)
+    MODEL_OP_ATTENTION_BWD,
+    MODEL_OP_LAYERNORM_FWD, // dims: rows, C (the norms and the fused residual + norm)
+    MODEL_OP_LAYERNORM_BWD,
+    MODEL_OP_RESIDUAL_LAYERNORM_FWD,
+    MODEL_OP_RMSNORM_FWD,
+    MODEL_OP_RMSNORM_BWD,
+    MODEL_OP_RESIDUAL_RMSNORM_FWD,
+    MODEL_OP_RESIDUAL_FWD, // dims: n elements
+    MODEL_OP_GELU_FWD,     // n (run by backend.c where the backend does not fuse it: the CPU)
+    MODEL_OP_GELU_BWD,
+    MODEL_OP_ROPE_FWD, // dims: B, T, NH, NKV, HS
+    MODEL_OP_ROPE_BWD,
+    MODEL_OP_SWIGLU_FWD, // dims: rows, F
+    MODEL_OP_SWIGLU_BWD,
+    MODEL_OP_EMBEDDING_FWD, // dims: B, T, C, V_local; parts MODEL_OP_POS: with wpe
+    MODEL_OP_EMBEDDING_BWD,
+    MODEL_OP_XENT_MAX, // dims: rows, Vp_local
+    MODEL_OP_XENT_SUMEXP,
+    MODEL_OP_XENT_BWD,
+    MODEL_OP_XENT_STATS16,
+    MODEL_OP_XENT_BWD16,
+    MODEL_OP_XENT_LOSS, // dims: rows
+    MODEL_OP_XENT_RESCALE,
+    MODEL_OP_LOSS_SUM,
+    MODEL_OP_TO_BF16, // dims: n elements
+    MODEL_OP_FROM_BF16,
+    MODEL_OP_MEMSET_ZERO, // dims: bytes
+    MODEL_OP_COPY,
+    MODEL_OP_COPY_TO_DEVICE, // the token ids (host to device: no compute, priced at 0)
+    MODEL_OP_KIND_COUNT
+} model_op_kind;
+
+// Which outputs a call computes (the split forms of backend.h) and its optional operands.
+enum {
+    MODEL_OP_BIAS = 1,    // matmul_fwd*: a bias
+    MODEL_OP_GELU = 2,    // matmul_*: the GELU's pre-activation (gelu_pre / pre16)
+    MODEL_OP_DINP = 4,    // the backward ops: the input gradient
+    MODEL_OP_DWEIGHT = 8, // the weight gradient (norms: and the bias's, as one)
+    MODEL_OP_DBIAS = 16,  // matmul_bwd*: the bias gradient
+    MODEL_OP_POS = 32,    // embedding: the position embedding (wpe) too
+};
+
+typedef struct {
+    model_op_kind kind;
+    tri_dtype dtype; // matmul and attention operands; DTYPE_FP32 elsewhere
+    unsigned parts;  // MODEL_OP_* flags above
+    int64_t dims[5]; // as the kind's comment says; unused ones 0
+    int64_t count;   // calls per pass
+} model_op;
+
+#define MODEL_OPS_MAX 160
+typedef struct {
+    model_op ops[MODEL_OPS_MAX];
+    int n;
+} model_op_list;
+
+// The ops of pass `pass` of chunk `chunk` (0 .. chunks-1) of one micro-batch on the rank `ml`
+// describes (its traits: backend bf16 outputs), recompute inside the backward and B as
+// model_backward runs it; MODEL_PASS_W: what the B before it recorded.
+void model_ops(model_op_list *out, const model_config *mc, const model_layout *ml, int chunk,
+               model_pass pass);
+// FLOPs of one call (matmuls: 2 N IC OC per computed product; attention: 4 B T^2 NH HS forward,
+// twice that backward, PaLM's accounting, causal mask ignored); 0 for the others.
+double model_op_flops(const model_op *op);
+// Bytes one call of an elementwise op moves: each (rows x columns) operand read or written
+// counted once at its element size (the statistics and parameter vectors not counted), as
+// plan_calibrate's elementwise bandwidth counts them; 0 for matmuls, attention and uploads.
+double model_op_bytes(const model_op *op);
+// "matmul_bwd bf16 N=.. IC=.. OC=.. dinp,dweight" into buf (for tests and messages).
+void model_op_describe(const model_op *op, char *buf, size_t n);
+// The op of a backend call: adds it to `l` (merged with an identical one, count added).
+void model_op_add(model_op_list *l, const model_op *op);
+
 // The (Nl, C) buffers a pipeline exchanges for a slot: the chunk's input activation (where
 // a received activation goes), its output (what is sent on), and its residual gradient.
 float *model_chunk_input(model *m, int slot);

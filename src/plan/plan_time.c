@@ -1,9 +1,11 @@
-// plan_time.c: the predicted time of a stage (plan.h): FLOPs per token, the matmuls, attention
-// and elementwise passes of its chunks at the device's (or profile's) rates, its collectives
+// plan_time.c: the predicted time of a stage (plan.h): FLOPs per token, the ops of its chunks
+// (the model's op list, model_ops) at the device's (or profile's) rates, its collectives
 // over the links, and what parallel.overlap hides; plan.c simulates the schedule with them.
 #include "plan/plan_internal.h"
 
 #include <string.h>
+
+#include "config/config_layout.h"
 
 // ---------------------------------------------------------------------------------------
 // FLOPs and time
@@ -172,88 +174,74 @@ static rates rates_of(const layout *lo, double rate) {
     return r;
 }
 
-// Bytes the elementwise ops of one layer move per micro-batch, forward (fwd) and backward
-// with its weight-gradient part (bwd), in the op order of model_layer.c's
-// model_layer_forward / model_layer_backward (model_layer_llama.c for llama), each pass
-// counted as the floats it reads and writes (as plan_calibrate's elem_bw counts them):
-//   forward   ln1 (read x, write ln: 2 Nl C), the attention residual fused with ln2 (4 Nl C),
-//             the MLP residual fused with the next ln1 (4 Nl C), GELU inside the fc matmul
-//             (read pre, write out: 2 N fc) or llama's SwiGLU (read gate and up, write one:
-//             3 N fh) and RoPE on q and k (read, write: 2 N C3);
-//   backward  two LayerNorm backwards with their weight gradients (read dln, x, dres, write
-//             dres: 5 Nl C each), the residual gradient to all rows (2 Nl C), GELU's
-//             backward (3 N fc) or SwiGLU's (read 3, write 2: 5 N fh), RoPE's (2 N C3);
-//   bf16      each activation rounded when kept (keep_bf16: read 4 + write 2 bytes of ln1,
-//             qkv, atty, ln2 and the MLP's wide pair) and each matmul's output gradient
-//             rounded for its bf16 backward (the same of dout, dfch, datty, dqkv).
-static void layer_elem_bytes(const layout *lo, const model_dims *d, double *fwd, double *bwd) {
-    const double N = d->N, Nl = d->N_local, C = d->C, C3 = d->C3_local, Cl = d->C_local;
-    const double fc = d->fc_local, fh = d->fh_local;
-    double f = 10 * Nl * C, b = 12 * Nl * C;
-    if (d->llama) f += 3 * N * fh + 2 * N * C3, b += 5 * N * fh + 2 * N * C3;
-    else f += 2 * N * fc, b += 3 * N * fc;
-    f *= 4, b *= 4;
-    if (lo->cfg->train.precision == DTYPE_BF16) {
-        f += 6 * (2 * N * C + N * C3 + N * Cl + N * (fc + fh));
-        b += 6 * (2 * N * C + N * C3 + N * fc) + 6 * N * fc; // + GELU's input back (load_bf16)
+// Seconds of one call of `op` (model.h's op list) at the rates r: a matmul's FLOPs at the
+// matmul rate with the fall-off of its smallest dimension (rows, in or out: a tp share, a
+// short micro-batch, the LM head's row chunks), attention's at the attention rate, an
+// elementwise op's bytes at elem_bw (0 where the device has none: the built-in tables).
+static double op_seconds(const plan_device *d, const rates *r, const model_op *op) {
+    const int64_t *x = op->dims;
+    switch (op->kind) {
+    case MODEL_OP_MATMUL_FWD:
+    case MODEL_OP_MATMUL_BWD:
+    case MODEL_OP_MATMUL_FWD16:
+    case MODEL_OP_MATMUL_BWD16: {
+        const int64_t small = x[0] < x[1] ? x[0] : x[1];
+        return model_op_flops(op) * matmul_s_per_flop(d, r->matmul, small < x[2] ? small : x[2]);
     }
-    *fwd = f, *bwd = b;
+    case MODEL_OP_ATTENTION_FWD:
+    case MODEL_OP_ATTENTION_BWD: return model_op_flops(op) / r->attn;
+    default: return r->elem > 0 ? model_op_bytes(op) / r->elem : 0;
+    }
 }
 
-// Seconds per micro-batch of one chunk of a stage: its layers' matmuls (FLOPs from the
-// model's dims: qkv C x C3, attention projection Cl x C, fc C x fc, fcproj fh x C, per row,
-// forward + backward = 3 x forward) at the matmul rate with the small-dimension fall-off,
-// attention (12 T C / tp per row) at the attention rate, the elementwise bytes at elem_bw;
-// the embedding's and the head's (LM head matmul 6 Vp C / tp per row, the final norm and the
-// cross-entropy's passes over the logits) on their stages. Recompute adds each layer's
-// forward again.
-static double chunk_seconds(const layout *lo, const model_dims *md, const rates *r, int head) {
-    const plan_device *d = lo->dev;
-    const double N = md->N, C = md->C, T = md->T, tp = lo->tp;
-    const double C3 = md->C3_local, Cl = md->C_local, fc = md->fc_local, fh = md->fh_local;
-    const double rows = N < C ? N : C; // a matmul's smallest dimension: rows, C, or a tp share
-#define MM(flops, dim) ((flops)*matmul_s_per_flop(d, r->matmul, (dim) < rows ? (dim) : rows))
-    const double mm_fwd = MM(2 * N * C * C3, C3) + MM(2 * N * Cl * C, Cl) + MM(2 * N * C * fc, fc) +
-                          MM(2 * N * fh * C, fh);
-    const double attn = 12 * N * T * C / tp / r->attn; // fwd + bwd
-    double ef = 0, eb = 0;
-    layer_elem_bytes(lo, md, &ef, &eb);
-    const double elem_f = r->elem > 0 ? ef / r->elem : 0, elem_b = r->elem > 0 ? eb / r->elem : 0;
-    const double redo = lo->recompute ? 1 : 0;
-    const double layer = (3 + redo) * mm_fwd + (1 + redo / 3) * attn + (1 + redo) * elem_f + elem_b;
-    double t = md->Lc * layer;
-    if (head) {
-        const double Vpl = md->Vp_local, Nl = md->N_local;
-        t += MM(6 * N * Vpl * C, Vpl);
-        // lnf forward and backward (7 Nl C floats), the logits' statistics and gradient (3 N
-        // Vpl floats: the fused cross-entropy's passes).
-        if (r->elem > 0) t += 4 * (7 * Nl * C + 3 * N * Vpl) / r->elem;
+// Seconds per micro-batch of pass `pass` of chunk `chunk` on the rank `ml` describes: the sum
+// over the model's op list (model_ops, the calls the backend runs: tests/test_oplist.c);
+// its FLOPs added to *flops.
+static double pass_seconds(const layout *lo, const model_layout *ml, const rates *r, int chunk,
+                           model_pass pass, double *flops) {
+    model_op_list l;
+    model_ops(&l, &lo->cfg->model, ml, chunk, pass);
+    double t = 0;
+    for (int i = 0; i < l.n; i++) {
+        t += (double)l.ops[i].count * op_seconds(lo->dev, r, &l.ops[i]);
+        *flops += (double)l.ops[i].count * model_op_flops(&l.ops[i]);
     }
-#undef MM
     return t;
 }
 
-// Model FLOPs this rank runs in a step (fwd + bwd = 3 x fwd, its tp share of m micro-batches):
-// per token and layer 72 C^2 + 12 T C (PaLM's accounting, as the trainer's MFU counts), on
-// the last stage the LM head (6 Vp C); recompute runs each layer's forward again. The time
-// is chunk_seconds per micro-batch and chunk.
+// Seconds per micro-batch of one chunk: its forward and its backward as the schedule runs it,
+// whole or split into B and W (the zero-bubble schedules: ml->n_wbufs > 0), recompute inside
+// the backward; *flops gets the FLOPs the backend runs for it.
+static double chunk_seconds(const layout *lo, const model_layout *ml, const rates *r, int chunk,
+                            double *flops) {
+    double t = pass_seconds(lo, ml, r, chunk, MODEL_PASS_FORWARD, flops);
+    if (ml->n_wbufs > 0)
+        return t + pass_seconds(lo, ml, r, chunk, MODEL_PASS_B, flops) +
+               pass_seconds(lo, ml, r, chunk, MODEL_PASS_W, flops);
+    return t + pass_seconds(lo, ml, r, chunk, MODEL_PASS_BACKWARD, flops);
+}
+
+// The FLOPs and the compute time of a stage per step, m micro-batches through each of its
+// chunks, from the model's op list: hw_flops what the backend runs (recompute's forward
+// included), model_flops the same without recompute (the model's own: fwd + bwd = 3 x fwd
+// of its matmuls and attention, its tp share, as the trainer's MFU counts them). The time is
+// chunk_seconds per micro-batch and chunk.
 void plan_stage_time(plan_stage *s, const layout *lo, const stage_tables *st, double rate) {
-    const run_config *cfg = lo->cfg;
     const plan_device *d = lo->dev;
     const model_dims *md = &st->d;
-    const double C = (double)md->C, T = (double)md->T, tp = lo->tp;
-    const double layers = (double)md->Lc * md->chunks;
-    const double tokens = (double)lo->m * (double)md->B * T;
-    const int head = st->d.has_head;
-    const double Vp = config_padded_vocab(cfg);
-    const double per_layer = 72.0 * C * C + 12.0 * T * C;
-    s->model_flops = tokens * (layers * per_layer + (head ? 6.0 * Vp * C : 0)) / tp;
-    const double redo = lo->recompute ? 4.0 / 3.0 : 1.0;
-    s->hw_flops = s->model_flops + (redo - 1) * tokens * layers * per_layer / tp;
+    const model_layout ml = config_model_layout(lo->cfg, 0, s->pp_rank, 1,
+                                                plan_device_traits(lo->dev));
+    model_layout plain = ml;
+    plain.recompute = RECOMPUTE_NONE;
     const rates r = rates_of(lo, rate);
+    double hw = 0, model = 0;
     s->t_compute = 0;
-    for (int c = 0; c < md->chunks; c++)
-        s->t_compute += lo->m * chunk_seconds(lo, md, &r, head && c == md->chunks - 1);
+    for (int c = 0; c < md->chunks; c++) {
+        s->t_compute += lo->m * chunk_seconds(lo, &ml, &r, c, &hw);
+        if (ml.recompute != RECOMPUTE_NONE) (void)chunk_seconds(lo, &plain, &r, c, &model);
+    }
+    s->hw_flops = lo->m * hw;
+    s->model_flops = lo->m * (ml.recompute != RECOMPUTE_NONE ? model : hw);
     for (int ph = 0; ph < PLAN_PHASE_COUNT; ph++)
         s->t_comm[ph] = comm_seconds(lo, &s->comm, (plan_phase)ph);
     stage_overlap(s, lo, st);
