@@ -31,9 +31,11 @@
 //
 // A group peer on another host cannot be probed, and reading its ring every beat would cost
 // the shared file system a request per peer and beat. It is read when a stop request
-// (SIGTERM, SIGUSR1, SIGINT) comes, every beat for FLIGHT_STOP_SCAN_S: a launcher ends a job
-// that lost a rank that way (mpirun: SIGTERM about 1 s after the death, SIGKILL 1 s later;
-// srun: SIGTERM, SIGKILL after KillWait). A peer whose ring says it ended without an exit of
+// (SIGTERM, SIGUSR1, SIGINT) comes, every beat for FLIGHT_STOP_SCAN_S: mpirun ends a job that
+// lost a rank that way (SIGTERM about 1 s after the death, SIGKILL 1 s later). (srun does
+// not: Slurm's PMIx plugin cancels the step with SIGKILL alone, about 2.5 s after the death;
+// there only a group peer on the dead rank's host, or `trident diagnose` afterwards, names
+// it.) A peer whose ring says it ended without an exit of
 // its own, or whose heartbeat is older than FLIGHT_REMOTE_DEAD_S, is dead: the same verdict,
 // naming the evidence, and exit 5. A genuine preemption finds every heartbeat fresh and goes
 // on to its checkpoint. A stopped peer (SIGSTOP) stays the stall's business
@@ -60,7 +62,7 @@ extern "C" {
 // compared). A larger bound would not decide before mpirun's SIGKILL (2 s after a death).
 #define FLIGHT_REMOTE_DEAD_S 1.0
 // How long after a stop request the remote peers are read, every beat: past a dead peer's
-// FLIGHT_REMOTE_DEAD_S when the launcher's SIGTERM came at once (srun), and short, so that a
+// FLIGHT_REMOTE_DEAD_S when a SIGTERM came at once after the death, and short, so that a
 // preemption's checkpoint, which may slow the shared file system, is not judged by it.
 #define FLIGHT_STOP_SCAN_S 3.0
 #define FLIGHT_MAGIC "TRIFLT1"
