@@ -256,6 +256,23 @@ static void case_dead(void) {
     expect("verdict_dead_rank", verdict_of("dead"), want, 2);
 }
 
+static void case_dead_remote(void) {
+    // dp2: rank 1, on another host, went silent; rank 0 found its heartbeat 1.3 s old at a
+    // stop request (flight.c) and marked it, with the evidence the verdict names.
+    job_new(1, 2, 1);
+    op(0, COMM_GROUP_DP, COMM_OP_ALL_REDUCE, -1, 64, g_now - 9, g_now - 8.9);
+    op(1, COMM_GROUP_DP, COMM_OP_ALL_REDUCE, -1, 64, g_now - 9, g_now - 8.9);
+    stopped(1, 1.6);
+    g_rings[1].h.state = FLIGHT_STATE_EXITED;
+    g_rings[1].h.exit_code = -1002; // FLIGHT_EXIT_SILENT
+    g_rings[1].h.t_state = g_now - 0.3;
+    const char *want[] = {"rank 1 (host n01, pid 1001): dead: no heartbeat for 1.3 s at a stop "
+                          "request",
+                          "on another host, so not probed; last completed dp all_reduce #1",
+                          "blamed rank 1 (host n01)"};
+    expect("verdict_dead_remote_rank", verdict_of("dead_remote"), want, 3);
+}
+
 // ---- the recorder's cost ----
 
 // The cost per operation of the recorder's hooks (post, started, completed, as comm_dispatch.c
@@ -439,6 +456,7 @@ int main(int argc, char **argv) {
     case_every_rank_dumped();
     case_no_ring();
     case_dead();
+    case_dead_remote();
     // A directory with no ring, and a truncated ring: the CLI's exit codes 2 and 4.
     char empty[512];
     snprintf(empty, sizeof empty, "%s/empty", g_dir);

@@ -9,9 +9,16 @@
 #         within comm_timeout_s + 10 s of the stop (the issue's +5 s, with room for a loaded
 #         machine); `trident diagnose OUT_DIR` says the same offline.
 #   kill  tp2 x dp2: every rank gone within 10 s, the verdict blames the killed rank.
+#   xnode the same with every rank on a host of its own (TRIDENT_TEST_HOSTS=n0,n1,n2,n3: no
+#         pid probe, as for ranks on other nodes): a kill in tp2 x dp2 (and, with --full, pp2 x
+#         dp2) is judged at mpirun's SIGTERM from the victim's stale heartbeat: every rank gone
+#         within 10 s, each survivor says "ending (exit 5)", the verdict blames exactly the
+#         victim and its fake host and names the evidence; SIGTERM to every rank (a
+#         preemption, as Slurm sends it) still checkpoints and exits 0, no rank called dead;
+#         and (--full) a stopped rank still gets the stall's verdict ("stopped"), not "dead".
 # --full (make test-full) repeats each case 3 times. Each case prints one timing line
-# ("# stop tp2_dp2: victim 3, verdict after 4.1 s") for the closing note; nothing asserts it
-# beyond the bound.
+# ("# stop_tp2_dp2: victim rank 3, verdict after 3100 ms, job ended 4100 ms after SIGSTOP")
+# for the closing note; nothing asserts it beyond the bound.
 . "$(dirname "$0")/lib.sh"
 
 repeats=1
@@ -30,13 +37,15 @@ ring_pid() {
 }
 
 # case NAME SIGNAL VICTIM --set...: starts the job on 4 ranks, signals the victim after its
-# first logged step, and checks the end.
+# first logged step, and checks the end. With XHOSTS set, the ranks' fake host names
+# (TRIDENT_TEST_HOSTS): the victim is on another host than its group peers.
 case_run() {
     local name=$1 sig=$2 victim=$3
     shift 3
     local out=$W/$name log=$W/$name.log
     rm -rf "$out"
-    "${MPIRUN[@]}" -np 4 $T train $CFG "${COMMON[@]}" --set run.out_dir="$out" "$@" >"$log" 2>&1 &
+    TRIDENT_TEST_HOSTS=${XHOSTS:-} "${MPIRUN[@]}" -x TRIDENT_TEST_HOSTS -np 4 $T train $CFG \
+        "${COMMON[@]}" --set run.out_dir="$out" "$@" >"$log" 2>&1 &
     local job=$! ring=$out/diagnose/rank_$(printf %05d "$victim").ring i
     for i in $(seq 300); do
         [ -s "$ring" ] && grep -q "^step " "$log" && break
@@ -60,7 +69,9 @@ case_run() {
     local ms=$(((t1 - t0) / 1000000))
     local blamed
     blamed=$(grep "^diagnose: blamed" "$log")
-    echo "# $name: victim rank $victim, job ended ${ms} ms after SIG$sig (exit $rc): ${blamed:-no verdict}"
+    local vms=none
+    [ -e "$out/diagnose/verdict.txt" ] && vms="$((($(date -r "$out/diagnose/verdict.txt" +%s%N) - t0) / 1000000)) ms"
+    echo "# $name: victim rank $victim, verdict after $vms, job ended ${ms} ms after SIG$sig (exit $rc): ${blamed:-no verdict}"
     if [ "$sig" = STOP ]; then
         if [ $rc = 5 ]; then pass "${name}_exit5"
         else fail "${name}_exit5" "exit $rc: $(tail_of "$log")"; fi
@@ -69,21 +80,43 @@ case_run() {
     else
         if [ $ms -lt 10000 ]; then pass "${name}_all_gone_10s"
         else fail "${name}_all_gone_10s" "$ms ms after the kill"; fi
-        if grep -q "error: rank $victim is dead (its process is gone); ending (exit 5)" "$log"; then
+        # The evidence: a peer on its host saw its pid gone; on other hosts, its heartbeat
+        # stale at mpirun's SIGTERM.
+        local why="its process is gone"
+        [ -n "${XHOSTS:-}" ] && why="no heartbeat for [0-9.]+ s at a stop request; on another host \\(n$victim\\), so not probed"
+        if grep -qE "error: rank $victim is dead \($why\); ending \(exit 5\)" "$log"; then
             pass "${name}_noticed"
-        else fail "${name}_noticed" "no rank said rank $victim is dead: $(tail_of "$log")"; fi
+        else fail "${name}_noticed" "no rank said rank $victim is dead ($why): $(tail_of "$log")"; fi
+        # Every surviving rank ends with exit 5 (mpirun reports only the killed one, 137).
+        local ended
+        ended=$(grep -E "error: .*dead.*; ending \(exit 5\)" "$log" | sed -E 's/^(\[r[0-9]+ )?.*/\1/' | sort -u | wc -l)
+        if [ "$ended" = 3 ]; then pass "${name}_survivors_exit5"
+        else fail "${name}_survivors_exit5" "$ended of 3 ranks said 'ending (exit 5)': $(grep 'ending (exit 5)' "$log" | tr '\n' ' ')"; fi
+        if [ -n "${XHOSTS:-}" ]; then
+            if grep -qE "^diagnose: rank $victim \(host n$victim, pid [0-9]+\): dead: no heartbeat for [0-9.]+ s at a stop request .*on another host, so not probed; last completed " "$log"; then
+                pass "${name}_verdict_evidence"
+            else fail "${name}_verdict_evidence" "verdict: $(grep '^diagnose: rank' "$log" | head -3)"; fi
+        fi
     fi
     # One verdict, blaming exactly the victim, naming a group it is in.
     local head
     head=$(grep -m1 "^diagnose: step" "$log")
+    local host_re="[^)]+"
+    [ -n "${XHOSTS:-}" ] && host_re="n$victim"
     if [ "$(grep -c '^diagnose: blamed' "$log")" = 1 ] &&
-        [ "$blamed" = "${blamed%%,*}" ] && echo "$blamed" | grep -q "^diagnose: blamed rank $victim (host "; then
+        [ "$blamed" = "${blamed%%,*}" ] && echo "$blamed" | grep -qE "^diagnose: blamed rank $victim \(host $host_re\)$"; then
         pass "${name}_blames_rank_$victim"
     else fail "${name}_blames_rank_$victim" "verdict: $(grep '^diagnose' "$log" | head -5)"; fi
     if [ "$sig" = STOP ]; then
         if echo "$head" | grep -qE "group \{([0-9]+,)*$victim(,[0-9]+)*\}: .* #[0-9]+.*rank $victim never (posted|completed) it"; then
             pass "${name}_names_group_and_op"
         else fail "${name}_names_group_and_op" "first line: '$head'"; fi
+        # On another host a stopped rank is still the stall's (comm_timeout_s), never "dead".
+        if [ -n "${XHOSTS:-}" ]; then
+            if grep -qE "^diagnose: rank $victim \(host n$victim, pid [0-9]+\): stopped: no heartbeat" "$log" &&
+                ! grep -q "is dead" "$log"; then pass "${name}_stopped_not_dead"
+            else fail "${name}_stopped_not_dead" "verdict: $(grep -E '^diagnose: rank|is dead' "$log" | head -3)"; fi
+        fi
         # Under ZeRO-3 every dp reduce-scatter and all-gather moves a bucket, which the
         # verdict names ("dp all_gather #12 of bucket 1").
         if [[ $name == stop_dp4_zero3* ]] && echo "$head" | grep -qE "dp (reduce_scatter|all_gather) #"; then
@@ -116,7 +149,36 @@ for rep in $(seq $repeats); do
     case_run "stop_dp4_zero3$sfx" STOP 2 --set parallel.dp=4 --set parallel.zero=3 \
         --set train.micro_batch=2
     case_run "kill_tp2_dp2$sfx" KILL 1 --set parallel.tp=2 --set parallel.dp=2
+    XHOSTS=n0,n1,n2,n3 case_run "kill_xnode_tp2_dp2$sfx" KILL 1 --set parallel.tp=2 --set parallel.dp=2
+    if [ $repeats -gt 1 ]; then
+        XHOSTS=n0,n1,n2,n3 case_run "kill_xnode_pp2_dp2$sfx" KILL 2 --set parallel.pp=2 \
+            --set parallel.dp=2 --set train.micro_batch=2
+        XHOSTS=n0,n1,n2,n3 case_run "stop_xnode_tp2_dp2$sfx" STOP 3 --set parallel.tp=2 --set parallel.dp=2
+    fi
 done
+
+# A preemption of a job across (fake) hosts: SIGTERM to every rank at once, as Slurm sends
+# it. Every heartbeat is fresh: a checkpoint of the step and exit 0, nobody called dead.
+out=$W/preempt_xnode
+TRIDENT_TEST_HOSTS=n0,n1,n2,n3 "${MPIRUN[@]}" -x TRIDENT_TEST_HOSTS -np 4 $T train $CFG "${COMMON[@]}" \
+    --set parallel.tp=2 --set parallel.dp=2 --set run.out_dir="$out" --set checkpoint.dir="$out/ckpt" \
+    --set checkpoint.every=100000 >"$W/preempt.log" 2>&1 &
+job=$!
+for i in $(seq 300); do
+    [ -s "$out/diagnose/rank_00003.ring" ] && grep -q "^step " "$W/preempt.log" && break
+    sleep 0.1
+done
+pids=$(for r in 0 1 2 3; do ring_pid "$out" $r 2>/dev/null; done)
+t0=$(date +%s%N)
+kill -TERM $pids
+wait $job
+rc=$?
+ms=$((($(date +%s%N) - t0) / 1000000))
+echo "# preempt_xnode: SIGTERM to every rank, job ended ${ms} ms later (exit $rc)"
+if [ $rc = 0 ] && [ -s "$out/ckpt/latest" ] && grep -q "stopped by SIGTERM" "$W/preempt.log" &&
+    ! grep -qE "is dead|^diagnose:" "$W/preempt.log" && [ ! -e "$out/diagnose/dead" ]; then
+    pass "preempt_xnode_checkpoint_exit0 (${ms} ms)"
+else fail preempt_xnode_checkpoint_exit0 "exit $rc, latest '$(cat "$out/ckpt/latest" 2>/dev/null)': $(grep -E 'dead|stopped|error' "$W/preempt.log" | head -3 | tr '\n' ' ')"; fi
 
 # A run's rings after a clean end: no one to blame; a corrupt ring: exit 4 naming it.
 out=$W/clean

@@ -90,6 +90,12 @@ const env_desc ENV_TABLE[ENV_COUNT] = {
                             "world rank RANK busy-loops MS milliseconds at the start of every "
                             "training step: a straggler for the metrics' straggler field and "
                             "its warning"},
+    [ENV_TEST_HOSTS] = {"TRIDENT_TEST_HOSTS", ENV_BY_TEST_HOOK, "host names, comma-separated",
+                        "each rank's own host name",
+                        "the flight recorder's ring gives world rank r the host name of item r "
+                        "(mod the count), so that ranks of one machine take each other for "
+                        "ranks on other nodes: no pid probe, heartbeats read at a stop request "
+                        "(the verdict names these hosts)"},
     [ENV_REEXEC] = {"TRIDENT_REEXEC", ENV_BY_INTERNAL,
                     "the variables it set (OPENBLAS_CORETYPE, OMP_WAIT_POLICY)",
                     "not restarted yet",

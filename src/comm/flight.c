@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -37,7 +38,8 @@ static struct {
     uint64_t *send_seq[COMM_GROUP_COUNT], *recv_seq[COMM_GROUP_COUNT]; // (group size)
     uint64_t pending_first, pending_n; // sends and receives posted in the open group
     int *peers, n_peers;               // world ranks sharing a group with this rank
-    char *peer_remote;                 // (n_peers) 1: on another host, never read again
+    char *peer_remote;                 // (n_peers) 1: on another host, read at a stop request
+    int any_remote;                    // a peer is on another host: write the ring back often
     pthread_t thread;
     pthread_mutex_t mutex;
     pthread_cond_t wake;
@@ -201,38 +203,94 @@ static int lowest_live_rank(double now) {
     return g.rank;
 }
 
+// Marks rank r's ring EXITED with `code` (FLIGHT_EXIT_VANISHED, FLIGHT_EXIT_SILENT), so that
+// the verdict (a function of the files) knows. Only the state fields: the rest is what the
+// dead rank left.
+static void mark_dead(int r, int32_t code) {
+    char path[4400];
+    flight_path(path, sizeof path, g.dir, r, "ring");
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return;
+    const int32_t st = FLIGHT_STATE_EXITED;
+    const double t = flight_clock();
+    ssize_t a = pwrite(fd, &st, 4, offsetof(flight_header, state));
+    ssize_t b = pwrite(fd, &code, 4, offsetof(flight_header, exit_code));
+    ssize_t c = pwrite(fd, &t, 8, offsetof(flight_header, t_state));
+    (void)a, (void)b, (void)c;
+    close(fd); // on NFS, close sends the writes (close-to-open): the other nodes see them
+}
+
+// Whether peer ring h is an earlier run's, not yet replaced by this run's peer (a restart in
+// the same run.out_dir after a kill leaves rings that say "running" with a dead pid): its
+// heartbeat stopped before this rank's recorder opened (every rank opens its ring at the same
+// start-up boundary, well within a second of the others).
+static int earlier_run(const flight_header *h) { return h->heartbeat < g.h->t_open - 1.0; }
+
 // A peer whose process is gone from this host while its ring says it runs: killed (no exit
-// of trident's own marks it). Marked in its ring, so that the verdict (a function of the
-// files) knows. Returns the rank or -1.
+// of trident's own marks it). Marked in its ring. Returns the rank or -1.
 static int find_vanished_peer(void) {
     for (int i = 0; i < g.n_peers; i++) {
         flight_header h;
         const int r = g.peers[i];
         // Only a peer on this host can be probed (kill(pid, 0)): the others' rings are not read
-        // again, so that a large group on a shared file system costs nothing per beat.
+        // again until a stop request, so that a large group on a shared file system costs
+        // nothing per beat.
         if (g.peer_remote[i] || flight_read_header(g.dir, r, &h) != 0) continue;
-        if (strcmp(h.host, g.h->host) != 0) {
+        if (strncmp(h.host, g.h->host, sizeof h.host) != 0) {
             g.peer_remote[i] = 1;
+            g.any_remote = 1;
             continue;
         }
-        if (h.state == FLIGHT_STATE_EXITED || h.pid <= 0) continue;
+        if (h.state == FLIGHT_STATE_EXITED || h.pid <= 0 || earlier_run(&h)) continue;
         if (kill(h.pid, 0) == 0 || errno != ESRCH) continue;
-        char path[4400];
-        flight_path(path, sizeof path, g.dir, r, "ring");
-        int fd = open(path, O_RDWR | O_CLOEXEC);
-        if (fd >= 0) {
-            // Only the state fields: the rest is what the dead rank left.
-            const int32_t st = FLIGHT_STATE_EXITED, code = FLIGHT_EXIT_VANISHED;
-            const double t = flight_clock();
-            ssize_t a = pwrite(fd, &st, 4, offsetof(flight_header, state));
-            ssize_t b = pwrite(fd, &code, 4, offsetof(flight_header, exit_code));
-            ssize_t c = pwrite(fd, &t, 8, offsetof(flight_header, t_state));
-            (void)a, (void)b, (void)c;
-            close(fd);
-        }
+        mark_dead(r, FLIGHT_EXIT_VANISHED);
         return r;
     }
     return -1;
+}
+
+// At a stop request: a group peer on another host whose ring shows it dead (flight.h), with
+// the evidence into why. Either the ring says it ended without an exit of its own (atexit saw
+// no code, or a peer on its host found its pid gone), or it is silent: running, with a
+// heartbeat older than FLIGHT_REMOTE_DEAD_S (marked FLIGHT_EXIT_SILENT). A peer that timed
+// out is the stall's business. Per call: an open, a 2 KiB pread and a close per remote peer
+// (open revalidates a shared file system's cached copy). Returns the rank or -1.
+static int find_dead_remote_peer(double now, char *why, size_t cap) {
+    for (int i = 0; i < g.n_peers; i++) {
+        flight_header h;
+        const int r = g.peers[i];
+        if (!g.peer_remote[i] || flight_read_header(g.dir, r, &h) != 0 || earlier_run(&h)) continue;
+        if (h.state == FLIGHT_STATE_EXITED) {
+            if (h.exit_code != FLIGHT_EXIT_UNKNOWN && h.exit_code != FLIGHT_EXIT_VANISHED &&
+                h.exit_code != FLIGHT_EXIT_SILENT)
+                continue; // an exit of its own: it said why
+            snprintf(why, cap, "%s; on another host (%.64s)",
+                     h.exit_code == FLIGHT_EXIT_UNKNOWN ? "its ring says it ended without an exit "
+                                                          "of its own"
+                                                        : "another rank found it dead",
+                     h.host);
+            return r;
+        }
+        // A heartbeat that is not a time (a damaged ring) proves nothing.
+        if (h.state != FLIGHT_STATE_RUNNING || !isfinite(h.heartbeat) ||
+            now - h.heartbeat <= FLIGHT_REMOTE_DEAD_S)
+            continue;
+        snprintf(why, cap,
+                 "no heartbeat for %.1f s at a stop request; on another host (%.64s), "
+                 "so not probed",
+                 now - h.heartbeat, h.host);
+        mark_dead(r, FLIGHT_EXIT_SILENT);
+        return r;
+    }
+    return -1;
+}
+
+// Writes the ring back to its file: when another host reads it (flight.h), the header every
+// beat and the whole ring every 4th, synchronously (MS_ASYNC is a no-op on Linux); else the
+// MS_ASYNC of every 4th beat, for the kernels where it starts a write-back.
+static void write_back(int tick) {
+    if (g.any_remote) msync(g.h, tick % 4 == 0 ? g.map_bytes : sizeof(flight_header), MS_SYNC);
+    else if (tick % 4 == 0) msync(g.h, g.map_bytes, MS_ASYNC);
 }
 
 // Prints the verdict of the rings (stderr, unprefixed lines) and keeps it in verdict.txt.
@@ -265,35 +323,84 @@ static void freeze(void) {
     msync(g.h, g.map_bytes, MS_SYNC);
 }
 
+// When the verdict file was written (CLOCK_REALTIME seconds), 0 if it is not there.
+static double verdict_time(void) {
+    char path[4400];
+    snprintf(path, sizeof path, "%s/verdict.txt", g.dir);
+    struct stat st;
+    if (stat(path, &st) != 0) return 0;
+    return (double)st.st_mtim.tv_sec + 1e-9 * (double)st.st_mtim.tv_nsec;
+}
+
+// A rank is dead (this one found it, or another did): the job cannot go on (the comm would
+// wait for it until the timeout, and a preemption checkpoint of the launcher's SIGTERM would
+// too). Exit 5, the ring left as the verdict saw it. The ranks end together, at the
+// verdict's time + FLIGHT_END_DELAY_S: each sees the verdict within a beat, and mpirun kills
+// the others at once (SIGKILL) when one of them ends during its tear-down.
+static void end_dead(int dead_rank, const char *evidence) {
+    for (int i = 0; i < 100 && !flight_exists(g.dir, "verdict.txt"); i++) usleep(20000);
+    if (dead_rank >= 0)
+        fprintf(stderr, "%serror: rank %d is dead (%s); ending (exit 5)\n", log_rank_prefix(),
+                dead_rank, evidence);
+    else
+        fprintf(stderr,
+                "%serror: a rank of the job is dead (the verdict names it); ending (exit 5)\n",
+                log_rank_prefix());
+    fflush(stderr);
+    flight_stdout_flush();
+    const double now = flight_clock(), t_verdict = verdict_time();
+    double t_end = t_verdict > 0 ? t_verdict + FLIGHT_END_DELAY_S : now;
+    if (t_end > now + FLIGHT_END_DELAY_S) t_end = now + FLIGHT_END_DELAY_S; // clocks apart
+    for (double t = now; t < t_end; t = flight_clock()) usleep(5000);
+    _exit(TRI_ERR_COMM);
+}
+
 static void *watchdog_main(void *arg) {
     (void)arg;
-    int tick = 0, vanished = -1;
-    double alarm_seen = 0;
+    int tick = 0, dead_rank = -1, dead_seen = 0;
+    double alarm_seen = 0, stop_seen = 0, next_beat = 0;
+    char evidence[256] = "its process is gone";
     pthread_mutex_lock(&g.mutex);
     while (flight_enabled()) {
+        // A beat, or a poll of the markers when a death is being judged (every rank has to see
+        // the verdict within FLIGHT_END_DELAY_S of it).
+        const int judging = dead_seen ||
+                            (stop_seen && flight_clock() - stop_seen < FLIGHT_STOP_SCAN_S);
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
-        long ns = until.tv_nsec + (long)(FLIGHT_BEAT_S * 1e9);
+        long ns = until.tv_nsec + (long)((judging ? FLIGHT_POLL_S : FLIGHT_BEAT_S) * 1e9);
         until.tv_sec += ns / 1000000000L;
         until.tv_nsec = ns % 1000000000L;
         pthread_cond_timedwait(&g.wake, &g.mutex, &until);
         if (!flight_enabled()) break;
         if (flight_exists(g.dir, "verdict.txt")) {
+            dead_seen = dead_seen || flight_exists(g.dir, "dead");
             freeze();
             break;
         }
         const double now = flight_clock();
-        g.h->heartbeat = now;
-        if (++tick % 4 == 0) msync(g.h, g.map_bytes, MS_ASYNC);
-        if (vanished < 0) {
-            vanished = find_vanished_peer();
-            if (vanished >= 0) flight_touch(g.dir, "dead");
+        if (now >= next_beat) {
+            next_beat = now + FLIGHT_BEAT_S - FLIGHT_POLL_S / 2;
+            g.h->heartbeat = now;
+            write_back(++tick);
+            if (dead_rank < 0) {
+                dead_rank = find_vanished_peer();
+                // The remote peers after a stop request (flight.h), unless a stall is judged.
+                if (dead_rank < 0 && g.any_remote && stop_signal()) {
+                    if (!stop_seen) stop_seen = now;
+                    if (now - stop_seen < FLIGHT_STOP_SCAN_S && !alarm_seen &&
+                        !flight_exists(g.dir, "alarm"))
+                        dead_rank = find_dead_remote_peer(now, evidence, sizeof evidence);
+                }
+                if (dead_rank >= 0) flight_touch(g.dir, "dead");
+            }
         }
         const int dead = flight_exists(g.dir, "dead");
+        dead_seen |= dead;
         if (!alarm_seen && (dead || flight_exists(g.dir, "alarm"))) alarm_seen = now;
         if (!alarm_seen || lowest_live_rank(now) != g.rank) {
             // A rank that found a dead peer waits (bounded) for the lowest live rank's verdict.
-            if (vanished >= 0 && now - alarm_seen > 3.0) break;
+            if (dead_rank >= 0 && now - alarm_seen > 3.0) break;
             continue;
         }
         // The lowest live rank: on a stall, a grace for the others' dumps (every live rank of
@@ -308,17 +415,7 @@ static void *watchdog_main(void *arg) {
         break;
     }
     pthread_mutex_unlock(&g.mutex);
-    if (vanished >= 0) {
-        // A peer is dead: the job cannot go on (the comm would wait for it until the timeout,
-        // and a preemption checkpoint of the launcher's SIGTERM would too). Exit 5 now, the
-        // ring left as the verdict saw it.
-        for (int i = 0; i < 20 && !flight_exists(g.dir, "verdict.txt"); i++) usleep(100000);
-        fprintf(stderr, "%serror: rank %d is dead (its process is gone); ending (exit 5)\n",
-                log_rank_prefix(), vanished);
-        fflush(stderr);
-        flight_stdout_flush();
-        _exit(TRI_ERR_COMM);
-    }
+    if (dead_rank >= 0 || dead_seen) end_dead(dead_rank, evidence);
     return NULL;
 }
 
@@ -381,6 +478,21 @@ static void clear_old_files(const char *dir, int world) {
     closedir(d);
 }
 
+// The host name the ring carries: `host`, or under TRIDENT_TEST_HOSTS (a test hook) item
+// rank % count of that comma-separated list, so that ranks of one machine take each other for
+// ranks of other nodes (an empty item: the real name).
+static void ring_host(char *out, size_t cap, const char *host, int rank) {
+    snprintf(out, cap, "%s", host && host[0] ? host : "?");
+    const char *list = env_get(ENV_TEST_HOSTS);
+    if (!list || !list[0]) return;
+    int n = 1;
+    for (const char *p = list; *p; p++) n += *p == ',';
+    const char *item = list;
+    for (int k = rank % n; k > 0; k--) item = strchr(item, ',') + 1;
+    const size_t len = strcspn(item, ",");
+    if (len > 0) snprintf(out, cap, "%.*s", (int)(len < cap ? len : cap - 1), item);
+}
+
 void flight_open(const char *out_dir, comm *c, const mesh *m, const char *host) {
     if (flight_enabled() || !out_dir || env_int(ENV_FLIGHT_RECORDER, 1) == 0) return;
     snprintf(g.dir, sizeof g.dir, "%s/diagnose", out_dir);
@@ -420,7 +532,7 @@ void flight_open(const char *out_dir, comm *c, const mesh *m, const char *host) 
     h->world = g.world;
     h->pid = (int32_t)getpid();
     h->mesh_tp = m->tp, h->mesh_dp = m->dp, h->mesh_pp = m->pp;
-    snprintf(h->host, sizeof h->host, "%s", host && host[0] ? host : "?");
+    ring_host(h->host, sizeof h->host, host, g.rank);
     h->t_open = h->heartbeat = flight_clock();
     h->step = h->micro = h->chunk = -1;
     int *is_peer = xcalloc((size_t)g.world, sizeof(int));
@@ -471,6 +583,7 @@ void flight_close(int code) {
     free(g.peer_remote);
     g.peers = NULL;
     g.peer_remote = NULL;
+    g.any_remote = 0;
     memset(g.coll_seq, 0, sizeof g.coll_seq);
 }
 

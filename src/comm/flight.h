@@ -7,7 +7,10 @@
 // fixed-size records. Writing a record is a few stores into that mapping (no system call),
 // and the page cache keeps what a stopped or killed rank wrote last, readable by the other
 // ranks on the node and by `trident diagnose` afterwards. A watchdog thread beats the
-// heartbeat every FLIGHT_BEAT_S and msyncs the file every second (shared file systems).
+// heartbeat every FLIGHT_BEAT_S; when a group peer is on another host it also writes the
+// header's page back every beat and the whole file every second (msync MS_SYNC), so that the
+// other nodes see them through a shared file system (MS_ASYNC is a no-op on Linux: the
+// kernel's own write-back of a dirty page may wait 30 s).
 //
 // comm_dispatch.c records every operation that reaches a backend (groups of one never do):
 // posted (the layer's start), started (the backend's start returned; for a send or receive the
@@ -25,6 +28,18 @@
 // or never completed it, and each missing rank's host and last completed operation; then the
 // job ends with exit 5. A rank whose process is gone (a dead pid on this host) is noticed by
 // the watchdogs of its group peers within about FLIGHT_BEAT_S, with the same verdict.
+//
+// A group peer on another host cannot be probed, and reading its ring every beat would cost
+// the shared file system a request per peer and beat. It is read when a stop request
+// (SIGTERM, SIGUSR1, SIGINT) comes, every beat for FLIGHT_STOP_SCAN_S: mpirun ends a job that
+// lost a rank that way (SIGTERM about 1 s after the death, SIGKILL 1 s later). (srun does
+// not: Slurm's PMIx plugin cancels the step with SIGKILL alone, about 2.5 s after the death;
+// there only a group peer on the dead rank's host, or `trident diagnose` afterwards, names
+// it.) A peer whose ring says it ended without an exit of
+// its own, or whose heartbeat is older than FLIGHT_REMOTE_DEAD_S, is dead: the same verdict,
+// naming the evidence, and exit 5. A genuine preemption finds every heartbeat fresh and goes
+// on to its checkpoint. A stopped peer (SIGSTOP) stays the stall's business
+// (system.comm_timeout_s): nothing reads remote rings without a stop request.
 #pragma once
 #include <stdint.h>
 #include <stdio.h>
@@ -40,6 +55,16 @@ extern "C" {
 #define FLIGHT_BEAT_S 0.25
 // A rank whose heartbeat is older than this is not live (stopped, dead or its node gone).
 #define FLIGHT_STALE_S 2.0
+// A group peer on another host is dead when, at a stop request, its heartbeat is older than
+// this. A live peer's header reaches the file system every beat (0.25 s) once the job spans
+// hosts, so its heartbeat as read there is at most a beat and a write-back old: 1 s leaves
+// 0.75 s for a slow write-back, a loaded node and the hosts' clock offset (their clocks are
+// compared). A larger bound would not decide before mpirun's SIGKILL (2 s after a death).
+#define FLIGHT_REMOTE_DEAD_S 1.0
+// How long after a stop request the remote peers are read, every beat: past a dead peer's
+// FLIGHT_REMOTE_DEAD_S when a SIGTERM came at once after the death, and short, so that a
+// preemption's checkpoint, which may slow the shared file system, is not judged by it.
+#define FLIGHT_STOP_SCAN_S 3.0
 #define FLIGHT_MAGIC "TRIFLT1"
 #define FLIGHT_VERSION 1
 

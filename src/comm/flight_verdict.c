@@ -6,7 +6,8 @@
 // wrong (TRI_ERR_CKPT).
 //
 // How the verdict is found:
-//  1. Each rank's state: exited (with its code), dead (vanished: a peer found its pid gone),
+//  1. Each rank's state: exited (with its code), dead (vanished: a peer found its pid gone; or
+//     silent: a peer on another host found its heartbeat stale at a stop request),
 //     timed out, running, stopped (running, but its heartbeat is older than FLIGHT_STALE_S
 //     against the newest heartbeat of all: SIGSTOP, a hung node) or no ring at all.
 //  2. The operations the ranks wait for: each rank's oldest incomplete record of its wait in
@@ -260,14 +261,20 @@ static void describe_rank(text_buf *t, const job_view *j, int m) {
         return;
     }
     const flight_header *h = &o->h;
-    char state[160];
+    char state[256];
     switch (o->st) {
     case RS_DEAD:
-        snprintf(state, sizeof state,
-                 "dead: its process is gone with no exit of its own (killed "
-                 "by a signal?), noticed %.1f s %s %s",
-                 fabs(j->t_stall - h->t_state), h->t_state <= j->t_stall ? "before" : "after",
-                 j->ref);
+        if (h->exit_code == FLIGHT_EXIT_SILENT) // a peer on another host judged it (flight.h)
+            snprintf(state, sizeof state,
+                     "dead: no heartbeat for %.1f s at a stop request (the launcher ending the "
+                     "job: killed, or its node lost?); on another host, so not probed",
+                     h->t_state - h->heartbeat);
+        else
+            snprintf(state, sizeof state,
+                     "dead: its process is gone with no exit of its own (killed "
+                     "by a signal?), noticed %.1f s %s %s",
+                     fabs(j->t_stall - h->t_state), h->t_state <= j->t_stall ? "before" : "after",
+                     j->ref);
         break;
     case RS_EXITED:
         if (h->exit_code == FLIGHT_EXIT_UNKNOWN) snprintf(state, sizeof state, "exited");
@@ -318,7 +325,9 @@ static void analyse(job_view *j) {
         }
         const flight_header *h = &v->h;
         if (h->state == FLIGHT_STATE_EXITED)
-            v->st = h->exit_code == FLIGHT_EXIT_VANISHED ? RS_DEAD : RS_EXITED;
+            v->st = h->exit_code == FLIGHT_EXIT_VANISHED || h->exit_code == FLIGHT_EXIT_SILENT
+                        ? RS_DEAD
+                        : RS_EXITED;
         else if (t_ref - h->heartbeat > FLIGHT_STALE_S) v->st = RS_STOPPED;
         else v->st = h->state == FLIGHT_STATE_TIMED_OUT ? RS_TIMED_OUT : RS_RUNNING;
         for (int i = 0; i < v->n && h->waiting_n; i++) {
