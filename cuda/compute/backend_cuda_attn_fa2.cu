@@ -64,9 +64,10 @@
 // ---------------------------------------------------------------------------------------
 // Forward
 
-template <int HS>
+template <int HS, bool ROPE>
 __global__ void __launch_bounds__(FA2_THREADS)
-    fa2_fwd_kernel(float *out, float *lse, const uint16_t *qkv, int T, int NH, int NKV, float sl2) {
+    fa2_fwd_kernel(float *out, float *lse, const uint16_t *qkv, int T, int NH, int NKV, float sl2,
+                   const float2 *rope) {
     using S = fa2_shape<HS>;
     constexpr int LD = S::LD;
     extern __shared__ __align__(128) unsigned char fa2_fwd_smem[];
@@ -105,6 +106,11 @@ __global__ void __launch_bounds__(FA2_THREADS)
             fa2_cp_wait<0>();
         }
         __syncthreads(); // tile j (and at j = 0 Q) visible to every warp
+        if (ROPE) {      // q and k rotated in the block's copies (fa2_rope_tile), then visible
+            if (j == 0) fa2_rope_tile<HS>(sQ, rope, q0, qn);
+            fa2_rope_tile<HS>(sK + st * S::TILE, rope, k0, min(FA2_TILE, T - k0));
+            __syncthreads();
+        }
         if (j == 0) {
 #pragma unroll
             for (int kk = 0; kk < S::KS; kk++)
@@ -211,7 +217,11 @@ template <int HS> static tri_status fa2_fwd_enable(unsigned *heads, size_t smem_
         *heads &= ~FA2_HEAD_BIT(HS);
         return TRI_OK;
     }
-    CUDA_CHECK(cudaFuncSetAttribute(fa2_fwd_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CUDA_CHECK(cudaFuncSetAttribute(fa2_fwd_kernel<HS, false>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)fa2_shape<HS>::fwd_smem));
+    CUDA_CHECK(cudaFuncSetAttribute(fa2_fwd_kernel<HS, true>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)fa2_shape<HS>::fwd_smem));
     return TRI_OK;
 }
@@ -239,31 +249,37 @@ static int fa2_takes(const cuda_ctx *x, const uint16_t *qkv, int HS) {
 
 template <int HS>
 static void fa2_fwd_launch(cuda_ctx *x, float *out, float *lse, const uint16_t *qkv, int B, int T,
-                           int NH, int NKV) {
+                           int NH, int NKV, const float2 *rope) {
     const float sl2 = 1.0f / sqrtf((float)HS) * FA2_LOG2E;
     dim3 grid((T + FA2_BLOCK - 1) / FA2_BLOCK, B * NH);
-    fa2_fwd_kernel<HS>
-        <<<grid, FA2_THREADS, fa2_shape<HS>::fwd_smem, x->stream>>>(out, lse, qkv, T, NH, NKV, sl2);
+    constexpr size_t smem = fa2_shape<HS>::fwd_smem;
+    if (rope)
+        fa2_fwd_kernel<HS, true>
+            <<<grid, FA2_THREADS, smem, x->stream>>>(out, lse, qkv, T, NH, NKV, sl2, rope);
+    else
+        fa2_fwd_kernel<HS, false>
+            <<<grid, FA2_THREADS, smem, x->stream>>>(out, lse, qkv, T, NH, NKV, sl2, rope);
     CUDA_LAUNCH_CHECK("fa2_fwd_kernel");
 }
 
 int cuda_fa2_fwd(cuda_ctx *x, float *out, float *lse, const uint16_t *qkv, int B, int T, int NH,
-                 int NKV, int HS) {
+                 int NKV, int HS, const float2 *rope) {
     if (!fa2_takes(x, qkv, HS)) return 0;
     switch (HS) {
-    case 64: fa2_fwd_launch<64>(x, out, lse, qkv, B, T, NH, NKV); break;
-    case 80: fa2_fwd_launch<80>(x, out, lse, qkv, B, T, NH, NKV); break;
-    case 96: fa2_fwd_launch<96>(x, out, lse, qkv, B, T, NH, NKV); break;
-    default: fa2_fwd_launch<128>(x, out, lse, qkv, B, T, NH, NKV); break;
+    case 64: fa2_fwd_launch<64>(x, out, lse, qkv, B, T, NH, NKV, rope); break;
+    case 80: fa2_fwd_launch<80>(x, out, lse, qkv, B, T, NH, NKV, rope); break;
+    case 96: fa2_fwd_launch<96>(x, out, lse, qkv, B, T, NH, NKV, rope); break;
+    default: fa2_fwd_launch<128>(x, out, lse, qkv, B, T, NH, NKV, rope); break;
     }
     return 1;
 }
 
 int cuda_fa2_bwd(cuda_ctx *x, float *dqkv, const float *dout, const uint16_t *qkv,
-                 const uint16_t *o16, const float *lse, int B, int T, int NH, int NKV, int HS) {
+                 const uint16_t *o16, const float *lse, int B, int T, int NH, int NKV, int HS,
+                 const float2 *rope) {
     // dO rows are read as float4 and O rows as 4 bf16 (C and HS / 2 multiples of 4).
     if (!fa2_takes(x, qkv, HS) || (uintptr_t)dout % 16 || (uintptr_t)o16 % 8) return 0;
     float *delta = (float *)cuda_scratch(x, (size_t)B * NH * T * sizeof(float));
-    fa2_bwd_run(x, HS, dqkv, delta, dout, o16, qkv, lse, B, T, NH, NKV);
+    fa2_bwd_run(x, HS, dqkv, delta, dout, o16, qkv, lse, B, T, NH, NKV, rope);
     return 1;
 }
