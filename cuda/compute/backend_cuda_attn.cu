@@ -149,7 +149,7 @@ __device__ __forceinline__ void att_store(float *dst, size_t ld, const float o[A
 // ---------------------------------------------------------------------------------------
 // Forward. Grid (query blocks, B * NH); the blocks with the most keys start first.
 
-template <int DP>
+template <int DP, bool ROPE>
 __global__ void __launch_bounds__(ATT_THREADS)
     att_fwd_kernel(float *out, float *lse, const float *qkv, int T, int NH, int NKV, int HS,
                    float sl2, const float2 *rope) {
@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     const size_t ld3 = hd.ld;
     const float *base = qkv + hd.q, *kbase = qkv + hd.k, *vbase = qkv + hd.v;
     const int qn = min(ATT_BR, T - q0), row0 = q0 + warp * ATT_RPW;
-    att_load<DP>(sQ, base + (size_t)q0 * ld3, ld3, qn, ATT_BR, HS, rope, q0);
+    att_load<DP>(sQ, base + (size_t)q0 * ld3, ld3, qn, ATT_BR, HS, ROPE ? rope : nullptr, q0);
     const float *sQw = sQ + warp * ATT_RPW * LD;
 
     float m[ATT_RPW], l[ATT_RPW], o[ATT_RPW][NK];
@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     for (int k0 = 0; k0 < kend; k0 += ATT_BC) {
         const int kn = min(ATT_BC, kend - k0);
         __syncthreads(); // the previous tile is consumed
-        att_load<DP>(sK, kbase + (size_t)k0 * ld3, ld3, kn, ATT_BC, HS, rope, k0);
+        att_load<DP>(sK, kbase + (size_t)k0 * ld3, ld3, kn, ATT_BC, HS, ROPE ? rope : nullptr, k0);
         att_load<DP>(sV, vbase + (size_t)k0 * ld3, ld3, kn, ATT_BC, HS);
         __syncthreads();
         float s[ATT_RPW][2];
@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
 // ---------------------------------------------------------------------------------------
 // Backward, pass 1: D and dQ per block of 32 queries.
 
-template <int DP>
+template <int DP, bool ROPE>
 __global__ void __launch_bounds__(ATT_THREADS)
     att_bwd_dq_kernel(float *dqkv, float *delta, const float *dout, const float *qkv,
                       const float *o, const float *lse, int T, int NH, int NKV, int HS, float sl2,
@@ -229,7 +229,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     const size_t ld3 = hd.ld, head = (size_t)(bh / NH) * T, hoff = (size_t)(bh % NH) * HS;
     const float *base = qkv + hd.q, *kbase = qkv + hd.k, *vbase = qkv + hd.v;
     const int qn = min(ATT_BR, T - q0), row0 = q0 + warp * ATT_RPW;
-    att_load<DP>(sQ, base + (size_t)q0 * ld3, ld3, qn, ATT_BR, HS, rope, q0);
+    att_load<DP>(sQ, base + (size_t)q0 * ld3, ld3, qn, ATT_BR, HS, ROPE ? rope : nullptr, q0);
     att_load<DP>(sdO, dout + (head + q0) * C + hoff, C, qn, ATT_BR, HS);
     const float *sQw = sQ + warp * ATT_RPW * LD, *sdOw = sdO + warp * ATT_RPW * LD;
     float rl[ATT_RPW], rd[ATT_RPW]; // lse and D of the warp's rows
@@ -261,7 +261,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
         for (int k0 = 0; k0 < kend; k0 += ATT_BC) {
             const int kn = min(ATT_BC, kend - k0);
             __syncthreads();
-            att_load<DP>(sK, kbase + (size_t)k0 * ld3, ld3, kn, ATT_BC, HS, rope, k0);
+            att_load<DP>(sK, kbase + (size_t)k0 * ld3, ld3, kn, ATT_BC, HS, ROPE ? rope : nullptr,
+                         k0);
             att_load<DP>(sV, vbase + (size_t)k0 * ld3, ld3, kn, ATT_BC, HS);
             __syncthreads();
             float s[ATT_RPW][2], dp[ATT_RPW][2];
@@ -296,7 +297,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
 // heads that read it (NH / NKV of them, in head order: deterministic, no atomics). Block 0
 // (keys 0..31, the most queries) starts first. Grid (key blocks, B * NKV).
 
-template <int DP>
+template <int DP, bool ROPE>
 __global__ void __launch_bounds__(ATT_THREADS)
     att_bwd_dkv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
                        const float *delta, int T, int NH, int NKV, int HS, float sl2, float scale,
@@ -311,7 +312,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     const att_heads kv = att_heads_of(b, h0, T, NH, NKV, HS);
     const size_t ld3 = kv.ld, head = (size_t)b * T;
     const int kn = min(ATT_BR, T - k0), key0 = k0 + warp * ATT_RPW;
-    att_load<DP>(sK, qkv + kv.k + (size_t)k0 * ld3, ld3, kn, ATT_BR, HS, rope, k0);
+    att_load<DP>(sK, qkv + kv.k + (size_t)k0 * ld3, ld3, kn, ATT_BR, HS, ROPE ? rope : nullptr, k0);
     att_load<DP>(sV, qkv + kv.v + (size_t)k0 * ld3, ld3, kn, ATT_BR, HS);
     const float *sKw = sK + warp * ATT_RPW * LD, *sVw = sV + warp * ATT_RPW * LD;
     float dk[ATT_RPW][NK], dv[ATT_RPW][NK];
@@ -328,7 +329,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
         for (int q0 = k0 / ATT_BC * ATT_BC; q0 < T; q0 += ATT_BC) {
             const int qn = min(ATT_BC, T - q0);
             __syncthreads();
-            att_load<DP>(sQ, qbase + (size_t)q0 * ld3, ld3, qn, ATT_BC, HS, rope, q0);
+            att_load<DP>(sQ, qbase + (size_t)q0 * ld3, ld3, qn, ATT_BC, HS, ROPE ? rope : nullptr,
+                         q0);
             att_load<DP>(sdO, obase + (size_t)q0 * C, C, qn, ATT_BC, HS);
             for (int r = threadIdx.x; r < ATT_BC; r += ATT_THREADS) {
                 sL[r] = r < qn ? lh[q0 + r] : 0.0f;
@@ -368,12 +370,14 @@ template <int DP> struct att_smem {
     static constexpr size_t dkv = ((2 * ATT_BR + 2 * ATT_BC) * LD + 2 * ATT_BC) * sizeof(float);
 };
 
-template <int DP> static tri_status att_allow_smem(void) {
-    CUDA_CHECK(cudaFuncSetAttribute(att_fwd_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+template <int DP, bool ROPE> static tri_status att_allow_smem(void) {
+    CUDA_CHECK(cudaFuncSetAttribute(att_fwd_kernel<DP, ROPE>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)att_smem<DP>::fwd));
-    CUDA_CHECK(cudaFuncSetAttribute(
-        att_bwd_dq_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)att_smem<DP>::dq));
-    CUDA_CHECK(cudaFuncSetAttribute(att_bwd_dkv_kernel<DP>,
+    CUDA_CHECK(cudaFuncSetAttribute(att_bwd_dq_kernel<DP, ROPE>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)att_smem<DP>::dq));
+    CUDA_CHECK(cudaFuncSetAttribute(att_bwd_dkv_kernel<DP, ROPE>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)att_smem<DP>::dkv));
     return TRI_OK;
@@ -383,7 +387,8 @@ template <int DP> static tri_status att_allow_smem(void) {
 // sizes whose kernels need more than the device offers (smem_optin) are refused later.
 template <int DP> static tri_status att_enable(cuda_ctx *x, size_t smem_optin) {
     if (att_smem<DP>::dkv > smem_optin) return TRI_OK; // the largest of the three
-    TRI_CHECK(att_allow_smem<DP>());
+    TRI_CHECK((att_allow_smem<DP, false>()));
+    TRI_CHECK((att_allow_smem<DP, true>()));
     x->att_max_hs = DP;
     return TRI_OK;
 }
@@ -422,8 +427,13 @@ static void att_fwd_launch(cuda_ctx *x, float *out, float *lse, const float *qkv
                            int NH, int NKV, int HS, const float2 *rope) {
     const float sl2 = 1.0f / sqrtf((float)HS) * ATT_LOG2E;
     dim3 grid((T + ATT_BR - 1) / ATT_BR, B * NH);
-    att_fwd_kernel<DP><<<grid, ATT_THREADS, att_smem<DP>::fwd, x->stream>>>(out, lse, qkv, T, NH,
-                                                                            NKV, HS, sl2, rope);
+    // RoPE's instances only with a table: the others compile as they did before it.
+    if (rope)
+        att_fwd_kernel<DP, true><<<grid, ATT_THREADS, att_smem<DP>::fwd, x->stream>>>(
+            out, lse, qkv, T, NH, NKV, HS, sl2, rope);
+    else
+        att_fwd_kernel<DP, false><<<grid, ATT_THREADS, att_smem<DP>::fwd, x->stream>>>(
+            out, lse, qkv, T, NH, NKV, HS, sl2, rope);
     CUDA_LAUNCH_CHECK("att_fwd_kernel");
 }
 
@@ -433,12 +443,20 @@ static void att_bwd_launch(cuda_ctx *x, float *dqkv, float *delta, const float *
                            int NKV, int HS, const float2 *rope) {
     const float scale = 1.0f / sqrtf((float)HS), sl2 = scale * ATT_LOG2E;
     dim3 grid((T + ATT_BR - 1) / ATT_BR, B * NH);
-    att_bwd_dq_kernel<DP><<<grid, ATT_THREADS, att_smem<DP>::dq, x->stream>>>(
-        dqkv, delta, dout, qkv, o, lse, T, NH, NKV, HS, sl2, scale, rope);
+    if (rope)
+        att_bwd_dq_kernel<DP, true><<<grid, ATT_THREADS, att_smem<DP>::dq, x->stream>>>(
+            dqkv, delta, dout, qkv, o, lse, T, NH, NKV, HS, sl2, scale, rope);
+    else
+        att_bwd_dq_kernel<DP, false><<<grid, ATT_THREADS, att_smem<DP>::dq, x->stream>>>(
+            dqkv, delta, dout, qkv, o, lse, T, NH, NKV, HS, sl2, scale, rope);
     CUDA_LAUNCH_CHECK("att_bwd_dq_kernel");
     dim3 kv_grid((T + ATT_BR - 1) / ATT_BR, B * NKV);
-    att_bwd_dkv_kernel<DP><<<kv_grid, ATT_THREADS, att_smem<DP>::dkv, x->stream>>>(
-        dqkv, dout, qkv, lse, delta, T, NH, NKV, HS, sl2, scale, rope);
+    if (rope)
+        att_bwd_dkv_kernel<DP, true><<<kv_grid, ATT_THREADS, att_smem<DP>::dkv, x->stream>>>(
+            dqkv, dout, qkv, lse, delta, T, NH, NKV, HS, sl2, scale, rope);
+    else
+        att_bwd_dkv_kernel<DP, false><<<kv_grid, ATT_THREADS, att_smem<DP>::dkv, x->stream>>>(
+            dqkv, dout, qkv, lse, delta, T, NH, NKV, HS, sl2, scale, rope);
     CUDA_LAUNCH_CHECK("att_bwd_dkv_kernel");
 }
 

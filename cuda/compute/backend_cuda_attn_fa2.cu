@@ -30,29 +30,40 @@
 // backward instead of FlashAttention-2's 5 (its dQ += dS K is an atomicAdd from every key
 // block), and 9 in v1; that file's header says why and what the 5 would take.
 //
+// RoPE (a llama's unrotated qkv, backend.attn_rope; the kernels' ROPE = true instances): once a
+// Q or K tile has landed in shared memory, the block rotates it there (fa2_rope_tile: widened,
+// turned by RoPE's fp32 table, rounded to bf16 again), behind one more barrier per tile; the
+// global rows stay unrotated, since every later query block loads the same key tiles. The
+// backward rotates its Q and K tiles the same way and unrotates dQ and dK in registers before
+// storing them (fa2_unrope_acc: the two elements of a pair are fragments dn and dn + HS/16 of
+// one lane), so dqkv is the unrotated q, k's gradient with no pass after.
+//
 // Numerics: S, dP and all sums in fp32 on the tensor cores; P and dS rounded to bf16 as the
 // operands of P V, P^T dO, dS K and dS^T Q (as FlashAttention-2 does); dO rounded to bf16 as
 // it is staged; O read as the bf16 the model keeps; the softmax statistics, D and every
 // accumulator fp32. Every sum runs in a fixed order, so results are bitwise reproducible.
 //
 // Registers, shared memory and occupancy (nvcc 13.0 -O2 -Xptxas -v: registers per thread on
-// sm_90 / sm_80, no spill and no stack frame in any; the shared memory is the dynamic
-// fa2_shape<HS> sizes; blocks per multiprocessor on sm_90 from 64K registers (allocated per
-// warp in units of 256), 228 KB of shared memory (1 KB reserved per block) and 64 warps,
-// blocks of 4 warps; estimated, not measured):
-//   kernel   HS  registers  shared bytes  blocks/SM (limit)  warps/SM
-//   fwd      64  128 / 128        46080   4 (both)           16 (25%)
-//   fwd      80  158 / 160        56320   3 (registers)      12 (19%)
-//   fwd      96  168 / 168        66560   3 (both)           12 (19%)
-//   fwd     128  246 / 238        87040   2 (both)            8 (12%)
-//   dq       64  128 / 126        55552   4 (both)           16 (25%)
-//   dq       80  160 / 158        67840   3 (both)           12 (19%)
-//   dq       96  168 / 168        80128   2 (shared memory)   8 (12%)
-//   dq      128  238 / 238       104704   2 (both)            8 (12%)
-//   dkv      64  168 / 158        46592   3 (registers)      12 (19%)
-//   dkv      80  168 / 168        56832   3 (registers)      12 (19%)
-//   dkv      96  219 / 209        67072   2 (registers)       8 (12%)
-//   dkv     128  252 / 247        87552   2 (both)            8 (12%)
+// sm_90 / sm_80 of the plain kernels and of their RoPE instances, no spill and no stack frame
+// in any; the shared memory is the dynamic fa2_shape<HS> sizes, the same for both; blocks per
+// multiprocessor on sm_90 from 64K registers (allocated per warp in units of 256), 228 KB of
+// shared memory (1 KB reserved per block) and 64 warps, blocks of 4 warps; estimated, not
+// measured):
+//   kernel   HS  registers  with RoPE  shared bytes  blocks/SM (limit)  with RoPE
+//   fwd      64  128 / 128  163 / 162         46080  4 (both)           3 (registers)
+//   fwd      80  158 / 158  168 / 168         56320  3 (registers)      3 (registers)
+//   fwd      96  168 / 168  168 / 198         66560  3 (both)           3 (both)
+//   fwd     128  238 / 238  236 / 238         87040  2 (both)           2 (both)
+//   dq       64  128 / 128  127 / 153         55552  4 (both)           4 (both)
+//   dq       80  158 / 158  168 / 168         67840  3 (both)           3 (both)
+//   dq       96  168 / 168  168 / 196         80128  2 (shared memory)  2 (shared memory)
+//   dq      128  240 / 242  240 / 244        104704  2 (both)           2 (both)
+//   dkv      64  168 / 163  168 / 166         46592  3 (registers)      3 (registers)
+//   dkv      80  166 / 166  164 / 168         56832  3 (registers)      3 (registers)
+//   dkv      96  224 / 218  223 / 217         67072  2 (registers)      2 (registers)
+//   dkv     128  253 / 255  255 / 255         87552  2 (both)           2 (both)
+// RoPE costs the HS 64 forward a block per multiprocessor (the rotation's loads and the table
+// reads are live beside Q's fragments); elsewhere the occupancy stays.
 // Few warps per multiprocessor is this structure's trade: registers hold Q (or dQ, dK, dV)
 // and the softmax state, each warp keeps many independent MMAs in flight, and the next tile's
 // copy overlaps this tile's products. Whether that hides the latency here is for a device run

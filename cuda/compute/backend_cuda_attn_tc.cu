@@ -106,11 +106,16 @@ __device__ void atc_load(atc_bf16 *s, const uint16_t *g, size_t gstride, int nva
         const int r = idx / CH, d = idx % CH * 8;
         uint4 v = make_uint4(0u, 0u, 0u, 0u);
         if (r < nvalid && d < HS) {
-            const uint16_t *row = g + (size_t)r * gstride;
-            v = atc_load8(row + d, vec);
+            const uint16_t *src = g + (size_t)r * gstride + d;
+            if (vec) {
+                v = *(const uint4 *)src;
+            } else {
+                v.x = src[0] | (unsigned)src[1] << 16, v.y = src[2] | (unsigned)src[3] << 16;
+                v.z = src[4] | (unsigned)src[5] << 16, v.w = src[6] | (unsigned)src[7] << 16;
+            }
             if (rope)
-                v = cuda_rope_bf16x8(v, atc_load8(row + rope_partner(d, HS), vec), rope, pos0 + r,
-                                     d, HS, 1.0f);
+                v = cuda_rope_bf16x8(v, atc_load8(src - d + rope_partner(d, HS), vec), rope,
+                                     pos0 + r, d, HS, 1.0f);
         }
         *(uint4 *)(s + r * LD + d) = v;
     }
@@ -189,7 +194,7 @@ __device__ __forceinline__ void atc_store(float *dst, size_t ld, atc_acc acc[DP 
 // ---------------------------------------------------------------------------------------
 // Forward. Grid (query blocks, B * NH); the blocks with the most keys start first.
 
-template <int DP>
+template <int DP, bool ROPE>
 __global__ void __launch_bounds__(ATC_THREADS)
     atc_fwd_kernel(float *out, float *lse, const uint16_t *qkv, int T, int NH, int NKV, int HS,
                    float sl2, int vec, const float2 *rope) {
@@ -205,7 +210,7 @@ __global__ void __launch_bounds__(ATC_THREADS)
     const size_t ld3 = hd.ld;
     const uint16_t *base = qkv + hd.q, *kbase = qkv + hd.k, *vbase = qkv + hd.v;
     const int qn = min(ATC_BR, T - q0), wrow0 = q0 + 16 * warp;
-    atc_load<DP>(sQ, base + (size_t)q0 * ld3, ld3, qn, ATC_BR, HS, vec, rope, q0);
+    atc_load<DP>(sQ, base + (size_t)q0 * ld3, ld3, qn, ATC_BR, HS, vec, ROPE ? rope : nullptr, q0);
     const atc_bf16 *sQw = sQ + 16 * warp * LDH;
     float *sSw = sS + 16 * warp * ATC_LDS, *sOw = sO + 16 * warp * LDO;
     atc_bf16 *sPw = sP + 16 * warp * ATC_LDP;
@@ -221,7 +226,8 @@ __global__ void __launch_bounds__(ATC_THREADS)
     for (int k0 = 0; k0 < kend; k0 += ATC_BC) {
         const int kn = min(ATC_BC, kend - k0);
         __syncthreads(); // the previous tile is consumed
-        atc_load<DP>(sK, kbase + (size_t)k0 * ld3, ld3, kn, ATC_BC, HS, vec, rope, k0);
+        atc_load<DP>(sK, kbase + (size_t)k0 * ld3, ld3, kn, ATC_BC, HS, vec, ROPE ? rope : nullptr,
+                     k0);
         atc_load<DP>(sV, vbase + (size_t)k0 * ld3, ld3, kn, ATC_BC, HS, vec);
         __syncthreads();
         // Columns past the warp's last row (the diagonal tile) or past kn are masked for all
@@ -271,7 +277,7 @@ __global__ void __launch_bounds__(ATC_THREADS)
 // ---------------------------------------------------------------------------------------
 // Backward, pass 1: D and dQ per block of 64 queries.
 
-template <int DP>
+template <int DP, bool ROPE>
 __global__ void __launch_bounds__(ATC_THREADS)
     atc_bwd_dq_kernel(float *dqkv, float *delta, const float *dout, const uint16_t *qkv,
                       const float *lse, int T, int NH, int NKV, int HS, float sl2, float scale,
@@ -288,7 +294,7 @@ __global__ void __launch_bounds__(ATC_THREADS)
     const size_t ld3 = hd.ld, head = (size_t)(bh / NH) * T, hoff = (size_t)(bh % NH) * HS;
     const uint16_t *base = qkv + hd.q, *kbase = qkv + hd.k, *vbase = qkv + hd.v;
     const int qn = min(ATC_BR, T - q0), wrow0 = q0 + 16 * warp;
-    atc_load<DP>(sQ, base + (size_t)q0 * ld3, ld3, qn, ATC_BR, HS, vec, rope, q0);
+    atc_load<DP>(sQ, base + (size_t)q0 * ld3, ld3, qn, ATC_BR, HS, vec, ROPE ? rope : nullptr, q0);
     atc_load_f32<DP>(sdO, dout + (head + q0) * C + hoff, C, qn, ATC_BR, HS);
     const atc_bf16 *sQw = sQ + 16 * warp * LDH, *sdOw = sdO + 16 * warp * LDH;
     float *sSw = sS + 16 * warp * ATC_LDS, *sdPw = sdP + 16 * warp * ATC_LDS;
@@ -305,7 +311,8 @@ __global__ void __launch_bounds__(ATC_THREADS)
         for (int k0 = 0; k0 < kend; k0 += ATC_BC) {
             const int kn = min(ATC_BC, kend - k0);
             __syncthreads();
-            atc_load<DP>(sK, kbase + (size_t)k0 * ld3, ld3, kn, ATC_BC, HS, vec, rope, k0);
+            atc_load<DP>(sK, kbase + (size_t)k0 * ld3, ld3, kn, ATC_BC, HS, vec,
+                         ROPE ? rope : nullptr, k0);
             atc_load<DP>(sV, vbase + (size_t)k0 * ld3, ld3, kn, ATC_BC, HS, vec);
             __syncthreads();
             const int nt = (min(kn, wrow0 + 16 - k0) + 15) / 16;
@@ -339,7 +346,7 @@ __global__ void __launch_bounds__(ATC_THREADS)
 // summed over the query heads of its group in head order (no atomics). Block 0 (the most
 // queries) starts first.
 
-template <int DP>
+template <int DP, bool ROPE>
 __global__ void __launch_bounds__(ATC_THREADS)
     atc_bwd_dkv_kernel(float *dqkv, const float *dout, const uint16_t *qkv, const float *lse,
                        const float *delta, int T, int NH, int NKV, int HS, float sl2, float scale,
@@ -357,7 +364,8 @@ __global__ void __launch_bounds__(ATC_THREADS)
     const att_heads kv = att_heads_of(bb, h0, T, NH, NKV, HS);
     const size_t ld3 = kv.ld, head = (size_t)bb * T;
     const int kn = min(ATC_BR, T - k0), wkey0 = k0 + 16 * warp;
-    atc_load<DP>(sK, qkv + kv.k + (size_t)k0 * ld3, ld3, kn, ATC_BR, HS, vec, rope, k0);
+    atc_load<DP>(sK, qkv + kv.k + (size_t)k0 * ld3, ld3, kn, ATC_BR, HS, vec, ROPE ? rope : nullptr,
+                 k0);
     atc_load<DP>(sV, qkv + kv.v + (size_t)k0 * ld3, ld3, kn, ATC_BR, HS, vec);
     const atc_bf16 *sKw = sK + 16 * warp * LDH, *sVw = sV + 16 * warp * LDH;
     float *sSw = sS + 16 * warp * ATC_LDS, *sdPw = sdP + 16 * warp * ATC_LDS;
@@ -376,7 +384,8 @@ __global__ void __launch_bounds__(ATC_THREADS)
         for (int q0 = k0; q0 < T; q0 += ATC_BC) {
             const int qn = min(ATC_BC, T - q0);
             __syncthreads();
-            atc_load<DP>(sQ, base + (size_t)q0 * ld3, ld3, qn, ATC_BC, HS, vec, rope, q0);
+            atc_load<DP>(sQ, base + (size_t)q0 * ld3, ld3, qn, ATC_BC, HS, vec,
+                         ROPE ? rope : nullptr, q0);
             atc_load_f32<DP>(sdO, dout + (head + q0) * C + hoff, C, qn, ATC_BC, HS);
             for (int i = threadIdx.x; i < ATC_BC; i += ATC_THREADS) {
                 sL[i] = i < qn ? lse[bh * T + q0 + i] : 0.0f;
@@ -416,17 +425,25 @@ __global__ void __launch_bounds__(ATC_THREADS)
 // makes no host API call besides its launches: these queries and settings used to run on
 // every call (a cudaDeviceGetAttribute and three cudaFuncSetAttribute per forward and per
 // backward).
+template <int DP, bool ROPE> static tri_status atc_allow_smem(void) {
+    CUDA_CHECK(cudaFuncSetAttribute(atc_fwd_kernel<DP, ROPE>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)atc_smem<DP>::fwd));
+    CUDA_CHECK(cudaFuncSetAttribute(atc_bwd_dq_kernel<DP, ROPE>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)atc_smem<DP>::dq));
+    CUDA_CHECK(cudaFuncSetAttribute(atc_bwd_dkv_kernel<DP, ROPE>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)atc_smem<DP>::dkv));
+    return TRI_OK;
+}
+
 template <int DP> static tri_status atc_enable(cuda_ctx *x, size_t smem_optin) {
     if (smem_optin < atc_smem<DP>::fwd || smem_optin < atc_smem<DP>::dq ||
         smem_optin < atc_smem<DP>::dkv)
         return TRI_OK;
-    CUDA_CHECK(cudaFuncSetAttribute(atc_fwd_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)atc_smem<DP>::fwd));
-    CUDA_CHECK(cudaFuncSetAttribute(
-        atc_bwd_dq_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)atc_smem<DP>::dq));
-    CUDA_CHECK(cudaFuncSetAttribute(atc_bwd_dkv_kernel<DP>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)atc_smem<DP>::dkv));
+    TRI_CHECK((atc_allow_smem<DP, false>()));
+    TRI_CHECK((atc_allow_smem<DP, true>()));
     x->atc_heads |= 1u << (DP / 16);
     return TRI_OK;
 }
@@ -453,8 +470,13 @@ static void atc_fwd_launch(cuda_ctx *x, float *out, float *lse, const uint16_t *
     const float sl2 = 1.0f / sqrtf((float)HS) * ATC_LOG2E;
     const int vec = (uintptr_t)qkv % 16 == 0;
     dim3 grid((T + ATC_BR - 1) / ATC_BR, B * NH);
-    atc_fwd_kernel<DP><<<grid, ATC_THREADS, atc_smem<DP>::fwd, x->stream>>>(
-        out, lse, qkv, T, NH, NKV, HS, sl2, vec, rope);
+    // RoPE's instances only with a table: the others compile as they did before it.
+    if (rope)
+        atc_fwd_kernel<DP, true><<<grid, ATC_THREADS, atc_smem<DP>::fwd, x->stream>>>(
+            out, lse, qkv, T, NH, NKV, HS, sl2, vec, rope);
+    else
+        atc_fwd_kernel<DP, false><<<grid, ATC_THREADS, atc_smem<DP>::fwd, x->stream>>>(
+            out, lse, qkv, T, NH, NKV, HS, sl2, vec, rope);
     CUDA_LAUNCH_CHECK("atc_fwd_kernel");
 }
 
@@ -465,12 +487,20 @@ static void atc_bwd_launch(cuda_ctx *x, float *dqkv, float *delta, const float *
     const float scale = 1.0f / sqrtf((float)HS), sl2 = scale * ATC_LOG2E;
     const int vec = (uintptr_t)qkv % 16 == 0;
     dim3 grid((T + ATC_BR - 1) / ATC_BR, B * NH);
-    atc_bwd_dq_kernel<DP><<<grid, ATC_THREADS, atc_smem<DP>::dq, x->stream>>>(
-        dqkv, delta, dout, qkv, lse, T, NH, NKV, HS, sl2, scale, vec, rope);
+    if (rope)
+        atc_bwd_dq_kernel<DP, true><<<grid, ATC_THREADS, atc_smem<DP>::dq, x->stream>>>(
+            dqkv, delta, dout, qkv, lse, T, NH, NKV, HS, sl2, scale, vec, rope);
+    else
+        atc_bwd_dq_kernel<DP, false><<<grid, ATC_THREADS, atc_smem<DP>::dq, x->stream>>>(
+            dqkv, delta, dout, qkv, lse, T, NH, NKV, HS, sl2, scale, vec, rope);
     CUDA_LAUNCH_CHECK("atc_bwd_dq_kernel");
     dim3 kv_grid((T + ATC_BR - 1) / ATC_BR, B * NKV);
-    atc_bwd_dkv_kernel<DP><<<kv_grid, ATC_THREADS, atc_smem<DP>::dkv, x->stream>>>(
-        dqkv, dout, qkv, lse, delta, T, NH, NKV, HS, sl2, scale, vec, rope);
+    if (rope)
+        atc_bwd_dkv_kernel<DP, true><<<kv_grid, ATC_THREADS, atc_smem<DP>::dkv, x->stream>>>(
+            dqkv, dout, qkv, lse, delta, T, NH, NKV, HS, sl2, scale, vec, rope);
+    else
+        atc_bwd_dkv_kernel<DP, false><<<kv_grid, ATC_THREADS, atc_smem<DP>::dkv, x->stream>>>(
+            dqkv, dout, qkv, lse, delta, T, NH, NKV, HS, sl2, scale, vec, rope);
     CUDA_LAUNCH_CHECK("atc_bwd_dkv_kernel");
 }
 
