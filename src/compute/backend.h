@@ -331,8 +331,9 @@ struct backend {
     // RoPE in place on the q and k heads of qkv (B*T rows of (NH + 2*NKV)*HS; v untouched),
     // position t = row % T, Hugging Face's rotate_half: for i < HS/2, angle = t *
     // theta^(-2i/HS), (x_i, x_{i+HS/2}) <- (x_i cos - x_{i+HS/2} sin, x_{i+HS/2} cos + x_i sin).
-    // The angles in double, cos and sin rounded to fp32. rope_bwd applies the inverse rotation
-    // to dqkv in place (the same q and k blocks).
+    // The angles in double, cos and sin rounded to fp32 (compute/rope_math.h). rope_bwd applies
+    // the inverse rotation to dqkv in place (the same q and k blocks). The model calls them only
+    // on a backend without attn_rope (the attention rotates q and k itself there).
     void (*rope_fwd)(backend *b, float *qkv, int B, int T, int NH, int NKV, int HS, float theta);
     void (*rope_bwd)(backend *b, float *dqkv, int B, int T, int NH, int NKV, int HS, float theta);
     // SwiGLU: fc (N, 2F) rows [gate (F) | up (F)]; out (N, F) = silu(gate) * up, silu(x) = x /
