@@ -254,6 +254,19 @@ static const op_case OP_CASES[] = {
     {&OP_ATTENTION, {1, 130, 4, 128, 2}, BF16, 0, 0},
     {&OP_ATTENTION, {1, 100, 4, 32, 1}, BF16, 0, 0},
     {&OP_ATTENTION, {2, 19, 4, 8, 2}, BF16, 0, 0},
+    // attention with RoPE {B, T, NH, HS, NKV, theta}, unrotated qkv: on CUDA fused into every
+    // attention kernel (backend.attn_rope), elsewhere the model's rope_fwd / rope_bwd around the
+    // attention: fp32 (CUDA's fp32 kernels, HS / 2 not a multiple of 32: HS 48), bf16 at FA2's
+    // 64 (GQA) and 128 (Llama 3's theta), 80, the v1 tensor-core kernels' 32 and their fp32
+    // fallback's 8
+    {&OP_ATTN_ROPE, {2, 37, 4, 8, 2}, F32, 0, 0},
+    {&OP_ATTN_ROPE, {1, 100, 6, 48, 3}, F32, 0, 0},
+    {&OP_ATTN_ROPE, {2, 130, 4, 64, 2, 500000}, F32, 0, 0},
+    {&OP_ATTN_ROPE, {2, 150, 4, 64, 2}, BF16, 0, 0},
+    {&OP_ATTN_ROPE, {1, 200, 4, 80, 1}, BF16, 0, 0},
+    {&OP_ATTN_ROPE, {1, 130, 4, 128, 2, 500000}, BF16, 0, 0},
+    {&OP_ATTN_ROPE, {1, 100, 4, 32, 1}, BF16, 0, 0},
+    {&OP_ATTN_ROPE, {2, 19, 4, 8, 2}, BF16, 0, 0},
     // Llama 3 8B's shapes, against the CPU only: C 4096 (and T 2048 rows), 32 q and 8 kv heads
     // of 128, F 14336 (512 rows: the host's double copies of 2F-wide rows are the cost)
     {&OP_RMSNORM, {2048, 4096}, F32, CASE_TWIN_ONLY, 0},
@@ -263,6 +276,11 @@ static const op_case OP_CASES[] = {
     {&OP_ATTENTION, {1, 2048, 4, 128, 1}, BF16, CASE_TWIN_ONLY, 0},
     {&OP_ATTENTION, {1, 2048, 8, 128, 2}, BF16, CASE_TWIN_ONLY, 0},
     {&OP_ATTENTION, {1, 1024, 4, 128, 2}, F32, CASE_TWIN_ONLY, 0},
+    // attention with RoPE at Llama 3 8B's heads (a tp 4 rank's 8 q and 2 kv heads of 128,
+    // theta 5e5) and SmolLM-135M's (9 q and 3 kv heads of 64)
+    {&OP_ATTN_ROPE, {1, 2048, 8, 128, 2, 500000}, BF16, CASE_TWIN_ONLY, 0},
+    {&OP_ATTN_ROPE, {2, 1024, 9, 64, 3}, BF16, CASE_TWIN_ONLY, 0},
+    {&OP_ATTN_ROPE, {1, 1024, 4, 128, 1, 500000}, F32, CASE_TWIN_ONLY, 0},
 };
 #undef F32
 #undef BF16

@@ -467,13 +467,13 @@ static void at_run(backend *b, const op_inst *c, void *const *p) {
     void *state = b->alloc(b, attn_state_bytes(b->attn_state, B, T, NH));
     uint16_t *out16 = c->row->dtype == DTYPE_BF16 ? b->alloc(b, nout * sizeof(uint16_t) + 8) : NULL;
     TRI_ASSERT(state && (out16 || c->row->dtype != DTYPE_BF16));
-    backend_attention_fwd(b, p[AT_OUT], state, qkv, B, T, NH, NKV, HS);
+    backend_attention_fwd(b, p[AT_OUT], state, qkv, B, T, NH, NKV, HS, 0.0f);
     operand out = operand_fp32(p[AT_OUT]);
     if (out16) {
         b->to_bf16(b, out16, p[AT_OUT], nout);
         out = operand_bf16(out16);
     }
-    backend_attention_bwd(b, p[AT_DQKV], p[AT_DOUT], qkv, out, state, B, T, NH, NKV, HS);
+    backend_attention_bwd(b, p[AT_DQKV], p[AT_DOUT], qkv, out, state, B, T, NH, NKV, HS, 0.0f);
     b->free(b, state);
     if (out16) b->free(b, out16);
 }

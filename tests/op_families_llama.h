@@ -5,6 +5,8 @@
 // finite-difference checks are tests/test_ops_llama.c's (on the CPU); the references here are
 // the analytic double forms. Grouped-query attention is OP_ATTENTION's d[4] (op_families.h).
 
+#include "compute/rope_math.h"
+
 #define LLAMA_EPS 1e-5 // model.norm_eps's default
 
 // ---------------------------------------------------------------------------------------
@@ -142,11 +144,11 @@ static void rp_run(backend *b, const op_inst *c, void *const *p) {
     b->rope_bwd(b, p[RP_DQKV], r->d[0], r->d[1], r->d[2], r->d[3], r->d[4], theta);
 }
 
-static void ref_rope_rows(double *y, const double *x, const op_case *r, double dir) {
-    const int B = r->d[0], T = r->d[1], NH = r->d[2], NKV = r->d[3], HS = r->d[4];
+// y = x with the q and k heads rotated (dir 1) or unrotated (dir -1), in double.
+static void ref_rope(double *y, const double *x, int B, int T, int NH, int NKV, int HS,
+                     double theta, double dir) {
     const size_t ld = (size_t)(NH + 2 * NKV) * HS;
     const int half = HS / 2;
-    const double theta = (double)(float)rp_theta(r); // the float the op takes
     memcpy(y, x, (size_t)B * T * ld * sizeof(double));
     for (size_t row = 0; row < (size_t)B * T; row++)
         for (int i = 0; i < half; i++) {
@@ -161,6 +163,10 @@ static void ref_rope_rows(double *y, const double *x, const op_case *r, double d
         }
 }
 
+static void ref_rope_rows(double *y, const double *x, const op_case *r, double dir) {
+    ref_rope(y, x, r->d[0], r->d[1], r->d[2], r->d[3], r->d[4], (double)(float)rp_theta(r), dir);
+}
+
 static void rp_reference(op_inst *c) {
     case_tensor *t = c->t;
     double *y = xmalloc(t[RP_QKV].n * sizeof(double));
@@ -172,6 +178,110 @@ static void rp_reference(op_inst *c) {
 }
 
 static const op_family OP_ROPE = {rp_declare, rp_run, rp_reference, NULL};
+
+// ---------------------------------------------------------------------------------------
+// attention with RoPE: d = {B, T, NH, HS, NKV (0: NH), theta (0: 10000)}, qkv of the row's dtype
+// and unrotated: what a llama layer computes from its qkv activation to dqkv. On a backend whose
+// attention rotates q and k itself (backend.attn_rope: CUDA, which fuses the rotation into every
+// attention kernel) attention_fwd / _bwd given theta; elsewhere the model's separate ops: the
+// rotation (rope_fwd) on a copy of qkv, rounded to bf16 after under bf16 as the model keeps
+// it, the attention of that, its backward, then rope_bwd on dqkv. The reference rotates in
+// double (under bf16: in float by rope_math.h's table and rule, then rounded, as both backends
+// compute what they round), runs the double attention and unrotates its dqkv in double.
+
+enum { AR_QKV, AR_OUT, AR_DOUT, AR_DQKV };
+
+static double ar_theta(const op_case *r) { return r->d[5] ? (double)r->d[5] : 10000.0; }
+
+static void ar_declare(op_inst *c) {
+    const op_case *r = c->row;
+    const size_t B = r->d[0], T = r->d[1], NH = r->d[2], HS = r->d[3], C = NH * HS;
+    const size_t NKV = r->d[4] ? (size_t)r->d[4] : NH, W = (NH + 2 * NKV) * HS;
+    const double tol_cpu = r->dtype == DTYPE_BF16 ? TOL_BF16_TC : TOL_CHAIN;
+    snprintf(c->name, sizeof c->name, "attention+rope%s B=%zu T=%zu NH=%zu NKV=%zu HS=%zu theta=%g",
+             dtype_tag(r), B, T, NH, NKV, HS, ar_theta(r));
+    inst_add(c, AR_QKV, TENSOR("qkv", ROLE_IN, operand_kind(r), B * T * W, .lo = -2, .hi = 2));
+    inst_add(
+        c, AR_OUT,
+        TENSOR("fwd out", ROLE_OUT, ELEM_F32, B * T * C, .tol = TOL_CHAIN, .tol_cpu = tol_cpu));
+    inst_add(c, AR_DOUT, TENSOR("dout", ROLE_IN, ELEM_F32, B * T * C, .lo = -1, .hi = 1));
+    inst_add(c, AR_DQKV,
+             TENSOR("bwd dqkv", ROLE_OUT, ELEM_F32, B * T * W, .grad = 1, .tol = TOL_CHAIN,
+                    .tol_cpu = tol_cpu));
+}
+
+static void ar_run(backend *b, const op_inst *c, void *const *p) {
+    const int B = c->row->d[0], T = c->row->d[1], NH = c->row->d[2], HS = c->row->d[3];
+    const int NKV = c->row->d[4] ? c->row->d[4] : NH, bf16 = c->row->dtype == DTYPE_BF16;
+    const float theta = (float)ar_theta(c->row);
+    const size_t n = (size_t)B * T * (NH + 2 * NKV) * HS, nout = (size_t)B * T * NH * HS;
+    void *state = b->alloc(b, attn_state_bytes(b->attn_state, B, T, NH));
+    uint16_t *out16 = bf16 ? b->alloc(b, nout * sizeof(uint16_t) + 8) : NULL;
+    float *rot = b->attn_rope ? NULL : b->alloc(b, n * sizeof(float));
+    uint16_t *rot16 = !b->attn_rope && bf16 ? b->alloc(b, n * sizeof(uint16_t) + 16) : NULL;
+    operand qkv = {p[AR_QKV], c->row->dtype};
+    if (rot) { // the model's separate rotation, what it keeps rounded under bf16
+        if (bf16) b->from_bf16(b, rot, p[AR_QKV], n);
+        else b->copy(b, rot, p[AR_QKV], n * sizeof(float));
+        b->rope_fwd(b, rot, B, T, NH, NKV, HS, theta);
+        qkv = operand_fp32(rot);
+        if (rot16) {
+            b->to_bf16(b, rot16, rot, n);
+            qkv = operand_bf16(rot16);
+        }
+    }
+    const float fused = b->attn_rope ? theta : 0.0f;
+    backend_attention_fwd(b, p[AR_OUT], state, qkv, B, T, NH, NKV, HS, fused);
+    operand out = operand_fp32(p[AR_OUT]);
+    if (out16) {
+        b->to_bf16(b, out16, p[AR_OUT], nout);
+        out = operand_bf16(out16);
+    }
+    backend_attention_bwd(b, p[AR_DQKV], p[AR_DOUT], qkv, out, state, B, T, NH, NKV, HS, fused);
+    if (rot) b->rope_bwd(b, p[AR_DQKV], B, T, NH, NKV, HS, theta);
+    b->free(b, state);
+    if (out16) b->free(b, out16);
+    if (rot) b->free(b, rot);
+    if (rot16) b->free(b, rot16);
+}
+
+static void ar_reference(op_inst *c) {
+    const int B = c->row->d[0], T = c->row->d[1], NH = c->row->d[2], HS = c->row->d[3];
+    const int NKV = c->row->d[4] ? c->row->d[4] : NH;
+    const double theta = (double)(float)ar_theta(c->row);
+    case_tensor *t = c->t;
+    const size_t n = t[AR_QKV].n, n3 = (size_t)B * T * 3 * NH * HS;
+    double *rot = xmalloc(n * sizeof(double)), *full = xmalloc(n3 * sizeof(double));
+    double *mha = NULL, *grad = xmalloc(n * sizeof(double));
+    ref_rope(rot, t[AR_QKV].val, B, T, NH, NKV, HS, theta, 1.0);
+    if (c->row->dtype == DTYPE_BF16) { // float rotation of the bf16 values, then rounded
+        float *tab = xmalloc(rope_table_floats(T, HS) * sizeof(float));
+        rope_table_fill(tab, T, HS, theta);
+        const size_t ld = (size_t)(NH + 2 * NKV) * HS;
+        for (size_t k = 0; k < n; k++) {
+            const int d = (int)(k % ld % HS), h = (int)(k % ld / HS);
+            if (h >= NH + NKV) continue; // v
+            const float *cs = tab + rope_at((int)(k / ld % T), rope_pair(d, HS), HS);
+            const float x = (float)t[AR_QKV].val[k];
+            const float y = (float)t[AR_QKV].val[k - d + rope_partner(d, HS)];
+            rot[k] = bf16_to_f32(bf16_from_f32(rope_rotated(x, y, cs[0], cs[1], d, HS, 1.0f)));
+        }
+        free(tab);
+    }
+    const double *q = rot;
+    if (NKV != NH) ref_gqa_expand(mha = xmalloc(n3 * sizeof(double)), rot, B, T, NH, NKV, HS);
+    if (mha) q = mha;
+    ref_attention(full, NULL, q, B, T, NH, HS);
+    ref_pick(&t[AR_OUT], full);
+    ref_attention_bwd(full, t[AR_DOUT].val, q, B, T, NH, HS);
+    if (mha) ref_gqa_fold(grad, full, B, T, NH, NKV, HS);
+    else memcpy(grad, full, n * sizeof(double));
+    ref_rope(rot, grad, B, T, NH, NKV, HS, theta, -1.0); // the gradient of the unrotated q, k
+    ref_pick(&t[AR_DQKV], rot);
+    free(rot), free(full), free(mha), free(grad);
+}
+
+static const op_family OP_ATTN_ROPE = {ar_declare, ar_run, ar_reference, NULL};
 
 // ---------------------------------------------------------------------------------------
 // swiglu: d = {N, F}. fc (N, 2F) rows [gate | up]; the forward out (N, F) = silu(gate) up,

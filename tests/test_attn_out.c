@@ -29,13 +29,13 @@ static struct {
     size_t n;
 } seen[MAX_STATES];
 static int n_seen, n_checked, n_wrong;
-static void (*real_fwd)(backend *, float *, void *, operand, int, int, int, int, int);
+static void (*real_fwd)(backend *, float *, void *, operand, int, int, int, int, int, float);
 static void (*real_bwd)(backend *, float *, const float *, operand, operand, const void *, int, int,
-                        int, int, int);
+                        int, int, int, float);
 
 static void wrapped_fwd(backend *b, float *out, void *state, operand qkv, int B, int T, int NH,
-                        int NKV, int HS) {
-    real_fwd(b, out, state, qkv, B, T, NH, NKV, HS);
+                        int NKV, int HS, float rope_theta) {
+    real_fwd(b, out, state, qkv, B, T, NH, NKV, HS, rope_theta);
     int k = 0;
     while (k < n_seen && seen[k].state != state) k++;
     TRI_ASSERT(k < MAX_STATES);
@@ -47,7 +47,8 @@ static void wrapped_fwd(backend *b, float *out, void *state, operand qkv, int B,
 }
 
 static void wrapped_bwd(backend *b, float *dqkv, const float *dout, operand qkv, operand out,
-                        const void *state, int B, int T, int NH, int NKV, int HS) {
+                        const void *state, int B, int T, int NH, int NKV, int HS,
+                        float rope_theta) {
     int k = 0;
     while (k < n_seen && seen[k].state != state) k++;
     int ok = k < n_seen && seen[k].n == (size_t)B * T * NH * HS && out.dtype == qkv.dtype;
@@ -56,7 +57,7 @@ static void wrapped_bwd(backend *b, float *dqkv, const float *dout, operand qkv,
                  ? ((const uint16_t *)out.ptr)[i] == bf16_from_f32(seen[k].out[i])
                  : !memcmp((const float *)out.ptr + i, seen[k].out + i, sizeof(float));
     n_checked++, n_wrong += !ok;
-    real_bwd(b, dqkv, dout, qkv, out, state, B, T, NH, NKV, HS);
+    real_bwd(b, dqkv, dout, qkv, out, state, B, T, NH, NKV, HS, rope_theta);
 }
 
 // One micro-batch forward and backward of tests/configs/tiny.yaml (2 layers) with `sets`.

@@ -3,7 +3,8 @@
 // sharded model's model.safetensors.index.json (io/safetensors_dir.c), and config.json
 // (io/hf_config.c, GPT2LMHeadModel and LlamaForCausalLM); and (hf_export) every safetensors and
 // index case again through export_open and export_read_entry, what `trident sample DIR` and
-// `trident export DIR` read the directory with. Each case writes a valid model
+// `trident export DIR` read the directory with, and (hf_config_export) every config.json case
+// again through export_open: a refused value named in one message, no stray config lines. Each case writes a valid model
 // directory, damages it in one of the ways below (or not), and knows from the damage what
 // trident must do: succeed, or exit 4 (a damaged file; 2 for a config.json value trident
 // refuses) with the file and the tensor or key named. `any` damages (random bytes) have no
@@ -347,6 +348,32 @@ static void again_via_export(job *j, family *ex, int c, const char *what, int wa
     score(ex, c, what, &r, want, file, named);
 }
 
+// A config case again through export_open (family hf_config_export): `trident sample DIR` or
+// `export DIR` on a directory that holds config.json alone. A value trident refuses (`refused`)
+// exits 2 naming DIR/config.json, in its own words only: no "N errors in /dev/null" nor "--set"
+// line of the empty YAML export_open once loaded the keys with; anything else exits 2 or 4
+// (the damaged config.json, or the weights that are not there) naming the directory.
+static void config_via_export(job *j, family *fam, int c, const char *what, int refused,
+                              const char *path) {
+    j->via_export = 1;
+    const child_result r = run_case(j);
+    const int code = r.exit_code;
+    const char *why = NULL;
+    fam->cases++;
+    if (r.hung) fam->hangs++, why = "ran past the time bound";
+    else if (r.sig) fam->crashes++, why = strsignal(r.sig);
+    else if (code == 0) fam->wrong_successes++, why = "accepted a directory without weights";
+    else if (refused ? code != 2 : code != 2 && code != 4)
+        fam->wrong_failures++, why = "wrong exit code";
+    else if (!strstr(r.out, refused ? path : j->dir)) fam->wrong_failures++, why = "file not named";
+    else if (strstr(r.out, "/dev/null") || strstr(r.out, "--set "))
+        fam->wrong_failures++, why = "a line about a YAML or --set the user never gave";
+    else fam->clean_errors++;
+    if (why)
+        printf("FAIL %s_case_%d: %s (%s; exit %d, signal %d; seed %llu)\n%s\n", fam->name, c, why,
+               what, code, r.sig, (unsigned long long)g_seed, r.out);
+}
+
 static void fuzz_safetensors(int cases, family *fam, family *ex) {
     unsigned char *file = malloc(256 << 10);
     for (int c = 0; c < cases; c++) {
@@ -553,7 +580,7 @@ typedef struct {
     char val[64];
 } kv;
 
-static void fuzz_config(int cases, family *fam) {
+static void fuzz_config(int cases, family *fam, family *ex) {
     char text[4096];
     for (int c = 0; c < cases; c++) {
         g_rng = g_seed * 3000003ULL + (uint64_t)c;
@@ -694,6 +721,8 @@ static void fuzz_config(int cases, family *fam) {
         char path[600];
         snprintf(path, sizeof path, "%s/config.json", j.dir);
         score(fam, c, what, &r, want, path, named);
+        // export_open reads positions up to config.json's own (no run seq_len to exceed)
+        config_via_export(&j, ex, c, what, want == 2 && kind != 12, path);
     }
 }
 
@@ -712,15 +741,16 @@ int main(int argc, char **argv) {
     mkdir(g_dir, 0755);
     const double t0 = (double)time(NULL);
     family st = {.name = "hf_safetensors"}, ix = {.name = "hf_index"}, cf = {.name = "hf_config"};
-    family ex = {.name = "hf_export"};
+    family ex = {.name = "hf_export"}, cx = {.name = "hf_config_export"};
     fuzz_safetensors(cases, &st, &ex);
     fuzz_index(cases, &ix, &ex);
-    fuzz_config(cases, &cf);
+    fuzz_config(cases, &cf, &cx);
     if (g_worker > 0) close(g_to), waitpid(g_worker, NULL, 0);
     report(&st);
     report(&ix);
     report(&cf);
     report(&ex);
+    report(&cx);
     printf("fuzz_hf: seed %llu, %d cases per family, %.0f s\n", (unsigned long long)g_seed, cases,
            (double)time(NULL) - t0);
     char cmd[300];

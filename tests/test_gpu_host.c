@@ -14,6 +14,7 @@
 
 #include "comm/comm_gpus.h"
 #include "compute/cuda_workspace.h"
+#include "compute/rope_math.h"
 #include "compute/upload_ring.h"
 #include "config/config_layout.h"
 #include "config_harness.h"
@@ -359,6 +360,47 @@ static void check_plan_states_workspace(void) {
     TEST_CHECK(ok, "workspace_plan_equals_reserve", "%s", why);
 }
 
+// RoPE's cos/sin table (a llama on CUDA, whose attention rotates q and k: backend.attn_rope):
+// reserved from the run's shapes as the bytes cuda_rope_table allocates for T x HS/2 pairs, in
+// what `trident plan --device h100` states for the stage; nothing for GPT-2.
+static void check_rope_table_counted(void) {
+    int ok = 1;
+    char why[200] = "";
+    for (int llama = 0; llama < 2 && ok; llama++) {
+        char *path = write_yaml(llama ? "model: {arch: llama, n_layer: 2, n_head: 8, n_kv_head: 2, "
+                                        "d_model: 512, seq_len: 1024, vocab_size: 256}\n"
+                                        "parallel: {tp: 2}\n"
+                                        "train: {micro_batch: 2, global_batch: 2}\n"
+                                      : "model: {n_layer: 2, n_head: 8, d_model: 512, seq_len: "
+                                        "1024, vocab_size: 256}\nparallel: {tp: 2}\n"
+                                        "train: {micro_batch: 2, global_batch: 2}\n");
+        run_config c;
+        config_defaults(&c);
+        TRI_ASSERT(config_load(&c, path, 0, NULL) == TRI_OK &&
+                   config_resolve_world(&c, 2) == TRI_OK);
+        plan_device dev;
+        TRI_ASSERT(plan_device_lookup("h100", 2, &dev) == 0);
+        plan_result p;
+        TRI_ASSERT(plan_compute(&p, &c, &dev) == TRI_OK);
+        const model_layout ml = config_model_layout(&c, 0, 0, p.stages[0].n_slots, CUDA_TRAITS);
+        const backend_shapes sh = model_op_shapes(&c.model, &ml);
+        const cuda_workspace w = cuda_workspace_for(&sh, cuda_ws_sort_bound((size_t)sh.rows));
+        const size_t table = rope_table_floats(1024, 64) * sizeof(float); // T 1024, HS 512 / 8
+        ok = llama ? sh.rope_theta == 10000.0f && w.rope == cuda_ws_rope_table(1024, 64) &&
+                         w.rope >= table && w.rope < table + 256
+                   : sh.rope_theta == 0.0f && w.rope == 0;
+        ok = ok && p.stages[0].backend_device == cuda_workspace_device_bytes(&w);
+        if (!ok)
+            snprintf(why, sizeof why, "%s: theta %g, rope table %zu (want %zu), plan %llu",
+                     llama ? "llama" : "gpt2", (double)sh.rope_theta, w.rope, llama ? table : 0,
+                     (unsigned long long)p.stages[0].backend_device);
+        plan_free(&p);
+        config_free(&c);
+        free(path);
+    }
+    TEST_CHECK(ok, "workspace_rope_table_counted", "%s", why);
+}
+
 // ---- the device table and the precision ----
 
 static void check_gpu_table(void) {
@@ -438,6 +480,7 @@ int main(void) {
     check_out16_chunks();
     check_workspace_fits_ops();
     check_plan_states_workspace();
+    check_rope_table_counted();
     check_gpu_table();
     check_tf32_config();
     char cmd[300];

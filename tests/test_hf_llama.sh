@@ -18,7 +18,9 @@
 #     sampling from a byte-level GQA model equals transformers' generate on the prompt's bytes;
 #     an hf export of the untied, the tied and the sharded save holds the same tensors bit for
 #     bit (and config.json's positions and token ids); --format llmc refuses the directory
-#     (exit 4); a truncated file exits 4 naming file and tensor, rope_scaling exits 2.
+#     (exit 4); a truncated file exits 4 naming file and tensor, rope_scaling exits 2, and a
+#     config.json giving an unbuildable model (odd head size) exits 2 with one error line
+#     naming the file and the key.
 # --all (make test-full) adds the tied model on tp 2 x pp 2 x dp 2 with ZeRO-3, an fp32 file
 # into a bf16 run, and a random SmolLM-135M-shaped save (bf16) imported with
 # configs/smollm-135m.yaml: its logits against transformers'.
@@ -115,6 +117,17 @@ expect hf_llama_refused_kv_heads_tp 2 "model.n_kv_head \(2\) must be divisible b
     $T train $W/in_fp32.yaml --set parallel.tp=4
 expect hf_llama_sample_refused_rope_scaling 2 'rope/config.json: "rope_scaling" is an object of type "linear"' \
     $T sample $W/rope --tokens 2
+# A config.json that reads but gives no model trident can build (head size 64 / 64 = 1, odd for
+# RoPE): sample and export say so in one line naming the file and the key, then a HINT, and
+# nothing else (no "1 error in /dev/null" of the empty YAML that export_open once loaded).
+edit hs1 'c["num_attention_heads"] = 64; c["num_key_value_heads"] = 64'
+for cmd in "sample $W/hs1 --tokens 2" "export $W/hs1 --format hf --out $W/hs1_out"; do
+    name=hf_llama_${cmd%% *}_refused_model_one_error
+    expect $name 2 "^$W/hs1/config.json: model.d_model: rotary embeddings .*\(64 / 64 = 1\) must be even" \
+        $T $cmd
+    [ "$(grep -vc '^HINT' $W/out)" = 1 ] && pass ${name}_alone ||
+        fail ${name}_alone "more than the one error line: $(tr '\n' ' ' <$W/out)"
+done
 cp -r $W/hf/fp32 $W/trunc && truncate -s -100 $W/trunc/model.safetensors
 expect hf_llama_sample_truncated 4 "trunc/model.safetensors: tensor .* lies past the end of the file" \
     $T sample $W/trunc --tokens 2

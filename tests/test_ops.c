@@ -264,12 +264,14 @@ static void test_attention_bf16(backend *b) {
     float *g1 = dev_f(b, NULL, nq), *g2 = dev_f(b, NULL, nq);
     void *s1 = b->alloc(b, attn_state_bytes(b->attn_state, B, T, NH));
     void *s2 = b->alloc(b, attn_state_bytes(b->attn_state, B, T, NH));
-    backend_attention_fwd(b, o1, s1, operand_bf16(q16), B, T, NH, NH, HS);
-    backend_attention_fwd(b, o2, s2, operand_fp32(q), B, T, NH, NH, HS);
+    backend_attention_fwd(b, o1, s1, operand_bf16(q16), B, T, NH, NH, HS, 0.0f);
+    backend_attention_fwd(b, o2, s2, operand_fp32(q), B, T, NH, NH, HS, 0.0f);
     uint16_t *o16 = b->alloc(b, no * sizeof(uint16_t));
     b->to_bf16(b, o16, o1, no);
-    backend_attention_bwd(b, g1, dout, operand_bf16(q16), operand_bf16(o16), s1, B, T, NH, NH, HS);
-    backend_attention_bwd(b, g2, dout, operand_fp32(q), operand_fp32(o2), s2, B, T, NH, NH, HS);
+    backend_attention_bwd(b, g1, dout, operand_bf16(q16), operand_bf16(o16), s1, B, T, NH, NH, HS,
+                          0.0f);
+    backend_attention_bwd(b, g2, dout, operand_fp32(q), operand_fp32(o2), s2, B, T, NH, NH, HS,
+                          0.0f);
     char name[96];
     name_of(name, sizeof name, "attention on bf16 qkv = fp32 on the widened qkv (bitwise)");
     TEST_CHECK(same_on_host(b, o1, o2, no) && same_on_host(b, g1, g2, nq), name,

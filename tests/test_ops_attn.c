@@ -48,7 +48,7 @@ static void test_attention_state(backend *b, int B, int T, int NH, int HS, cpu_a
     double *refP = xmalloc(nP * sizeof(double));
     ref_attention(ref, refP, qkv_d, B, T, NH, HS);
     float *d_qkv = dev_f(b, qkv, nqkv), *d_out = dev_f(b, NULL, nout), *d_P = dev_f(b, junkP, nP);
-    backend_attention_fwd(b, d_out, d_P, operand_fp32(d_qkv), B, T, NH, NH, HS);
+    backend_attention_fwd(b, d_out, d_P, operand_fp32(d_qkv), B, T, NH, NH, HS, 0.0f);
     float *out = host_of(b, d_out, nout), *P = host_of(b, d_P, nP);
     name_of(name, sizeof name, "probabilities (state)");
     check_rel(tag, name, P, NULL, refP, nP, 1e-5);
@@ -56,7 +56,7 @@ static void test_attention_state(backend *b, int B, int T, int NH, int HS, cpu_a
     const int t0 = T / 2;
     for (int c = C; c < 3 * C; c++) qkv[(size_t)t0 * 3 * C + c] += 1.5f;
     b->copy_to_device(b, d_qkv, qkv, nqkv * sizeof(float));
-    backend_attention_fwd(b, d_out, d_P, operand_fp32(d_qkv), B, T, NH, NH, HS);
+    backend_attention_fwd(b, d_out, d_P, operand_fp32(d_qkv), B, T, NH, NH, HS, 0.0f);
     float *out2 = host_of(b, d_out, nout);
     const int same_before = !memcmp(out, out2, (size_t)t0 * C * sizeof(float));
     const int changed_at = memcmp(out + (size_t)t0 * C, out2 + (size_t)t0 * C,
@@ -230,13 +230,13 @@ static void mm_bwd(backend *b, float *dinp, float *dw, float *db, const float *d
 }
 static void att_fwd(backend *b, float *out, void *state, const float *qkv, int B, int T, int NH,
                     int HS) {
-    backend_attention_fwd(b, out, state, operand_fp32(qkv), B, T, NH, NH, HS);
+    backend_attention_fwd(b, out, state, operand_fp32(qkv), B, T, NH, NH, HS, 0.0f);
 }
 // (O: the dout buffer stands in for it; the CPU does not read it.)
 static void att_bwd(backend *b, float *dqkv, const float *dout, const float *qkv, const void *state,
                     int B, int T, int NH, int HS) {
     backend_attention_bwd(b, dqkv, dout, operand_fp32(qkv), operand_fp32(dout), state, B, T, NH, NH,
-                          HS);
+                          HS, 0.0f);
 }
 
 static float *bench_buf(backend *b, size_t n) {

@@ -277,11 +277,11 @@ static void test_gqa(backend *b, int B, int T, int NH, int NKV, int HS, int fd) 
     void *state = malloc(attn_state_bytes(b->attn_state, B, T, NH));
     double *qd = widen(qkv, n), *ref = malloc(n * sizeof(double)), *R = widen(dout, no);
     shape s = {.B = B, .T = T, .NH = NH, .NKV = NKV, .HS = HS};
-    backend_attention_fwd(b, out, state, operand_fp32(qkv), B, T, NH, NKV, HS);
+    backend_attention_fwd(b, out, state, operand_fp32(qkv), B, T, NH, NKV, HS, 0.0f);
     ref_gqa(&s, qd, ref);
     check(name, "forward", rel_err(out, ref, no), 1e-5);
     backend_attention_bwd(b, dqkv, dout, operand_fp32(qkv), operand_fp32(out), state, B, T, NH, NKV,
-                          HS);
+                          HS, 0.0f);
     if (fd) {
         fd_grad(ref_gqa, &s, qd, n, R, no, ref);
         check(name, "backward vs finite differences", rel_err(dqkv, ref, n), 1e-4);
@@ -298,9 +298,9 @@ static void test_gqa(backend *b, int B, int T, int NH, int NKV, int HS, int fd) 
                     ex[r * 3 * C + C + h * HS + e] = src[C + (h / G) * HS + e];
                     ex[r * 3 * C + 2 * C + h * HS + e] = src[C + (NKV + h / G) * HS + e];
                 }
-        backend_attention_fwd(b, o2, st2, operand_fp32(ex), B, T, NH, NH, HS);
+        backend_attention_fwd(b, o2, st2, operand_fp32(ex), B, T, NH, NH, HS, 0.0f);
         backend_attention_bwd(b, dex, dout, operand_fp32(ex), operand_fp32(o2), st2, B, T, NH, NH,
-                              HS);
+                              HS, 0.0f);
         memset(ref, 0, n * sizeof(double));
         for (size_t r = 0; r < (size_t)B * T; r++)
             for (int h = 0; h < NH; h++)

@@ -243,12 +243,16 @@ static tri_status cuda_reserve(backend *b, const backend_shapes *s) {
         upload_ring_free(&x->ring);
         upload_ring_init(&x->ring, x->ring_host, w.upload_slot, CUDA_UPLOAD_SLOTS, &ev);
     }
+    // RoPE's table for the run (llama), before `reserved`: building it is no growth.
+    if (s->rope_theta > 0 && s->T > 0 && s->HS >= 2)
+        (void)cuda_rope_table(x, s->T, s->HS, s->rope_theta);
     CUDA_CHECK(cudaStreamSynchronize(x->stream)); // start-up: everything exists before step 1
     x->reserved = 1;
-    LOG_DEBUG("CUDA backend workspaces: op %zu, widened %zu, cuBLASLt %zu bytes on the device; "
-              "upload ring %d x %zu bytes pinned",
-              x->scratch_bytes, x->widened_bytes, x->lt_workspace_bytes, CUDA_UPLOAD_SLOTS,
-              x->ring.slot_bytes);
+    LOG_DEBUG("CUDA backend workspaces: op %zu, widened %zu, RoPE table %zu, cuBLASLt %zu bytes "
+              "on the device; upload ring %d x %zu bytes pinned",
+              x->scratch_bytes, x->widened_bytes,
+              x->rope_tab ? cuda_ws_rope_table((size_t)x->rope_T, (size_t)x->rope_HS) : 0,
+              x->lt_workspace_bytes, CUDA_UPLOAD_SLOTS, x->ring.slot_bytes);
     return TRI_OK;
 }
 
@@ -266,6 +270,7 @@ static void cuda_destroy(backend *b) {
         cuda_matmul_free(x);
         if (x->scratch) cudaFreeAsync(x->scratch, x->stream);
         if (x->widened) cudaFreeAsync(x->widened, x->stream);
+        cuda_rope_free(x);
         if (x->stream) cudaStreamSynchronize(x->stream);
         upload_ring_free(&x->ring);
         if (x->ring_host) cudaFreeHost(x->ring_host);
@@ -292,6 +297,7 @@ static const backend cuda_backend_table = {
     /* .device_bus_id         = */ NULL,
     /* .has_tf32              = */ 1, // sm_80 and newer (the oldest CUDA_ARCH)
     /* .tf32                  = */ 0,
+    /* .attn_rope             = */ 1, // every attention kernel rotates q and k (cuda_attention_fwd)
     /* .alloc                 = */ cuda_alloc,
     /* .free                  = */ cuda_free_block,
     /* .copy_to_device        = */ cuda_copy_to_device,

@@ -36,11 +36,20 @@
 // kernels (backend_cuda_attn_fa2.cu) where those take them, else to the v1 tensor-core ones
 // (backend_cuda_attn_tc.cu), which fall back to these on widened values; fp32 ones come here.
 //
+// RoPE (rope_theta > 0, backend.attn_rope: a llama's qkv, kept unrotated): att_load stores the
+// Q and K rows rotated by RoPE's table (src/compute/rope_math.h; each element from its own
+// value and its pair partner's, read from global memory), into the block's shared copy only:
+// other blocks read the same K rows. S and everything after it are the rotated q and k's; dQ
+// and dK come out in the rotated frame, and cuda_attention_bwd unrotates them with one pass of
+// the rope kernel over dqkv (a lane holds head dimensions lane + 32 k, so the two elements of a
+// pair are in one lane only when HS / 2 is a multiple of 32).
+//
 // Head sizes: kernels are instantiated for DP = 32, 64, 128, 256 and run any HS <= DP with
 // the head dimension zero-padded in shared memory; larger heads are refused, and so are
 // those whose kernels need more shared memory than the device has (DP = 256 needs 194 KiB).
 #include "backend_cuda_internal.cuh"
 #include "base/env.h"
+#include "compute/rope_math.h"
 
 #include <math.h>
 
@@ -53,13 +62,25 @@
 
 // Tile rows [0, rows) of s (row stride DP + 1) from global rows g + r * gstride, the first
 // nvalid of them; elements past nvalid or past HS are zero, so that every shared value that
-// a dot product or a weighted sum reads is finite.
+// a dot product or a weighted sum reads is finite. rope (the RoPE table, or NULL): row r is
+// position pos0 + r of its sequence, and each element is stored rotated (rope_math.h's rule,
+// from its own value and its pair partner's): the block's copy, never the global rows.
 template <int DP>
-__device__ void att_load(float *s, const float *g, size_t gstride, int nvalid, int rows, int HS) {
+__device__ void att_load(float *s, const float *g, size_t gstride, int nvalid, int rows, int HS,
+                         const float2 *rope = nullptr, int pos0 = 0) {
     constexpr int LD = DP + 1;
     for (int idx = threadIdx.x; idx < rows * DP; idx += ATT_THREADS) {
         const int r = idx / DP, d = idx % DP;
-        s[r * LD + d] = r < nvalid && d < HS ? g[(size_t)r * gstride + d] : 0.0f;
+        float v = 0.0f;
+        if (r < nvalid && d < HS) {
+            const float *row = g + (size_t)r * gstride;
+            v = row[d];
+            if (rope) {
+                const float2 cs = rope[rope_at(pos0 + r, rope_pair(d, HS), HS) / 2];
+                v = rope_rotated(v, row[rope_partner(d, HS)], cs.x, cs.y, d, HS, 1.0f);
+            }
+        }
+        s[r * LD + d] = v;
     }
 }
 
@@ -128,10 +149,10 @@ __device__ __forceinline__ void att_store(float *dst, size_t ld, const float o[A
 // ---------------------------------------------------------------------------------------
 // Forward. Grid (query blocks, B * NH); the blocks with the most keys start first.
 
-template <int DP>
+template <int DP, bool ROPE>
 __global__ void __launch_bounds__(ATT_THREADS)
     att_fwd_kernel(float *out, float *lse, const float *qkv, int T, int NH, int NKV, int HS,
-                   float sl2) {
+                   float sl2, const float2 *rope) {
     constexpr int LD = DP + 1, NK = DP / 32;
     extern __shared__ float smem[];
     float *sQ = smem, *sK = sQ + ATT_BR * LD, *sV = sK + ATT_BC * LD;
@@ -141,7 +162,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     const size_t ld3 = hd.ld;
     const float *base = qkv + hd.q, *kbase = qkv + hd.k, *vbase = qkv + hd.v;
     const int qn = min(ATT_BR, T - q0), row0 = q0 + warp * ATT_RPW;
-    att_load<DP>(sQ, base + (size_t)q0 * ld3, ld3, qn, ATT_BR, HS);
+    att_load<DP>(sQ, base + (size_t)q0 * ld3, ld3, qn, ATT_BR, HS, ROPE ? rope : nullptr, q0);
     const float *sQw = sQ + warp * ATT_RPW * LD;
 
     float m[ATT_RPW], l[ATT_RPW], o[ATT_RPW][NK];
@@ -157,7 +178,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     for (int k0 = 0; k0 < kend; k0 += ATT_BC) {
         const int kn = min(ATT_BC, kend - k0);
         __syncthreads(); // the previous tile is consumed
-        att_load<DP>(sK, kbase + (size_t)k0 * ld3, ld3, kn, ATT_BC, HS);
+        att_load<DP>(sK, kbase + (size_t)k0 * ld3, ld3, kn, ATT_BC, HS, ROPE ? rope : nullptr, k0);
         att_load<DP>(sV, vbase + (size_t)k0 * ld3, ld3, kn, ATT_BC, HS);
         __syncthreads();
         float s[ATT_RPW][2];
@@ -194,11 +215,11 @@ __global__ void __launch_bounds__(ATT_THREADS)
 // ---------------------------------------------------------------------------------------
 // Backward, pass 1: D and dQ per block of 32 queries.
 
-template <int DP>
+template <int DP, bool ROPE>
 __global__ void __launch_bounds__(ATT_THREADS)
     att_bwd_dq_kernel(float *dqkv, float *delta, const float *dout, const float *qkv,
                       const float *o, const float *lse, int T, int NH, int NKV, int HS, float sl2,
-                      float scale) {
+                      float scale, const float2 *rope) {
     constexpr int LD = DP + 1, NK = DP / 32;
     extern __shared__ float smem[];
     float *sQ = smem, *sdO = sQ + ATT_BR * LD, *sK = sdO + ATT_BR * LD, *sV = sK + ATT_BC * LD;
@@ -208,7 +229,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     const size_t ld3 = hd.ld, head = (size_t)(bh / NH) * T, hoff = (size_t)(bh % NH) * HS;
     const float *base = qkv + hd.q, *kbase = qkv + hd.k, *vbase = qkv + hd.v;
     const int qn = min(ATT_BR, T - q0), row0 = q0 + warp * ATT_RPW;
-    att_load<DP>(sQ, base + (size_t)q0 * ld3, ld3, qn, ATT_BR, HS);
+    att_load<DP>(sQ, base + (size_t)q0 * ld3, ld3, qn, ATT_BR, HS, ROPE ? rope : nullptr, q0);
     att_load<DP>(sdO, dout + (head + q0) * C + hoff, C, qn, ATT_BR, HS);
     const float *sQw = sQ + warp * ATT_RPW * LD, *sdOw = sdO + warp * ATT_RPW * LD;
     float rl[ATT_RPW], rd[ATT_RPW]; // lse and D of the warp's rows
@@ -240,7 +261,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
         for (int k0 = 0; k0 < kend; k0 += ATT_BC) {
             const int kn = min(ATT_BC, kend - k0);
             __syncthreads();
-            att_load<DP>(sK, kbase + (size_t)k0 * ld3, ld3, kn, ATT_BC, HS);
+            att_load<DP>(sK, kbase + (size_t)k0 * ld3, ld3, kn, ATT_BC, HS, ROPE ? rope : nullptr,
+                         k0);
             att_load<DP>(sV, vbase + (size_t)k0 * ld3, ld3, kn, ATT_BC, HS);
             __syncthreads();
             float s[ATT_RPW][2], dp[ATT_RPW][2];
@@ -275,10 +297,11 @@ __global__ void __launch_bounds__(ATT_THREADS)
 // heads that read it (NH / NKV of them, in head order: deterministic, no atomics). Block 0
 // (keys 0..31, the most queries) starts first. Grid (key blocks, B * NKV).
 
-template <int DP>
+template <int DP, bool ROPE>
 __global__ void __launch_bounds__(ATT_THREADS)
     att_bwd_dkv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse,
-                       const float *delta, int T, int NH, int NKV, int HS, float sl2, float scale) {
+                       const float *delta, int T, int NH, int NKV, int HS, float sl2, float scale,
+                       const float2 *rope) {
     constexpr int LD = DP + 1, NK = DP / 32;
     extern __shared__ float smem[];
     float *sK = smem, *sV = sK + ATT_BR * LD, *sQ = sV + ATT_BR * LD, *sdO = sQ + ATT_BC * LD;
@@ -289,7 +312,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     const att_heads kv = att_heads_of(b, h0, T, NH, NKV, HS);
     const size_t ld3 = kv.ld, head = (size_t)b * T;
     const int kn = min(ATT_BR, T - k0), key0 = k0 + warp * ATT_RPW;
-    att_load<DP>(sK, qkv + kv.k + (size_t)k0 * ld3, ld3, kn, ATT_BR, HS);
+    att_load<DP>(sK, qkv + kv.k + (size_t)k0 * ld3, ld3, kn, ATT_BR, HS, ROPE ? rope : nullptr, k0);
     att_load<DP>(sV, qkv + kv.v + (size_t)k0 * ld3, ld3, kn, ATT_BR, HS);
     const float *sKw = sK + warp * ATT_RPW * LD, *sVw = sV + warp * ATT_RPW * LD;
     float dk[ATT_RPW][NK], dv[ATT_RPW][NK];
@@ -306,7 +329,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
         for (int q0 = k0 / ATT_BC * ATT_BC; q0 < T; q0 += ATT_BC) {
             const int qn = min(ATT_BC, T - q0);
             __syncthreads();
-            att_load<DP>(sQ, qbase + (size_t)q0 * ld3, ld3, qn, ATT_BC, HS);
+            att_load<DP>(sQ, qbase + (size_t)q0 * ld3, ld3, qn, ATT_BC, HS, ROPE ? rope : nullptr,
+                         q0);
             att_load<DP>(sdO, obase + (size_t)q0 * C, C, qn, ATT_BC, HS);
             for (int r = threadIdx.x; r < ATT_BC; r += ATT_THREADS) {
                 sL[r] = r < qn ? lh[q0 + r] : 0.0f;
@@ -346,12 +370,14 @@ template <int DP> struct att_smem {
     static constexpr size_t dkv = ((2 * ATT_BR + 2 * ATT_BC) * LD + 2 * ATT_BC) * sizeof(float);
 };
 
-template <int DP> static tri_status att_allow_smem(void) {
-    CUDA_CHECK(cudaFuncSetAttribute(att_fwd_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+template <int DP, bool ROPE> static tri_status att_allow_smem(void) {
+    CUDA_CHECK(cudaFuncSetAttribute(att_fwd_kernel<DP, ROPE>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)att_smem<DP>::fwd));
-    CUDA_CHECK(cudaFuncSetAttribute(
-        att_bwd_dq_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)att_smem<DP>::dq));
-    CUDA_CHECK(cudaFuncSetAttribute(att_bwd_dkv_kernel<DP>,
+    CUDA_CHECK(cudaFuncSetAttribute(att_bwd_dq_kernel<DP, ROPE>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)att_smem<DP>::dq));
+    CUDA_CHECK(cudaFuncSetAttribute(att_bwd_dkv_kernel<DP, ROPE>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)att_smem<DP>::dkv));
     return TRI_OK;
@@ -361,7 +387,8 @@ template <int DP> static tri_status att_allow_smem(void) {
 // sizes whose kernels need more than the device offers (smem_optin) are refused later.
 template <int DP> static tri_status att_enable(cuda_ctx *x, size_t smem_optin) {
     if (att_smem<DP>::dkv > smem_optin) return TRI_OK; // the largest of the three
-    TRI_CHECK(att_allow_smem<DP>());
+    TRI_CHECK((att_allow_smem<DP, false>()));
+    TRI_CHECK((att_allow_smem<DP, true>()));
     x->att_max_hs = DP;
     return TRI_OK;
 }
@@ -397,84 +424,107 @@ static void att_check_head(const cuda_ctx *x, int HS) {
 
 template <int DP>
 static void att_fwd_launch(cuda_ctx *x, float *out, float *lse, const float *qkv, int B, int T,
-                           int NH, int NKV, int HS) {
+                           int NH, int NKV, int HS, const float2 *rope) {
     const float sl2 = 1.0f / sqrtf((float)HS) * ATT_LOG2E;
     dim3 grid((T + ATT_BR - 1) / ATT_BR, B * NH);
-    att_fwd_kernel<DP>
-        <<<grid, ATT_THREADS, att_smem<DP>::fwd, x->stream>>>(out, lse, qkv, T, NH, NKV, HS, sl2);
+    // RoPE's instances only with a table: the others compile as they did before it.
+    if (rope)
+        att_fwd_kernel<DP, true><<<grid, ATT_THREADS, att_smem<DP>::fwd, x->stream>>>(
+            out, lse, qkv, T, NH, NKV, HS, sl2, rope);
+    else
+        att_fwd_kernel<DP, false><<<grid, ATT_THREADS, att_smem<DP>::fwd, x->stream>>>(
+            out, lse, qkv, T, NH, NKV, HS, sl2, rope);
     CUDA_LAUNCH_CHECK("att_fwd_kernel");
 }
 
 template <int DP>
 static void att_bwd_launch(cuda_ctx *x, float *dqkv, float *delta, const float *dout,
                            const float *qkv, const float *o, const float *lse, int B, int T, int NH,
-                           int NKV, int HS) {
+                           int NKV, int HS, const float2 *rope) {
     const float scale = 1.0f / sqrtf((float)HS), sl2 = scale * ATT_LOG2E;
     dim3 grid((T + ATT_BR - 1) / ATT_BR, B * NH);
-    att_bwd_dq_kernel<DP><<<grid, ATT_THREADS, att_smem<DP>::dq, x->stream>>>(
-        dqkv, delta, dout, qkv, o, lse, T, NH, NKV, HS, sl2, scale);
+    if (rope)
+        att_bwd_dq_kernel<DP, true><<<grid, ATT_THREADS, att_smem<DP>::dq, x->stream>>>(
+            dqkv, delta, dout, qkv, o, lse, T, NH, NKV, HS, sl2, scale, rope);
+    else
+        att_bwd_dq_kernel<DP, false><<<grid, ATT_THREADS, att_smem<DP>::dq, x->stream>>>(
+            dqkv, delta, dout, qkv, o, lse, T, NH, NKV, HS, sl2, scale, rope);
     CUDA_LAUNCH_CHECK("att_bwd_dq_kernel");
     dim3 kv_grid((T + ATT_BR - 1) / ATT_BR, B * NKV);
-    att_bwd_dkv_kernel<DP><<<kv_grid, ATT_THREADS, att_smem<DP>::dkv, x->stream>>>(
-        dqkv, dout, qkv, lse, delta, T, NH, NKV, HS, sl2, scale);
+    if (rope)
+        att_bwd_dkv_kernel<DP, true><<<kv_grid, ATT_THREADS, att_smem<DP>::dkv, x->stream>>>(
+            dqkv, dout, qkv, lse, delta, T, NH, NKV, HS, sl2, scale, rope);
+    else
+        att_bwd_dkv_kernel<DP, false><<<kv_grid, ATT_THREADS, att_smem<DP>::dkv, x->stream>>>(
+            dqkv, dout, qkv, lse, delta, T, NH, NKV, HS, sl2, scale, rope);
     CUDA_LAUNCH_CHECK("att_bwd_dkv_kernel");
 }
 
 void cuda_attention_fwd_f32(backend *b, float *out, void *state, const float *qkv, int B, int T,
-                            int NH, int NKV, int HS) {
+                            int NH, int NKV, int HS, const float2 *rope) {
     cuda_ctx *x = cuda_ctx_of(b);
     if (B <= 0 || T <= 0 || NH <= 0) return;
     att_check_head(x, HS);
     float *lse = (float *)state;
-    if (HS <= 32) att_fwd_launch<32>(x, out, lse, qkv, B, T, NH, NKV, HS);
-    else if (HS <= 64) att_fwd_launch<64>(x, out, lse, qkv, B, T, NH, NKV, HS);
-    else if (HS <= 128) att_fwd_launch<128>(x, out, lse, qkv, B, T, NH, NKV, HS);
-    else att_fwd_launch<256>(x, out, lse, qkv, B, T, NH, NKV, HS);
+    if (HS <= 32) att_fwd_launch<32>(x, out, lse, qkv, B, T, NH, NKV, HS, rope);
+    else if (HS <= 64) att_fwd_launch<64>(x, out, lse, qkv, B, T, NH, NKV, HS, rope);
+    else if (HS <= 128) att_fwd_launch<128>(x, out, lse, qkv, B, T, NH, NKV, HS, rope);
+    else att_fwd_launch<256>(x, out, lse, qkv, B, T, NH, NKV, HS, rope);
 }
 
 void cuda_attention_bwd_f32(backend *b, float *dqkv, const float *dout, const float *qkv,
                             const float *o, const void *state, int B, int T, int NH, int NKV,
-                            int HS) {
+                            int HS, const float2 *rope) {
     cuda_ctx *x = cuda_ctx_of(b);
     if (B <= 0 || T <= 0 || NH <= 0) return;
     att_check_head(x, HS);
     const float *lse = (const float *)state;
     float *delta = (float *)cuda_scratch(x, (size_t)B * NH * T * sizeof(float));
-    if (HS <= 32) att_bwd_launch<32>(x, dqkv, delta, dout, qkv, o, lse, B, T, NH, NKV, HS);
-    else if (HS <= 64) att_bwd_launch<64>(x, dqkv, delta, dout, qkv, o, lse, B, T, NH, NKV, HS);
-    else if (HS <= 128) att_bwd_launch<128>(x, dqkv, delta, dout, qkv, o, lse, B, T, NH, NKV, HS);
-    else att_bwd_launch<256>(x, dqkv, delta, dout, qkv, o, lse, B, T, NH, NKV, HS);
+#define ATT_BWD(dp) att_bwd_launch<dp>(x, dqkv, delta, dout, qkv, o, lse, B, T, NH, NKV, HS, rope)
+    if (HS <= 32) ATT_BWD(32);
+    else if (HS <= 64) ATT_BWD(64);
+    else if (HS <= 128) ATT_BWD(128);
+    else ATT_BWD(256);
+#undef ATT_BWD
 }
 
 // The table's entries: the kernels of the operands' dtype (backend_attention_fwd / _bwd
-// checked that q, k, v and O are both fp32 or both bf16).
+// checked that q, k, v and O are both fp32 or both bf16), q and k rotated by RoPE's table
+// when rope_theta > 0 (backend.attn_rope).
 void cuda_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, int T, int NH,
-                        int NKV, int HS) {
+                        int NKV, int HS, float rope_theta) {
     cuda_ctx *x = cuda_ctx_of(b);
     TRI_ASSERT(NKV >= 1 && NH % NKV == 0); // the model checked it (grouped-query attention)
     if (B <= 0 || T <= 0 || NH <= 0) return;
+    const float2 *rope = rope_theta > 0 ? cuda_rope_table(x, T, HS, rope_theta) : nullptr;
     if (qkv.dtype == DTYPE_BF16) {
         const uint16_t *q16 = (const uint16_t *)qkv.ptr;
-        if (!cuda_fa2_fwd(x, out, (float *)state, q16, B, T, NH, NKV, HS))
-            cuda_attention_fwd_bf16(b, out, state, q16, B, T, NH, NKV, HS);
+        if (!cuda_fa2_fwd(x, out, (float *)state, q16, B, T, NH, NKV, HS, rope))
+            cuda_attention_fwd_bf16(b, out, state, q16, B, T, NH, NKV, HS, rope);
     } else {
-        cuda_attention_fwd_f32(b, out, state, (const float *)qkv.ptr, B, T, NH, NKV, HS);
+        cuda_attention_fwd_f32(b, out, state, (const float *)qkv.ptr, B, T, NH, NKV, HS, rope);
     }
 }
 
 void cuda_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv, operand out,
-                        const void *state, int B, int T, int NH, int NKV, int HS) {
+                        const void *state, int B, int T, int NH, int NKV, int HS,
+                        float rope_theta) {
     cuda_ctx *x = cuda_ctx_of(b);
     TRI_ASSERT(NKV >= 1 && NH % NKV == 0);
     if (B <= 0 || T <= 0 || NH <= 0) return;
+    const float2 *rope = rope_theta > 0 ? cuda_rope_table(x, T, HS, rope_theta) : nullptr;
     if (qkv.dtype == DTYPE_BF16) {
         const uint16_t *q16 = (const uint16_t *)qkv.ptr;
-        if (!cuda_fa2_bwd(x, dqkv, dout, q16, (const uint16_t *)out.ptr, (const float *)state, B, T,
-                          NH, NKV, HS))
-            cuda_attention_bwd_bf16(b, dqkv, dout, q16, state, B, T, NH, NKV, HS);
+        if (cuda_fa2_bwd(x, dqkv, dout, q16, (const uint16_t *)out.ptr, (const float *)state, B, T,
+                         NH, NKV, HS, rope))
+            return; // FA2 wrote dq and dk unrotated
+        cuda_attention_bwd_bf16(b, dqkv, dout, q16, state, B, T, NH, NKV, HS, rope);
     } else {
         cuda_attention_bwd_f32(b, dqkv, dout, (const float *)qkv.ptr,
-                               x->att_fa2 ? (const float *)out.ptr : NULL, state, B, T, NH, NKV,
-                               HS);
+                               x->att_fa2 ? (const float *)out.ptr : NULL, state, B, T, NH, NKV, HS,
+                               rope);
     }
+    // The v1 and fp32 kernels leave dq and dk in the rotated frame (a lane or a wmma fragment
+    // does not hold both elements of a pair): one pass of the rope kernel unrotates them.
+    if (rope) cuda_rope_apply(x, dqkv, B, T, NH, NKV, HS, rope, -1.0f);
 }

@@ -30,29 +30,40 @@
 // backward instead of FlashAttention-2's 5 (its dQ += dS K is an atomicAdd from every key
 // block), and 9 in v1; that file's header says why and what the 5 would take.
 //
+// RoPE (a llama's unrotated qkv, backend.attn_rope; the kernels' ROPE = true instances): once a
+// Q or K tile has landed in shared memory, the block rotates it there (fa2_rope_tile: widened,
+// turned by RoPE's fp32 table, rounded to bf16 again), behind one more barrier per tile; the
+// global rows stay unrotated, since every later query block loads the same key tiles. The
+// backward rotates its Q and K tiles the same way and unrotates dQ and dK in registers before
+// storing them (fa2_unrope_acc: the two elements of a pair are fragments dn and dn + HS/16 of
+// one lane), so dqkv is the unrotated q, k's gradient with no pass after.
+//
 // Numerics: S, dP and all sums in fp32 on the tensor cores; P and dS rounded to bf16 as the
 // operands of P V, P^T dO, dS K and dS^T Q (as FlashAttention-2 does); dO rounded to bf16 as
 // it is staged; O read as the bf16 the model keeps; the softmax statistics, D and every
 // accumulator fp32. Every sum runs in a fixed order, so results are bitwise reproducible.
 //
 // Registers, shared memory and occupancy (nvcc 13.0 -O2 -Xptxas -v: registers per thread on
-// sm_90 / sm_80, no spill and no stack frame in any; the shared memory is the dynamic
-// fa2_shape<HS> sizes; blocks per multiprocessor on sm_90 from 64K registers (allocated per
-// warp in units of 256), 228 KB of shared memory (1 KB reserved per block) and 64 warps,
-// blocks of 4 warps; estimated, not measured):
-//   kernel   HS  registers  shared bytes  blocks/SM (limit)  warps/SM
-//   fwd      64  128 / 128        46080   4 (both)           16 (25%)
-//   fwd      80  158 / 160        56320   3 (registers)      12 (19%)
-//   fwd      96  168 / 168        66560   3 (both)           12 (19%)
-//   fwd     128  246 / 238        87040   2 (both)            8 (12%)
-//   dq       64  128 / 126        55552   4 (both)           16 (25%)
-//   dq       80  160 / 158        67840   3 (both)           12 (19%)
-//   dq       96  168 / 168        80128   2 (shared memory)   8 (12%)
-//   dq      128  238 / 238       104704   2 (both)            8 (12%)
-//   dkv      64  168 / 158        46592   3 (registers)      12 (19%)
-//   dkv      80  168 / 168        56832   3 (registers)      12 (19%)
-//   dkv      96  219 / 209        67072   2 (registers)       8 (12%)
-//   dkv     128  252 / 247        87552   2 (both)            8 (12%)
+// sm_90 / sm_80 of the plain kernels and of their RoPE instances, no spill and no stack frame
+// in any; the shared memory is the dynamic fa2_shape<HS> sizes, the same for both; blocks per
+// multiprocessor on sm_90 from 64K registers (allocated per warp in units of 256), 228 KB of
+// shared memory (1 KB reserved per block) and 64 warps, blocks of 4 warps; estimated, not
+// measured):
+//   kernel   HS  registers  with RoPE  shared bytes  blocks/SM (limit)  with RoPE
+//   fwd      64  128 / 128  163 / 162         46080  4 (both)           3 (registers)
+//   fwd      80  158 / 158  168 / 168         56320  3 (registers)      3 (registers)
+//   fwd      96  168 / 168  168 / 198         66560  3 (both)           3 (both)
+//   fwd     128  238 / 238  236 / 238         87040  2 (both)           2 (both)
+//   dq       64  128 / 128  127 / 153         55552  4 (both)           4 (both)
+//   dq       80  158 / 158  168 / 168         67840  3 (both)           3 (both)
+//   dq       96  168 / 168  168 / 196         80128  2 (shared memory)  2 (shared memory)
+//   dq      128  240 / 242  240 / 244        104704  2 (both)           2 (both)
+//   dkv      64  168 / 163  168 / 166         46592  3 (registers)      3 (registers)
+//   dkv      80  166 / 166  164 / 168         56832  3 (registers)      3 (registers)
+//   dkv      96  224 / 218  223 / 217         67072  2 (registers)      2 (registers)
+//   dkv     128  253 / 255  255 / 255         87552  2 (both)           2 (both)
+// RoPE costs the HS 64 forward a block per multiprocessor (the rotation's loads and the table
+// reads are live beside Q's fragments); elsewhere the occupancy stays.
 // Few warps per multiprocessor is this structure's trade: registers hold Q (or dQ, dK, dV)
 // and the softmax state, each warp keeps many independent MMAs in flight, and the next tile's
 // copy overlaps this tile's products. Whether that hides the latency here is for a device run
@@ -64,9 +75,10 @@
 // ---------------------------------------------------------------------------------------
 // Forward
 
-template <int HS>
+template <int HS, bool ROPE>
 __global__ void __launch_bounds__(FA2_THREADS)
-    fa2_fwd_kernel(float *out, float *lse, const uint16_t *qkv, int T, int NH, int NKV, float sl2) {
+    fa2_fwd_kernel(float *out, float *lse, const uint16_t *qkv, int T, int NH, int NKV, float sl2,
+                   const float2 *rope) {
     using S = fa2_shape<HS>;
     constexpr int LD = S::LD;
     extern __shared__ __align__(128) unsigned char fa2_fwd_smem[];
@@ -105,6 +117,11 @@ __global__ void __launch_bounds__(FA2_THREADS)
             fa2_cp_wait<0>();
         }
         __syncthreads(); // tile j (and at j = 0 Q) visible to every warp
+        if (ROPE) {      // q and k rotated in the block's copies (fa2_rope_tile), then visible
+            if (j == 0) fa2_rope_tile<HS>(sQ, rope, q0, qn);
+            fa2_rope_tile<HS>(sK + st * S::TILE, rope, k0, min(FA2_TILE, T - k0));
+            __syncthreads();
+        }
         if (j == 0) {
 #pragma unroll
             for (int kk = 0; kk < S::KS; kk++)
@@ -211,7 +228,11 @@ template <int HS> static tri_status fa2_fwd_enable(unsigned *heads, size_t smem_
         *heads &= ~FA2_HEAD_BIT(HS);
         return TRI_OK;
     }
-    CUDA_CHECK(cudaFuncSetAttribute(fa2_fwd_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CUDA_CHECK(cudaFuncSetAttribute(fa2_fwd_kernel<HS, false>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)fa2_shape<HS>::fwd_smem));
+    CUDA_CHECK(cudaFuncSetAttribute(fa2_fwd_kernel<HS, true>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)fa2_shape<HS>::fwd_smem));
     return TRI_OK;
 }
@@ -239,31 +260,37 @@ static int fa2_takes(const cuda_ctx *x, const uint16_t *qkv, int HS) {
 
 template <int HS>
 static void fa2_fwd_launch(cuda_ctx *x, float *out, float *lse, const uint16_t *qkv, int B, int T,
-                           int NH, int NKV) {
+                           int NH, int NKV, const float2 *rope) {
     const float sl2 = 1.0f / sqrtf((float)HS) * FA2_LOG2E;
     dim3 grid((T + FA2_BLOCK - 1) / FA2_BLOCK, B * NH);
-    fa2_fwd_kernel<HS>
-        <<<grid, FA2_THREADS, fa2_shape<HS>::fwd_smem, x->stream>>>(out, lse, qkv, T, NH, NKV, sl2);
+    constexpr size_t smem = fa2_shape<HS>::fwd_smem;
+    if (rope)
+        fa2_fwd_kernel<HS, true>
+            <<<grid, FA2_THREADS, smem, x->stream>>>(out, lse, qkv, T, NH, NKV, sl2, rope);
+    else
+        fa2_fwd_kernel<HS, false>
+            <<<grid, FA2_THREADS, smem, x->stream>>>(out, lse, qkv, T, NH, NKV, sl2, rope);
     CUDA_LAUNCH_CHECK("fa2_fwd_kernel");
 }
 
 int cuda_fa2_fwd(cuda_ctx *x, float *out, float *lse, const uint16_t *qkv, int B, int T, int NH,
-                 int NKV, int HS) {
+                 int NKV, int HS, const float2 *rope) {
     if (!fa2_takes(x, qkv, HS)) return 0;
     switch (HS) {
-    case 64: fa2_fwd_launch<64>(x, out, lse, qkv, B, T, NH, NKV); break;
-    case 80: fa2_fwd_launch<80>(x, out, lse, qkv, B, T, NH, NKV); break;
-    case 96: fa2_fwd_launch<96>(x, out, lse, qkv, B, T, NH, NKV); break;
-    default: fa2_fwd_launch<128>(x, out, lse, qkv, B, T, NH, NKV); break;
+    case 64: fa2_fwd_launch<64>(x, out, lse, qkv, B, T, NH, NKV, rope); break;
+    case 80: fa2_fwd_launch<80>(x, out, lse, qkv, B, T, NH, NKV, rope); break;
+    case 96: fa2_fwd_launch<96>(x, out, lse, qkv, B, T, NH, NKV, rope); break;
+    default: fa2_fwd_launch<128>(x, out, lse, qkv, B, T, NH, NKV, rope); break;
     }
     return 1;
 }
 
 int cuda_fa2_bwd(cuda_ctx *x, float *dqkv, const float *dout, const uint16_t *qkv,
-                 const uint16_t *o16, const float *lse, int B, int T, int NH, int NKV, int HS) {
+                 const uint16_t *o16, const float *lse, int B, int T, int NH, int NKV, int HS,
+                 const float2 *rope) {
     // dO rows are read as float4 and O rows as 4 bf16 (C and HS / 2 multiples of 4).
     if (!fa2_takes(x, qkv, HS) || (uintptr_t)dout % 16 || (uintptr_t)o16 % 8) return 0;
     float *delta = (float *)cuda_scratch(x, (size_t)B * NH * T * sizeof(float));
-    fa2_bwd_run(x, HS, dqkv, delta, dout, o16, qkv, lse, B, T, NH, NKV);
+    fa2_bwd_run(x, HS, dqkv, delta, dout, o16, qkv, lse, B, T, NH, NKV, rope);
     return 1;
 }

@@ -15,7 +15,7 @@
 // scores become the operand P (or dS) without leaving registers, FlashAttention-2's way.
 #pragma once
 
-#include "backend_cuda_internal.cuh"
+#include "backend_cuda_rope.cuh"
 #include "compute/attn_fa2_tiles.h"
 
 #include <cuda_bf16.h>
@@ -171,15 +171,59 @@ __device__ __forceinline__ void fa2_load_f32(fa2_bf16 *s, const float *g, size_t
     }
 }
 
+// RoPE (backend.attn_rope): rows [0, nvalid) of a staged Q or K tile rotated in place in shared
+// memory, row r being position pos0 + r; rows past nvalid stay zero. The tile is the block's
+// own copy (cp.async brought it from global memory, which other blocks read unrotated). Whole
+// block; the caller's barriers make the landed tile visible before and the rotated one after.
+// A thread turns both chunks of a pair of 8-element chunks (d, d + HS/2) at once.
+template <int HS>
+__device__ __forceinline__ void fa2_rope_tile(fa2_bf16 *s, const float2 *rope, int pos0,
+                                              int nvalid) {
+    constexpr int LD = fa2_shape<HS>::LD, HC = HS / 16, N = FA2_TILE * HC; // HC: pairs of chunks
+    for (int idx = threadIdx.x; idx < N; idx += FA2_THREADS) {
+        const int r = idx / HC, d = idx % HC * 8;
+        if (r >= nvalid) continue;
+        uint4 *lo = reinterpret_cast<uint4 *>(s + r * LD + d);
+        uint4 *hi = reinterpret_cast<uint4 *>(s + r * LD + d + HS / 2);
+        const uint4 x = *lo, y = *hi;
+        *lo = cuda_rope_bf16x8(x, y, rope, pos0 + r, d, HS, 1.0f);
+        *hi = cuda_rope_bf16x8(y, x, rope, pos0 + r, d + HS / 2, HS, 1.0f);
+    }
+}
+
+// The inverse rotation of a warp's 16 x HS gradient held as C fragments (acc[dn]: columns
+// [8 dn, 8 dn + 8); element i at row g + 8 (i / 2), column 8 dn + 2 t + i % 2): the pair of
+// column c < HS/2 is column c + HS/2, fragment dn + HS/16 of the same lane, so the unrotation is
+// in registers. row0: the position of the warp's first row; rows at or past T are left as they
+// are (never stored).
+template <int HS>
+__device__ __forceinline__ void fa2_unrope_acc(float acc[HS / 8][4], const float2 *rope, int row0,
+                                               int T, int lane) {
+    constexpr int NH2 = HS / 16; // fragments per half
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int dn = 0; dn < NH2; dn++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int row = row0 + g + 8 * (i >> 1), c = 8 * dn + 2 * t + (i & 1);
+            if (row >= T) continue;
+            const float2 cs = rope[rope_at(row, c, HS) / 2];
+            const float u = acc[dn][i], v = acc[dn + NH2][i];
+            acc[dn][i] = rope_rotated(u, v, cs.x, cs.y, c, HS, -1.0f);
+            acc[dn + NH2][i] = rope_rotated(v, u, cs.x, cs.y, c + HS / 2, HS, -1.0f);
+        }
+}
+
 // ---- the backward's entry points (backend_cuda_attn_fa2_bwd.cu) ----
 // Lets the backward kernels of each head size use the shared memory they need, and clears bit
 // HS / 16 of *heads for those whose needs exceed the device's opt-in limit per block.
 tri_status fa2_bwd_init(unsigned *heads, size_t smem_optin);
 // The backward on bf16 q, k, v and the bf16 O (backend.h) into delta's B * NH * T floats of
 // scratch; the caller checked HS (one of FA2_HEADS) and the alignments.
+// rope: the RoPE table or NULL (then the kernels without its code run).
 void fa2_bwd_run(cuda_ctx *x, int HS, float *dqkv, float *delta, const float *dout,
                  const uint16_t *o16, const uint16_t *qkv, const float *lse, int B, int T, int NH,
-                 int NKV);
+                 int NKV, const float2 *rope);
 
 // The head sizes with kernels, as bits HS / 16.
 #define FA2_HEAD_BIT(hs) (1u << ((hs) / 16))

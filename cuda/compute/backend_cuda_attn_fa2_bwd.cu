@@ -39,11 +39,11 @@
 // ---------------------------------------------------------------------------------------
 // Pass 1: D and dQ per block of 64 queries
 
-template <int HS>
+template <int HS, bool ROPE>
 __global__ void __launch_bounds__(FA2_THREADS)
     fa2_bwd_dq_kernel(float *dqkv, float *delta, const float *dout, const uint16_t *o16,
                       const uint16_t *qkv, const float *lse, int T, int NH, int NKV, float sl2,
-                      float scale) {
+                      float scale, const float2 *rope) {
     using S = fa2_shape<HS>;
     constexpr int LD = S::LD;
     extern __shared__ __align__(128) unsigned char fa2_dq_smem[];
@@ -109,6 +109,11 @@ __global__ void __launch_bounds__(FA2_THREADS)
             fa2_cp_wait<0>();
         }
         __syncthreads(); // tile j visible; at j = 0 also Q, dO and D
+        if (ROPE) {      // q and k rotated in the block's copies, then visible
+            if (j == 0) fa2_rope_tile<HS>(sQ, rope, q0, qn);
+            fa2_rope_tile<HS>(sK + st * S::TILE, rope, k0, min(FA2_TILE, T - k0));
+            __syncthreads();
+        }
         if (j == 0) {
 #pragma unroll
             for (int kk = 0; kk < S::KS; kk++) {
@@ -161,6 +166,7 @@ __global__ void __launch_bounds__(FA2_THREADS)
         __syncthreads(); // stage st is free for tile j + 2
     }
     if (!active) return;
+    if (ROPE) fa2_unrope_acc<HS>(dq, rope, row0, T, lane); // dQ of the unrotated q
     float *dqbase = dqkv + hd.q;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -181,10 +187,11 @@ __global__ void __launch_bounds__(FA2_THREADS)
 // pipelined sequence of (head, tile) steps, the sums held in registers throughout (a fixed
 // order, no atomics; NKV = NH is the kernel as it was).
 
-template <int HS>
+template <int HS, bool ROPE>
 __global__ void __launch_bounds__(FA2_THREADS)
     fa2_bwd_dkv_kernel(float *dqkv, const float *dout, const uint16_t *qkv, const float *lse,
-                       const float *delta, int T, int NH, int NKV, float sl2, float scale) {
+                       const float *delta, int T, int NH, int NKV, float sl2, float scale,
+                       const float2 *rope) {
     using S = fa2_shape<HS>;
     constexpr int LD = S::LD;
     extern __shared__ __align__(128) unsigned char fa2_dkv_smem[];
@@ -234,6 +241,11 @@ __global__ void __launch_bounds__(FA2_THREADS)
         if (it + 1 < steps) fa2_cp_wait<1>();
         else fa2_cp_wait<0>();
         __syncthreads(); // Q tile (and at it = 0 K, V), dO, lse, D visible
+        if (ROPE) {      // q and k rotated in the block's copies, then visible
+            if (it == 0) fa2_rope_tile<HS>(sK, rope, k0, kn);
+            fa2_rope_tile<HS>(sQ + st * S::TILE, rope, q0, qn);
+            __syncthreads();
+        }
         if (active) {
             const fa2_bf16 *q = sQ + st * S::TILE;
             const int lo = fa2_query_chunk_lo(key0, q0), hi = fa2_query_chunk_hi(q0, T);
@@ -285,6 +297,7 @@ __global__ void __launch_bounds__(FA2_THREADS)
         h = h1, q0 = q1;
     }
     if (!active) return;
+    if (ROPE) fa2_unrope_acc<HS>(dk, rope, key0, T, lane); // dK of the unrotated k
     float *dkbase = dqkv + kv.k, *dvbase = dqkv + kv.v;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -311,9 +324,13 @@ template <int HS> static tri_status fa2_bwd_enable(unsigned *heads, size_t smem_
         *heads &= ~FA2_HEAD_BIT(HS);
         return TRI_OK;
     }
-    CUDA_CHECK(cudaFuncSetAttribute(fa2_bwd_dq_kernel<HS>,
+    CUDA_CHECK(cudaFuncSetAttribute(fa2_bwd_dq_kernel<HS, false>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)S::dq_smem));
-    CUDA_CHECK(cudaFuncSetAttribute(fa2_bwd_dkv_kernel<HS>,
+    CUDA_CHECK(cudaFuncSetAttribute(fa2_bwd_dkv_kernel<HS, false>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)S::dkv_smem));
+    CUDA_CHECK(cudaFuncSetAttribute(fa2_bwd_dq_kernel<HS, true>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)S::dq_smem));
+    CUDA_CHECK(cudaFuncSetAttribute(fa2_bwd_dkv_kernel<HS, true>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)S::dkv_smem));
     return TRI_OK;
 }
@@ -326,29 +343,37 @@ tri_status fa2_bwd_init(unsigned *heads, size_t smem_optin) {
     return TRI_OK;
 }
 
-template <int HS>
+template <int HS, bool ROPE>
 static void fa2_bwd_launch(cuda_ctx *x, float *dqkv, float *delta, const float *dout,
                            const uint16_t *o16, const uint16_t *qkv, const float *lse, int B, int T,
-                           int NH, int NKV) {
+                           int NH, int NKV, const float2 *rope) {
     using S = fa2_shape<HS>;
     const float scale = 1.0f / sqrtf((float)HS), sl2 = scale * FA2_LOG2E;
     dim3 grid((T + FA2_BLOCK - 1) / FA2_BLOCK, B * NH);
-    fa2_bwd_dq_kernel<HS><<<grid, FA2_THREADS, S::dq_smem, x->stream>>>(
-        dqkv, delta, dout, o16, qkv, lse, T, NH, NKV, sl2, scale);
+    fa2_bwd_dq_kernel<HS, ROPE><<<grid, FA2_THREADS, S::dq_smem, x->stream>>>(
+        dqkv, delta, dout, o16, qkv, lse, T, NH, NKV, sl2, scale, rope);
     CUDA_LAUNCH_CHECK("fa2_bwd_dq_kernel");
     dim3 kv_grid((T + FA2_BLOCK - 1) / FA2_BLOCK, B * NKV);
-    fa2_bwd_dkv_kernel<HS><<<kv_grid, FA2_THREADS, S::dkv_smem, x->stream>>>(
-        dqkv, dout, qkv, lse, delta, T, NH, NKV, sl2, scale);
+    fa2_bwd_dkv_kernel<HS, ROPE><<<kv_grid, FA2_THREADS, S::dkv_smem, x->stream>>>(
+        dqkv, dout, qkv, lse, delta, T, NH, NKV, sl2, scale, rope);
     CUDA_LAUNCH_CHECK("fa2_bwd_dkv_kernel");
+}
+
+template <int HS>
+static void fa2_bwd_pick(cuda_ctx *x, float *dqkv, float *delta, const float *dout,
+                         const uint16_t *o16, const uint16_t *qkv, const float *lse, int B, int T,
+                         int NH, int NKV, const float2 *rope) {
+    if (rope) fa2_bwd_launch<HS, true>(x, dqkv, delta, dout, o16, qkv, lse, B, T, NH, NKV, rope);
+    else fa2_bwd_launch<HS, false>(x, dqkv, delta, dout, o16, qkv, lse, B, T, NH, NKV, rope);
 }
 
 void fa2_bwd_run(cuda_ctx *x, int HS, float *dqkv, float *delta, const float *dout,
                  const uint16_t *o16, const uint16_t *qkv, const float *lse, int B, int T, int NH,
-                 int NKV) {
+                 int NKV, const float2 *rope) {
     switch (HS) {
-    case 64: fa2_bwd_launch<64>(x, dqkv, delta, dout, o16, qkv, lse, B, T, NH, NKV); break;
-    case 80: fa2_bwd_launch<80>(x, dqkv, delta, dout, o16, qkv, lse, B, T, NH, NKV); break;
-    case 96: fa2_bwd_launch<96>(x, dqkv, delta, dout, o16, qkv, lse, B, T, NH, NKV); break;
-    default: fa2_bwd_launch<128>(x, dqkv, delta, dout, o16, qkv, lse, B, T, NH, NKV); break;
+    case 64: fa2_bwd_pick<64>(x, dqkv, delta, dout, o16, qkv, lse, B, T, NH, NKV, rope); break;
+    case 80: fa2_bwd_pick<80>(x, dqkv, delta, dout, o16, qkv, lse, B, T, NH, NKV, rope); break;
+    case 96: fa2_bwd_pick<96>(x, dqkv, delta, dout, o16, qkv, lse, B, T, NH, NKV, rope); break;
+    default: fa2_bwd_pick<128>(x, dqkv, delta, dout, o16, qkv, lse, B, T, NH, NKV, rope); break;
     }
 }

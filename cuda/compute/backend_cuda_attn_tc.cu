@@ -40,7 +40,13 @@
 // 70 KiB, dq 79 KiB, dkv 88.5 KiB; HS 128: 110, 111 and 120.5 KiB. Any other head size, or a
 // device whose opt-in shared memory per block is smaller, falls back to the fp32 kernels on
 // a widened copy of qkv (the widened workspace, sized at start: compute/cuda_workspace.h).
-#include "backend_cuda_internal.cuh"
+//
+// RoPE (rope: the table, backend.attn_rope): atc_load rotates each 8-element chunk of a Q or K
+// row as it stages it, from the chunk and its partner chunk HS / 2 away (both in one side of
+// the pair split: HS / 2 is a multiple of 8), widened, rotated in fp32 and rounded to bf16:
+// the block's shared copy only. dQ and dK leave in the rotated frame (wmma fragments are
+// opaque), and cuda_attention_bwd unrotates them by one pass over dqkv.
+#include "backend_cuda_rope.cuh"
 
 #include <cuda_bf16.h>
 #include <math.h>
@@ -83,9 +89,18 @@ static_assert(ATC_BR == ATC_BC, "the diagonal tile must align with the blocks");
 // Tile rows [0, rows) of s (row stride DP + 8) from the bf16 global rows g + r * gstride, the
 // first nvalid of them; elements past nvalid or HS are zero. HS is a multiple of 16, so
 // 8-element chunks never straddle HS; vec: 16-byte loads (the rows are 16-byte aligned).
+__device__ __forceinline__ uint4 atc_load8(const uint16_t *src, int vec) {
+    if (vec) return *(const uint4 *)src;
+    uint4 v;
+    v.x = src[0] | (unsigned)src[1] << 16, v.y = src[2] | (unsigned)src[3] << 16;
+    v.z = src[4] | (unsigned)src[5] << 16, v.w = src[6] | (unsigned)src[7] << 16;
+    return v;
+}
+
+// With rope (the RoPE table, or NULL): row r is position pos0 + r, stored rotated.
 template <int DP>
 __device__ void atc_load(atc_bf16 *s, const uint16_t *g, size_t gstride, int nvalid, int rows,
-                         int HS, int vec) {
+                         int HS, int vec, const float2 *rope = nullptr, int pos0 = 0) {
     constexpr int LD = DP + 8, CH = DP / 8;
     for (int idx = threadIdx.x; idx < rows * CH; idx += ATC_THREADS) {
         const int r = idx / CH, d = idx % CH * 8;
@@ -98,6 +113,9 @@ __device__ void atc_load(atc_bf16 *s, const uint16_t *g, size_t gstride, int nva
                 v.x = src[0] | (unsigned)src[1] << 16, v.y = src[2] | (unsigned)src[3] << 16;
                 v.z = src[4] | (unsigned)src[5] << 16, v.w = src[6] | (unsigned)src[7] << 16;
             }
+            if (rope)
+                v = cuda_rope_bf16x8(v, atc_load8(src - d + rope_partner(d, HS), vec), rope,
+                                     pos0 + r, d, HS, 1.0f);
         }
         *(uint4 *)(s + r * LD + d) = v;
     }
@@ -176,10 +194,10 @@ __device__ __forceinline__ void atc_store(float *dst, size_t ld, atc_acc acc[DP 
 // ---------------------------------------------------------------------------------------
 // Forward. Grid (query blocks, B * NH); the blocks with the most keys start first.
 
-template <int DP>
+template <int DP, bool ROPE>
 __global__ void __launch_bounds__(ATC_THREADS)
     atc_fwd_kernel(float *out, float *lse, const uint16_t *qkv, int T, int NH, int NKV, int HS,
-                   float sl2, int vec) {
+                   float sl2, int vec, const float2 *rope) {
     constexpr int LDH = DP + 8, LDO = DP + 4;
     extern __shared__ __align__(128) unsigned char atc_shared[];
     atc_bf16 *sQ = (atc_bf16 *)atc_shared, *sK = sQ + ATC_BR * LDH, *sV = sK + ATC_BC * LDH;
@@ -192,7 +210,7 @@ __global__ void __launch_bounds__(ATC_THREADS)
     const size_t ld3 = hd.ld;
     const uint16_t *base = qkv + hd.q, *kbase = qkv + hd.k, *vbase = qkv + hd.v;
     const int qn = min(ATC_BR, T - q0), wrow0 = q0 + 16 * warp;
-    atc_load<DP>(sQ, base + (size_t)q0 * ld3, ld3, qn, ATC_BR, HS, vec);
+    atc_load<DP>(sQ, base + (size_t)q0 * ld3, ld3, qn, ATC_BR, HS, vec, ROPE ? rope : nullptr, q0);
     const atc_bf16 *sQw = sQ + 16 * warp * LDH;
     float *sSw = sS + 16 * warp * ATC_LDS, *sOw = sO + 16 * warp * LDO;
     atc_bf16 *sPw = sP + 16 * warp * ATC_LDP;
@@ -208,7 +226,8 @@ __global__ void __launch_bounds__(ATC_THREADS)
     for (int k0 = 0; k0 < kend; k0 += ATC_BC) {
         const int kn = min(ATC_BC, kend - k0);
         __syncthreads(); // the previous tile is consumed
-        atc_load<DP>(sK, kbase + (size_t)k0 * ld3, ld3, kn, ATC_BC, HS, vec);
+        atc_load<DP>(sK, kbase + (size_t)k0 * ld3, ld3, kn, ATC_BC, HS, vec, ROPE ? rope : nullptr,
+                     k0);
         atc_load<DP>(sV, vbase + (size_t)k0 * ld3, ld3, kn, ATC_BC, HS, vec);
         __syncthreads();
         // Columns past the warp's last row (the diagonal tile) or past kn are masked for all
@@ -258,11 +277,11 @@ __global__ void __launch_bounds__(ATC_THREADS)
 // ---------------------------------------------------------------------------------------
 // Backward, pass 1: D and dQ per block of 64 queries.
 
-template <int DP>
+template <int DP, bool ROPE>
 __global__ void __launch_bounds__(ATC_THREADS)
     atc_bwd_dq_kernel(float *dqkv, float *delta, const float *dout, const uint16_t *qkv,
                       const float *lse, int T, int NH, int NKV, int HS, float sl2, float scale,
-                      int vec) {
+                      int vec, const float2 *rope) {
     constexpr int LDH = DP + 8;
     extern __shared__ __align__(128) unsigned char atc_shared[];
     atc_bf16 *sQ = (atc_bf16 *)atc_shared, *sdO = sQ + ATC_BR * LDH, *sK = sdO + ATC_BR * LDH;
@@ -275,7 +294,7 @@ __global__ void __launch_bounds__(ATC_THREADS)
     const size_t ld3 = hd.ld, head = (size_t)(bh / NH) * T, hoff = (size_t)(bh % NH) * HS;
     const uint16_t *base = qkv + hd.q, *kbase = qkv + hd.k, *vbase = qkv + hd.v;
     const int qn = min(ATC_BR, T - q0), wrow0 = q0 + 16 * warp;
-    atc_load<DP>(sQ, base + (size_t)q0 * ld3, ld3, qn, ATC_BR, HS, vec);
+    atc_load<DP>(sQ, base + (size_t)q0 * ld3, ld3, qn, ATC_BR, HS, vec, ROPE ? rope : nullptr, q0);
     atc_load_f32<DP>(sdO, dout + (head + q0) * C + hoff, C, qn, ATC_BR, HS);
     const atc_bf16 *sQw = sQ + 16 * warp * LDH, *sdOw = sdO + 16 * warp * LDH;
     float *sSw = sS + 16 * warp * ATC_LDS, *sdPw = sdP + 16 * warp * ATC_LDS;
@@ -292,7 +311,8 @@ __global__ void __launch_bounds__(ATC_THREADS)
         for (int k0 = 0; k0 < kend; k0 += ATC_BC) {
             const int kn = min(ATC_BC, kend - k0);
             __syncthreads();
-            atc_load<DP>(sK, kbase + (size_t)k0 * ld3, ld3, kn, ATC_BC, HS, vec);
+            atc_load<DP>(sK, kbase + (size_t)k0 * ld3, ld3, kn, ATC_BC, HS, vec,
+                         ROPE ? rope : nullptr, k0);
             atc_load<DP>(sV, vbase + (size_t)k0 * ld3, ld3, kn, ATC_BC, HS, vec);
             __syncthreads();
             const int nt = (min(kn, wrow0 + 16 - k0) + 15) / 16;
@@ -326,11 +346,11 @@ __global__ void __launch_bounds__(ATC_THREADS)
 // summed over the query heads of its group in head order (no atomics). Block 0 (the most
 // queries) starts first.
 
-template <int DP>
+template <int DP, bool ROPE>
 __global__ void __launch_bounds__(ATC_THREADS)
     atc_bwd_dkv_kernel(float *dqkv, const float *dout, const uint16_t *qkv, const float *lse,
                        const float *delta, int T, int NH, int NKV, int HS, float sl2, float scale,
-                       int vec) {
+                       int vec, const float2 *rope) {
     constexpr int LDH = DP + 8;
     extern __shared__ __align__(128) unsigned char atc_shared[];
     atc_bf16 *sK = (atc_bf16 *)atc_shared, *sV = sK + ATC_BR * LDH, *sQ = sV + ATC_BR * LDH;
@@ -344,7 +364,8 @@ __global__ void __launch_bounds__(ATC_THREADS)
     const att_heads kv = att_heads_of(bb, h0, T, NH, NKV, HS);
     const size_t ld3 = kv.ld, head = (size_t)bb * T;
     const int kn = min(ATC_BR, T - k0), wkey0 = k0 + 16 * warp;
-    atc_load<DP>(sK, qkv + kv.k + (size_t)k0 * ld3, ld3, kn, ATC_BR, HS, vec);
+    atc_load<DP>(sK, qkv + kv.k + (size_t)k0 * ld3, ld3, kn, ATC_BR, HS, vec, ROPE ? rope : nullptr,
+                 k0);
     atc_load<DP>(sV, qkv + kv.v + (size_t)k0 * ld3, ld3, kn, ATC_BR, HS, vec);
     const atc_bf16 *sKw = sK + 16 * warp * LDH, *sVw = sV + 16 * warp * LDH;
     float *sSw = sS + 16 * warp * ATC_LDS, *sdPw = sdP + 16 * warp * ATC_LDS;
@@ -363,7 +384,8 @@ __global__ void __launch_bounds__(ATC_THREADS)
         for (int q0 = k0; q0 < T; q0 += ATC_BC) {
             const int qn = min(ATC_BC, T - q0);
             __syncthreads();
-            atc_load<DP>(sQ, base + (size_t)q0 * ld3, ld3, qn, ATC_BC, HS, vec);
+            atc_load<DP>(sQ, base + (size_t)q0 * ld3, ld3, qn, ATC_BC, HS, vec,
+                         ROPE ? rope : nullptr, q0);
             atc_load_f32<DP>(sdO, dout + (head + q0) * C + hoff, C, qn, ATC_BC, HS);
             for (int i = threadIdx.x; i < ATC_BC; i += ATC_THREADS) {
                 sL[i] = i < qn ? lse[bh * T + q0 + i] : 0.0f;
@@ -403,17 +425,25 @@ __global__ void __launch_bounds__(ATC_THREADS)
 // makes no host API call besides its launches: these queries and settings used to run on
 // every call (a cudaDeviceGetAttribute and three cudaFuncSetAttribute per forward and per
 // backward).
+template <int DP, bool ROPE> static tri_status atc_allow_smem(void) {
+    CUDA_CHECK(cudaFuncSetAttribute(atc_fwd_kernel<DP, ROPE>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)atc_smem<DP>::fwd));
+    CUDA_CHECK(cudaFuncSetAttribute(atc_bwd_dq_kernel<DP, ROPE>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)atc_smem<DP>::dq));
+    CUDA_CHECK(cudaFuncSetAttribute(atc_bwd_dkv_kernel<DP, ROPE>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)atc_smem<DP>::dkv));
+    return TRI_OK;
+}
+
 template <int DP> static tri_status atc_enable(cuda_ctx *x, size_t smem_optin) {
     if (smem_optin < atc_smem<DP>::fwd || smem_optin < atc_smem<DP>::dq ||
         smem_optin < atc_smem<DP>::dkv)
         return TRI_OK;
-    CUDA_CHECK(cudaFuncSetAttribute(atc_fwd_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)atc_smem<DP>::fwd));
-    CUDA_CHECK(cudaFuncSetAttribute(
-        atc_bwd_dq_kernel<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)atc_smem<DP>::dq));
-    CUDA_CHECK(cudaFuncSetAttribute(atc_bwd_dkv_kernel<DP>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)atc_smem<DP>::dkv));
+    TRI_CHECK((atc_allow_smem<DP, false>()));
+    TRI_CHECK((atc_allow_smem<DP, true>()));
     x->atc_heads |= 1u << (DP / 16);
     return TRI_OK;
 }
@@ -436,63 +466,79 @@ static int atc_head_dp(const cuda_ctx *x, int HS) {
 
 template <int DP>
 static void atc_fwd_launch(cuda_ctx *x, float *out, float *lse, const uint16_t *qkv, int B, int T,
-                           int NH, int NKV, int HS) {
+                           int NH, int NKV, int HS, const float2 *rope) {
     const float sl2 = 1.0f / sqrtf((float)HS) * ATC_LOG2E;
     const int vec = (uintptr_t)qkv % 16 == 0;
     dim3 grid((T + ATC_BR - 1) / ATC_BR, B * NH);
-    atc_fwd_kernel<DP><<<grid, ATC_THREADS, atc_smem<DP>::fwd, x->stream>>>(out, lse, qkv, T, NH,
-                                                                            NKV, HS, sl2, vec);
+    // RoPE's instances only with a table: the others compile as they did before it.
+    if (rope)
+        atc_fwd_kernel<DP, true><<<grid, ATC_THREADS, atc_smem<DP>::fwd, x->stream>>>(
+            out, lse, qkv, T, NH, NKV, HS, sl2, vec, rope);
+    else
+        atc_fwd_kernel<DP, false><<<grid, ATC_THREADS, atc_smem<DP>::fwd, x->stream>>>(
+            out, lse, qkv, T, NH, NKV, HS, sl2, vec, rope);
     CUDA_LAUNCH_CHECK("atc_fwd_kernel");
 }
 
 template <int DP>
 static void atc_bwd_launch(cuda_ctx *x, float *dqkv, float *delta, const float *dout,
                            const uint16_t *qkv, const float *lse, int B, int T, int NH, int NKV,
-                           int HS) {
+                           int HS, const float2 *rope) {
     const float scale = 1.0f / sqrtf((float)HS), sl2 = scale * ATC_LOG2E;
     const int vec = (uintptr_t)qkv % 16 == 0;
     dim3 grid((T + ATC_BR - 1) / ATC_BR, B * NH);
-    atc_bwd_dq_kernel<DP><<<grid, ATC_THREADS, atc_smem<DP>::dq, x->stream>>>(
-        dqkv, delta, dout, qkv, lse, T, NH, NKV, HS, sl2, scale, vec);
+    if (rope)
+        atc_bwd_dq_kernel<DP, true><<<grid, ATC_THREADS, atc_smem<DP>::dq, x->stream>>>(
+            dqkv, delta, dout, qkv, lse, T, NH, NKV, HS, sl2, scale, vec, rope);
+    else
+        atc_bwd_dq_kernel<DP, false><<<grid, ATC_THREADS, atc_smem<DP>::dq, x->stream>>>(
+            dqkv, delta, dout, qkv, lse, T, NH, NKV, HS, sl2, scale, vec, rope);
     CUDA_LAUNCH_CHECK("atc_bwd_dq_kernel");
     dim3 kv_grid((T + ATC_BR - 1) / ATC_BR, B * NKV);
-    atc_bwd_dkv_kernel<DP><<<kv_grid, ATC_THREADS, atc_smem<DP>::dkv, x->stream>>>(
-        dqkv, dout, qkv, lse, delta, T, NH, NKV, HS, sl2, scale, vec);
+    if (rope)
+        atc_bwd_dkv_kernel<DP, true><<<kv_grid, ATC_THREADS, atc_smem<DP>::dkv, x->stream>>>(
+            dqkv, dout, qkv, lse, delta, T, NH, NKV, HS, sl2, scale, vec, rope);
+    else
+        atc_bwd_dkv_kernel<DP, false><<<kv_grid, ATC_THREADS, atc_smem<DP>::dkv, x->stream>>>(
+            dqkv, dout, qkv, lse, delta, T, NH, NKV, HS, sl2, scale, vec, rope);
     CUDA_LAUNCH_CHECK("atc_bwd_dkv_kernel");
 }
 
 void cuda_attention_fwd_bf16(backend *b, float *out, void *state, const uint16_t *qkv, int B, int T,
-                             int NH, int NKV, int HS) {
+                             int NH, int NKV, int HS, const float2 *rope) {
     cuda_ctx *x = cuda_ctx_of(b);
     if (B <= 0 || T <= 0 || NH <= 0) return;
     float *lse = (float *)state;
     switch (atc_head_dp(x, HS)) {
-    case 16: atc_fwd_launch<16>(x, out, lse, qkv, B, T, NH, NKV, HS); return;
-    case 32: atc_fwd_launch<32>(x, out, lse, qkv, B, T, NH, NKV, HS); return;
-    case 64: atc_fwd_launch<64>(x, out, lse, qkv, B, T, NH, NKV, HS); return;
-    case 128: atc_fwd_launch<128>(x, out, lse, qkv, B, T, NH, NKV, HS); return;
+    case 16: atc_fwd_launch<16>(x, out, lse, qkv, B, T, NH, NKV, HS, rope); return;
+    case 32: atc_fwd_launch<32>(x, out, lse, qkv, B, T, NH, NKV, HS, rope); return;
+    case 64: atc_fwd_launch<64>(x, out, lse, qkv, B, T, NH, NKV, HS, rope); return;
+    case 128: atc_fwd_launch<128>(x, out, lse, qkv, B, T, NH, NKV, HS, rope); return;
     default: break;
     }
     float *wide = cuda_widened_copy(x, qkv, (size_t)B * T * (NH + 2 * NKV) * HS);
-    cuda_attention_fwd_f32(b, out, state, wide, B, T, NH, NKV, HS);
+    cuda_attention_fwd_f32(b, out, state, wide, B, T, NH, NKV, HS, rope);
     cuda_widened_free(x, wide);
 }
 
 void cuda_attention_bwd_bf16(backend *b, float *dqkv, const float *dout, const uint16_t *qkv,
-                             const void *state, int B, int T, int NH, int NKV, int HS) {
+                             const void *state, int B, int T, int NH, int NKV, int HS,
+                             const float2 *rope) {
     cuda_ctx *x = cuda_ctx_of(b);
     if (B <= 0 || T <= 0 || NH <= 0) return;
     const float *lse = (const float *)state;
     const int dp = atc_head_dp(x, HS);
     if (dp) {
         float *delta = (float *)cuda_scratch(x, (size_t)B * NH * T * sizeof(float));
-        if (dp == 16) atc_bwd_launch<16>(x, dqkv, delta, dout, qkv, lse, B, T, NH, NKV, HS);
-        else if (dp == 32) atc_bwd_launch<32>(x, dqkv, delta, dout, qkv, lse, B, T, NH, NKV, HS);
-        else if (dp == 64) atc_bwd_launch<64>(x, dqkv, delta, dout, qkv, lse, B, T, NH, NKV, HS);
-        else atc_bwd_launch<128>(x, dqkv, delta, dout, qkv, lse, B, T, NH, NKV, HS);
+#define ATC_BWD(d) atc_bwd_launch<d>(x, dqkv, delta, dout, qkv, lse, B, T, NH, NKV, HS, rope)
+        if (dp == 16) ATC_BWD(16);
+        else if (dp == 32) ATC_BWD(32);
+        else if (dp == 64) ATC_BWD(64);
+        else ATC_BWD(128);
+#undef ATC_BWD
         return;
     }
     float *wide = cuda_widened_copy(x, qkv, (size_t)B * T * (NH + 2 * NKV) * HS);
-    cuda_attention_bwd_f32(b, dqkv, dout, wide, NULL, state, B, T, NH, NKV, HS);
+    cuda_attention_bwd_f32(b, dqkv, dout, wide, NULL, state, B, T, NH, NKV, HS, rope);
     cuda_widened_free(x, wide);
 }

@@ -66,6 +66,12 @@ typedef struct {
     size_t scratch_bytes;
     void *widened;
     size_t widened_bytes;
+    // RoPE's (cos, sin) table (rope_math.h) for positions [0, rope_T) at head size rope_HS and
+    // base rope_theta, built on the host in double: what the attention kernels rotate q and k
+    // by (backend.attn_rope) and the rope ops too. reserve makes it for the run's shapes.
+    float2 *rope_tab;
+    int rope_T, rope_HS;
+    float rope_theta;
     int reserved; // reserve sized the workspaces for the run
     int grew;     // a workspace grew after that (reported once)
     // Token uploads: a ring of pinned slots (compute/upload_ring.h), one event per slot.
@@ -223,36 +229,46 @@ void cuda_gemm_bf16_fallback(cuda_ctx *x, int ta, int tb, int m, int n, int k, c
 // tensor-core kernels.
 tri_status cuda_attention_init(cuda_ctx *x, size_t smem_optin);
 // The table's entries (backend.h): fp32 q, k, v here, bf16 ones in the FA2 or the v1
-// tensor-core kernels below. state: each row's log-sum-exp (ATTN_STATE_LSE).
+// tensor-core kernels below. state: each row's log-sum-exp (ATTN_STATE_LSE). rope_theta > 0:
+// every kernel family reads q and k rotated (the RoPE table, cuda_rope_table), each block
+// rotating its own copy of a tile as it loads it (qkv is read by many blocks: never rotated in
+// place); the FA2 backward writes dq and dk unrotated from its registers, the others' dq, dk
+// are unrotated by one pass of the rope kernel over dqkv after them.
 void cuda_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, int T, int NH,
-                        int NKV, int HS);
+                        int NKV, int HS, float rope_theta);
 void cuda_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv, operand out,
-                        const void *state, int B, int T, int NH, int NKV, int HS);
+                        const void *state, int B, int T, int NH, int NKV, int HS, float rope_theta);
 // The fp32 kernels (also the bf16 ops' fallback, on widened q, k, v). o: the fp32 forward
-// output, from which D = rowsum(dO * O) is read, or NULL for v1's sweep over the keys.
+// output, from which D = rowsum(dO * O) is read, or NULL for v1's sweep over the keys. rope:
+// the RoPE table or NULL; with it q and k are rotated as they are loaded, and dq, dk are
+// written in the rotated frame (the caller unrotates them: cuda_rope_apply).
 void cuda_attention_fwd_f32(backend *b, float *out, void *state, const float *qkv, int B, int T,
-                            int NH, int NKV, int HS);
+                            int NH, int NKV, int HS, const float2 *rope);
 void cuda_attention_bwd_f32(backend *b, float *dqkv, const float *dout, const float *qkv,
                             const float *o, const void *state, int B, int T, int NH, int NKV,
-                            int HS);
+                            int HS, const float2 *rope);
 // ---- FlashAttention-2 kernels on bf16 q, k, v (backend_cuda_attn_fa2.cu) ----
 // Sets x->att_fa2_heads and lets the kernels that fit use the shared memory they need.
 tri_status cuda_fa2_init(cuda_ctx *x, size_t smem_optin);
 // Each returns 1 when it ran the op: x->att_fa2 set, HS one of 64, 80, 96, 128 with kernels
 // that fit this device, and the pointers aligned as the kernels load them; else 0, and the
-// caller runs the v1 kernels.
+// caller runs the v1 kernels. rope: the RoPE table or NULL; the backward then writes dq and
+// dk unrotated (complete: nothing for the caller to do).
 int cuda_fa2_fwd(cuda_ctx *x, float *out, float *lse, const uint16_t *qkv, int B, int T, int NH,
-                 int NKV, int HS);
+                 int NKV, int HS, const float2 *rope);
 int cuda_fa2_bwd(cuda_ctx *x, float *dqkv, const float *dout, const uint16_t *qkv,
-                 const uint16_t *o16, const float *lse, int B, int T, int NH, int NKV, int HS);
+                 const uint16_t *o16, const float *lse, int B, int T, int NH, int NKV, int HS,
+                 const float2 *rope);
 // ---- v1 tensor-core attention on bf16 q, k, v (backend_cuda_attn_tc.cu) ----
 // Sets x->atc_heads and lets the kernels that fit use the shared memory they need (once, at
 // creation: an attention call then queries and sets nothing).
 tri_status cuda_atc_init(cuda_ctx *x, size_t smem_optin);
+// rope as cuda_attention_fwd_f32's (dq, dk in the rotated frame).
 void cuda_attention_fwd_bf16(backend *b, float *out, void *state, const uint16_t *qkv, int B, int T,
-                             int NH, int NKV, int HS);
+                             int NH, int NKV, int HS, const float2 *rope);
 void cuda_attention_bwd_bf16(backend *b, float *dqkv, const float *dout, const uint16_t *qkv,
-                             const void *state, int B, int T, int NH, int NKV, int HS);
+                             const void *state, int B, int T, int NH, int NKV, int HS,
+                             const float2 *rope);
 
 // ---- the other ops (backend_cuda_ops.cu) ----
 // dst (n) += src (n), on the context's stream (the bias-gradient epilogue's accumulation).
@@ -345,5 +361,16 @@ void cuda_residual_rmsnorm_fwd(backend *b, float *res, float *out, float *rstd, 
                                const float *c, const float *weight, int N, int C, float eps);
 void cuda_rope_fwd(backend *b, float *qkv, int B, int T, int NH, int NKV, int HS, float theta);
 void cuda_rope_bwd(backend *b, float *dqkv, int B, int T, int NH, int NKV, int HS, float theta);
+// The RoPE table (x->rope_tab) for at least positions [0, T) at HS and theta: kept while
+// those hold, else rebuilt on the host in double (rope_math.h's rope_table_fill) and copied,
+// which synchronises the stream and counts an allocation (reserve builds the run's at start;
+// past it, a growth is reported once as any workspace's). cuda_ws_rope_table(T, HS) bytes.
+const float2 *cuda_rope_table(cuda_ctx *x, int T, int HS, float theta);
+// The rotation (dir 1) or its inverse (dir -1) in place on the q and k heads of qkv (B*T rows
+// of (NH + 2 NKV) HS floats), by the table (the rope ops; the unrotation of dq and dk after
+// the attention kernels that leave them rotated).
+void cuda_rope_apply(cuda_ctx *x, float *qkv, int B, int T, int NH, int NKV, int HS,
+                     const float2 *tab, float dir);
+void cuda_rope_free(cuda_ctx *x);
 void cuda_swiglu_fwd(backend *b, float *out, const float *fc, int N, int F);
 void cuda_swiglu_bwd(backend *b, float *dfc, const float *dout, const float *fc, int N, int F);

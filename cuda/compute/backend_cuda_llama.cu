@@ -11,16 +11,21 @@
 // LayerNorm's: partial column sums over fixed chunks of CUDA_LN_CHUNK rows, then the chunks
 // in order by a second kernel.
 //
-// RoPE's cos and sin: computed in the kernel in double (angle t * theta^(-2i/HS), as the
-// CPU's table), rounded to fp32, once per (row, i) and reused for every q and k head of the
-// row. No table is kept: a device table would be another buffer that reserve sizes and the
-// planner counts for T x HS/2 pairs, and the double math it saves is NH + NKV times smaller
-// than the data the kernel moves (one pow and one sincos per HS/2 floats of a row against
-// (NH + NKV) HS floats read and written); the op stays bound by memory on the devices of
-// CUDA_ARCH (sm_80, sm_90: full-rate fp64).
+// RoPE's cos and sin: a table of T x HS/2 (cos, sin) pairs in fp32 (x->rope_tab), computed on
+// the host in double by rope_math.h's rope_table_fill (the CPU's angles, the same function),
+// made once by reserve and counted with the workspaces (cuda_ws_rope_table: T 8192, HS 128 is
+// 4 MiB). A table, not device math, because the attention kernels rotate q and k as they load
+// each tile (backend.attn_rope) and every key tile is loaded by each of the query blocks after
+// it: per element that is one 8-byte read that stays in L2, where the double pow and sincos
+// the separate kernel used to compute once per (row, pair) would be repeated T / 64 times; and
+// sincospif-class fp32 device math would give other cos and sin than the CPU's (its argument,
+// t theta^(-2i/HS) / pi, rounded to fp32, loses the angle's low bits at large t). The rope ops
+// below read the same table.
 #include "backend_cuda_internal.cuh"
+#include "compute/rope_math.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 #define RMS_ROWS_PER_BLOCK 8 // one warp per row
 #define RMS_CHUNK CUDA_LN_CHUNK
@@ -208,10 +213,11 @@ void cuda_rmsnorm_bwd(backend *b, float *dinp, float *dweight, const float *dout
 
 // ---------------------------------------------------------------------------------------
 // RoPE: thread k of a row owns pairs i = W k .. W k + W - 1 (i < HS/2) of every q and k head
-// of that row: their cos and sin once, then the heads in turn. dir -1: the inverse rotation.
+// of that row: their cos and sin read once from the table, then the heads in turn, each
+// element by rope_math.h's rule. dir -1: the inverse rotation.
 
 template <typename V>
-__global__ void rope_kernel(float *qkv, int BT, int T, int heads, int ld, int HS, double theta,
+__global__ void rope_kernel(float *qkv, int BT, int T, int heads, int ld, int HS, const float2 *tab,
                             float dir) {
     constexpr int W = sizeof(V) / sizeof(float);
     const int half = HS / 2, per_row = half / W;
@@ -219,15 +225,9 @@ __global__ void rope_kernel(float *qkv, int BT, int T, int heads, int ld, int HS
     for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
          e += (size_t)gridDim.x * blockDim.x) {
         const int row = (int)(e / per_row), i0 = (int)(e % per_row) * W, t = row % T;
-        float cs[W], sn[W];
+        float2 cs[W];
 #pragma unroll
-        for (int k = 0; k < W; k++) {
-            const double angle = (double)t * pow(theta, -2.0 * (i0 + k) / HS);
-            double sd, cd;
-            sincos(angle, &sd, &cd);
-            cs[k] = (float)cd;
-            sn[k] = dir * (float)sd;
-        }
+        for (int k = 0; k < W; k++) cs[k] = tab[rope_at(t, i0 + k, HS) / 2];
         float *base = qkv + (size_t)row * ld + i0;
         for (int h = 0; h < heads; h++) {
             V *p0 = (V *)(base + (size_t)h * HS), *p1 = (V *)(base + (size_t)h * HS + half);
@@ -236,8 +236,8 @@ __global__ void rope_kernel(float *qkv, int BT, int T, int heads, int ld, int HS
 #pragma unroll
             for (int k = 0; k < W; k++) {
                 const float u = x0[k], v = x1[k];
-                x0[k] = u * cs[k] - v * sn[k];
-                x1[k] = v * cs[k] + u * sn[k];
+                x0[k] = rope_rotated(u, v, cs[k].x, cs[k].y, i0 + k, HS, dir);
+                x1[k] = rope_rotated(v, u, cs[k].x, cs[k].y, i0 + k + half, HS, dir);
             }
             *p0 = a;
             *p1 = b;
@@ -245,31 +245,75 @@ __global__ void rope_kernel(float *qkv, int BT, int T, int heads, int ld, int HS
     }
 }
 
-static void rope(cuda_ctx *x, float *qkv, int B, int T, int NH, int NKV, int HS, float theta,
-                 float dir) {
+void cuda_rope_apply(cuda_ctx *x, float *qkv, int B, int T, int NH, int NKV, int HS,
+                     const float2 *tab, float dir) {
     if (B <= 0 || T <= 0 || HS < 2) return;
     const int half = HS / 2, ld = (NH + 2 * NKV) * HS, BT = B * T;
     // float4: the pairs come in fours and every head's halves start 16-byte aligned.
     if (half % 4 == 0 && aligned16(qkv)) {
         const size_t n = (size_t)BT * (half / 4);
         rope_kernel<float4><<<cuda_grid_for(n, LLAMA_THREADS), LLAMA_THREADS, 0, x->stream>>>(
-            qkv, BT, T, NH + NKV, ld, HS, (double)theta, dir);
+            qkv, BT, T, NH + NKV, ld, HS, tab, dir);
         CUDA_LAUNCH_CHECK("rope_kernel<float4>");
     } else {
         const size_t n = (size_t)BT * half;
         rope_kernel<float><<<cuda_grid_for(n, LLAMA_THREADS), LLAMA_THREADS, 0, x->stream>>>(
-            qkv, BT, T, NH + NKV, ld, HS, (double)theta, dir);
+            qkv, BT, T, NH + NKV, ld, HS, tab, dir);
         CUDA_LAUNCH_CHECK("rope_kernel<float>");
     }
 }
 
+const float2 *cuda_rope_table(cuda_ctx *x, int T, int HS, float theta) {
+    if (x->rope_tab && T <= x->rope_T && HS == x->rope_HS && theta == x->rope_theta)
+        return x->rope_tab;
+    // A longer table serves every shorter T (the angle of position t does not depend on T):
+    // past an earlier table, grow to twice its positions so that growing T (sampling) builds
+    // a few tables, not one per step.
+    const int cap = x->rope_tab && HS == x->rope_HS && theta == x->rope_theta && T < 2 * x->rope_T
+                        ? 2 * x->rope_T
+                        : T;
+    if (x->reserved && !x->grew) {
+        x->grew = 1;
+        LOG_WARN("the CUDA backend's RoPE table is rebuilt for T %d, head size %d, theta %g in "
+                 "the middle of a run (reserve made it for T %d, head size %d, theta %g); "
+                 "please report this as a bug",
+                 T, HS, (double)theta, x->rope_T, x->rope_HS, (double)x->rope_theta);
+    }
+    const size_t n = rope_table_floats(cap, HS), bytes = cuda_ws_rope_table(cap, HS);
+    float *host = (float *)malloc(n * sizeof(float));
+    if (!host) {
+        LOG_ERROR("out of host memory: %zu bytes for the RoPE table", n * sizeof(float));
+        cuda_op_fail("rope table", "malloc", __FILE__, __LINE__);
+    }
+    rope_table_fill(host, cap, HS, (double)theta);
+    if (x->rope_tab) CUDA_OP_CHECK(cudaFreeAsync(x->rope_tab, x->stream));
+    x->rope_tab = NULL;
+    cuda_count_alloc(x);
+    CUDA_OP_CHECK(cudaMallocAsync((void **)&x->rope_tab, bytes, x->stream));
+    CUDA_OP_CHECK(
+        cudaMemcpyAsync(x->rope_tab, host, n * sizeof(float), cudaMemcpyHostToDevice, x->stream));
+    CUDA_OP_CHECK(cudaStreamSynchronize(x->stream)); // the copy has read `host`
+    free(host);
+    x->rope_T = cap, x->rope_HS = HS, x->rope_theta = theta;
+    return x->rope_tab;
+}
+
+void cuda_rope_free(cuda_ctx *x) {
+    if (x->rope_tab) cudaFreeAsync(x->rope_tab, x->stream);
+    x->rope_tab = NULL;
+}
+
 void cuda_rope_fwd(backend *b, float *qkv, int B, int T, int NH, int NKV, int HS, float theta) {
-    rope(cuda_ctx_of(b), qkv, B, T, NH, NKV, HS, theta, 1.0f);
+    cuda_ctx *x = cuda_ctx_of(b);
+    if (B <= 0 || T <= 0 || HS < 2) return;
+    cuda_rope_apply(x, qkv, B, T, NH, NKV, HS, cuda_rope_table(x, T, HS, theta), 1.0f);
 }
 
 // The rotation is orthogonal: its gradient is the inverse rotation.
 void cuda_rope_bwd(backend *b, float *dqkv, int B, int T, int NH, int NKV, int HS, float theta) {
-    rope(cuda_ctx_of(b), dqkv, B, T, NH, NKV, HS, theta, -1.0f);
+    cuda_ctx *x = cuda_ctx_of(b);
+    if (B <= 0 || T <= 0 || HS < 2) return;
+    cuda_rope_apply(x, dqkv, B, T, NH, NKV, HS, cuda_rope_table(x, T, HS, theta), -1.0f);
 }
 
 // ---------------------------------------------------------------------------------------

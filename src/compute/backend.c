@@ -58,19 +58,22 @@ void backend_matmul_bwd16(backend *b, uint16_t *dinp16, float *dweight, float *d
 }
 
 void backend_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, int T, int NH,
-                           int NKV, int HS) {
+                           int NKV, int HS, float rope_theta) {
     static const char *const names[] = {"qkv"};
     check_operands("attention_fwd", &qkv, names, 1);
     TRI_ASSERT(NKV >= 1 && NH % NKV == 0);
-    b->attention_fwd(b, out, state, qkv, B, T, NH, NKV, HS);
+    TRI_ASSERT(rope_theta == 0.0f || (b->attn_rope && rope_theta > 0.0f && HS % 2 == 0));
+    b->attention_fwd(b, out, state, qkv, B, T, NH, NKV, HS, rope_theta);
 }
 
 void backend_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv, operand out,
-                           const void *state, int B, int T, int NH, int NKV, int HS) {
+                           const void *state, int B, int T, int NH, int NKV, int HS,
+                           float rope_theta) {
     static const char *const names[] = {"qkv", "out"};
     check_operands("attention_bwd", (const operand[]){qkv, out}, names, 2);
     TRI_ASSERT(NKV >= 1 && NH % NKV == 0);
-    b->attention_bwd(b, dqkv, dout, qkv, out, state, B, T, NH, NKV, HS);
+    TRI_ASSERT(rope_theta == 0.0f || (b->attn_rope && rope_theta > 0.0f && HS % 2 == 0));
+    b->attention_bwd(b, dqkv, dout, qkv, out, state, B, T, NH, NKV, HS, rope_theta);
 }
 
 int backend_set_tf32(backend *b, int on) {

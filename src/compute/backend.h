@@ -71,13 +71,15 @@ typedef struct {
 // model_op_shapes), so that a backend can size its own workspaces once, before the first
 // step (backend.reserve), instead of allocating in the middle of one.
 typedef struct {
-    int rows;       // rows of the activations: B * T (N)
-    int B, T;       // micro-batch and sequence length (attention)
-    int C;          // d_model: the LayerNorm width
-    int NH, HS;     // attention heads on this rank and the head size
-    int bias_cols;  // the widest matmul output that has a bias (3C/tp, 4C/tp, C)
-    int V_local;    // vocabulary rows on this rank (the embedding backward sorts tokens by row)
-    tri_dtype attn; // the attention's operands: DTYPE_BF16 under train.precision bf16
+    int rows;         // rows of the activations: B * T (N)
+    int B, T;         // micro-batch and sequence length (attention)
+    int C;            // d_model: the LayerNorm width
+    int NH, HS;       // attention heads on this rank and the head size
+    int bias_cols;    // the widest matmul output that has a bias (3C/tp, 4C/tp, C)
+    int V_local;      // vocabulary rows on this rank (the embedding backward sorts tokens by row)
+    tri_dtype attn;   // the attention's operands: DTYPE_BF16 under train.precision bf16
+    float rope_theta; // RoPE's base when q and k are rotated (llama), else 0: a backend that
+                      // rotates them in its attention (attn_rope) keeps a table of T x HS/2
 } backend_shapes;
 
 // One AdamW step (backend.adamw): its hyperparameters, the clipping scale and the step.
@@ -118,6 +120,10 @@ struct backend {
     // has_tf32: the backend can (a fact, in its table); tf32: asked for (backend_set_tf32).
     int has_tf32;
     int tf32;
+    // The attention rotates q and k itself (RoPE fused into attention_fwd / _bwd, rope_theta
+    // > 0 there): the model then calls neither rope_fwd nor rope_bwd, and keeps qkv unrotated.
+    // 1 on CUDA, 0 on the CPU (its attention takes rope_theta 0 only).
+    int attn_rope;
 
     // ---- memory ----
     void *(*alloc)(backend *b, size_t bytes); // zero-filled; NULL on failure
@@ -210,17 +216,24 @@ struct backend {
     // read by attention_bwd. On bf16 q, k, v the probabilities (and dO, dS) may be rounded to
     // bf16 for the tensor cores' products, with fp32 accumulation (CUDA); the CPU widens qkv
     // and runs the fp32 op.
+    // rope_theta > 0 (only on a backend with attn_rope): q and k are read rotated as rope_fwd
+    // would rotate them (position t of each sequence, theta rope_theta); qkv itself is not
+    // changed (other blocks read the same k rows), and state and out are those of the
+    // attention of the rotated q, k. 0: as given.
     void (*attention_fwd)(backend *b, float *out, void *state, operand qkv, int B, int T, int NH,
-                          int NKV, int HS);
+                          int NKV, int HS, float rope_theta);
     // dqkv (B, T, (NH + 2*NKV)*HS) fp32, overwritten (dk, dv summed over each group's query
     // heads in head order: deterministic); dout (B, T, NH*HS) fp32; qkv as the forward's;
     // out: the forward's output O (B, T, NH*HS), in qkv's dtype (its bf16 rounding under
     // bf16), so that a flash-style backward gets D = rowsum(dO * O) in one pass over dO and O
     // instead of a sweep over the keys (FlashAttention-2's trick). The CPU keeps P and gets D
     // as rowsum(P * dP) from the dP it computes anyway: it reads no O (the same value, exact
-    // math; its bits stay as before).
+    // math; its bits stay as before). rope_theta as the forward's (the same qkv, unrotated):
+    // q and k read rotated, and dq, dk written as the gradient of the unrotated q, k (the
+    // inverse rotation of the rotated ones' gradient, what rope_bwd would do after).
     void (*attention_bwd)(backend *b, float *dqkv, const float *dout, operand qkv, operand out,
-                          const void *state, int B, int T, int NH, int NKV, int HS);
+                          const void *state, int B, int T, int NH, int NKV, int HS,
+                          float rope_theta);
 
     // ---- embeddings ----
     // out (B*T, C) = wte[tokens - vocab_start] (zero when the token is outside
@@ -318,8 +331,9 @@ struct backend {
     // RoPE in place on the q and k heads of qkv (B*T rows of (NH + 2*NKV)*HS; v untouched),
     // position t = row % T, Hugging Face's rotate_half: for i < HS/2, angle = t *
     // theta^(-2i/HS), (x_i, x_{i+HS/2}) <- (x_i cos - x_{i+HS/2} sin, x_{i+HS/2} cos + x_i sin).
-    // The angles in double, cos and sin rounded to fp32. rope_bwd applies the inverse rotation
-    // to dqkv in place (the same q and k blocks).
+    // The angles in double, cos and sin rounded to fp32 (compute/rope_math.h). rope_bwd applies
+    // the inverse rotation to dqkv in place (the same q and k blocks). The model calls them only
+    // on a backend without attn_rope (the attention rotates q and k itself there).
     void (*rope_fwd)(backend *b, float *qkv, int B, int T, int NH, int NKV, int HS, float theta);
     void (*rope_bwd)(backend *b, float *dqkv, int B, int T, int NH, int NKV, int HS, float theta);
     // SwiGLU: fc (N, 2F) rows [gate (F) | up (F)]; out (N, F) = silu(gate) * up, silu(x) = x /
@@ -394,7 +408,9 @@ void backend_matmul_fwd16(backend *b, uint16_t *out16, uint16_t *pre16, operand 
 void backend_matmul_bwd16(backend *b, uint16_t *dinp16, float *dweight, float *dbias, operand dout,
                           operand inp, operand weight, const uint16_t *pre16, int N, int IC,
                           int OC);
+// rope_theta > 0 only on a backend with attn_rope (asserted).
 void backend_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, int T, int NH,
-                           int NKV, int HS);
+                           int NKV, int HS, float rope_theta);
 void backend_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv, operand out,
-                           const void *state, int B, int T, int NH, int NKV, int HS);
+                           const void *state, int B, int T, int NH, int NKV, int HS,
+                           float rope_theta);

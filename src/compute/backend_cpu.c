@@ -623,6 +623,7 @@ static const backend cpu_backend_table = {
     /* .device_bus_id         = */ NULL,
     /* .has_tf32              = */ 0, // fp32 FMA only: train.precision tf32 runs as fp32
     /* .tf32                  = */ 0,
+    /* .attn_rope             = */ 0, // rope_fwd / rope_bwd run as their own ops
     /* .alloc                 = */ cpu_alloc,
     /* .free                  = */ cpu_free,
     /* .copy_to_device        = */ cpu_copy,

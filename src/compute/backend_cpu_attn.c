@@ -192,12 +192,14 @@ static const float *qkv_f32(backend *b, operand qkv, int B, int T, int NH, int N
 }
 
 void cpu_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, int T, int NH,
-                       int NKV, int HS) {
+                       int NKV, int HS, float rope_theta) {
+    TRI_ASSERT(rope_theta == 0.0f); // attn_rope 0: the model runs rope_fwd itself
     attention_fwd_f32(b, out, state, qkv_f32(b, qkv, B, T, NH, NKV, HS), B, T, NH, NKV, HS);
 }
 
 void cpu_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv, operand out,
-                       const void *state, int B, int T, int NH, int NKV, int HS) {
+                       const void *state, int B, int T, int NH, int NKV, int HS, float rope_theta) {
+    TRI_ASSERT(rope_theta == 0.0f);
     (void)out; // D = rowsum(P * dP), from the kept P (backend.h)
     attention_bwd_f32(b, dqkv, dout, qkv_f32(b, qkv, B, T, NH, NKV, HS), state, B, T, NH, NKV, HS);
 }

@@ -80,10 +80,11 @@ static inline void col_block(int n, int tid, int nth, int *c0, int *c1) {
 // The table's attention entries (backend_cpu_attn.c); bf16 q, k, v are widened into
 // cpu_widened's buffer and the fp32 op runs on them. The backward reads no O (out): D comes
 // from the probabilities it keeps (backend.h).
+// rope_theta: 0 only (attn_rope 0).
 void cpu_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, int T, int NH,
-                       int NKV, int HS);
+                       int NKV, int HS, float rope_theta);
 void cpu_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv, operand out,
-                       const void *state, int B, int T, int NH, int NKV, int HS);
+                       const void *state, int B, int T, int NH, int NKV, int HS, float rope_theta);
 
 // LayerNorm and the residual add (backend_cpu_norm.c), as backend.h's table states them.
 void cpu_layernorm_fwd(backend *b, float *out, float *mean, float *rstd, const float *inp,

@@ -2,6 +2,7 @@
 // embeddings and SwiGLU. Deterministic as the rest of the backend: row loops split statically,
 // the weight gradient summed per thread and then in thread order.
 #include "compute/backend_cpu_internal.h"
+#include "compute/rope_math.h"
 
 #include <math.h>
 #include <omp.h>
@@ -101,14 +102,15 @@ void cpu_residual_rmsnorm_fwd(backend *b, float *res, float *out, float *rstd, c
 // ---- RoPE ----
 
 // cos and sin of every (t, i), t < T, i < HS/2, into the scratch: (T, HS/2) each. The angle
-// t * theta^(-2i/HS) in double (positions up to 2^20 keep ~1e-10 of it), rounded to fp32 once.
+// t * theta^(-2i/HS) in double (rope_math.h's, which the CUDA table shares; positions up to
+// 2^20 keep ~1e-10 of it), rounded to fp32 once.
 static const float *rope_table(cpu_ctx *ctx, int T, int HS, float theta) {
     const int half = HS / 2;
     float *tab = cpu_scratch(ctx, (size_t)2 * T * half);
 #pragma omp parallel for schedule(static) num_threads(ctx->threads)
     for (int t = 0; t < T; t++)
         for (int i = 0; i < half; i++) {
-            const double angle = (double)t * pow((double)theta, -2.0 * i / HS);
+            const double angle = rope_angle(t, i, HS, theta);
             tab[(size_t)t * half + i] = (float)cos(angle);
             tab[(size_t)(T + t) * half + i] = (float)sin(angle);
         }

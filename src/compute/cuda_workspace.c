@@ -30,6 +30,10 @@ size_t cuda_ws_attention_bwd(size_t B, size_t NH, size_t T) {
     return cuda_align256(sat_mul_size(sat_mul3_size(B, NH, T), sizeof(float)));
 }
 
+size_t cuda_ws_rope_table(size_t T, size_t HS) {
+    return cuda_align256(sat_mul3_size(T, HS / 2, 2 * sizeof(float)));
+}
+
 size_t cuda_ws_sumsq(void) { return (CUDA_SUMSQ_MAX_BLOCKS + 1) * sizeof(double); }
 
 size_t cuda_ws_embedding_bwd(size_t tokens, size_t sort_bytes) {
@@ -68,6 +72,7 @@ cuda_workspace cuda_workspace_for(const backend_shapes *s, size_t sort_bytes) {
     if (s->attn == DTYPE_BF16 && !cuda_attention_bf16_native(s->HS))
         w.widened = cuda_align256(
             sat_mul_size(sat_mul3_size(rows, 3 * (size_t)s->NH, (size_t)s->HS), sizeof(float)));
+    if (s->rope_theta > 0) w.rope = cuda_ws_rope_table((size_t)s->T, (size_t)s->HS);
     w.lt = CUDA_LT_WORKSPACE_BYTES;
     w.upload_slot = cuda_align256(max_size(sat_mul_size(rows, sizeof(int)), 4096));
     w.upload = sat_mul_size(CUDA_UPLOAD_SLOTS, w.upload_slot);
@@ -75,5 +80,5 @@ cuda_workspace cuda_workspace_for(const backend_shapes *s, size_t sort_bytes) {
 }
 
 size_t cuda_workspace_device_bytes(const cuda_workspace *w) {
-    return sat_add_size(sat_add_size(w->scratch, w->widened), w->lt);
+    return sat_add_size(sat_add_size(w->scratch, w->widened), sat_add_size(w->rope, w->lt));
 }

@@ -1,6 +1,6 @@
 // cuda_workspace.h: the CUDA backend's own memory outside the rank's arenas (its op
-// workspace, the bf16 attention fallback's widened copy, the pinned upload ring and
-// cuBLASLt's workspace), sized by pure host functions that the backend (cuda/compute/)
+// workspace, the bf16 attention fallback's widened copy, RoPE's cos/sin table, the pinned
+// upload ring and cuBLASLt's workspace), sized by pure host functions that the backend (cuda/compute/)
 // and the planner (plan/) share: what `trident plan` states for a GPU is what the backend
 // reserves at start-up (backend.reserve), and every op asks for its workspace with the same
 // function, so a step never allocates (tests/test_workspace.c checks both on the CPU).
@@ -36,6 +36,9 @@ size_t cuda_out16_chunk_rows(size_t rows, size_t cols);
 size_t cuda_ws_matmul_out16(size_t rows, size_t cols);
 // The attention backward's row deltas, D = rowsum(dO * O): (B, NH, T) floats.
 size_t cuda_ws_attention_bwd(size_t B, size_t NH, size_t T);
+// RoPE's (cos, sin) table for positions [0, T) at head size HS (rope_math.h): T x HS/2 pairs
+// of floats, which the attention kernels rotate q and k by (backend.attn_rope).
+size_t cuda_ws_rope_table(size_t T, size_t HS);
 // The sum of squares' per-block partials and its result.
 size_t cuda_ws_sumsq(void);
 // The embedding backward: keys and row indices of `tokens` tokens, sorted (four arrays), and
@@ -53,6 +56,7 @@ int cuda_attention_bf16_native(int HS);
 typedef struct {
     size_t scratch;     // device: the largest op workspace of the run's shapes
     size_t widened;     // device: the bf16 attention fallback's fp32 qkv (0 when native)
+    size_t rope;        // device: RoPE's cos/sin table (llama: shapes.rope_theta > 0; else 0)
     size_t lt;          // device: cuBLASLt's workspace
     size_t upload_slot; // pinned host: bytes of one slot of the upload ring (a micro-batch's
                         // token ids)
@@ -62,5 +66,5 @@ typedef struct {
 // The workspaces of a run whose ops take at most `s`; sort_bytes: the embedding backward's
 // sort (CUB's query on a device; cuda_ws_sort_bound where there is none, as in the planner).
 cuda_workspace cuda_workspace_for(const backend_shapes *s, size_t sort_bytes);
-// Device bytes of w: scratch + widened + lt.
+// Device bytes of w: scratch + widened + rope + lt.
 size_t cuda_workspace_device_bytes(const cuda_workspace *w);

@@ -144,6 +144,10 @@ void config_defaults(run_config *cfg);
 // and returns TRI_ERR_CONFIG. A missing or unreadable file is TRI_ERR_CONFIG too.
 // cfg must hold config_defaults() (or an earlier config); on error it is config_free()d.
 tri_status config_load(run_config *cfg, const char *path, int n_set, char **sets);
+// The same with no YAML file: the defaults and `sets` alone, which are what `source` (a file
+// that is not a YAML config: a Hugging Face directory's config.json) gives. Each message names
+// `source` and the key, with no "--set" nor count line: the caller adds its HINT.
+tri_status config_load_sets(run_config *cfg, const char *source, int n_set, char **sets);
 
 // Resolves parallel.dp (auto -> world / (tp*pp)) and checks the rules that need the world
 // size: world == tp*pp*dp, global_batch % (micro_batch*dp), micro-batches >= pp for 1f1b,

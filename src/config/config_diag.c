@@ -22,7 +22,8 @@ void config_ctx_init(config_ctx *c, const char *path, char **sets) {
 static void report_v(config_ctx *c, config_loc loc, const char *key_path, const char *fmt,
                      va_list ap) {
     char msg[1024], where[512], line[1600];
-    if (loc.set_index >= 0) snprintf(where, sizeof where, "--set %s", c->sets[loc.set_index]);
+    if (loc.set_index >= 0 && c->sets_from_path) snprintf(where, sizeof where, "%s", c->path);
+    else if (loc.set_index >= 0) snprintf(where, sizeof where, "--set %s", c->sets[loc.set_index]);
     else if (loc.line > 0) snprintf(where, sizeof where, "%s:%d", c->path, loc.line);
     else snprintf(where, sizeof where, "%s", c->path);
     vsnprintf(msg, sizeof msg, fmt, ap);
@@ -80,8 +81,10 @@ void config_report_total(config_ctx *c) {
         free(c->msgs[i].text);
     }
     *at = '\0';
-    fprintf(stderr, "%s%d error%s in %s; fix %s and run again\n", all, c->n_errors,
-            c->n_errors == 1 ? "" : "s", c->path, c->n_errors == 1 ? "it" : "them");
+    if (c->sets_from_path) fputs(all, stderr);
+    else
+        fprintf(stderr, "%s%d error%s in %s; fix %s and run again\n", all, c->n_errors,
+                c->n_errors == 1 ? "" : "s", c->path, c->n_errors == 1 ? "it" : "them");
     free(all);
     free(c->msgs);
     c->msgs = NULL;

@@ -19,8 +19,10 @@ typedef struct {
 // between keys skip those, so one mistake gives one message) and the messages so far,
 // which config_report_total prints in file order.
 typedef struct {
-    const char *path; // the config file, for messages
-    char **sets;      // the --set arguments, for messages
+    const char *path;   // the config file, for messages
+    char **sets;        // the --set arguments, for messages
+    int sets_from_path; // the sets are what `path` gives (config_load_sets): messages name it,
+                        // not the "--set" no user typed, and no count line follows them
     int n_errors;
     int cur_set; // the --set being parsed, -1 for none
     config_loc loc[K_COUNT];
@@ -49,7 +51,8 @@ void config_report(config_ctx *c, config_loc loc, const char *key_path, const ch
 void config_report_key(config_ctx *c, key_id k, key_id alt, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 // Prints the messages sorted by line (file lines, then --set arguments in order, then the
-// rest), then "N errors in FILE; fix them and run again", and frees them. Must follow
+// rest), then "N errors in FILE; fix them and run again" (not under sets_from_path: the caller
+// says what to do), and frees them. Must follow
 // any config_report when n_errors > 0.
 void config_report_total(config_ctx *c);
 // Frees the messages without printing them, after copying the first (its text without the

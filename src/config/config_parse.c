@@ -292,19 +292,19 @@ static FILE *open_config(const char *path) {
     return f;
 }
 
-tri_status config_load(run_config *cfg, const char *path, int n_set, char **sets) {
-    TRI_ASSERT(cfg && path && n_set >= 0 && (n_set == 0 || sets));
-    FILE *f = open_config(path);
-    if (!f) {
-        config_free(cfg);
-        return TRI_ERR_CONFIG;
-    }
+// config_load's body: `f` the YAML file (NULL: none, the sets alone over the defaults).
+static tri_status load(run_config *cfg, const char *path, FILE *f, int sets_from_path, int n_set,
+                       char **sets) {
     free(cfg->source_path);
     cfg->source_path = xstrdup(path);
     config_ctx c;
     config_ctx_init(&c, path, sets);
-    int yaml_ok = parse_file(&c, cfg, f);
-    fclose(f);
+    c.sets_from_path = sets_from_path;
+    int yaml_ok = 1;
+    if (f) {
+        yaml_ok = parse_file(&c, cfg, f);
+        fclose(f);
+    }
     if (yaml_ok) {
         for (int i = 0; i < n_set; i++) apply_set(&c, cfg, i, sets[i]);
         // run.out_dir follows run.name unless given.
@@ -328,4 +328,19 @@ tri_status config_load(run_config *cfg, const char *path, int n_set, char **sets
         return TRI_ERR_CONFIG;
     }
     return TRI_OK;
+}
+
+tri_status config_load(run_config *cfg, const char *path, int n_set, char **sets) {
+    TRI_ASSERT(cfg && path && n_set >= 0 && (n_set == 0 || sets));
+    FILE *f = open_config(path);
+    if (!f) {
+        config_free(cfg);
+        return TRI_ERR_CONFIG;
+    }
+    return load(cfg, path, f, 0, n_set, sets);
+}
+
+tri_status config_load_sets(run_config *cfg, const char *source, int n_set, char **sets) {
+    TRI_ASSERT(cfg && source && n_set >= 0 && (n_set == 0 || sets));
+    return load(cfg, source, NULL, 1, n_set, sets);
 }

@@ -34,13 +34,12 @@ static tri_status open_hf(export_source *s, const char *dir) {
     snprintf(sets[n++], 96, "model.seq_len=%d", window);
     char *argv[HF_SETS_MAX + 1];
     for (int i = 0; i < n; i++) argv[i] = sets[i];
-    // No YAML: the keys are the defaults and config.json's (an empty file, so that the rules
-    // and their messages are config_load's own).
-    if (config_load(&s->cfg, "/dev/null", n, argv) != TRI_OK) {
-        config_defaults(&s->cfg); // config_load freed it; export_open frees it again
-        LOG_ERROR("%s/config.json gives a model trident cannot build: its values are the --set "
-                  "model.* lines above",
-                  dir);
+    // No YAML: the keys are the defaults and config.json's, checked by config_load's rules,
+    // whose messages name DIR/config.json and the key.
+    char source[4200];
+    snprintf(source, sizeof source, "%s/config.json", dir);
+    if (config_load_sets(&s->cfg, source, n, argv) != TRI_OK) {
+        config_defaults(&s->cfg); // config_load_sets freed it; export_open frees it again
         LOG_HINT("start from another model, or change that key in a copy of the directory's "
                  "config.json and weights");
         return TRI_ERR_CONFIG;

@@ -77,6 +77,7 @@ backend_shapes model_op_shapes(const model_config *mc, const model_layout *ml) {
     if (d.C > s.bias_cols) s.bias_cols = d.C;
     s.V_local = d.has_embed ? d.Vp_local : 0; // only the first stage's backward embeds
     s.attn = ml->precision;
+    s.rope_theta = d.llama ? d.rope_theta : 0.0f;
     return s;
 }
 

@@ -305,7 +305,7 @@ tri_status model_layer_forward(model *m, model_acts *acts, int l, int i, int fus
         keep_bf16(m, acts, &a, i, ACT_QKV);
     }
     backend_attention_fwd(be, a.atty, a.att_state, OPND(m, a.qkv, IN16(ACT_QKV)), d->B, d->T,
-                          d->NH_local, d->NH_local, d->HS);
+                          d->NH_local, d->NH_local, d->HS, 0.0f);
     keep_bf16(m, acts, &a, i, ACT_ATTY);
     const next_layernorm ln2 = {a.ln2, a.ln2_mean, a.ln2_rstd, LP(PARAM_LN2W), LP(PARAM_LN2B)};
     TRI_CHECK(rowpar_residual(m, a.res2, a.in, a.atty, IN16(ACT_ATTY), LW(PARAM_ATTPROJW),
@@ -387,7 +387,7 @@ tri_status model_layer_backward(model *m, model_acts *acts, int l, int i) {
                IN16(ACT_ATTY), NULL, N, d->C_local, C);
     backend_attention_bwd(be, m->dqkv, m->datty, OPND(m, a.qkv, IN16(ACT_QKV)),
                           OPND(m, a.atty, m->bf16 ? attn_out16(m, acts, &a, i) : NULL), a.att_state,
-                          d->B, d->T, d->NH_local, d->NH_local, d->HS);
+                          d->B, d->T, d->NH_local, d->NH_local, d->HS, 0.0f);
     linear_bwd(m, m->dln, LW(PARAM_QKVW), LW(PARAM_QKVB), m->dqkv, NULL, a.ln1, IN16(ACT_LN1), NULL,
                N, C, d->C3_local);
     // in is the slot's residual stream; under recompute the statistics are work copies (kept

@@ -5,9 +5,11 @@
 //   out = h + down(swiglu(gate_up(rmsnorm(h))))
 // The tensor-parallel structure is GPT-2's (model.c): qkv (q heads, k and v heads, each block
 // split by heads) and gate_up column-parallel, o_proj and down row-parallel. The activation
-// slots are GPT-2's too (model_internal.h's MODEL_WIDE): ln1, ln2 the norms' outputs, qkv after
-// the rotation (what the attention reads), fch the gate|up rows, fch_gelu the SwiGLU's output;
-// ln1_rstd, ln2_rstd the norms' statistics (the mean slots stay unused).
+// slots are GPT-2's too (model_internal.h's MODEL_WIDE): ln1, ln2 the norms' outputs, qkv what
+// the attention reads (after rope_fwd; on a backend whose attention rotates q and k itself,
+// backend.attn_rope, before any rotation: the attention gets rope_theta and no rope op runs),
+// fch the gate|up rows, fch_gelu the SwiGLU's output; ln1_rstd, ln2_rstd the norms' statistics
+// (the mean slots stay unused).
 #include "model/model_internal.h"
 
 #include <string.h>
@@ -74,10 +76,13 @@ tri_status model_llama_layer_forward(model *m, model_acts *acts, int l, int i) {
     TRI_CHECK(rmsnorm_to_all_rows(m, a.ln1, a.ln1_rstd, a.in, LP(LLAMA_LN1W)));
     model_keep_bf16(m, acts, &a, i, ACT_LN1);
     model_linear_fwd(m, a.qkv, a.ln1, IN16(ACT_LN1), LW(LLAMA_QKVW), NULL, N, C, d->C3_local);
-    be->rope_fwd(be, a.qkv, d->B, d->T, d->NH_local, d->NKV_local, d->HS, d->rope_theta);
+    // RoPE: its own op, or inside the attention (theta 0: none there).
+    const float fused_theta = be->attn_rope ? d->rope_theta : 0.0f;
+    if (!be->attn_rope)
+        be->rope_fwd(be, a.qkv, d->B, d->T, d->NH_local, d->NKV_local, d->HS, d->rope_theta);
     model_keep_bf16(m, acts, &a, i, ACT_QKV);
     backend_attention_fwd(be, a.atty, a.att_state, OPND(m, a.qkv, IN16(ACT_QKV)), d->B, d->T,
-                          d->NH_local, d->NKV_local, d->HS);
+                          d->NH_local, d->NKV_local, d->HS, fused_theta);
     model_keep_bf16(m, acts, &a, i, ACT_ATTY);
     TRI_CHECK(rowpar_residual(m, a.res2, a.in, a.atty, IN16(ACT_ATTY), LW(LLAMA_ATTPROJW),
                               d->C_local, a.ln2, a.ln2_rstd, LP(LLAMA_LN2W)));
@@ -125,8 +130,10 @@ tri_status model_llama_layer_backward(model *m, model_acts *acts, int l, int i) 
                      d->C_local, C);
     backend_attention_bwd(be, m->dqkv, m->datty, OPND(m, a.qkv, IN16(ACT_QKV)),
                           OPND(m, a.atty, m->bf16 ? model_attn_out16(m, acts, &a, i) : NULL),
-                          a.att_state, d->B, d->T, d->NH_local, d->NKV_local, d->HS);
-    be->rope_bwd(be, m->dqkv, d->B, d->T, d->NH_local, d->NKV_local, d->HS, d->rope_theta);
+                          a.att_state, d->B, d->T, d->NH_local, d->NKV_local, d->HS,
+                          be->attn_rope ? d->rope_theta : 0.0f);
+    if (!be->attn_rope) // else the attention wrote dq, dk unrotated
+        be->rope_bwd(be, m->dqkv, d->B, d->T, d->NH_local, d->NKV_local, d->HS, d->rope_theta);
     model_linear_bwd(m, m->dln, LW(LLAMA_QKVW), m->dqkv, a.ln1, IN16(ACT_LN1), r, N, C,
                      d->C3_local);
     TRI_CHECK(rmsnorm_bwd_from_all_rows(m, acts->dres, a.in, LW(LLAMA_LN1W), a.ln1_rstd, r));

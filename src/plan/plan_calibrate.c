@@ -218,9 +218,9 @@ static void attn_run(backend *be, void *p) {
     attn_ctx *a = p;
     const shapes *s = a->s;
     backend_attention_fwd(be, a->out, a->state, operand_fp32(a->qkv), s->B, s->T, s->NH, s->NKV,
-                          s->HS);
+                          s->HS, 0.0f);
     backend_attention_bwd(be, a->dqkv, a->dout, operand_fp32(a->qkv), operand_fp32(a->out),
-                          a->state, s->B, s->T, s->NH, s->NKV, s->HS);
+                          a->state, s->B, s->T, s->NH, s->NKV, s->HS, 0.0f);
 }
 
 typedef struct {
@@ -282,7 +282,7 @@ static void layer_f(backend *be, void *p) {
     backend_matmul_fwd(be, l->qkv, NULL, operand_fp32(l->ln), operand_fp32(l->wqkv), l->bqkv, N, C,
                        s->C3);
     backend_attention_fwd(be, l->att, l->state, operand_fp32(l->qkv), s->B, s->T, s->NH, s->NKV,
-                          s->HS);
+                          s->HS, 0.0f);
     backend_matmul_fwd(be, l->proj, NULL, operand_fp32(l->att), operand_fp32(l->wproj), l->bproj, N,
                        s->Cl, C);
     be->residual_fwd(be, l->x2, l->x, l->proj, (size_t)N * C);
@@ -306,7 +306,7 @@ static void layer_b(backend *be, void *p) {
     backend_matmul_bwd(be, l->datt, NULL, NULL, operand_fp32(l->dx2), operand_fp32(l->att),
                        operand_fp32(l->wproj), NULL, N, s->Cl, C);
     backend_attention_bwd(be, l->dqkv, l->datt, operand_fp32(l->qkv), operand_fp32(l->att),
-                          l->state, s->B, s->T, s->NH, s->NKV, s->HS);
+                          l->state, s->B, s->T, s->NH, s->NKV, s->HS, 0.0f);
     backend_matmul_bwd(be, l->dln, NULL, NULL, operand_fp32(l->dqkv), operand_fp32(l->ln),
                        operand_fp32(l->wqkv), NULL, N, C, s->C3);
     be->layernorm_bwd(be, l->dx, NULL, NULL, l->dln, l->x, l->lnw, l->mean, l->rstd, N, C);

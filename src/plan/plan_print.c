@@ -271,13 +271,14 @@ void plan_print_text(const plan_result *p, const run_config *cfg, FILE *f) {
     if (p->dev.cuda)
         fprintf(f,
                 "  CUDA backend workspaces outside the arenas: %s on the device (op workspace, "
-                "cuBLASLt's %s%s), %s pinned host (token uploads); reserved at start-up\n",
+                "cuBLASLt's %s%s%s), %s pinned host (token uploads); reserved at start-up\n",
                 fmt_bytes(a, sizeof a, (double)s0->backend_device),
                 fmt_bytes(b, sizeof b, (double)CUDA_LT_WORKSPACE_BYTES),
                 cuda_attention_bf16_native(cfg->model.d_model / cfg->model.n_head) ||
                         cfg->train.precision != DTYPE_BF16
                     ? ""
                     : ", the bf16 attention's widened qkv",
+                model_arch_is_llama(&cfg->model) ? ", RoPE's cos/sin table" : "",
                 fmt_bytes(c, sizeof c, (double)s0->backend_pinned));
     if (p->dev.cuda)
         fprintf(f,

@@ -56,7 +56,7 @@ static void b_att_fwd(void *p) {
     bench_args *x = p;
     const float *qkv = x->dt == DTYPE_BF16 ? x->w : x->inp;
     backend_attention_fwd(bench_be, x->out, x->state, bench_operand(qkv, x->dt), x->B, x->T, x->NH,
-                          x->NH, x->HS);
+                          x->NH, x->HS, 0.0f);
 }
 // O: out itself, or under bf16 its rounding, kept in w after the bf16 qkv.
 static void b_att_bwd(void *p) {
@@ -66,7 +66,7 @@ static void b_att_bwd(void *p) {
                                                          (size_t)x->B * x->T * 3 * x->NH * x->HS)
                                           : operand_fp32(x->out);
     backend_attention_bwd(bench_be, x->dinp, x->out, bench_operand(qkv, x->dt), o, x->state, x->B,
-                          x->T, x->NH, x->NH, x->HS);
+                          x->T, x->NH, x->NH, x->HS, 0.0f);
 }
 static void b_ln_fwd(void *p) {
     bench_args *x = p;

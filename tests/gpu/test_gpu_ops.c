@@ -36,6 +36,7 @@
 #include "../testlib.h"
 #include "compute/backend.h"
 #include "compute/cuda_api.h"
+#include "compute/rope_math.h"
 #include "gpu_bench.h"
 #include "gpu_convert.h"
 
@@ -79,12 +80,48 @@ static void model_gqa(float *gqa, float *mha, int B, int T, int NH, int NKV, int
             }
 }
 
+// RoPE as the CUDA kernels apply it (backend.attn_rope): the q and k heads of a host fp32 qkv
+// turned in place by rope_math.h's table and rule (dir 1), each element rounded to bf16 after
+// when the kernels stage bf16 (round16); dir -1 unrotates a gradient (fp32, as the kernels).
+static void model_rope(float *qkv, int B, int T, int NH, int NKV, int HS, float theta, float dir,
+                       int round16) {
+    float *tab = xmalloc(rope_table_floats(T, HS) * sizeof(float));
+    rope_table_fill(tab, T, HS, (double)theta);
+    const size_t ld = (size_t)(NH + 2 * NKV) * HS;
+    for (size_t row = 0; row < (size_t)B * T; row++)
+        for (int h = 0; h < NH + NKV; h++) {
+            float *x = qkv + row * ld + (size_t)h * HS;
+            for (int i = 0; i < HS / 2; i++) {
+                const float *cs = tab + rope_at((int)(row % T), i, HS);
+                const float u = x[i], v = x[i + HS / 2];
+                x[i] = rope_rotated(u, v, cs[0], cs[1], i, HS, dir);
+                x[i + HS / 2] = rope_rotated(v, u, cs[0], cs[1], i + HS / 2, HS, dir);
+                if (round16) {
+                    x[i] = bf16_to_f32(bf16_from_f32(x[i]));
+                    x[i + HS / 2] = bf16_to_f32(bf16_from_f32(x[i + HS / 2]));
+                }
+            }
+        }
+    free(tab);
+}
+
+// The q, k, v the model's kernels read: widened, and rotated with rope_theta > 0 (then a copy).
+static const float *model_qkv(operand qkv, int B, int T, int NH, int NKV, int HS, float rope_theta,
+                              float **owned) {
+    const size_t n = (size_t)B * T * (NH + 2 * NKV) * HS;
+    const float *q = model_widened(qkv, n, owned);
+    if (rope_theta <= 0) return q;
+    if (!*owned) *owned = memcpy(xmalloc(n * sizeof(float) + 4), q, n * sizeof(float));
+    model_rope(*owned, B, T, NH, NKV, HS, rope_theta, 1.0f, qkv.dtype == DTYPE_BF16);
+    return *owned;
+}
+
 static void model_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, int T,
-                                int NH, int NKV, int HS) {
+                                int NH, int NKV, int HS, float rope_theta) {
     (void)b;
     float *w, *mha = NULL;
     fa2_model md = {.round_bf16 = qkv.dtype == DTYPE_BF16};
-    const float *q = model_widened(qkv, (size_t)B * T * (NH + 2 * NKV) * HS, &w);
+    const float *q = model_qkv(qkv, B, T, NH, NKV, HS, rope_theta, &w);
     if (NKV != NH) {
         mha = xmalloc((size_t)B * T * 3 * NH * HS * sizeof(float));
         model_gqa((float *)q, mha, B, T, NH, NKV, HS, 1);
@@ -95,11 +132,11 @@ static void model_attention_fwd(backend *b, float *out, void *state, operand qkv
 
 static void model_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv,
                                 operand out, const void *state, int B, int T, int NH, int NKV,
-                                int HS) {
+                                int HS, float rope_theta) {
     (void)b;
     float *wq, *wo, *mha = NULL, *dmha = NULL;
     fa2_model md = {.round_bf16 = qkv.dtype == DTYPE_BF16};
-    const float *q = model_widened(qkv, (size_t)B * T * (NH + 2 * NKV) * HS, &wq);
+    const float *q = model_qkv(qkv, B, T, NH, NKV, HS, rope_theta, &wq);
     const float *o = model_widened(out, (size_t)B * T * NH * HS, &wo);
     if (NKV != NH) {
         const size_t n3 = (size_t)B * T * 3 * NH * HS;
@@ -108,6 +145,7 @@ static void model_attention_bwd(backend *b, float *dqkv, const float *dout, oper
     }
     fa2_model_bwd(&md, dmha ? dmha : dqkv, dout, o, mha ? mha : q, state, B, T, NH, HS);
     if (dmha) model_gqa(dqkv, dmha, B, T, NH, NKV, HS, -1);
+    if (rope_theta > 0) model_rope(dqkv, B, T, NH, NKV, HS, rope_theta, -1.0f, 0);
     free(wq), free(wo), free(mha), free(dmha);
 }
 
@@ -178,6 +216,7 @@ int main(int argc, char **argv) {
             dut->attention_fwd = model_attention_fwd;
             dut->attention_bwd = model_attention_bwd;
             dut->attn_state = ATTN_STATE_LSE;
+            dut->attn_rope = 1; // as CUDA's: the attention rows with RoPE take the fused path
             snprintf(test_tag, sizeof test_tag, " (fa2 model)");
         }
     } else {
@@ -210,7 +249,8 @@ int main(int argc, char **argv) {
     int counted[2] = {0, 0};
     for (size_t i = 0; i < N_OP_CASES && rows_ops; i++) {
         const int model = OP_CASES[i].flags & CASE_TWIN_ONLY ? 1 : 0;
-        if ((attention_only && OP_CASES[i].op != &OP_ATTENTION) ||
+        if ((attention_only && OP_CASES[i].op != &OP_ATTENTION &&
+             OP_CASES[i].op != &OP_ATTN_ROPE) ||
             (matmuls && OP_CASES[i].op != &OP_MATMUL && OP_CASES[i].op != &OP_MATMUL_ACC) ||
             !(model ? rows_model : rows_small))
             continue;
