@@ -66,16 +66,17 @@ static void s_matmul_bwd16(backend *b, uint16_t *dinp, float *dw, float *db, ope
     real->matmul_bwd16(real, dinp, dw, db, dout, inp, w, pre, N, IC, OC);
 }
 static void s_attention_fwd(backend *b, float *out, void *state, operand qkv, int B, int T, int NH,
-                            int NKV, int HS) {
+                            int NKV, int HS, float rope_theta) {
     (void)b;
     rec(MODEL_OP_ATTENTION_FWD, qkv.dtype, 0, B, T, NH, NKV, HS);
-    real->attention_fwd(real, out, state, qkv, B, T, NH, NKV, HS);
+    real->attention_fwd(real, out, state, qkv, B, T, NH, NKV, HS, rope_theta);
 }
 static void s_attention_bwd(backend *b, float *dqkv, const float *dout, operand qkv, operand out,
-                            const void *state, int B, int T, int NH, int NKV, int HS) {
+                            const void *state, int B, int T, int NH, int NKV, int HS,
+                            float rope_theta) {
     (void)b;
     rec(MODEL_OP_ATTENTION_BWD, qkv.dtype, 0, B, T, NH, NKV, HS);
-    real->attention_bwd(real, dqkv, dout, qkv, out, state, B, T, NH, NKV, HS);
+    real->attention_bwd(real, dqkv, dout, qkv, out, state, B, T, NH, NKV, HS, rope_theta);
 }
 static void s_layernorm_fwd(backend *b, float *out, float *mean, float *rstd, const float *inp,
                             const float *w, const float *bias, int N, int C) {

@@ -65,6 +65,7 @@ typedef struct {
     int bf16_out;         // backend.bf16_out
     int optim_table;      // the optimizer uploads its multi-tensor table (backend.optim_multi
                           // on a backend with device_memory)
+    int attn_rope;        // backend.attn_rope: RoPE inside the attention, no rope ops
 } backend_traits;
 
 // The largest operands a run hands the ops (the model's dimensions on this rank,
@@ -357,7 +358,8 @@ struct backend {
 };
 
 static inline backend_traits backend_traits_of(const backend *b) {
-    backend_traits t = {b->attn_state, b->bf16_out, b->device_memory && b->optim_multi};
+    backend_traits t = {b->attn_state, b->bf16_out, b->device_memory && b->optim_multi,
+                        b->attn_rope};
     return t;
 }
 

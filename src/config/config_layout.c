@@ -38,7 +38,8 @@ model_layout config_model_layout(const run_config *cfg, int tp_rank, int pp_rank
                           .precision = cfg->train.precision,
                           .grad_dtype = cfg->train.grad_dtype,
                           .attn_state = bt.attn,
-                          .bf16_out = bt.bf16_out};
+                          .bf16_out = bt.bf16_out,
+                          .attn_rope = bt.attn_rope};
 }
 
 zero_config config_zero_config(const run_config *cfg, int dp_rank) {

@@ -41,6 +41,7 @@ typedef struct {
     tri_dtype grad_dtype;       // gradient accumulation: DTYPE_FP32 or DTYPE_BF16
     attn_state_kind attn_state; // how the backend keeps attention state for the backward
     int bf16_out;               // the backend's matmuls write bf16 outputs (backend.h)
+    int attn_rope; // the backend applies RoPE inside its attention (backend.h): no rope ops
 } model_layout;
 
 // Whether the layers' matmuls write their bf16 outputs themselves (backend_matmul_fwd16 /

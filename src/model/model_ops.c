@@ -12,6 +12,7 @@
 typedef struct {
     model_dims d;
     int bf16, recompute, direct, xent16, defer;
+    int rope;      // the model calls rope_fwd / rope_bwd (not fused into the backend's attention)
     tri_dtype dt;  // the matmul and attention operands
     int64_t count; // multiplicity of what is emitted now (identical layers)
     model_op_list *l;
@@ -111,7 +112,8 @@ static void llama_layer_fwd(ops_ctx *c) {
     E2(c, MODEL_OP_RMSNORM_FWD, Nl, C);
     keep16(c, C);
     linear_fwd(c, C, d->C3_local, 0, 0);
-    emit(c, MODEL_OP_ROPE_FWD, DTYPE_FP32, 0, d->B, d->T, d->NH_local, d->NKV_local, d->HS);
+    if (c->rope)
+        emit(c, MODEL_OP_ROPE_FWD, DTYPE_FP32, 0, d->B, d->T, d->NH_local, d->NKV_local, d->HS);
     keep16(c, d->C3_local);
     attn(c, MODEL_OP_ATTENTION_FWD);
     keep16(c, d->C_local);
@@ -297,7 +299,8 @@ static void llama_layer_bwd(ops_ctx *c, ops_ctx *w) {
     IN16(d->C3_local);
     if (c->bf16 && r) to16(c, N * d->C_local);
     attn(c, MODEL_OP_ATTENTION_BWD);
-    emit(c, MODEL_OP_ROPE_BWD, DTYPE_FP32, 0, d->B, d->T, d->NH_local, d->NKV_local, d->HS);
+    if (c->rope)
+        emit(c, MODEL_OP_ROPE_BWD, DTYPE_FP32, 0, d->B, d->T, d->NH_local, d->NKV_local, d->HS);
     IN16(C);
     linear_bwd(c, w, C, d->C3_local, 0, 0, 0);
     norm_bwd(c, w, r);
@@ -359,6 +362,7 @@ void model_ops(model_op_list *out, const model_config *mc, const model_layout *m
     TRI_ASSERT(chunk >= 0 && chunk < d->chunks);
     out->n = 0;
     c.bf16 = ml->precision == DTYPE_BF16;
+    c.rope = !ml->attn_rope;
     c.dt = ml->precision;
     c.recompute = ml->recompute == RECOMPUTE_FULL;
     c.direct = model_bf16_direct(ml->precision, ml->recompute, ml->bf16_out) && !d->llama;

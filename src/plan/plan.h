@@ -94,7 +94,8 @@ const char *plan_comm_op_name(comm_op_id op);
 
 // The backend traits the device's buffers follow.
 static inline backend_traits plan_device_traits(const plan_device *d) {
-    return (backend_traits){.attn = d->attn, .bf16_out = d->bf16_out, .optim_table = d->cuda};
+    return (backend_traits){
+        .attn = d->attn, .bf16_out = d->bf16_out, .optim_table = d->cuda, .attn_rope = d->cuda};
 }
 
 // Fills *dev with device `name` (case-insensitive). The CPU's memory, cores and hence ranks
