@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "io/json.h"
+#include "io/metrics.h"
 #include "io/run_record.h"
 #include "plan/plan.h"
 
@@ -323,9 +324,11 @@ static void print_text(const char *dir, const rundir_view *v, const char *timing
                 PART_NAMES[wp], 1e3 * v->predicted[ws * PARTS + wp], v->run[ws * (PARTS + 1) + wp]);
 }
 
+// The shortest text that reads back to x: the measured values equal timing.json's.
 static void json_num(FILE *f, const char *key, double x) {
-    if (isfinite(x)) fprintf(f, "\"%s\":%.6g", key, x);
-    else fprintf(f, "\"%s\":null", key);
+    char buf[32];
+    if (isfinite(x)) metrics_format_double(buf, sizeof buf, x);
+    fprintf(f, "\"%s\":%s", key, isfinite(x) ? buf : "null");
 }
 
 static void print_json(const char *dir, const rundir_view *v, const char *record_path,
