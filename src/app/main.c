@@ -115,8 +115,8 @@ static const cli_command PLAN_CLI = {
     .min_args = 1,
     .max_args = 1,
     .args_offset = CA(config),
-    .summary = "memory, communication, bubble and step time of a run, before it runs (or, for "
-               "a run directory, against what it measured)",
+    .summary = "memory, communication, bubble and step time before a run, or against a run's "
+               "measured times",
     .options = PLAN_OPTIONS,
     .n_options = CLI_N(PLAN_OPTIONS),
     .defaults = &CONFIG_DEFAULTS,
