@@ -73,7 +73,12 @@ PY
 
 L4=(--set model.n_layer=4 --set model.n_head=4)
 check single 1
+# timing.json that cannot be written (a directory in its place): one warning, the run goes on.
+mkdir -p $W/recompute/timing.json
 check recompute 1 --set parallel.recompute=full
+if [ "$(grep -c "could not write $W/recompute/timing.json" $W/recompute.log)" = 1 ]; then
+    pass timing_unwritable_warns_once
+else fail timing_unwritable_warns_once "$(grep -m2 timing $W/recompute.log | tr '\n' ' ')"; fi
 check tp2 2 "${L4[@]}" --set parallel.tp=2
 check tp2_sp 2 "${L4[@]}" --set parallel.tp=2 --set parallel.sequence_parallel=true --set parallel.recompute=full
 check pp2_gpipe 2 --set parallel.pp=2 --set parallel.schedule=gpipe
@@ -170,6 +175,7 @@ rundir_case timing_layout 4 "$R/timing.json: mesh: another layout" "sed -i 's/\"
 rundir_case record_no_plan 4 "$R/metrics.jsonl line 1: run record: plan: none" "sed -i '1s/\"plan\":/\"plan_x\":/' metrics.jsonl"
 rundir_case record_bad_part 4 "plan.stages\[1\].comm_s: not a number >= 0" "sed -i '1s/\"comm_s\":[^}]*}]/\"comm_s\":-1}]/' metrics.jsonl"
 rundir_case no_timing 0 "measured: nothing yet" "rm timing.json"
+rundir_case timing_dir 4 "$R/timing.json: Is a directory" "rm timing.json; mkdir timing.json"
 
 # The command: a model far larger than this machine plans in well under a second.
 expect_plan() { # name code pattern args...

@@ -200,21 +200,27 @@ static int read_timing(reader *r, const json_value *root, rundir_view *v) {
     return 1;
 }
 
-// The whole of a small file: NULL with errno, or ERANGE past max bytes.
+// The whole of a small file: NULL with errno (ERANGE past max bytes, EISDIR for a directory).
 static char *read_small(const char *path, size_t max, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
-    char *buf = xmalloc(max + 1);
-    *len = fread(buf, 1, max + 1, f);
-    const int failed = ferror(f);
-    fclose(f);
-    if (failed || *len > max) {
-        free(buf);
-        errno = failed ? EIO : ERANGE;
-        return NULL;
+    struct stat st;
+    int err = fstat(fileno(f), &st) != 0 ? errno
+              : S_ISDIR(st.st_mode)      ? EISDIR
+              : st.st_size > (off_t)max  ? ERANGE
+                                         : 0;
+    char *buf = NULL;
+    if (!err) {
+        buf = xmalloc((size_t)st.st_size + 1);
+        *len = fread(buf, 1, (size_t)st.st_size, f);
+        if (ferror(f)) err = EIO;
+        buf[*len] = '\0';
     }
-    buf[*len] = '\0';
-    return buf;
+    fclose(f);
+    if (!err) return buf;
+    free(buf);
+    errno = err;
+    return NULL;
 }
 
 // Loads both files into *v; a status naming what is wrong.
