@@ -158,8 +158,8 @@ static tri_status save_model(trainer *tr, int force) {
 // could not write metrics.jsonl (log.metrics_required: the run stops, and exits 4), and
 // whether a background checkpoint write has finished on every rank (then it is committed).
 // At a step that will be logged (`timing` set, a multi-rank run) the same reduction carries
-// every rank's step, compute and comm-wait times (train_straggler.c) into `timing`'s
-// straggler fields.
+// every rank's step, compute, comm-wait and pipeline-transfer (pipe_s) times
+// (train_straggler.c) into `timing`'s straggler fields, and rank 0's copy for timing.json.
 static tri_status step_boundary(trainer *tr, int *stop, double step_s, double wait_s, double pipe_s,
                                 metrics_step *timing) {
     double *flags = tr->straggler.boundary; // (3 + 5 * world)

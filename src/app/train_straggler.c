@@ -1,7 +1,7 @@
 // train_straggler.c: which rank is slow (issue 19, point 4). At every logged step each rank's
 // step time, compute time and time waiting in communication travel to every rank inside the
 // step boundary's all-reduce over the world (train.c step_boundary): each rank writes its
-// four values into its own slots of a (world, 4) block that is zero elsewhere, and the MAX
+// five values into its own slots of a (world, 5) block that is zero elsewhere, and the MAX
 // reduction, which the boundary does anyway, leaves every rank's values in every rank's copy.
 // The host names are gathered once, at the first logged step. Each rank's time in its pipeline
 // transfers rides along too: rank 0 keeps every stage's parts of the step (train_timing.c).

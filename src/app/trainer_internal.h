@@ -5,6 +5,7 @@
 //   train.c    the training loop, evaluation, checkpoints per step and the final model
 //   train_report.c  the step line's progress fields and the end-of-run report
 //   train_straggler.c  which rank is slow: gathered at logged steps, a warning on a streak
+//   train_timing.c  each pipeline stage's measured times in timing.json (plan RUN_DIR)
 #pragma once
 #include "comm/launch.h"
 #include "comm/mesh.h"
