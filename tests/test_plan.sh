@@ -73,7 +73,12 @@ PY
 
 L4=(--set model.n_layer=4 --set model.n_head=4)
 check single 1
+# timing.json that cannot be written (a directory in its place): one warning, the run goes on.
+mkdir -p $W/recompute/timing.json
 check recompute 1 --set parallel.recompute=full
+if [ "$(grep -c "could not write $W/recompute/timing.json" $W/recompute.log)" = 1 ]; then
+    pass timing_unwritable_warns_once
+else fail timing_unwritable_warns_once "$(grep -m2 timing $W/recompute.log | tr '\n' ' ')"; fi
 check tp2 2 "${L4[@]}" --set parallel.tp=2
 check tp2_sp 2 "${L4[@]}" --set parallel.tp=2 --set parallel.sequence_parallel=true --set parallel.recompute=full
 check pp2_gpipe 2 --set parallel.pp=2 --set parallel.schedule=gpipe
@@ -134,6 +139,43 @@ if [ $ALL = 1 ]; then
 check tp2_pp2_zero3_step_gpipe 8 "${L4[@]}" --set parallel.tp=2 --set parallel.pp=2 --set parallel.schedule=gpipe \
     --set parallel.zero=3 --set parallel.zero3_gather=step --set train.global_batch=8 --set train.micro_batch=1
 fi
+
+# plan RUN_DIR (README "Predicted against measured, per stage") on runs made above: the
+# prediction the run record holds per stage beside what the run measured (timing.json),
+# one process, pp 2 (1f1b, interleaved) and tp 2 x pp 2 x dp 2 (4 ranks per stage).
+check_rundir() { # name: the run directory $W/name, planned above as $W/name.plan
+    local name=$1 out
+    if ! $T plan $W/$name >$W/$name.rd.txt 2>&1 || ! $T plan $W/$name --json >$W/$name.rd.json 2>&1; then
+        fail plan_rundir_$name "$(tail -3 $W/$name.rd.txt | tr '\n' ' ')"
+    elif out=$(/usr/bin/python3 tests/plan_rundir_check.py $W/$name $W/$name.plan $W/$name.rd.txt $W/$name.rd.json 2>&1); then
+        pass "plan_rundir_$name $out"
+    else fail plan_rundir_$name "$out"; fi
+}
+check_rundir single
+check_rundir pp2_1f1b
+check_rundir pp2_interleaved
+check_rundir 3d_zero3
+# Its errors: no run record (2), options of a CONFIG (2), a damaged record or timing.json (4,
+# the file and the key named); without timing.json the prediction alone (0).
+R=$W/rundir_case
+rundir_case() { # name code pattern [edit...]: a copy of the pp2_1f1b run, edited, planned
+    local name=$1 code=$2 pattern=$3; shift 3
+    rm -rf $R && cp -r $W/pp2_1f1b $R && (cd $R && eval "${1:-true}")
+    $T plan $R "${@:2}" >$W/out 2>&1
+    local rc=$?
+    if [ $rc = "$code" ] && grep -qE -- "$pattern" $W/out; then pass plan_rundir_$name
+    else fail plan_rundir_$name "exit $rc: $(head -3 $W/out | tr '\n' ' ')"; fi
+}
+rundir_case no_record 2 "$R/metrics.jsonl does not exist" "rm metrics.jsonl"
+rundir_case no_run_line 2 "no run record: .*no \{\"type\":\"run\"\} line" "sed -i 1d metrics.jsonl"
+rundir_case world_option 2 "a run directory takes only --json" true --world 2
+rundir_case set_option 2 "run directory's is in its run record" true --set parallel.pp=1
+rundir_case timing_torn 4 "$R/timing.json: not valid JSON" "truncate -s 40 timing.json"
+rundir_case timing_layout 4 "$R/timing.json: mesh: another layout" "sed -i 's/\"pp\":2/\"pp\":1/; s/\"dp\":1/\"dp\":2/' timing.json"
+rundir_case record_no_plan 4 "$R/metrics.jsonl line 1: run record: plan: none" "sed -i '1s/\"plan\":/\"plan_x\":/' metrics.jsonl"
+rundir_case record_bad_part 4 "plan.stages\[1\].comm_s: not a number >= 0" "sed -i '1s/\"comm_s\":[^}]*}]/\"comm_s\":-1}]/' metrics.jsonl"
+rundir_case no_timing 0 "measured: nothing yet" "rm timing.json"
+rundir_case timing_dir 4 "$R/timing.json: Is a directory" "rm timing.json; mkdir timing.json"
 
 # The command: a model far larger than this machine plans in well under a second.
 expect_plan() { # name code pattern args...

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include "app/cli.h"
 #include "app/commtest.h"
@@ -107,8 +108,15 @@ static const cli_option PLAN_OPTIONS[] = {
 };
 static const cli_command PLAN_CLI = {
     .name = "plan",
-    CONFIG_ARG,
-    .summary = "memory, communication, bubble and step time of a run, before it runs",
+    .args = "CONFIG",
+    .args_help = "the YAML run file (configs/ holds examples); or a run directory (run.out_dir): "
+                 "its predicted step beside the measured one, per pipeline stage (with --json "
+                 "alone)",
+    .min_args = 1,
+    .max_args = 1,
+    .args_offset = CA(config),
+    .summary = "memory, communication, bubble and step time before a run, or against a run's "
+               "measured times",
     .options = PLAN_OPTIONS,
     .n_options = CLI_N(PLAN_OPTIONS),
     .defaults = &CONFIG_DEFAULTS,
@@ -258,6 +266,20 @@ static int cmd_plan(int argc, char **argv) {
     int rc = cli_parse_command(&PLAN_CLI, argc, argv, &ca);
     if (rc >= 0) return cli_free(&PLAN_CLI, &ca), rc;
     ca.plan.world_given = ca.world > 0;
+    struct stat st;
+    if (stat(ca.config.items[0], &st) == 0 && S_ISDIR(st.st_mode)) { // a run directory
+        if (ca.sets.n) {
+            LOG_ERROR("trident plan %s: --set changes a config; a run directory's is in its run "
+                      "record",
+                      ca.config.items[0]);
+            LOG_HINT("give the run's config file with --set to plan a changed layout");
+            rc = TRI_ERR_CONFIG;
+        } else {
+            rc = plan_rundir_run(ca.config.items[0], &ca.plan);
+        }
+        cli_free(&PLAN_CLI, &ca);
+        return rc;
+    }
     run_config cfg;
     config_defaults(&cfg);
     rc = hf_config_load(&cfg, ca.config.items[0], ca.sets.n, (char **)ca.sets.items);

@@ -158,18 +158,18 @@ static tri_status save_model(trainer *tr, int force) {
 // could not write metrics.jsonl (log.metrics_required: the run stops, and exits 4), and
 // whether a background checkpoint write has finished on every rank (then it is committed).
 // At a step that will be logged (`timing` set, a multi-rank run) the same reduction carries
-// every rank's step, compute and comm-wait times (train_straggler.c) into `timing`'s
-// straggler fields.
-static tri_status step_boundary(trainer *tr, int *stop, double step_s, double wait_s,
+// every rank's step, compute, comm-wait and pipeline-transfer (pipe_s) times
+// (train_straggler.c) into `timing`'s straggler fields, and rank 0's copy for timing.json.
+static tri_status step_boundary(trainer *tr, int *stop, double step_s, double wait_s, double pipe_s,
                                 metrics_step *timing) {
-    double *flags = tr->straggler.boundary; // (3 + 4 * world)
+    double *flags = tr->straggler.boundary; // (3 + 5 * world)
     flags[0] = stop_signal();
     flags[1] = ckpt_pending(tr->ckpt) && !ckpt_write_done(tr->ckpt);
     flags[2] = metrics_stops_run(&tr->metrics);
     size_t count = 3;
     if (timing) {
         TRI_CHECK(straggler_gather_hosts(&tr->straggler, tr->cm, tr->li->host));
-        count += straggler_fill(&tr->straggler, flags + 3, step_s, wait_s, tr->coord.pp);
+        count += straggler_fill(&tr->straggler, flags + 3, step_s, wait_s, pipe_s, tr->coord.pp);
     }
     if (tr->li->world > 1)
         TRI_CHECK(
@@ -181,6 +181,19 @@ static tri_status step_boundary(trainer *tr, int *stop, double step_s, double wa
     *stop = flags[0] > 0 || (tr->metrics_lost && tr->step + 1 < tr->cfg->train.steps);
     if (ckpt_pending(tr->ckpt) && flags[1] == 0) TRI_CHECK(ckpt_commit(tr->ckpt));
     return TRI_OK;
+}
+
+// Rank 0 at logged step n: each pipeline stage's times into timing.json (train_timing.c),
+// from the boundary's gather (`timing` has the straggler fields then) or, alone, its own.
+static void log_stage_times(trainer *tr, int n, double step_s, double wait_s, double pipe_s,
+                            const metrics_step *timing) {
+    if (tr->li->rank != 0) return;
+    stage_times *st = xcalloc((size_t)tr->cfg->parallel.pp, sizeof *st);
+    if (timing->has_straggler)
+        straggler_stage_times(&tr->straggler, tr->straggler.boundary + 3, tr->cfg->parallel.pp, st);
+    else if (tr->li->world == 1) st[0] = stage_times_of_rank(step_s, wait_s, pipe_s);
+    if (timing->has_straggler || tr->li->world == 1) timing_log_step(&tr->timing, n, st);
+    free(st);
 }
 
 // Writes the checkpoint of the step just done (n steps, `samples` consumed); appends the
@@ -461,8 +474,9 @@ static tri_status train_loop(trainer *tr) {
         // does not: the stop is known after the boundary).
         const int log_due = n == 1 || n % cfg->log.every == 0 || n == cfg->train.steps;
         metrics_step timing = {0};
-        tri_status ck = step_boundary(tr, &stop, dt, wait_s,
+        tri_status ck = step_boundary(tr, &stop, dt, wait_s, waited,
                                       log_due && straggler_wanted(&tr->straggler) ? &timing : NULL);
+        if (log_due && ck == TRI_OK) log_stage_times(tr, n, dt, wait_s, waited, &timing);
         if (ck == TRI_OK && tr->ckpt &&
             (stop || n == cfg->train.steps ||
              (cfg->checkpoint.every > 0 && n % cfg->checkpoint.every == 0))) {

@@ -1,9 +1,10 @@
 // train_straggler.c: which rank is slow (issue 19, point 4). At every logged step each rank's
 // step time, compute time and time waiting in communication travel to every rank inside the
 // step boundary's all-reduce over the world (train.c step_boundary): each rank writes its
-// four values into its own slots of a (world, 4) block that is zero elsewhere, and the MAX
+// five values into its own slots of a (world, 5) block that is zero elsewhere, and the MAX
 // reduction, which the boundary does anyway, leaves every rank's values in every rank's copy.
-// The host names are gathered once, at the first logged step.
+// The host names are gathered once, at the first logged step. Each rank's time in its pipeline
+// transfers rides along too: rank 0 keeps every stage's parts of the step (train_timing.c).
 //
 // In a synchronous job every rank's step takes about as long as the slowest one's: the others
 // wait for it in their collectives. So a rank is judged by its compute time (step time less
@@ -17,7 +18,7 @@
 
 #include "base/env.h"
 
-enum { SLOT_STEP, SLOT_COMPUTE, SLOT_WAIT, SLOT_STAGE, SLOTS };
+enum { SLOT_STEP, SLOT_COMPUTE, SLOT_WAIT, SLOT_STAGE, SLOT_PIPE, SLOTS };
 
 void straggler_init(straggler_state *sg, const run_config *cfg, const launch_info *li) {
     memset(sg, 0, sizeof *sg);
@@ -61,7 +62,8 @@ tri_status straggler_gather_hosts(straggler_state *sg, comm *cm, const char *hos
     return comm_all_gather(cm, COMM_GROUP_WORLD, mine, sg->hosts, WORDS, DTYPE_INT64);
 }
 
-size_t straggler_fill(straggler_state *sg, double *block, double step_s, double wait_s, int stage) {
+size_t straggler_fill(straggler_state *sg, double *block, double step_s, double wait_s,
+                      double pipe_s, int stage) {
     const size_t n = SLOTS * (size_t)sg->world;
     memset(block, 0, n * sizeof(double));
     double *mine = block + SLOTS * (size_t)sg->rank;
@@ -69,6 +71,7 @@ size_t straggler_fill(straggler_state *sg, double *block, double step_s, double 
     mine[SLOT_COMPUTE] = step_s > wait_s ? step_s - wait_s : 0.0;
     mine[SLOT_WAIT] = wait_s;
     mine[SLOT_STAGE] = stage;
+    mine[SLOT_PIPE] = pipe_s;
     return n;
 }
 
@@ -129,4 +132,46 @@ void straggler_take(straggler_state *sg, const double *block, int step, metrics_
         LOG_HINT("check that node (thermal throttling, other jobs, a slow disk or NIC); "
                  "log.straggler_pct and log.straggler_steps set this warning");
     }
+}
+
+stage_times stage_times_of_rank(double step_s, double wait_s, double pipe_s) {
+    // The pipeline transfers are comm waits too, but their start is timed by the executor
+    // alone: the larger of the two is the rank's time not computing.
+    const double idle = wait_s > pipe_s ? wait_s : pipe_s;
+    return (stage_times){.compute = step_s > idle ? step_s - idle : 0.0,
+                         .waits = pipe_s,
+                         .comm = idle - pipe_s,
+                         .step = step_s,
+                         .ranks = 1};
+}
+
+static double median_sorted(double *v, int n) {
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void straggler_stage_times(const straggler_state *sg, const double *block, int pp,
+                           stage_times *out) {
+    const int world = sg->world;
+    double *part = xmalloc(4 * (size_t)world * sizeof(double)); // (4, world): a stage's ranks
+    for (int st = 0; st < pp; st++) {
+        int n = 0;
+        double lo = INFINITY, hi = -INFINITY;
+        for (int r = 0; r < world; r++) {
+            const double *v = block + SLOTS * (size_t)r;
+            if ((int)v[SLOT_STAGE] != st) continue;
+            const stage_times t = stage_times_of_rank(v[SLOT_STEP], v[SLOT_WAIT], v[SLOT_PIPE]);
+            part[n] = t.compute, part[world + n] = t.waits, part[2 * world + n] = t.comm;
+            part[3 * world + n] = t.step;
+            lo = fmin(lo, t.compute), hi = fmax(hi, t.compute);
+            n++;
+        }
+        stage_times *o = &out[st];
+        memset(o, 0, sizeof *o);
+        if (n == 0) continue; // every stage has ranks (rank = tp + TP (dp + DP pp))
+        o->compute = median_sorted(part, n), o->waits = median_sorted(part + world, n);
+        o->comm = median_sorted(part + 2 * world, n), o->step = median_sorted(part + 3 * world, n);
+        o->spread = hi - lo, o->ranks = n;
+    }
+    free(part);
 }

@@ -76,10 +76,11 @@ static double mfu_peak(trainer *tr) {
 
 // The planner's prediction for this run (issue 21 point 3): `trident plan` of this config on
 // the device the run uses (the CUDA device's table entry, or the CPU's), into the run record's
-// "plan" object; each step line then carries its measured time over the predicted one
-// (plan_ratio). Nothing when the device has no entry.
-static void plan_json(trainer *tr, char *out, size_t cap) {
-    out[0] = '\0';
+// "plan" object, with each pipeline stage's step in the parts a run measures
+// (plan_stage_parts: `trident plan RUN_DIR` sets them beside timing.json's); each step line
+// then carries its measured time over the predicted one (plan_ratio). Nothing when the
+// device has no entry.
+static void plan_json(trainer *tr, FILE *f) {
     tr->plan_step_s = 0;
     if (tr->li->rank != 0) return; // the one rank that writes the record and the step lines
     plan_device dev;
@@ -98,22 +99,23 @@ static void plan_json(trainer *tr, char *out, size_t cap) {
     if (plan_compute(&p, tr->cfg, &dev) != TRI_OK) return;
     tr->plan_step_s = p.step_s;
     snprintf(tr->plan_device, sizeof tr->plan_device, "%s", dev.name);
-    FILE *f = fmemopen(out, cap, "w");
-    if (!f) return;
     fprintf(f,
             ",\"plan\":{\"device\":\"%s\",\"calibrated\":%s,\"step_s\":%.6g,"
-            "\"schedule_s\":%.6g,\"bubble\":%.4f,\"bubble_sim\":%.4f,\"tokens_per_s\":%.6g",
+            "\"schedule_s\":%.6g,\"bubble\":%.4f,\"bubble_sim\":%.4f,\"tokens_per_s\":%.6g,",
             dev.name, dev.calib.calibrated ? "true" : "false", p.step_s, p.t_schedule, p.bubble,
             p.bubble_sim, p.tokens_per_s);
     if (dev.calib.calibrated) {
-        fprintf(f, ",\"profile\":");
+        fprintf(f, "\"profile\":");
         config_print_quoted(f, dev.calib.path);
+        fputc(',', f);
     }
-    fputc('}', f);
-    fflush(f);
-    const int cut = ferror(f) || ftell(f) >= (long)cap;
-    fclose(f);
-    if (cut) out[0] = '\0'; // cut short: no object at all
+    fprintf(f, "\"stages\":[");
+    for (int r = 0; r < p.pp; r++) {
+        const plan_step_parts parts = plan_stage_parts(&p, r);
+        fprintf(f, "%s{\"compute_s\":%.6g,\"waits_s\":%.6g,\"comm_s\":%.6g}", r ? "," : "",
+                parts.compute_s, parts.waits_s, parts.comm_s);
+    }
+    fputs("]}", f);
     plan_free(&p);
 }
 
@@ -446,10 +448,9 @@ tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     describe_data(tr);
     TRI_CHECK(startup_boundary(tr, "metrics"));
     tr->flops_per_token = plan_flops_per_token(cfg);
-    char memory[1024], *extra = NULL, plan[1024];
+    char memory[1024], *extra = NULL;
     size_t extra_len = 0;
     TRI_CHECK(memory_json(tr, memory, sizeof memory));
-    plan_json(tr, plan, sizeof plan);
     char wait[128] = "";
     if (tr->be->threads > 0) backend_cpu_wait_describe(wait, sizeof wait);
     FILE *f = open_memstream(&extra, &extra_len);
@@ -459,10 +460,11 @@ tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     fprintf(f,
             ",\"n_params\":%lld,\"threads\":%d,\"threads_why\":\"%s\",\"omp_wait\":\"%s\","
             "\"micro_batches\":%d,\"flops_per_token\":%.0f,\"mfu_peak_flops\":%.4g,"
-            "\"rank_params\":%zu%s%s",
+            "\"rank_params\":%zu%s",
             (long long)tr->model.table.global_numel, tr->be->threads,
             tr->be->threads > 0 ? tr->threads_why : "", wait, tr->n_micro, tr->flops_per_token,
-            tr->peak_flops, tr->model.table.local_numel, memory, plan);
+            tr->peak_flops, tr->model.table.local_numel, memory);
+    plan_json(tr, f);
     // A resumed run says from which step, so that scripts/plot.py joins the restarts there,
     // and the changes it made to the checkpoint's config.
     if (tr->resumed)
@@ -473,12 +475,14 @@ tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     rc = open_outputs(tr, extra);
     free(extra);
     TRI_CHECK(rc);
+    timing_init(&tr->timing, tr);
     return startup_boundary(tr, "first step");
 }
 
 void trainer_free(trainer *tr) {
     free(tr->resume_json);
     straggler_free(&tr->straggler);
+    timing_free(&tr->timing);
     ckpt_writer_free(tr->ckpt);
     metrics_free(&tr->metrics);
     tb_close(&tr->tb);

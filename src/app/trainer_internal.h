@@ -5,6 +5,7 @@
 //   train.c    the training loop, evaluation, checkpoints per step and the final model
 //   train_report.c  the step line's progress fields and the end-of-run report
 //   train_straggler.c  which rank is slow: gathered at logged steps, a warning on a streak
+//   train_timing.c  each pipeline stage's measured times in timing.json (plan RUN_DIR)
 #pragma once
 #include "comm/launch.h"
 #include "comm/mesh.h"
@@ -31,12 +32,36 @@ typedef struct {
     int world, rank;
     double pct;       // log.straggler_pct
     int steps;        // log.straggler_steps
-    double *boundary; // (3 + 4 * world) the step boundary's all-reduce buffer
+    double *boundary; // (3 + 5 * world) the step boundary's all-reduce buffer
     char *hosts;      // (world, STRAGGLER_HOST_LEN) gathered at the first logged step; NULL before
     int streak_rank;  // the rank over pct at the latest logged steps in a row, -1
     int streak;       // how many logged steps in a row
     int slow_ms;      // TRIDENT_TEST_SLOW_RANK's busy loop for this rank, 0
 } straggler_state;
+
+// One pipeline stage's step at a logged step, in seconds (train_timing.c keeps them): of each
+// part, the median over the stage's ranks; the spread (max - min) of their compute.
+//   compute  the step less the time waiting in communication
+//   waits    the time in pipeline sends and receives (the bubble and the transfers)
+//   comm     the time waiting in every other collective (tp, dp, embedding, norms)
+typedef struct {
+    double compute, waits, comm, step, spread;
+    int ranks; // the stage's ranks (tp x dp)
+} stage_times;
+
+// train_timing.c's state (rank 0): the stages' times at the latest logged steps, a ring, and
+// <run.out_dir>/timing.json, rewritten from them at every logged step.
+typedef struct {
+    int pp;
+    int cap, n, next;   // the ring: cap logged steps, n held, next the slot to fill
+    int *steps;         // (cap) the step of each slot
+    stage_times *times; // (cap, pp)
+    int first_step;     // this process's first step: it and the next are warm-up
+    int logged;         // logged steps seen
+    int world, tp, dp;
+    char *path; // <run.out_dir>/timing.json; NULL: none (ranks other than 0)
+    int warned; // a write failed and was reported
+} run_timing;
 
 typedef struct {
     run_config *cfg;
@@ -82,6 +107,7 @@ typedef struct {
     int metrics_lost;  // rank 0 could not write metrics.jsonl (log.metrics_required): the run
                        // stops at the step boundary and exits 4, on every rank
     straggler_state straggler;
+    run_timing timing;
 } trainer;
 
 // trainer.c
@@ -107,9 +133,25 @@ void straggler_test_delay(const straggler_state *sg);
 int straggler_wanted(const straggler_state *sg);
 // The host names of every rank, once (a collective over the world; later calls do nothing).
 tri_status straggler_gather_hosts(straggler_state *sg, comm *cm, const char *host);
-// Writes this rank's step, compute and comm-wait seconds and its pipeline stage into its
-// slots of `block` (4 * world doubles, zero elsewhere) for a MAX all-reduce; returns the count.
-size_t straggler_fill(straggler_state *sg, double *block, double step_s, double wait_s, int stage);
+// Writes this rank's step, compute, comm-wait and pipeline-transfer seconds and its pipeline
+// stage into its slots of `block` (5 * world doubles, zero elsewhere) for a MAX all-reduce;
+// returns the count.
+size_t straggler_fill(straggler_state *sg, double *block, double step_s, double wait_s,
+                      double pipe_s, int stage);
+// From the reduced block: each of the pp stages' times (the medians over its ranks).
+void straggler_stage_times(const straggler_state *sg, const double *block, int pp,
+                           stage_times *out);
+// One rank's parts of its step: step_s seconds, wait_s of them in comm waits, pipe_s in its
+// pipeline sends and receives (the executor's count).
+stage_times stage_times_of_rank(double step_s, double wait_s, double pipe_s);
+// train_timing.c
+// Rank 0: <run.out_dir>/timing.json, written now with no step (a file of an earlier run
+// there is replaced); other ranks keep nothing.
+void timing_init(run_timing *t, const trainer *tr);
+// Rank 0 at logged step `step`: the stages' times (pp of them) into the ring, and
+// timing.json rewritten (tmp + rename). A failed write is reported once; the run goes on.
+void timing_log_step(run_timing *t, int step, const stage_times *stages);
+void timing_free(run_timing *t);
 // From the reduced block: the slowest rank into s's straggler fields, and the warning when a
 // rank stays over log.straggler_pct for log.straggler_steps logged steps.
 void straggler_take(straggler_state *sg, const double *block, int step, metrics_step *s);

@@ -2,6 +2,7 @@
 // io/json.h) or the config of a checkpoint's manifest.yaml (libyaml).
 #include "io/run_record.h"
 
+#include <errno.h>
 #include <string.h>
 #include <yaml.h>
 
@@ -87,4 +88,31 @@ int run_record_config_string(const char *source, const char *section, const char
     }
     snprintf(path, sizeof path, "%s/metrics.jsonl", source);
     return from_metrics(path, section, key, out, n);
+}
+
+int run_record_newest(const char *path, json_doc *doc, const json_value **root, int *line,
+                      size_t max_line, char *err, size_t errn) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char *text = NULL, *newest = NULL;
+    size_t cap = 0, newest_len = 0;
+    ssize_t len;
+    int at = 0;
+    for (int n = 1; (len = getline(&text, &cap, f)) > 0; n++) {
+        if ((size_t)len > max_line || !strstr(text, "\"type\":\"run\"")) continue;
+        free(newest);
+        newest = xmalloc((size_t)len + 1);
+        memcpy(newest, text, (size_t)len + 1);
+        newest_len = (size_t)len, at = n;
+    }
+    free(text);
+    fclose(f);
+    if (!newest) {
+        errno = 0;
+        return 0;
+    }
+    *root = json_parse(doc, newest, newest_len, RECORD_MAX_DEPTH, err, errn);
+    free(newest); // the tree holds its own copies
+    *line = at;
+    return *root ? 1 : -1;
 }

@@ -148,7 +148,9 @@ typedef struct {
     // parallel.overlap leaves exposed (all of it without overlap); and with overlap a
     // pipeline message's transfer time, which the simulator adds between stages instead.
     double t_busy, t_p2p;
-    double idle_sim; // the fraction of the simulated schedule this stage waits (bubble_sim's)
+    double t_p2p_busy; // of t_busy, the stage's own pipeline messages (their sender's time
+                       // without overlap; 0 with it, where they are t_p2p between stages)
+    double idle_sim;   // the fraction of the simulated schedule this stage waits (bubble_sim's)
     double t_optimizer;
 } plan_stage;
 
@@ -214,6 +216,16 @@ uint64_t plan_group_bytes(const plan_stage *s, comm_group_id g);
 // Model FLOPs per token of a training step, as the trainer reports it (flops_per_token).
 double plan_flops_per_token(const run_config *cfg);
 
+// A stage's predicted step in the parts a run measures (app/train_timing.c's timing.json,
+// `trident plan RUN_DIR`): compute, its passes and its optimizer; comm, the time of its tp,
+// dp, embedding and norm collectives that parallel.overlap leaves exposed (in the schedule
+// and at the step end); waits, the rest of the step: the bubble, the pipeline transfers and
+// waiting for slower stages. compute + waits + comm = the plan's step_s.
+typedef struct {
+    double compute_s, waits_s, comm_s;
+} plan_step_parts;
+plan_step_parts plan_stage_parts(const plan_result *p, int pp_rank);
+
 // ---- output and the command ----
 
 // The options of `trident plan` (its command-line table is in app/main.c).
@@ -236,6 +248,11 @@ typedef struct {
 // or with --search the ranked layouts. `world` counts only when po->world_given.
 tri_status plan_run(run_config *cfg, int world, const plan_options *po);
 void plan_print_text(const plan_result *p, const run_config *cfg, FILE *f);
+// `trident plan RUN_DIR` (plan_rundir.c): the prediction the run record holds for each
+// pipeline stage beside what the run measured (its timing.json), as text or (po->json) JSON.
+// TRI_ERR_CONFIG when `dir` holds no run record, TRI_ERR_CKPT when the record or timing.json
+// is damaged (each named).
+tri_status plan_rundir_run(const char *dir, const plan_options *po);
 void plan_print_json(const plan_result *p, const run_config *cfg, FILE *f);
 
 // --search: every layout of `cfg`'s model and batch on cfg's world (tp, pp, virtual

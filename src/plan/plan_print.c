@@ -468,7 +468,15 @@ void plan_print_json(const plan_result *p, const run_config *cfg, FILE *f) {
         json_double(f, "comm_s", s->t_comm[0] + s->t_comm[1]);
         fputc(',', f);
         json_double(f, "idle_sim", s->idle_sim);
-        fputc('}', f);
+        // The parts of the step a run measures (plan RUN_DIR compares them).
+        const plan_step_parts parts = plan_stage_parts(p, r);
+        fprintf(f, ",\"step_parts\":{");
+        json_double(f, "compute_s", parts.compute_s);
+        fputc(',', f);
+        json_double(f, "waits_s", parts.waits_s);
+        fputc(',', f);
+        json_double(f, "comm_s", parts.comm_s);
+        fprintf(f, "}}");
     }
     fprintf(f, "],\"fits\":%s,\"worst_stage\":%d,", p->fits ? "true" : "false", p->worst_stage);
     const char *keys[] = {"bubble",       "bubble_sim", "flops_per_token", "tokens_per_step",

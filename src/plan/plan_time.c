@@ -97,9 +97,10 @@ static double comm_seconds(const layout *lo, const plan_comm *c, plan_phase ph) 
 static void stage_overlap(plan_stage *s, const layout *lo, const stage_tables *st) {
     const plan_comm *c = &s->comm;
     const double sched = s->t_comm[PLAN_PHASE_SCHEDULE];
-    s->t_busy = s->t_compute + sched, s->t_p2p = 0;
-    if (!lo->cfg->parallel.overlap) return;
     const double pp = comm_seconds_of(lo, c, PLAN_PHASE_SCHEDULE, 1u << COMM_GROUP_PP);
+    s->t_busy = s->t_compute + sched, s->t_p2p = 0, s->t_p2p_busy = pp;
+    if (!lo->cfg->parallel.overlap) return;
+    s->t_p2p_busy = 0;
     const double dp = comm_seconds_of(lo, c, PLAN_PHASE_SCHEDULE, 1u << COMM_GROUP_DP);
     uint64_t sends = c->calls[PLAN_PHASE_SCHEDULE][COMM_GROUP_PP][COMM_OP_SEND];
     uint64_t dp_calls = 0;
