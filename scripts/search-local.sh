@@ -8,8 +8,9 @@
 #    as scripts/perf-plan.sh does (PERF_PLAN_DIR's profile is reused when it exists).
 # 2. `trident plan BASE --world 2 --search --device PROFILE --json`: every layout of 2 ranks,
 #    ranked by predicted step time.
-# 3. Runs the search's top 4 layouts and 3 more from further down its list (a third of the way,
-#    two thirds, the last), STEPS steps each, median step_ms of steps 3..
+# 3. Runs the best layout of the search's top 4 families (a family: the layout but its
+#    micro_batch) and 3 more from further down (the families a third and two thirds down the
+#    list, the last layout), STEPS steps each, median step_ms of steps 3..
 # 4. Prints predicted rank and time beside measured rank and time, and the rank correlation.
 # Each run is a few seconds; the whole about two minutes on 2 cores.
 set -euo pipefail
@@ -43,7 +44,18 @@ import json, sys
 s = json.load(open(sys.argv[1]))
 lay = s["layouts"]
 n = len(lay)
-picks = sorted({0, 1, 2, 3, n // 3, 2 * n // 3, n - 1} & set(range(n)))
+# The best-ranked layout of each family (the search lists a family once per micro_batch, with
+# near-equal times): the top 4 families, then the families a third and two thirds down and the
+# last layout of the list.
+seen, firsts = set(), []
+for i, l in enumerate(lay):
+    fam = (l["tp"], l["pp"], l["dp"], l["virtual_stages"], l["schedule"], l["zero"],
+           l["recompute"], l["sequence_parallel"])
+    if fam not in seen:
+        seen.add(fam)
+        firsts.append(i)
+f = len(firsts)
+picks = sorted(set(firsts[:4]) | {firsts[f // 3], firsts[2 * f // 3], n - 1})
 for i in picks:
     l = lay[i]
     sets = [f"parallel.tp={l['tp']}", f"parallel.pp={l['pp']}", f"parallel.dp={l['dp']}",
@@ -62,7 +74,7 @@ while read -r rank total pred name sets; do
     dir=$OUT/run-$rank
     # shellcheck disable=SC2086
     if ! timeout 600 "${MPI[@]}" -np 2 "$T" train "$BASE" "${COMMON[@]}" $sets \
-        --set run.out_dir="$dir" >"$OUT/run-$rank.log" 2>&1; then
+        --set run.out_dir="$dir" </dev/null >"$OUT/run-$rank.log" 2>&1; then
         echo "search-local: layout #$rank ($name) failed: $(tail -1 "$OUT/run-$rank.log")"
         continue
     fi
