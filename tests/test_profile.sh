@@ -90,10 +90,13 @@ assert abs(rec["step_s"] - plan["step_s"]) <= 1e-5 * plan["step_s"], (rec["step_
 EOF
 $T train $CFG --set train.steps=2 --set run.out_dir=$W/rec2 --set system.device_profile=$W/absent.yaml >$W/rec2.out 2>&1
 rc=$?
-if [ $rc = 2 ] && grep -q "system.device_profile: cannot open the profile $W/absent.yaml" $W/rec2.out; then
+$T check $CFG --set system.device_profile=$W/absent.yaml >$W/rec3.out 2>&1
+rc3=$?
+if [ $rc = 2 ] && grep -q "system.device_profile: cannot open the profile $W/absent.yaml" $W/rec2.out &&
+    [ $rc3 = 2 ] && grep -q "system.device_profile in $CFG" $W/rec3.out; then
     pass profile_config_key_error
 else
-    fail profile_config_key_error "exit $rc: $(head -3 $W/rec2.out | tr '\n' ' ')"
+    fail profile_config_key_error "train exit $rc, check exit $rc3: $(head -3 $W/rec2.out $W/rec3.out | tr '\n' ' ')"
 fi
 
 # Twice every compute rate the time model reads (matmul, bf16 matmul, attention, the

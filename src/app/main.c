@@ -23,6 +23,7 @@
 #include "io/hf_config.h"
 #include "io/metrics.h"
 #include "plan/plan.h"
+#include "plan/plan_profile.h"
 
 #define TRIDENT_VERSION_STRING "trident 0.1.0"
 
@@ -247,6 +248,10 @@ static int cmd_check(int argc, char **argv) {
     config_defaults(&cfg);
     rc = hf_config_load(&cfg, ca.config.items[0], ca.sets.n, (char **)ca.sets.items);
     if (!rc) rc = config_resolve_world(&cfg, world);
+    if (!rc && cfg.system.device_profile) { // a profile that does not load: the config's error
+        plan_device profile;
+        rc = plan_profile_of_config(&cfg, world, &profile);
+    }
     if (!rc) {
         printf("# %s: valid for a world of %d\n", ca.config.items[0], world);
         config_print_yaml(&cfg, stdout, 0);

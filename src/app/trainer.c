@@ -384,15 +384,8 @@ tri_status trainer_init(trainer *tr, run_config *cfg, launch_info *li) {
     tri_status rc = config_resolve_world(cfg, li->world);
     // The planner's profile for the run record, read before any communicator: a wrong path is
     // the config's error (exit 2), on every rank alike.
-    if (rc == TRI_OK && cfg->system.device_profile) {
-        rc = plan_profile_load(cfg->system.device_profile, "system.device_profile", li->world,
-                               &tr->profile);
-        if (rc != TRI_OK)
-            LOG_HINT("system.device_profile names the profile `trident plan CONFIG --calibrate` "
-                     "wrote; fix the path in %s or remove the key (the run record then predicts "
-                     "from the built-in device table)",
-                     cfg->source_path);
-    }
+    if (rc == TRI_OK && cfg->system.device_profile)
+        rc = plan_profile_of_config(cfg, li->world, &tr->profile);
     log_unmute(mute);
     // The launcher ends the job at the first failing exit: the other ranks give rank 0 time
     // to report first, so that the message is never cut off.

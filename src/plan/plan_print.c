@@ -532,8 +532,7 @@ tri_status plan_run(run_config *cfg, int world, const plan_options *po) {
     }
     plan_device dev;
     if (!po->device && cfg->system.device_profile) { // the profile the run's record would use
-        TRI_CHECK(
-            plan_profile_load(cfg->system.device_profile, "system.device_profile", world, &dev));
+        TRI_CHECK(plan_profile_of_config(cfg, world, &dev));
     } else if (plan_profile_is_file(name)) {
         TRI_CHECK(plan_profile_load(name, "--device", world, &dev));
     } else if (plan_device_lookup(name, world, &dev)) {

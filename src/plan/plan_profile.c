@@ -422,6 +422,17 @@ tri_status plan_profile_load(const char *path, const char *what, int world, plan
     return rc;
 }
 
+tri_status plan_profile_of_config(const run_config *cfg, int world, plan_device *dev) {
+    const tri_status rc = plan_profile_load(cfg->system.device_profile, "system.device_profile",
+                                            world, dev);
+    if (rc != TRI_OK)
+        LOG_HINT("system.device_profile in %s names a profile `trident plan CONFIG --calibrate` "
+                 "wrote; fix the path or remove the key (predictions then come from the built-in "
+                 "device table)",
+                 cfg->source_path ? cfg->source_path : "the config");
+    return rc;
+}
+
 int plan_profile_is_file(const char *arg) {
     const size_t n = strlen(arg);
     if ((n > 5 && !strcasecmp(arg + n - 5, ".yaml")) || (n > 4 && !strcasecmp(arg + n - 4, ".yml")))

@@ -40,6 +40,11 @@ int plan_profile_is_file(const char *arg);
 // file cannot be opened ("--device", "system.device_profile").
 tri_status plan_profile_load(const char *path, const char *what, int world, plan_device *dev);
 
+// The profile the config's system.device_profile names, loaded as plan_profile_load loads
+// one; on an error, a hint naming the config file (cfg->source_path). For train (every rank,
+// before the communicators), check and plan (when no --device is given).
+tri_status plan_profile_of_config(const run_config *cfg, int world, plan_device *dev);
+
 // Writes `pr` to `path` (its directory created when missing; written to a temporary file,
 // then renamed). TRI_ERR_CKPT (an output file) when it cannot be written.
 tri_status plan_profile_write(const plan_profile *pr, const char *path);
