@@ -75,20 +75,13 @@ size_t straggler_fill(straggler_state *sg, double *block, double step_s, double 
     return n;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 // The median compute time of the ranks of pipeline stage `stage` (scratch: world doubles).
 static double stage_median(const double *block, int world, int stage, double *scratch) {
     int n = 0;
     for (int r = 0; r < world; r++)
         if ((int)block[SLOTS * r + SLOT_STAGE] == stage)
             scratch[n++] = block[SLOTS * r + SLOT_COMPUTE];
-    if (n == 0) return 0.0;
-    qsort(scratch, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? scratch[n / 2] : 0.5 * (scratch[n / 2 - 1] + scratch[n / 2]);
+    return tri_median(scratch, n);
 }
 
 void straggler_take(straggler_state *sg, const double *block, int step, metrics_step *s) {
@@ -145,11 +138,6 @@ stage_times stage_times_of_rank(double step_s, double wait_s, double pipe_s) {
                          .ranks = 1};
 }
 
-static double median_sorted(double *v, int n) {
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 void straggler_stage_times(const straggler_state *sg, const double *block, int pp,
                            stage_times *out) {
     const int world = sg->world;
@@ -169,8 +157,8 @@ void straggler_stage_times(const straggler_state *sg, const double *block, int p
         stage_times *o = &out[st];
         memset(o, 0, sizeof *o);
         if (n == 0) continue; // every stage has ranks (rank = tp + TP (dp + DP pp))
-        o->compute = median_sorted(part, n), o->waits = median_sorted(part + world, n);
-        o->comm = median_sorted(part + 2 * world, n), o->step = median_sorted(part + 3 * world, n);
+        o->compute = tri_median(part, n), o->waits = tri_median(part + world, n);
+        o->comm = tri_median(part + 2 * world, n), o->step = tri_median(part + 3 * world, n);
         o->spread = hi - lo, o->ranks = n;
     }
     free(part);

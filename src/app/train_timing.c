@@ -19,16 +19,6 @@
 
 enum { TIMING_WINDOW = 64, TIMING_WARMUP_STEPS = 2 };
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // Whether ring slot i is past the warm-up.
 static int warm(const run_timing *t, int i) {
     return t->steps[i] >= t->first_step + TIMING_WARMUP_STEPS;
@@ -64,7 +54,7 @@ static char *timing_text(const run_timing *t, size_t *len) {
                 const double p[5] = {x->compute, x->waits, x->comm, x->step, x->spread};
                 v[m++] = p[k];
             }
-            parts[k] = median(v, m);
+            parts[k] = tri_median(v, m);
         }
         fprintf(f,
                 "%s{\"pp_rank\":%d,\"ranks\":%d,\"compute_ms\":%.3f,\"waits_ms\":%.3f,"

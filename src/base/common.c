@@ -175,6 +175,39 @@ int make_dirs(const char *path) {
     return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
 }
 
+char *tri_read_small_file(const char *path, size_t max, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    struct stat st;
+    const int err = fstat(fileno(f), &st) != 0   ? errno
+                    : !S_ISREG(st.st_mode)       ? EISDIR
+                    : (uint64_t)st.st_size > max ? EFBIG
+                                                 : 0;
+    char *buf = NULL;
+    if (!err) {
+        buf = xmalloc((size_t)st.st_size + 1);
+        *len = fread(buf, 1, (size_t)st.st_size, f);
+        buf[*len] = '\0';
+    }
+    const int short_read = buf && (*len != (size_t)st.st_size || ferror(f));
+    fclose(f);
+    if (!err && !short_read) return buf;
+    free(buf);
+    errno = err ? err : EIO;
+    return NULL;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double tri_median(double *v, int n) {
+    if (n <= 0) return 0.0;
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 int tri_write_all(int fd, const void *buf, size_t n) {
     const char *p = buf;
     while (n > 0) {

@@ -104,6 +104,13 @@ void *xgrow(void *items, int n, int *cap, size_t elem);
 double time_now_s(void); // monotonic seconds
 // Writes all n bytes of buf to fd, again after a short write or EINTR: 0, or -1 with errno.
 int tri_write_all(int fd, const void *buf, size_t n);
+// The whole of a regular file of at most `max` bytes, NUL-terminated (*len: its bytes), to
+// free(); NULL with errno: fopen's, EISDIR (not a regular file), EFBIG (past max), EIO (a
+// short read).
+char *tri_read_small_file(const char *path, size_t max, size_t *len);
+
+// The median of v[0..n) (sorted in place; the mean of the middle two for an even n); 0 for n 0.
+double tri_median(double *v, int n);
 
 // mkdir -p (mode 0755): 0, or -1 with errno set.
 int make_dirs(const char *path);

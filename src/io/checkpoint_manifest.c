@@ -647,31 +647,6 @@ static void keep_config_block(manifest *m, const char *text, size_t n) {
     }
 }
 
-// The whole file, NUL-terminated; NULL with errno set.
-static char *read_bytes(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    struct stat st;
-    char *buf = NULL;
-    if (fstat(fileno(f), &st) != 0) goto out;
-    if (!S_ISREG(st.st_mode) || st.st_size > MAX_MANIFEST_BYTES) {
-        errno = S_ISREG(st.st_mode) ? EFBIG : EISDIR;
-        goto out;
-    }
-    buf = xmalloc((size_t)st.st_size + 1);
-    *n = fread(buf, 1, (size_t)st.st_size, f);
-    if (*n != (size_t)st.st_size) {
-        free(buf);
-        buf = NULL;
-        errno = EIO;
-        goto out;
-    }
-    buf[*n] = '\0';
-out:
-    fclose(f);
-    return buf;
-}
-
 // The YAML document of the manifest's bytes, nested at most YLIMIT_MAX_DEPTH levels (a
 // manifest nested 100,000 levels deep is refused before libyaml builds it: base/yaml_limit.h).
 static int load_yaml(const char *text, size_t n, yaml_document_t *doc, const manifest *m) {
@@ -703,7 +678,7 @@ tri_status manifest_read(manifest *m, const char *dir) {
     pathf(m->dir, "%s", dir);
     pathf(m->path, "%s/manifest.yaml", dir);
     size_t n = 0;
-    char *text = read_bytes(m->path, &n);
+    char *text = tri_read_small_file(m->path, MAX_MANIFEST_BYTES, &n);
     if (!text) {
         LOG_ERROR("checkpoint %s: cannot read %s: %s", dir, m->path, strerror(errno));
         LOG_HINT("a checkpoint directory holds manifest.yaml and rank_*.bin; a directory without "

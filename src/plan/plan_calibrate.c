@@ -56,6 +56,13 @@ static float *cal_alloc(cal *c, size_t n) {
     return p;
 }
 
+// Frees every buffer and the backend.
+static void cal_close(cal *c) {
+    while (c->n_bufs > 0) c->be->free(c->be, c->bufs[--c->n_bufs]);
+    free(c->bufs);
+    if (c->be) c->be->destroy(c->be);
+}
+
 static uint16_t *cal_alloc16(cal *c, size_t n) {
     float *src = cal_alloc(c, n);
     uint16_t *p = (uint16_t *)cal_alloc(c, (n + 1) / 2);
@@ -72,7 +79,6 @@ static double time_op(backend *be, op_fn fn, void *ctx) {
     be->synchronize(be);
     const double warm = time_now_s() - t0;
     if (warm >= CAL_SLOW_S) return warm;
-    // The median repetition (insertion sort: at most CAL_MAX_REPS).
     double ts[CAL_MAX_REPS], total = 0;
     int reps = 0;
     for (; reps < CAL_MAX_REPS && total < CAL_MIN_S; reps++) {
@@ -82,12 +88,7 @@ static double time_op(backend *be, op_fn fn, void *ctx) {
         ts[reps] = time_now_s() - t0;
         total += ts[reps];
     }
-    for (int i = 1; i < reps; i++)
-        for (int j = i; j > 0 && ts[j] < ts[j - 1]; j--) {
-            const double tmp = ts[j];
-            ts[j] = ts[j - 1], ts[j - 1] = tmp;
-        }
-    return reps ? ts[reps / 2] : warm;
+    return tri_median(ts, reps);
 }
 
 // ---- matmuls ----
@@ -100,10 +101,8 @@ typedef struct {
 
 // A training step streams its weights and activations through the caches (a layer's working
 // set is evicted by the next layer's before it comes back), so a matmul is timed on cold
-// operands: CAL_COLD_BYTES of operand sets, each call taking the next. On hot operands the
-// fastest repetition ran from the cores' caches and scaled with the threads better than the
-// trainer's steps do (2.0x against 1.42x from 1 to 2 threads on this 2-core VM; cold operands
-// and the median repetition: 1.8-2.0x, the run still 1.45x, see README "Calibrating").
+// operands: CAL_COLD_BYTES of operand sets, each call taking the next (on bench-pipe with 2
+// threads this moved the prediction from 477 to 534 ms, its run's step being 712 ms).
 #define CAL_COLD_BYTES ((size_t)64 << 20)
 #define CAL_MAX_SETS 16
 
@@ -428,9 +427,9 @@ static void scale_point_of(plan_calib *cb, int threads, const plan_profile *pr, 
 
 // The same at fewer threads (1, 2, 4, ... below `threads`), each through a backend of its
 // own: a rank of a layout with fewer threads than the calibration's (one process of a
-// node's cores against one of several) runs at these rates, which memory bandwidth and the
-// cores' shared caches keep below linear. Only on one rank: several ranks measuring at once
-// would share the cores. Returns TRI_OK, or the backend's error.
+// node's cores against one of several) runs at these rates, which need not be linear in the
+// threads (memory bandwidth, shared caches). Only on one rank: several ranks measuring at
+// once would share the cores. Returns TRI_OK, or the backend's error.
 static tri_status measure_scaling(const run_config *cfg, const shapes *s, int threads,
                                   plan_profile *pr) {
     plan_calib *cb = &pr->dev.calib;
@@ -445,9 +444,7 @@ static tri_status measure_scaling(const run_config *cfg, const shapes *s, int th
             measure_layer(&c, sub, s);
             scale_point_of(cb, t, sub, 0, 1);
         }
-        for (int i = c.n_bufs - 1; i >= 0; i--) c.be->free(c.be, c.bufs[i]);
-        free(c.bufs);
-        if (c.be) c.be->destroy(c.be);
+        cal_close(&c);
         free(sub);
         if (rc != TRI_OK) return rc;
     }
@@ -549,10 +546,8 @@ tri_status plan_calibrate(const run_config *cfg, const char *out) {
         printf("wrote %s (use it with --device %s)\n", path, path);
     }
 done:
-    for (int i = c.n_bufs - 1; i >= 0; i--) c.be->free(c.be, c.bufs[i]);
-    free(c.bufs);
     comm_destroy(cm);
-    if (c.be) c.be->destroy(c.be);
+    cal_close(&c);
     free(pr);
     launch_finalize(&li);
     return rc;

@@ -200,29 +200,6 @@ static int read_timing(reader *r, const json_value *root, rundir_view *v) {
     return 1;
 }
 
-// The whole of a small file: NULL with errno (ERANGE past max bytes, EISDIR for a directory).
-static char *read_small(const char *path, size_t max, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    struct stat st;
-    int err = fstat(fileno(f), &st) != 0 ? errno
-              : S_ISDIR(st.st_mode)      ? EISDIR
-              : st.st_size > (off_t)max  ? ERANGE
-                                         : 0;
-    char *buf = NULL;
-    if (!err) {
-        buf = xmalloc((size_t)st.st_size + 1);
-        *len = fread(buf, 1, (size_t)st.st_size, f);
-        if (ferror(f)) err = EIO;
-        buf[*len] = '\0';
-    }
-    fclose(f);
-    if (!err) return buf;
-    free(buf);
-    errno = err;
-    return NULL;
-}
-
 // Loads both files into *v; a status naming what is wrong.
 static tri_status load_view(const char *dir, rundir_view *v, char *timing_path, size_t tn,
                             char *record_path, size_t rn) {
@@ -255,13 +232,12 @@ static tri_status load_view(const char *dir, rundir_view *v, char *timing_path, 
         return TRI_ERR_CKPT;
     }
     size_t len = 0;
-    char *text = read_small(timing_path, TIMING_MAX_BYTES, &len);
+    char *text = tri_read_small_file(timing_path, TIMING_MAX_BYTES, &len);
     if (!text && errno == ENOENT) return TRI_OK; // no step logged yet (or an older trident)
     r = (reader){.path = timing_path};
     if (!text) {
         snprintf(r.what, sizeof r.what, "%s",
-                 errno == ERANGE ? "larger than 64 MiB: not a file trident wrote"
-                                 : strerror(errno));
+                 errno == EFBIG ? "larger than 64 MiB: not a file trident wrote" : strerror(errno));
     } else {
         doc = json_doc_new();
         root = json_parse(doc, text, len, TIMING_MAX_DEPTH, err, sizeof err);
