@@ -22,11 +22,19 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+
 #include "comm/flight.h"
+#include "comm/flight_internal.h"
 #include "comm/mesh.h"
 #include "testlib.h"
 
 static char g_dir[256];
+static uint64_t g_seed = 19, g_state; // the fuzzers' (rnd)
+static uint64_t rnd(void);
 
 typedef struct {
     flight_header h;
@@ -273,6 +281,208 @@ static void case_dead_remote(void) {
     expect("verdict_dead_remote_rank", verdict_of("dead_remote"), want, 3);
 }
 
+static void case_dead_linked(void) {
+    // dp2: rank 1, on another host, closed its liveness link while its ring said it ran; rank
+    // 0 marked it (flight_link.c).
+    job_new(1, 2, 1);
+    op(0, COMM_GROUP_DP, COMM_OP_ALL_REDUCE, -1, 64, g_now - 9, g_now - 8.9);
+    op(1, COMM_GROUP_DP, COMM_OP_ALL_REDUCE, -1, 64, g_now - 9, g_now - 8.9);
+    g_rings[1].h.state = FLIGHT_STATE_EXITED;
+    g_rings[1].h.exit_code = FLIGHT_EXIT_UNLINKED;
+    g_rings[1].h.t_state = g_now - 0.2;
+    stopped(1, 0.3);
+    const char *want[] = {"rank 1 (host n01, pid 1001): dead: its process is gone with no exit "
+                          "of its own (killed by a signal?); its liveness link to a rank on "
+                          "another host closed",
+                          "blamed rank 1 (host n01)"};
+    expect("verdict_dead_linked_rank", verdict_of("dead_linked"), want, 2);
+}
+
+// ---- the liveness links (flight_link.c) ----
+//
+// Rank 0 is this process, rank 1 a child with its own listener; each publishes its ring
+// header (the link fields) in g_dir/links, as a run does. What a link must say: the child
+// killed is a death; the child ending with a bye, or stopped, is not.
+
+static char g_links[600];
+
+// A ring header of rank r (world 2) with its listener open: written to g_links.
+static void link_rank_open(int r, flight_header *h) {
+    memset(h, 0, sizeof *h);
+    memcpy(h->magic, FLIGHT_MAGIC, 8);
+    h->rank = r, h->world = 2, h->pid = (int32_t)getpid();
+    h->t_open = h->heartbeat = flight_clock();
+    TEST_CHECK(flight_link_listen(g_links, h) == 0 || r != 0, "link_listen", "rank %d", r);
+    char path[700];
+    flight_path(path, sizeof path, g_links, r, "ring");
+    write_file(path, h, sizeof *h);
+}
+
+// Polls this process's links for up to `s` seconds: the rank of a death reported, or -1.
+static int link_poll_for(double s) {
+    const double t0 = flight_clock();
+    while (flight_clock() - t0 < s) {
+        const int r = flight_link_poll(flight_clock());
+        if (r >= 0) return r;
+        usleep(5000);
+    }
+    return -1;
+}
+
+// The child: rank 1, polling its links; `how` when rank 0's link is up: 'k' wait to be
+// killed or stopped, 'b' say bye and exit 0.
+static pid_t link_child(char how) {
+    char path[700];
+    flight_path(path, sizeof path, g_links, 1, "ring");
+    unlink(path); // the last child's, whose port is closed
+    fflush(stdout);
+    const pid_t pid = fork();
+    if (pid != 0) return pid;
+    flight_link_close(); // the parent's sockets: not the child's
+    flight_header h;
+    link_rank_open(1, &h);
+    const double t0 = flight_clock();
+    while (flight_clock() - t0 < 20) {
+        flight_link_poll(flight_clock());
+        if (how == 'b' && flight_link_up(0)) {
+            usleep(50000);
+            flight_link_bye();
+            flight_link_close();
+            _exit(0);
+        }
+        usleep(5000);
+    }
+    _exit(1);
+}
+
+static int link_to_child(pid_t child) {
+    flight_link_close();
+    flight_header h;
+    link_rank_open(0, &h);
+    flight_link_want(1);
+    const double t0 = flight_clock();
+    while (flight_clock() - t0 < 5 && !flight_link_up(1)) {
+        if (flight_link_poll(flight_clock()) >= 0) break;
+        usleep(5000);
+    }
+    const int up = flight_link_up(1);
+    if (!up) kill(child, SIGKILL);
+    return up;
+}
+
+static void case_links(void) {
+    snprintf(g_links, sizeof g_links, "%s/links", g_dir);
+    mkdir(g_links, 0755);
+    // Killed: the far end closes; reported once.
+    pid_t c = link_child('k');
+    if (link_to_child(c)) {
+        kill(c, SIGKILL);
+        waitpid(c, NULL, 0);
+        const double t0 = flight_clock();
+        const int r = link_poll_for(2.0);
+        TEST_CHECK(r == 1, "link_killed_peer_is_death", "reported %d", r);
+        printf("# liveness link: a killed peer reported %.0f ms after its end\n",
+               1e3 * (flight_clock() - t0));
+        TEST_CHECK(link_poll_for(0.2) == -1, "link_death_reported_once", "reported again");
+    } else TEST_CHECK(0, "link_killed_peer_is_death", "no link made in 5 s");
+    waitpid(c, NULL, WNOHANG);
+    // A bye, then the end: no death.
+    c = link_child('b');
+    if (link_to_child(c)) {
+        waitpid(c, NULL, 0);
+        TEST_CHECK(link_poll_for(0.5) == -1, "link_bye_is_no_death", "a death reported");
+    } else TEST_CHECK(0, "link_bye_is_no_death", "no link made in 5 s");
+    // Stopped: the link stays; killed later: a death.
+    c = link_child('k');
+    if (link_to_child(c)) {
+        kill(c, SIGSTOP);
+        TEST_CHECK(link_poll_for(0.5) == -1, "link_stopped_is_no_death", "a death reported");
+        kill(c, SIGKILL);
+        waitpid(c, NULL, 0);
+        TEST_CHECK(link_poll_for(2.0) == 1, "link_stopped_then_killed_is_death", "not reported");
+    } else TEST_CHECK(0, "link_stopped_is_no_death", "no link made in 5 s");
+    flight_link_close();
+}
+
+// The seeded fuzzer of the listener (the network is outside input): connections that send
+// random bytes, a hello cut short, or a hello with one field wrong (magic, nonce, rank), then
+// close. None may be answered, none may count as a death, the listener must survive them; a
+// valid hello afterwards is answered.
+static void fuzz_links(int cases) {
+    flight_link_close();
+    flight_header h;
+    link_rank_open(0, &h);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons(h.link_port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int answered = 0, deaths = 0, failed = 0;
+    struct {
+        char magic[4];
+        int32_t from;
+        uint64_t nonce;
+    } hello;
+    g_state = g_seed * 7777u;
+    for (int c = 0; c <= cases; c++) {
+        const int valid = c == cases;
+        memcpy(hello.magic, "TLK1", 4);
+        hello.from = 1;
+        hello.nonce = h.link_nonce;
+        unsigned char buf[64];
+        size_t len = sizeof hello;
+        memcpy(buf, &hello, sizeof hello);
+        switch (valid ? -1 : (int)(rnd() % 5)) {
+        case 0:
+            len = rnd() % sizeof buf;
+            for (size_t k = 0; k < len; k++) buf[k] = (unsigned char)rnd();
+            break;
+        case 1: len = rnd() % sizeof hello; break;
+        case 2: buf[rnd() % 4] ^= (unsigned char)(1 + rnd() % 255); break;
+        case 3: buf[8 + rnd() % 8] ^= (unsigned char)(1 + rnd() % 255); break;
+        case 4: {
+            const int32_t bad[] = {0, -1, 2, INT32_MIN, INT32_MAX};
+            memcpy(buf + 4, &bad[rnd() % 5], 4);
+            break;
+        }
+        default: break;
+        }
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+            failed++;
+            if (fd >= 0) close(fd);
+            continue;
+        }
+        if (len && send(fd, buf, len, MSG_NOSIGNAL) != (ssize_t)len) failed++;
+        // The listener's answer (or its close) within 3 s of polls.
+        char ack = 0;
+        int got = 0;
+        const double t0 = flight_clock();
+        while (flight_clock() - t0 < 3.0) {
+            deaths += flight_link_poll(flight_clock()) >= 0;
+            struct pollfd p = {.fd = fd, .events = POLLIN};
+            if (poll(&p, 1, 2) == 1) {
+                got = (int)recv(fd, &ack, 1, MSG_DONTWAIT);
+                break;
+            }
+            if (!valid && len < sizeof hello && flight_clock() - t0 > 0.05) break; // waits for more
+        }
+        if (valid) {
+            TEST_CHECK(got == 1 && ack == 'K', "fuzz_link_valid_hello_answered",
+                       "got %d byte(s) '%c' after %d cases", got, ack, cases);
+            if (send(fd, "B", 1, MSG_NOSIGNAL) != 1) failed++; // a bye: its end is no death
+            usleep(20000);
+        } else answered += got == 1 && ack == 'K';
+        close(fd);
+        deaths += link_poll_for(0.01) >= 0;
+    }
+    deaths += link_poll_for(0.05) >= 0;
+    printf("fuzz_link: %d cases, %d answered, %d deaths reported, %d connections failed\n", cases,
+           answered, deaths, failed);
+    TEST_CHECK(!answered && !deaths && !failed, "fuzz_link_hello",
+               "%d of %d bad hellos answered, %d deaths reported, %d connections failed", answered,
+               cases, deaths, failed);
+    flight_link_close();
+}
+
 // ---- the recorder's cost ----
 
 // The cost per operation of the recorder's hooks (post, started, completed, as comm_dispatch.c
@@ -317,7 +527,6 @@ enum { FAM_TRUNCATE, FAM_EXTEND, FAM_BITFLIP, FAM_HEADER_FIELD, FAM_RECORD_FIELD
 static const char *FAM_NAMES[FAM_COUNT] = {"ring_truncate", "ring_extend", "ring_bitflip",
                                            "ring_header_field", "ring_record_field"};
 
-static uint64_t g_seed = 19, g_state;
 static uint64_t rnd(void) { // splitmix64
     uint64_t z = (g_state += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -457,6 +666,8 @@ int main(int argc, char **argv) {
     case_no_ring();
     case_dead();
     case_dead_remote();
+    case_dead_linked();
+    case_links();
     // A directory with no ring, and a truncated ring: the CLI's exit codes 2 and 4.
     char empty[512];
     snprintf(empty, sizeof empty, "%s/empty", g_dir);
@@ -465,6 +676,7 @@ int main(int argc, char **argv) {
                    strstr(g_text, "no flight recorder ring"),
                "verdict_empty_dir", "'%s'", g_text);
     fuzz(cases);
+    fuzz_links(cases);
     bench_recorder();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);

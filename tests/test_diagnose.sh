@@ -11,11 +11,13 @@
 #   kill  tp2 x dp2: every rank gone within 10 s, the verdict blames the killed rank.
 #   xnode the same with every rank on a host of its own (TRIDENT_TEST_HOSTS=n0,n1,n2,n3: no
 #         pid probe, as for ranks on other nodes): a kill in tp2 x dp2 (and, with --full, pp2 x
-#         dp2) is judged at mpirun's SIGTERM from the victim's stale heartbeat: every rank gone
-#         within 10 s, each survivor says "ending (exit 5)", the verdict blames exactly the
-#         victim and its fake host and names the evidence; SIGTERM to every rank (a
-#         preemption, as Slurm sends it) still checkpoints and exits 0, no rank called dead;
-#         and (--full) a stopped rank still gets the stall's verdict ("stopped"), not "dead".
+#         dp2) is judged when the victim's liveness link closes: every rank gone within 10 s,
+#         each survivor says "ending (exit 5)", the verdict blames exactly the victim and its
+#         fake host and names the evidence; (--full) with the links off
+#         (TRIDENT_FLIGHT_LINKS=0) the same at mpirun's SIGTERM from its stale heartbeat;
+#         SIGTERM to every rank (a preemption, as Slurm sends it) still checkpoints and exits
+#         0, no rank called dead; and (--full) a stopped rank still gets the stall's verdict
+#         ("stopped"), not "dead".
 # --full (make test-full) repeats each case 3 times. Each case prints one timing line
 # ("# stop_tp2_dp2: victim rank 3, verdict after 3100 ms, job ended 4100 ms after SIGSTOP")
 # for the closing note; nothing asserts it beyond the bound.
@@ -44,7 +46,8 @@ case_run() {
     shift 3
     local out=$W/$name log=$W/$name.log
     rm -rf "$out"
-    TRIDENT_TEST_HOSTS=${XHOSTS:-} "${MPIRUN[@]}" -x TRIDENT_TEST_HOSTS -np 4 $T train $CFG \
+    TRIDENT_TEST_HOSTS=${XHOSTS:-} TRIDENT_FLIGHT_LINKS=${XLINKS:-1} "${MPIRUN[@]}" \
+        -x TRIDENT_TEST_HOSTS -x TRIDENT_FLIGHT_LINKS -np 4 $T train $CFG \
         "${COMMON[@]}" --set run.out_dir="$out" "$@" >"$log" 2>&1 &
     local job=$! ring=$out/diagnose/rank_$(printf %05d "$victim").ring i
     for i in $(seq 300); do
@@ -80,10 +83,16 @@ case_run() {
     else
         if [ $ms -lt 10000 ]; then pass "${name}_all_gone_10s"
         else fail "${name}_all_gone_10s" "$ms ms after the kill"; fi
-        # The evidence: a peer on its host saw its pid gone; on other hosts, its heartbeat
-        # stale at mpirun's SIGTERM.
-        local why="its process is gone"
-        [ -n "${XHOSTS:-}" ] && why="no heartbeat for [0-9.]+ s at a stop request; on another host \\(n$victim\\), so not probed"
+        # The evidence: a peer on its host saw its pid gone; on other hosts, its liveness
+        # link closed (or, links off, its heartbeat stale at mpirun's SIGTERM).
+        local why="its process is gone" vwhy
+        if [ -n "${XHOSTS:-}" ] && [ "${XLINKS:-1}" = 0 ]; then
+            why="no heartbeat for [0-9.]+ s at a stop request; on another host \\(n$victim\\), so not probed"
+            vwhy="dead: no heartbeat for [0-9.]+ s at a stop request .*on another host, so not probed"
+        elif [ -n "${XHOSTS:-}" ]; then
+            why="its liveness link closed while its ring says it runs: its process is gone; on another host \\(n$victim\\)"
+            vwhy="dead: its process is gone with no exit of its own \\(killed by a signal\\?\\); its liveness link to a rank on another host closed, noticed"
+        fi
         if grep -qE "error: rank $victim is dead \($why\); ending \(exit 5\)" "$log"; then
             pass "${name}_noticed"
         else fail "${name}_noticed" "no rank said rank $victim is dead ($why): $(tail_of "$log")"; fi
@@ -93,7 +102,7 @@ case_run() {
         if [ "$ended" = 3 ]; then pass "${name}_survivors_exit5"
         else fail "${name}_survivors_exit5" "$ended of 3 ranks said 'ending (exit 5)': $(grep 'ending (exit 5)' "$log" | tr '\n' ' ')"; fi
         if [ -n "${XHOSTS:-}" ]; then
-            if grep -qE "^diagnose: rank $victim \(host n$victim, pid [0-9]+\): dead: no heartbeat for [0-9.]+ s at a stop request .*on another host, so not probed; last completed " "$log"; then
+            if grep -qE "^diagnose: rank $victim \(host n$victim, pid [0-9]+\): $vwhy.*; last completed " "$log"; then
                 pass "${name}_verdict_evidence"
             else fail "${name}_verdict_evidence" "verdict: $(grep '^diagnose: rank' "$log" | head -3)"; fi
         fi
@@ -154,6 +163,9 @@ for rep in $(seq $repeats); do
         XHOSTS=n0,n1,n2,n3 case_run "kill_xnode_pp2_dp2$sfx" KILL 2 --set parallel.pp=2 \
             --set parallel.dp=2 --set train.micro_batch=2
         XHOSTS=n0,n1,n2,n3 case_run "stop_xnode_tp2_dp2$sfx" STOP 3 --set parallel.tp=2 --set parallel.dp=2
+        # Links off (TRIDENT_FLIGHT_LINKS=0): the stop request's scan of the remote rings.
+        XLINKS=0 XHOSTS=n0,n1,n2,n3 case_run "kill_xnode_nolinks_tp2_dp2$sfx" KILL 1 \
+            --set parallel.tp=2 --set parallel.dp=2
     fi
 done
 

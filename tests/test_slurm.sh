@@ -187,6 +187,42 @@ else
     else fail slurm_sbatch_requeue_resumes "restarts '${restarts}': $(grep 'train.sbatch\|stopped\|resumed' "$log" 2>/dev/null | tr '\n' ' ' | cut -c1-400) $(tail_of "$ROOT/logs/trident-$id.err")"; fi
 fi
 
+# --- a rank dead on another node under srun (issue 19): Slurm's PMIx plugin ends the step
+# with SIGKILL alone, about 2.5 s after a death, so no stop request warns the survivors. With
+# fake host names (TRIDENT_TEST_HOSTS) no rank shares a host with another: the victim's
+# liveness links closing tell its peers, and the verdict (a line only a live rank prints)
+# and each survivor's exit 5 must come before that SIGKILL. system.comm_timeout_s 30: no
+# stall verdict can come first. The kill waits for every ring's links (links_up, byte 1772).
+out=$W/xkill
+TRIDENT_TEST_HOSTS=n0,n1,n2,n3 timeout 60 srun -n 4 --mpi=pmix "$T" train tests/configs/tiny.yaml \
+    --set parallel.tp=2 --set parallel.dp=2 --set parallel.zero=0 --set train.steps=1000000 \
+    --set data.eval_every=0 --set system.threads=1 --set log.every=50 \
+    --set system.comm_timeout_s=30 --set run.out_dir="$out" >"$W/xkill.log" 2>&1 &
+job=$!
+ring_field() { # ring_field RANK OFFSET: an int32 of rank RANK's ring header
+    python3 -c "import struct,sys; print(struct.unpack_from('<i', open(sys.argv[1],'rb').read(2048), int(sys.argv[2]))[0])" \
+        "$out/diagnose/rank_0000$1.ring" "$2" 2>/dev/null
+}
+for ((i = 0; i < 300; i++)); do
+    up=0
+    for r in 0 1 2 3; do [ "$(ring_field $r 1772)" -gt 0 ] 2>/dev/null && up=$((up + 1)); done
+    [ $up = 4 ] && grep -q "^step " "$W/xkill.log" && break
+    sleep 0.1
+done
+victim=$(ring_field 1 32)
+k0=$(date +%s%N)
+[ -n "$victim" ] && kill -KILL "$victim"
+wait $job
+rc=$?
+vms=none
+[ -e "$out/diagnose/verdict.txt" ] && vms="$((($(date -r "$out/diagnose/verdict.txt" +%s%N) - k0) / 1000000)) ms"
+echo "# srun, rank 1 killed on its own (fake) host: verdict after $vms, srun ended $((($(date +%s%N) - k0) / 1000000)) ms after the kill (exit $rc)"
+ended=$(grep -E "error: .*dead.*; ending \(exit 5\)" "$W/xkill.log" | sed -E 's/^(\[r[0-9]+ )?.*/\1/' | sort -u | wc -l)
+if [ "$up" = 4 ] && grep -q "^diagnose: blamed rank 1 (host n1)$" "$W/xkill.log" &&
+    grep -qE "^diagnose: rank 1 \(host n1, pid [0-9]+\): dead: .*its liveness link to a rank on another host closed" "$W/xkill.log" &&
+    [ "$ended" = 3 ]; then pass "slurm_dead_rank_alone_on_its_host_verdict ($vms)"
+else fail slurm_dead_rank_alone_on_its_host_verdict "$up of 4 rings linked, victim pid '$victim', $ended of 3 survivors said 'ending (exit 5)': $(grep -E '^diagnose|dead|error' "$W/xkill.log" | head -5 | tr '\n' ' ' | cut -c1-600)"; fi
+
 # --- healing (issue 19): a 4-task job whose rank 2 is SIGKILLed after the checkpoint of step
 # 20 is restarted by train.sbatch inside the same job, resumes from the newest checkpoint and
 # completes with step and eval lines (timing fields aside) and model.bin equal to an

@@ -33,6 +33,11 @@ const env_desc ENV_TABLE[ENV_COUNT] = {
     [ENV_FLIGHT_RECORDER] = {"TRIDENT_FLIGHT_RECORDER", ENV_BY_USER, "0|1", "1",
                              "0 turns the flight recorder off (no <out_dir>/diagnose/ rings, no "
                              "verdict on a stall or a dead rank), to measure its cost"},
+    [ENV_FLIGHT_LINKS] = {"TRIDENT_FLIGHT_LINKS", ENV_BY_USER, "0|1", "1",
+                          "0: no liveness links between the flight recorders of ranks on "
+                          "different hosts (a death there is then noticed at the launcher's "
+                          "stop request, or as a stall); for networks that refuse the "
+                          "connections"},
     [ENV_TRIDENT_CUDA_OPTIM] = {"TRIDENT_CUDA_OPTIM", ENV_BY_USER, "multi|v1", "multi",
                                 "the CUDA backend's optimizer: multi (the gradient norm and "
                                 "AdamW as a few multi-tensor launches over every piece) or v1, "

@@ -26,6 +26,9 @@
 
 _Static_assert(sizeof(flight_rec) == 96, "flight_rec is 96 bytes in the file");
 _Static_assert(sizeof(flight_header) == 2048, "flight_header is 2048 bytes in the file");
+// The tests read these two from the files (tests/test_diagnose.sh, test_slurm.sh).
+_Static_assert(offsetof(flight_header, pid) == 32, "the ring's pid is at byte 32");
+_Static_assert(offsetof(flight_header, links_up) == 1772, "the ring's links_up is at byte 1772");
 
 static struct {
     atomic_int on;
@@ -39,6 +42,8 @@ static struct {
     uint64_t pending_first, pending_n; // sends and receives posted in the open group
     int *peers, n_peers;               // world ranks sharing a group with this rank
     char *peer_remote;                 // (n_peers) 1: on another host, read at a stop request
+    char *peer_known;                  // (n_peers) 1: its ring of this run was read once
+    int n_unknown;                     // peers not known yet: the watchdog polls meanwhile
     int any_remote;                    // a peer is on another host: write the ring back often
     pthread_t thread;
     pthread_mutex_t mutex;
@@ -203,7 +208,7 @@ static int lowest_live_rank(double now) {
     return g.rank;
 }
 
-// Marks rank r's ring EXITED with `code` (FLIGHT_EXIT_VANISHED, FLIGHT_EXIT_SILENT), so that
+// Marks rank r's ring EXITED with `code` (FLIGHT_EXIT_JUDGED), so that
 // the verdict (a function of the files) knows. Only the state fields: the rest is what the
 // dead rank left.
 static void mark_dead(int r, int32_t code) {
@@ -236,6 +241,10 @@ static int find_vanished_peer(void) {
         // again until a stop request, so that a large group on a shared file system costs
         // nothing per beat.
         if (g.peer_remote[i] || flight_read_header(g.dir, r, &h) != 0) continue;
+        if (!g.peer_known[i] && !earlier_run(&h)) {
+            g.peer_known[i] = 1;
+            g.n_unknown--;
+        }
         if (strncmp(h.host, g.h->host, sizeof h.host) != 0) {
             g.peer_remote[i] = 1;
             g.any_remote = 1;
@@ -261,8 +270,7 @@ static int find_dead_remote_peer(double now, char *why, size_t cap) {
         const int r = g.peers[i];
         if (!g.peer_remote[i] || flight_read_header(g.dir, r, &h) != 0 || earlier_run(&h)) continue;
         if (h.state == FLIGHT_STATE_EXITED) {
-            if (h.exit_code != FLIGHT_EXIT_UNKNOWN && h.exit_code != FLIGHT_EXIT_VANISHED &&
-                h.exit_code != FLIGHT_EXIT_SILENT)
+            if (h.exit_code != FLIGHT_EXIT_UNKNOWN && !FLIGHT_EXIT_JUDGED(h.exit_code))
                 continue; // an exit of its own: it said why
             snprintf(why, cap, "%s; on another host (%.64s)",
                      h.exit_code == FLIGHT_EXIT_UNKNOWN ? "its ring says it ended without an exit "
@@ -283,6 +291,33 @@ static int find_dead_remote_peer(double now, char *why, size_t cap) {
         return r;
     }
     return -1;
+}
+
+// A group peer on another host whose liveness link (flight_link.c) its far end closed while
+// its ring says it runs, or says it ended without an exit of its own: dead, with the evidence
+// into why (marked FLIGHT_EXIT_UNLINKED in its ring). First asks for links to the first
+// FLIGHT_LINKS_OUT remote peers after this rank (cyclic rank order), as their rings appear.
+// Returns the rank or -1.
+static int find_unlinked_peer(double now, char *why, size_t cap) {
+    int first = 0;
+    while (first < g.n_peers && g.peers[first] < g.rank) first++;
+    for (int k = 0; k < g.n_peers && flight_link_count() < FLIGHT_LINKS_OUT; k++) {
+        const int i = (first + k) % g.n_peers;
+        if (g.peer_remote[i]) flight_link_want(g.peers[i]);
+    }
+    const int r = flight_link_poll(now);
+    g.h->links_up = (uint32_t)flight_link_up_count();
+    flight_header h;
+    if (r < 0 || flight_read_header(g.dir, r, &h) != 0) return -1;
+    if (h.state == FLIGHT_STATE_EXITED && h.exit_code != FLIGHT_EXIT_UNKNOWN &&
+        !FLIGHT_EXIT_JUDGED(h.exit_code))
+        return -1; // an exit of its own: it said why
+    snprintf(why, cap,
+             "its liveness link closed while its ring says it %s: its process is gone; on "
+             "another host (%.64s)",
+             h.state == FLIGHT_STATE_EXITED ? "ended without an exit of its own" : "runs", h.host);
+    if (h.state != FLIGHT_STATE_EXITED) mark_dead(r, FLIGHT_EXIT_UNLINKED);
+    return r;
 }
 
 // Writes the ring back to its file: when another host reads it (flight.h), the header every
@@ -352,6 +387,7 @@ static void end_dead(int dead_rank, const char *evidence) {
     double t_end = t_verdict > 0 ? t_verdict + FLIGHT_END_DELAY_S : now;
     if (t_end > now + FLIGHT_END_DELAY_S) t_end = now + FLIGHT_END_DELAY_S; // clocks apart
     for (double t = now; t < t_end; t = flight_clock()) usleep(5000);
+    flight_link_bye();
     _exit(TRI_ERR_COMM);
 }
 
@@ -364,7 +400,11 @@ static void *watchdog_main(void *arg) {
     while (flight_enabled()) {
         // A beat, or a poll of the markers when a death is being judged (every rank has to see
         // the verdict within FLIGHT_END_DELAY_S of it).
-        const int judging = dead_seen ||
+        // At the start too, until every peer's ring is read and the links are made (a death in
+        // the first second is noticed as one later is).
+        const int starting = flight_clock() - g.h->t_open < FLIGHT_START_S &&
+                             (g.n_unknown > 0 || flight_link_pending());
+        const int judging = dead_seen || starting ||
                             (stop_seen && flight_clock() - stop_seen < FLIGHT_STOP_SCAN_S);
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
@@ -379,6 +419,7 @@ static void *watchdog_main(void *arg) {
             break;
         }
         const double now = flight_clock();
+        if (g.n_unknown > 0 && dead_rank < 0) dead_rank = find_vanished_peer();
         if (now >= next_beat) {
             next_beat = now + FLIGHT_BEAT_S - FLIGHT_POLL_S / 2;
             g.h->heartbeat = now;
@@ -394,6 +435,12 @@ static void *watchdog_main(void *arg) {
                 }
                 if (dead_rank >= 0) flight_touch(g.dir, "dead");
             }
+        }
+        // The liveness links at every wake (a poll without a wait): a beat while they are
+        // being made, so that they are up within a few tenths of a second of the start.
+        if (dead_rank < 0 && g.any_remote) {
+            dead_rank = find_unlinked_peer(now, evidence, sizeof evidence);
+            if (dead_rank >= 0) flight_touch(g.dir, "dead");
         }
         const int dead = flight_exists(g.dir, "dead");
         dead_seen |= dead;
@@ -426,6 +473,8 @@ void flight_mark_exit(int code) {
     g.h->exit_code = code;
     g.h->t_state = flight_clock();
     g.h->state = FLIGHT_STATE_EXITED;
+    // Before the kernel closes this process's links: the far ends read this state.
+    if (g.any_remote) msync(g.h, sizeof(flight_header), MS_SYNC);
 }
 
 // stdout's last lines, unless another thread holds its lock (the main thread may be inside
@@ -523,7 +572,6 @@ void flight_open(const char *out_dir, comm *c, const mesh *m, const char *host) 
     g.h = p;
     g.recs = (flight_rec *)((char *)p + sizeof(flight_header));
     flight_header *h = g.h;
-    memcpy(h->magic, FLIGHT_MAGIC, 8);
     h->version = FLIGHT_VERSION;
     h->header_size = sizeof(flight_header);
     h->rec_size = sizeof(flight_rec);
@@ -555,6 +603,13 @@ void flight_open(const char *out_dir, comm *c, const mesh *m, const char *host) 
         if (is_peer[r]) g.peers[g.n_peers++] = r;
     free(is_peer);
     g.peer_remote = xcalloc((size_t)g.n_peers + 1, 1);
+    g.peer_known = xcalloc((size_t)g.n_peers + 1, 1);
+    g.n_unknown = g.n_peers;
+    // No links: a death on another host waits for a stop request or the stall timeout.
+    if (env_int(ENV_FLIGHT_LINKS, 1) != 0) flight_link_listen(g.dir, h);
+    // The magic last: a peer that reads the header whole reads it filled.
+    atomic_thread_fence(memory_order_release);
+    memcpy(h->magic, FLIGHT_MAGIC, 8);
     atomic_store(&g.on, 1);
     stop_set_exit_hook(flight_mark_exit);
     static int registered;
@@ -573,6 +628,8 @@ void flight_close(int code) {
     pthread_mutex_unlock(&g.mutex);
     pthread_join(g.thread, NULL);
     msync(g.h, g.map_bytes, MS_SYNC);
+    flight_link_bye();
+    flight_link_close();
     munmap(g.h, g.map_bytes);
     g.h = NULL;
     for (int grp = 0; grp < COMM_GROUP_COUNT; grp++) {
@@ -581,6 +638,8 @@ void flight_close(int code) {
     }
     free(g.peers);
     free(g.peer_remote);
+    free(g.peer_known);
+    g.peer_known = NULL;
     g.peers = NULL;
     g.peer_remote = NULL;
     g.any_remote = 0;

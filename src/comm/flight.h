@@ -29,17 +29,21 @@
 // job ends with exit 5. A rank whose process is gone (a dead pid on this host) is noticed by
 // the watchdogs of its group peers within about FLIGHT_BEAT_S, with the same verdict.
 //
-// A group peer on another host cannot be probed, and reading its ring every beat would cost
-// the shared file system a request per peer and beat. It is read when a stop request
-// (SIGTERM, SIGUSR1, SIGINT) comes, every beat for FLIGHT_STOP_SCAN_S: mpirun ends a job that
-// lost a rank that way (SIGTERM about 1 s after the death, SIGKILL 1 s later). (srun does
-// not: Slurm's PMIx plugin cancels the step with SIGKILL alone, about 2.5 s after the death;
-// there only a group peer on the dead rank's host, or `trident diagnose` afterwards, names
-// it.) A peer whose ring says it ended without an exit of
-// its own, or whose heartbeat is older than FLIGHT_REMOTE_DEAD_S, is dead: the same verdict,
-// naming the evidence, and exit 5. A genuine preemption finds every heartbeat fresh and goes
-// on to its checkpoint. A stopped peer (SIGSTOP) stays the stall's business
-// (system.comm_timeout_s): nothing reads remote rings without a stop request.
+// A group peer on another host cannot be probed by pid. Its liveness link (flight_link.c) says
+// when it dies: each rank listens on a TCP port published in its ring, connects to up to
+// FLIGHT_LINKS_OUT group peers on other hosts, and a link whose far end closes while that
+// peer's ring says it runs is its death (the kernel closes a dead process's sockets, however
+// it died; a stopped one's stay open): the same verdict and exit 5, within a beat, under any
+// launcher (srun cancels a step with SIGKILL alone, about 2.5 s after a death).
+//
+// Where no link could be made (TRIDENT_FLIGHT_LINKS=0, a firewall), a remote peer's ring is
+// read when a stop request (SIGTERM, SIGUSR1, SIGINT) comes, every beat for
+// FLIGHT_STOP_SCAN_S (reading it every beat would cost the shared file system a request per
+// peer and beat): mpirun ends a job that lost a rank that way (SIGTERM about 1 s after the
+// death, SIGKILL 1 s later). A peer whose ring says it ended without an exit of its own, or
+// whose heartbeat is older than FLIGHT_REMOTE_DEAD_S, is dead: the same verdict, naming the
+// evidence, and exit 5. A genuine preemption finds every heartbeat fresh and goes on to its
+// checkpoint. A stopped peer (SIGSTOP) stays the stall's business (system.comm_timeout_s).
 #pragma once
 #include <stdint.h>
 #include <stdio.h>
@@ -122,8 +126,15 @@ typedef struct {
     int32_t step, micro, chunk, activity; // what the rank does now
     int32_t group_size[COMM_GROUP_COUNT];
     int32_t members[COMM_GROUP_COUNT][FLIGHT_MAX_GROUP]; // world ranks, in group-rank order
+    // The liveness link's listener (flight_link.c): a random nonce a connecting peer must
+    // quote, the TCP port, and up to 4 IPv4 addresses (network order) to try; port 0: none.
+    // links_up: the links made and open now (to and from this rank).
+    uint64_t link_nonce;
+    uint16_t link_port, n_link_addr;
+    uint32_t link_addr[4];
+    uint32_t links_up;
     uint8_t pad[2048 - 8 - 16 - 16 - 16 - 64 - 24 - 24 - 16 - 4 * COMM_GROUP_COUNT -
-                4 * COMM_GROUP_COUNT * FLIGHT_MAX_GROUP];
+                4 * COMM_GROUP_COUNT * FLIGHT_MAX_GROUP - 32];
 } flight_header;
 
 // Opens this rank's ring in <out_dir>/diagnose/ (created), for the comm `c` of mesh m on host

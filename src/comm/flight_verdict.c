@@ -272,7 +272,10 @@ static void describe_rank(text_buf *t, const job_view *j, int m) {
         else
             snprintf(state, sizeof state,
                      "dead: its process is gone with no exit of its own (killed "
-                     "by a signal?), noticed %.1f s %s %s",
+                     "by a signal?)%s, noticed %.1f s %s %s",
+                     h->exit_code == FLIGHT_EXIT_UNLINKED
+                         ? "; its liveness link to a rank on another host closed"
+                         : "",
                      fabs(j->t_stall - h->t_state), h->t_state <= j->t_stall ? "before" : "after",
                      j->ref);
         break;
@@ -325,9 +328,7 @@ static void analyse(job_view *j) {
         }
         const flight_header *h = &v->h;
         if (h->state == FLIGHT_STATE_EXITED)
-            v->st = h->exit_code == FLIGHT_EXIT_VANISHED || h->exit_code == FLIGHT_EXIT_SILENT
-                        ? RS_DEAD
-                        : RS_EXITED;
+            v->st = FLIGHT_EXIT_JUDGED(h->exit_code) ? RS_DEAD : RS_EXITED;
         else if (t_ref - h->heartbeat > FLIGHT_STALE_S) v->st = RS_STOPPED;
         else v->st = h->state == FLIGHT_STATE_TIMED_OUT ? RS_TIMED_OUT : RS_RUNNING;
         for (int i = 0; i < v->n && h->waiting_n; i++) {
