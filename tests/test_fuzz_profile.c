@@ -342,6 +342,7 @@ int main(int argc, char **argv) {
     pr.dev.calib = (plan_calib){.calibrated = 1, .threads = 2, .ranks = 1};
     snprintf(pr.dev.calib.host, sizeof pr.dev.calib.host, "fuzzhost");
     snprintf(pr.dev.calib.date, sizeof pr.dev.calib.date, "2025-06-01T00:00:00Z");
+    snprintf(pr.dev.calib.omp_wait, sizeof pr.dev.calib.omp_wait, "OMP_WAIT_POLICY=passive");
     for (int i = 0; i < 6; i++)
         pr.points[pr.n_points++] = (plan_matmul_point){
             .m = 16 << i, .n = 64, .k = 64, .dtype = DTYPE_FP32, .rate = 1e9 * (i + 1)};

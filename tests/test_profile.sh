@@ -6,7 +6,8 @@
 # estimate" for a built-in device; and the reader's errors (missing key, another
 # profile_version, a negative rate, not YAML, an unknown key, a missing file) exit 2 naming
 # the file and the key. Thread scaling: measured by a 2-thread calibration, applied by the time
-# model; system.device_profile: the run record's prediction. Prints PASS/FAIL lines; a few
+# model; system.device_profile: the run record's prediction, and a warning when the run's
+# idle OpenMP threads wait otherwise than the calibration's. Prints PASS/FAIL lines; a few
 # seconds.
 set -u
 source "$(dirname "$0")/lib.sh"
@@ -88,6 +89,19 @@ assert rec["calibrated"] is True and rec["profile"] == sys.argv[3], rec
 assert plan["device"]["calibrated"] is True, plan["device"]
 assert abs(rec["step_s"] - plan["step_s"]) <= 1e-5 * plan["step_s"], (rec["step_s"], plan["step_s"])
 EOF
+# The profile records how idle OpenMP threads waited while it measured (omp_wait): a 2-thread
+# run that waits otherwise is warned that its prediction may be off (each parallel region
+# wakes or spins differently); one that waits alike is not.
+$T train $CFG --set train.steps=2 --set system.threads=2 --set run.out_dir=$W/wsame \
+    --set system.device_profile=$W/p2.yaml >$W/wsame.out 2>&1
+OMP_WAIT_POLICY=active $T train $CFG --set train.steps=2 --set system.threads=2 \
+    --set run.out_dir=$W/wother --set system.device_profile=$W/p2.yaml >$W/wother.out 2>&1
+if grep -q '^omp_wait: "OMP_WAIT_POLICY=passive"' $W/p2.yaml && ! grep -q "waiting as" $W/wsame.out &&
+    grep -q "$W/p2.yaml was measured with idle OpenMP threads waiting as 'OMP_WAIT_POLICY=passive', this run waits as 'OMP_WAIT_POLICY=active'" $W/wother.out; then
+    pass profile_omp_wait_mismatch_warned
+else
+    fail profile_omp_wait_mismatch_warned "profile: '$(grep omp_wait $W/p2.yaml)'; same: $(grep -c 'waiting as' $W/wsame.out) warnings; other: $(grep 'waiting as' $W/wother.out | head -1)"
+fi
 $T train $CFG --set train.steps=2 --set run.out_dir=$W/rec2 --set system.device_profile=$W/absent.yaml >$W/rec2.out 2>&1
 rc=$?
 $T check $CFG --set system.device_profile=$W/absent.yaml >$W/rec3.out 2>&1

@@ -8,7 +8,8 @@
 #   - an explicit system.threads is kept, with what 0 would take;
 #   - idle OpenMP threads wait passively: train restarts itself once with
 #     OMP_WAIT_POLICY=passive, never when the user set OMP_WAIT_POLICY or
-#     GOMP_SPINCOUNT, and commands that do not compute (check) never restart.
+#     GOMP_SPINCOUNT, and commands that do not compute (check, plan) never restart; plan
+#     --calibrate restarts as train does (its rates are train's).
 # Timing is measured by scripts/bench-threads.sh (make test-perf), never here.
 source "$(dirname "$0")/lib.sh"
 unset OMP_WAIT_POLICY GOMP_SPINCOUNT TRIDENT_REEXEC
@@ -80,6 +81,15 @@ if command -v strace >/dev/null; then
         pass "wait_restart_once_only_when_computing (execve: train $n_train, check $n_check, train with OMP_WAIT_POLICY set $n_user)"
     else
         fail wait_restart_once_only_when_computing "execve: train $n_train (want 2), check $n_check (want 1), with OMP_WAIT_POLICY $n_user (want 1)"
+    fi
+    # plan --calibrate times the ops as train runs them: the same restart (here it stops at
+    # once, with no config named); plan alone does not restart.
+    n_cal=$(execs $T plan --calibrate)
+    n_plan=$(execs $T plan $CFG)
+    if [ "$n_cal" = 2 ] && [ "$n_plan" = 1 ] && grep -q "OMP_WAIT_POLICY=passive" <(strace -f -qq -v -e trace=execve -s 4096 $T plan --calibrate 2>&1); then
+        pass "wait_restart_calibrate_as_train (execve: plan --calibrate $n_cal, plan $n_plan)"
+    else
+        fail wait_restart_calibrate_as_train "execve: plan --calibrate $n_cal (want 2, with OMP_WAIT_POLICY=passive), plan $n_plan (want 1)"
     fi
 fi
 [ $fails = 0 ]

@@ -388,8 +388,12 @@ static int dispatch(const char *cmd, int argc, char **argv) {
 
 int main(int argc, char **argv) {
     // train and sample compute on OpenMP threads, which then sleep when idle (the restart is
-    // worth its ~0.1 s there); the other commands keep OpenMP's default.
-    const int computes = argc > 1 && (!strcmp(argv[1], "train") || !strcmp(argv[1], "sample"));
+    // worth its ~0.1 s there), and plan --calibrate measures the ops as train runs them (a
+    // parallel region that wakes a sleeping thread: +25% on a 2-thread step of
+    // configs/bench-pipe.yaml here); the other commands keep OpenMP's default.
+    int computes = argc > 1 && (!strcmp(argv[1], "train") || !strcmp(argv[1], "sample"));
+    for (int i = 2; argc > 1 && !strcmp(argv[1], "plan") && i < argc; i++)
+        computes |= !strcmp(argv[i], "--calibrate");
     backend_cpu_prepare_process(argv, computes);
     log_init();
     if (argc < 2) {

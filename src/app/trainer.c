@@ -88,12 +88,21 @@ static void plan_json(trainer *tr, FILE *f) {
     if (be->device_name ? plan_device_for_gpu(be->device_name, &dev) != 0
                         : plan_device_lookup("cpu", tr->li->world, &dev) != 0)
         return;
+    char wait[96];
     if (tr->profile.calib.calibrated) { // system.device_profile, when it describes this device
         if (!strcmp(tr->profile.name, dev.name)) dev = tr->profile;
         else
             LOG_WARN("system.device_profile: %s describes %s, this run uses %s: the run "
                      "record's prediction uses the built-in %s entry",
                      tr->profile.calib.path, tr->profile.name, dev.name, dev.name);
+    }
+    // Idle threads that wait otherwise than in the calibration: another cost per region.
+    if (!be->device_name && be->threads > 1 && plan_omp_wait_differs(&dev, wait, sizeof wait)) {
+        LOG_WARN("system.device_profile: %s was measured with idle OpenMP threads waiting as "
+                 "'%s', this run waits as '%s': the predicted step time may be off by tens of "
+                 "percent (README \"CPU threads\")",
+                 dev.calib.path, dev.calib.omp_wait, wait);
+        LOG_HINT("calibrate with the OMP_WAIT_POLICY / GOMP_SPINCOUNT the runs use");
     }
     plan_result p;
     if (plan_compute(&p, tr->cfg, &dev) != TRI_OK) return;

@@ -35,6 +35,10 @@ typedef struct {
     int threads;        // compute threads per rank it was measured with
     int ranks;          // processes it ran with
     int intra_measured; // intra_bw and latency_intra measured (>= 2 ranks), else estimates
+    // How idle OpenMP threads waited while it measured (backend_cpu_wait_describe, without
+    // " (set by trident)"); "": not recorded (an older profile). A run that waits otherwise
+    // pays another cost per parallel region (README "CPU threads").
+    char omp_wait[96];
     // How the compute rates change with a rank's threads (thread_scaling: a profile
     // calibrated on one rank with more than one thread): per measured thread count, the rate
     // of the two largest layer matmuls, of attention and of the elementwise passes. 0 points:

@@ -417,11 +417,23 @@ static void measure_adam(cal *c, plan_profile *pr) {
 // ---- how the rates change with the threads (one rank) ----
 
 // A thread_scaling point: the mean rate of the two largest layer matmuls (qkv, the MLP's up;
-// measure_matmuls' points 0 and 2), attention and the elementwise passes of `pr`.
-static void scale_point_of(plan_calib *cb, int threads, const plan_profile *pr, int qkv, int up) {
+// measure_matmuls' points 0 and 2), attention and the elementwise passes of `pr`. With
+// `fitted`, the matmul rate is the fit's at those two shapes (R s / (s + gemm_half)), not the
+// two measurements: the time model scales the fit's R by these points' ratios, so that a
+// rank of t threads then runs those shapes at the rate measured with t threads, whatever
+// noise moved the two measurements off the fit at the calibration's count (waking sleeping
+// threads makes that noise: README "CPU threads").
+static void scale_point_of(plan_calib *cb, int threads, const plan_profile *pr, int qkv, int up,
+                           int fitted) {
     const int i = cb->n_scale++;
     cb->scale_threads[i] = threads;
-    cb->scale_mm[i] = 0.5 * (pr->points[qkv].rate + pr->points[up].rate);
+    double mm = 0;
+    for (int k = 0; k < 2; k++) {
+        const plan_matmul_point *p = &pr->points[k ? up : qkv];
+        const double small = min3(p->m, p->n, p->k);
+        mm += 0.5 * (fitted ? pr->matmul_rate * small / (small + pr->dev.gemm_half) : p->rate);
+    }
+    cb->scale_mm[i] = mm;
     cb->scale_attn[i] = pr->dev.attn_rate, cb->scale_elem[i] = pr->dev.elem_bw;
 }
 
@@ -442,13 +454,13 @@ static tri_status measure_scaling(const run_config *cfg, const shapes *s, int th
             measure_point(&c, sub, s->rows, s->C3, s->C, DTYPE_FP32);
             measure_point(&c, sub, s->rows, s->F, s->C, DTYPE_FP32);
             measure_layer(&c, sub, s);
-            scale_point_of(cb, t, sub, 0, 1);
+            scale_point_of(cb, t, sub, 0, 1, 0);
         }
         cal_close(&c);
         free(sub);
         if (rc != TRI_OK) return rc;
     }
-    scale_point_of(cb, threads, pr, 0, 2);
+    scale_point_of(cb, threads, pr, 0, 2, 1);
     return TRI_OK;
 }
 
@@ -516,6 +528,7 @@ tri_status plan_calibrate(const run_config *cfg, const char *out) {
     struct tm tm;
     gmtime_r(&now, &tm);
     strftime(cb->date, sizeof cb->date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    plan_omp_wait(cb->omp_wait, sizeof cb->omp_wait);
     pr->config = cfg->source_path;
     pr->seconds = time_now_s() - t0;
     char path[512];

@@ -14,6 +14,7 @@
 #include <yaml.h>
 
 #include "base/suggest.h"
+#include "compute/backend.h"
 #include "base/yaml_limit.h"
 
 #define PROFILE_MAX_BYTES (1 << 20) // a profile is a few kB
@@ -72,6 +73,7 @@ static const char *const KEYS[] = {"profile_version",
                                    "fbw",
                                    "matmul_points",
                                    "thread_scaling",
+                                   "omp_wait",
                                    "comm_all_reduce",
                                    "comm_reduce_scatter",
                                    "comm_all_gather",
@@ -331,7 +333,7 @@ static tri_status read_doc(reader *r, int world, plan_device *dev) {
     for (int i = 0; KEYS[i]; i++) {
         if (!strcmp(KEYS[i], "config") || !strcmp(KEYS[i], "seconds") ||
             !strcmp(KEYS[i], "matmul_points") || !strcmp(KEYS[i], "thread_scaling") ||
-            is_comm_key(KEYS[i]))
+            !strcmp(KEYS[i], "omp_wait") || is_comm_key(KEYS[i]))
             continue;
         if (!map_get(r, root, KEYS[i]))
             return bad(r, KEYS[i], NULL, "missing", "every field --calibrate writes is needed");
@@ -356,6 +358,8 @@ static tri_status read_doc(reader *r, int world, plan_device *dev) {
     TRI_CHECK(read_text(r, "date", map_get(r, root, "date"), c->date, sizeof c->date));
     TRI_CHECK(read_int(r, "threads", map_get(r, root, "threads"), 1, 1 << 16, &c->threads));
     TRI_CHECK(read_int(r, "ranks", map_get(r, root, "ranks"), 1, PLAN_MAX_WORLD, &c->ranks));
+    const yaml_node_t *wn = map_get(r, root, "omp_wait");
+    if (wn) TRI_CHECK(read_text(r, "omp_wait", wn, c->omp_wait, sizeof c->omp_wait));
     double v[F_COUNT];
     int measured[F_COUNT];
     for (int i = 0; i < F_COUNT; i++)
@@ -422,6 +426,17 @@ tri_status plan_profile_load(const char *path, const char *what, int world, plan
     return rc;
 }
 
+void plan_omp_wait(char *out, size_t n) {
+    backend_cpu_wait_describe(out, n);
+    char *set = strstr(out, " (set by trident)");
+    if (set) *set = '\0';
+}
+
+int plan_omp_wait_differs(const plan_device *dev, char *now, size_t n) {
+    plan_omp_wait(now, n);
+    return dev->calib.calibrated && dev->calib.omp_wait[0] && strcmp(now, dev->calib.omp_wait);
+}
+
 tri_status plan_profile_of_config(const run_config *cfg, int world, plan_device *dev) {
     const tri_status rc = plan_profile_load(cfg->system.device_profile, "system.device_profile",
                                             world, dev);
@@ -477,6 +492,9 @@ static tri_status write_body(const plan_profile *pr, FILE *f) {
     fprintf(f, "date: \"%s\" # UTC\n", c->date);
     fprintf(f, "threads: %d # compute threads per rank it was measured with\n", c->threads);
     fprintf(f, "ranks: %d # processes (comm measured with 2 or more)\n", c->ranks);
+    if (c->omp_wait[0])
+        fprintf(f, "omp_wait: \"%s\" # how idle OpenMP threads waited (README \"CPU threads\")\n",
+                c->omp_wait);
     if (pr->config) fprintf(f, "config: \"%s\" # whose shapes were measured\n", pr->config);
     fprintf(f, "seconds: %.2f # how long the measurement took\n", pr->seconds);
     put(f, "peak_fp32", d->peak_fp32, "FLOP/s", 0, "nominal dense peak per rank: the MFU divisor");

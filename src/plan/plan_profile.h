@@ -44,6 +44,11 @@ tri_status plan_profile_load(const char *path, const char *what, int world, plan
 // one; on an error, a hint naming the config file (cfg->source_path). For train (every rank,
 // before the communicators), check and plan (when no --device is given).
 tri_status plan_profile_of_config(const run_config *cfg, int world, plan_device *dev);
+// How this process's idle OpenMP threads wait, as a profile records it (omp_wait).
+void plan_omp_wait(char *out, size_t n);
+// Whether calibrated profile dev was measured with another omp_wait than this process's
+// (into now); 0 for a built-in table or a profile that does not say.
+int plan_omp_wait_differs(const plan_device *dev, char *now, size_t n);
 
 // Writes `pr` to `path` (its directory created when missing; written to a temporary file,
 // then renamed). TRI_ERR_CKPT (an output file) when it cannot be written.
