@@ -281,6 +281,32 @@ static void case_dead_remote(void) {
     expect("verdict_dead_remote_rank", verdict_of("dead_remote"), want, 3);
 }
 
+static void case_wait_behind_stopped(void) {
+    // pp2 x dp2, the step end: two ranks posted world all_reduce #2 and wait; the stopped
+    // rank's pipeline peer waits on a receive from it, so it never posted the all_reduce
+    // either. The stall is the receive (only the stopped rank missing), not the collective
+    // that names both, posted earlier (test_diagnose.sh saw it first in a real job).
+    job_new(1, 2, 2);
+    const int victim = 2;
+    const flight_header *vh = &g_rings[victim].h;
+    const int peer = vh->members[COMM_GROUP_PP][0] == victim ? vh->members[COMM_GROUP_PP][1]
+                                                             : vh->members[COMM_GROUP_PP][0];
+    for (int r = 0; r < 4; r++)
+        op(r, COMM_GROUP_WORLD, COMM_OP_ALL_REDUCE, -1, 24, g_now - 20, g_now - 19.9);
+    for (int r = 0; r < 4; r++) {
+        if (r == victim) continue;
+        if (r == peer) op(r, COMM_GROUP_PP, COMM_OP_RECV, victim, 4096, g_now - 7, 0);
+        else op(r, COMM_GROUP_WORLD, COMM_OP_ALL_REDUCE, -1, 24, g_now - 8, 0);
+        waits(r, 1);
+    }
+    stopped(victim, 4.5);
+    char want0[128], want1[64];
+    snprintf(want0, sizeof want0, "pp recv #1 from rank %d", victim);
+    snprintf(want1, sizeof want1, "posted by rank %d; rank %d never posted it", peer, victim);
+    const char *want[] = {want0, want1, "blamed rank 2 (host n02)"};
+    expect("verdict_wait_behind_stopped_rank", verdict_of("behind_stopped"), want, 3);
+}
+
 static void case_dead_linked(void) {
     // dp2: rank 1, on another host, closed its liveness link while its ring said it ran; rank
     // 0 marked it (flight_link.c).
@@ -667,6 +693,7 @@ int main(int argc, char **argv) {
     case_dead();
     case_dead_remote();
     case_dead_linked();
+    case_wait_behind_stopped();
     case_links();
     // A directory with no ring, and a truncated ring: the CLI's exit codes 2 and 4.
     char empty[512];

@@ -14,9 +14,11 @@
 //     progress. For each, the members of its group that never posted it: a collective is
 //     posted by member m when m's ring has the group's collective #seq (or a later one: the
 //     ring wrapped); a receive #k from P when P's ring has its send #k to this rank, and back.
-//  3. The stalled operation: the first (earliest posted) whose missing ranks include a broken
-//     one (stopped, dead, exited, no ring); else one whose missing ranks wait for nothing
-//     (hung in compute); else the earliest posted. Its missing ranks are blamed, and where
+//  3. The stalled operation: one whose missing ranks include a broken one (stopped, dead,
+//     exited, no ring), with the fewest missing ranks that are not broken (a rank that waits
+//     on the broken one misses the collectives after that wait), then the earliest posted;
+//     else one whose missing ranks wait for nothing (hung in compute); else the earliest
+//     posted. Its missing ranks are blamed, and where
 //     every member posted it, the broken members that never completed it.
 #include <dirent.h>
 #include <errno.h>
@@ -394,23 +396,29 @@ tri_status flight_verdict(const char *dir, char *out, size_t cap) {
 
     // The stalled operation (see the top of the file).
     int *miss = xcalloc((size_t)world, sizeof(int)), *inc = xcalloc((size_t)world, sizeof(int));
-    int best = -1, best_score = -1;
+    int best = -1, best_score = -1, best_extra = 0;
     for (int r = 0; r < world; r++) {
         if (!v[r].stuck) continue;
         int n_inc, n = missing_of(&j, r, v[r].stuck, miss, inc, &n_inc);
         // 3: a broken rank holds it up; 2: a rank that waits for nothing (hung in compute);
         // 1: ranks that wait elsewhere (a chain or a cycle); 0: nobody missing.
-        int score = n ? 1 : 0;
+        int score = n ? 1 : 0, extra = 0;
         for (int k = 0; k < n; k++) {
             if (broken(v[miss[k]].st)) score = 3;
             else if (!v[miss[k]].stuck && score < 2) score = 2;
+            extra += !broken(v[miss[k]].st);
         }
         for (int k = 0; !n && k < n_inc; k++)
             if (broken(v[inc[k]].st)) score = 3;
-        if (score > best_score ||
-            (score == best_score && v[r].stuck->t_posted < v[best].stuck->t_posted)) {
+        // Of two operations a broken rank holds up, the one fewer other ranks are missing
+        // from: a collective that a rank waiting on the broken one never reached names that
+        // rank too; the wait behind it names the broken rank alone (then the earliest).
+        if (score > best_score || (score == best_score && score == 3 && extra < best_extra) ||
+            (score == best_score && (score != 3 || extra == best_extra) &&
+             v[r].stuck->t_posted < v[best].stuck->t_posted)) {
             best = r;
             best_score = score;
+            best_extra = extra;
         }
     }
     int *blamed = xcalloc((size_t)world, sizeof(int)), n_blamed = 0;
