@@ -123,82 +123,140 @@ float *cpu_out_stage(cpu_ctx *ctx, size_t floats) {
 // a few microseconds, which is about what 2^19 multiply-adds take on one core.
 #define CPU_GEMM_SPLIT_MIN ((double)(1 << 19))
 
+// One GEMM C = alpha op(A) op(B) + beta C, split for the threads of a parallel region: a grid
+// pm x pn = nt of tiles of C minimising the tile's half-perimeter (what each thread packs of
+// A and B; ties go to splitting N, whose blocks are contiguous in B), or one tile (serial)
+// below CPU_GEMM_SPLIT_MIN. With `bias`, each tile of C starts as the bias row (beta 1).
+typedef struct {
+    CBLAS_TRANSPOSE ta, tb;
+    int M, N, K, lda, ldb, ldc;
+    float alpha, beta;
+    const float *A, *B, *bias;
+    float *C;
+    int pm, pn, serial;
+} gemm_job;
+
+static void gemm_plan(gemm_job *g, int nt) {
+    g->serial = nt <= 1 || (double)g->M * g->N * g->K < CPU_GEMM_SPLIT_MIN;
+    g->pm = 1, g->pn = nt;
+    double best = 1e300;
+    for (int m = 1; m <= nt && !g->serial; m++) {
+        if (nt % m) continue;
+        int n = nt / m;
+        double cost = ceil((double)g->M / m) + ceil((double)g->N / n);
+        if (cost < best || (cost == best && n > g->pn)) best = cost, g->pm = m, g->pn = n;
+    }
+}
+
+// The tiles of g that thread tid of nth runs (a serial GEMM: thread 0, whole). If the runtime
+// gave fewer threads than planned, each thread walks several tiles.
+static void gemm_tiles(const gemm_job *g, int tid, int nth) {
+    if (g->M <= 0 || g->N <= 0) return;
+    const int pm = g->serial ? 1 : g->pm, pn = g->serial ? 1 : g->pn;
+    for (int tile = tid; tile < pm * pn; tile += nth) {
+        size_t m0, m1;
+        int n0, n1;
+        row_block((size_t)g->M, tile / pn, pm, &m0, &m1);
+        col_block(g->N, tile % pn, pn, &n0, &n1);
+        if (m1 <= m0 || n1 <= n0) continue;
+        float *c = g->C + m0 * (size_t)g->ldc + n0;
+        for (size_t m = m0; g->bias && m < m1; m++)
+            memcpy(c + (m - m0) * (size_t)g->ldc, g->bias + n0, (size_t)(n1 - n0) * sizeof(float));
+        const float *a = g->ta == CblasNoTrans ? g->A + m0 * (size_t)g->lda : g->A + m0;
+        const float *bt = g->tb == CblasNoTrans ? g->B + n0 : g->B + (size_t)n0 * g->ldb;
+        cblas_sgemm(CblasRowMajor, g->ta, g->tb, (int)(m1 - m0), n1 - n0, g->K, g->alpha, a, g->lda,
+                    bt, g->ldb, g->bias ? 1.0f : g->beta, c, g->ldc);
+    }
+}
+
+// g planned for the backend's threads and run: on the calling thread when serial (or already
+// inside a parallel region), else in one parallel region.
+static void gemm_run(cpu_ctx *ctx, gemm_job *g) {
+    if (g->M <= 0 || g->N <= 0) return;
+    gemm_plan(g, omp_in_parallel() ? 1 : ctx->threads);
+    if (g->serial) {
+        gemm_tiles(g, 0, 1);
+        return;
+    }
+#pragma omp parallel num_threads(ctx->threads)
+    gemm_tiles(g, omp_get_thread_num(), omp_get_num_threads());
+}
+
+// The job of cblas_sgemm's arguments (row-major), with no bias.
+static gemm_job gemm_of(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
+                        const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                        int ldc) {
+    return (gemm_job){.ta = ta,
+                      .tb = tb,
+                      .M = M,
+                      .N = N,
+                      .K = K,
+                      .lda = lda,
+                      .ldb = ldb,
+                      .ldc = ldc,
+                      .alpha = alpha,
+                      .beta = beta,
+                      .A = A,
+                      .B = B,
+                      .C = C};
+}
+
 void cpu_gemm(cpu_ctx *ctx, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
               float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C,
               int ldc) {
-    if (M <= 0 || N <= 0) return;
-    int nt = ctx->threads;
-    if (nt <= 1 || omp_in_parallel() || (double)M * N * K < CPU_GEMM_SPLIT_MIN) {
-        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-        return;
-    }
-    // Grid pm x pn = nt of tiles of C minimising the tile's half-perimeter (what each
-    // thread packs of A and B); ties go to splitting N, whose blocks are contiguous in B.
-    int pm = 1, pn = nt;
-    double best = 1e300;
-    for (int m = 1; m <= nt; m++) {
-        if (nt % m) continue;
-        int n = nt / m;
-        double cost = ceil((double)M / m) + ceil((double)N / n);
-        if (cost < best || (cost == best && n > pn)) best = cost, pm = m, pn = n;
-    }
-#pragma omp parallel num_threads(nt)
-    {
-        int tid = omp_get_thread_num(), nth = omp_get_num_threads();
-        // If the runtime gave fewer threads than asked, each thread walks several tiles.
-        for (int tile = tid; tile < pm * pn; tile += nth) {
-            size_t m0, m1;
-            int n0, n1;
-            row_block((size_t)M, tile / pn, pm, &m0, &m1);
-            col_block(N, tile % pn, pn, &n0, &n1);
-            if (m1 <= m0 || n1 <= n0) continue;
-            const float *a = ta == CblasNoTrans ? A + m0 * (size_t)lda : A + m0;
-            const float *bt = tb == CblasNoTrans ? B + n0 : B + (size_t)n0 * ldb;
-            cblas_sgemm(CblasRowMajor, ta, tb, (int)(m1 - m0), n1 - n0, K, alpha, a, lda, bt, ldb,
-                        beta, C + m0 * (size_t)ldc + n0, ldc);
-        }
-    }
+    gemm_job g = gemm_of(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    gemm_run(ctx, &g);
 }
 
-// fp32 operands.
+// fp32 operands. A bias starts each tile of the output (beta = 1: OpenBLAS would otherwise
+// spend a pass over `out` zeroing it for beta = 0), inside the GEMM's parallel region: one
+// region a call, each waking the idle threads once (README "CPU threads").
 static void matmul_fwd_f32(backend *b, float *out, const float *inp, const float *weight,
                            const float *bias, int N, int IC, int OC) {
-    cpu_ctx *ctx = ctx_of(b);
-    float beta = 0.0f;
-    if (bias) {
-        // Start from the bias and accumulate (beta = 1): OpenBLAS would otherwise spend
-        // the same pass over `out` zeroing it for beta = 0.
-#pragma omp parallel for schedule(static) num_threads(ctx->threads)
-        for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
-        beta = 1.0f;
-    }
-    cpu_gemm(ctx, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, weight, IC, beta, out, OC);
+    gemm_job g = gemm_of(CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, weight, IC, 0.0f, out,
+                         OC);
+    g.bias = bias;
+    gemm_run(ctx_of(b), &g);
 }
 
+// dbias += the column sums of dout's rows, for the columns of thread tid of nth: each thread
+// walks the rows in order, so the result is the same for every thread count.
+static void dbias_cols(float *dbias, const float *dout, int N, int OC, int tid, int nth) {
+    int c0, c1;
+    col_block(OC, tid, nth, &c0, &c1);
+    float *restrict db = dbias;
+    for (int n = 0; n < N; n++) {
+        const float *restrict row = dout + (size_t)n * OC;
+#pragma omp simd
+        for (int c = c0; c < c1; c++) db[c] += row[c];
+    }
+}
+
+// Each output has its own GEMM or loop: the input gradient alone (dweight and dbias NULL) or
+// the weight gradients alone (dinp NULL) are bitwise the joint call's. The three run in one
+// parallel region (they write different outputs), each split as it would be alone.
 static void matmul_bwd_f32(backend *b, float *dinp, float *dweight, float *dbias, const float *dout,
                            const float *inp, const float *weight, int N, int IC, int OC) {
     cpu_ctx *ctx = ctx_of(b);
-    // Each output has its own GEMM or loop: the input gradient alone (dweight and dbias NULL)
-    // or the weight gradients alone (dinp NULL) are bitwise the joint call's.
-    if (dinp)
-        cpu_gemm(ctx, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, weight, IC, 0.0f, dinp,
-                 IC);
-    if (dweight)
-        cpu_gemm(ctx, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight,
-                 IC);
-    // dbias: column sums, each thread owning a column slice and walking the rows in order,
-    // so the result is the same for every thread count.
-    if (!dbias) return;
-#pragma omp parallel num_threads(ctx->threads)
+    const int nt = omp_in_parallel() ? 1 : ctx->threads;
+    gemm_job gd = gemm_of(CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, weight, IC, 0.0f,
+                          dinp, IC);
+    gemm_job gw = gemm_of(CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f,
+                          dweight, IC);
+    gemm_plan(&gd, nt);
+    gemm_plan(&gw, nt);
+    if (nt <= 1) {
+        if (dinp) gemm_tiles(&gd, 0, 1);
+        if (dweight) gemm_tiles(&gw, 0, 1);
+        if (dbias) dbias_cols(dbias, dout, N, OC, 0, 1);
+        return;
+    }
+#pragma omp parallel num_threads(nt)
     {
-        int c0, c1;
-        col_block(OC, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
-        float *restrict db = dbias;
-        for (int n = 0; n < N; n++) {
-            const float *restrict row = dout + (size_t)n * OC;
-#pragma omp simd
-            for (int c = c0; c < c1; c++) db[c] += row[c];
-        }
+        const int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+        if (dinp) gemm_tiles(&gd, tid, nth);
+        if (dweight) gemm_tiles(&gw, tid, nth);
+        if (dbias) dbias_cols(dbias, dout, N, OC, tid, nth);
     }
 }
 
