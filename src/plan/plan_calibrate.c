@@ -25,6 +25,7 @@
 #define CAL_MIN_S 0.15
 #define CAL_SLOW_S 0.5
 #define CAL_MAX_REPS 50
+#define CAL_ROUNDS 3                     // each compute measurement, taken in turn (measure_rounds)
 #define CAL_ADAM_ELEMS ((size_t)8 << 20) // 8 Mi elements: 128 MB of state, past the caches
 
 typedef struct {
@@ -224,14 +225,18 @@ static void measure_matmuls(cal *c, plan_profile *pr, const shapes *s) {
         if (small[i] < s->C) measure_point(c, pr, r, small[i], s->C, DTYPE_FP32);
         if (small[i] < s->C && i % 2) measure_point(c, pr, r, s->C, small[i], DTYPE_FP32);
     }
-    fit_gemm(pr, &pr->matmul_rate, &pr->dev.gemm_half);
     // bf16 operands at the two largest layer shapes, against fp32's there.
-    const int first16 = pr->n_points;
     measure_point(c, pr, r, s->C3, s->C, DTYPE_BF16);
     measure_point(c, pr, r, s->F, s->C, DTYPE_BF16);
-    double r16 = 0, r32 = 0;
-    for (int i = first16; i < pr->n_points; i++) r16 += pr->points[i].rate;
-    r32 = pr->points[0].rate + pr->points[2].rate;
+}
+
+// The matmul model of pr's points: R and gemm_half fitted to the fp32 points, the bf16 rate
+// as the bf16 points' ratio to fp32's at the same two shapes (points 0 and 2).
+static void fit_matmuls(plan_profile *pr) {
+    fit_gemm(pr, &pr->matmul_rate, &pr->dev.gemm_half);
+    double r16 = 0, r32 = pr->points[0].rate + pr->points[2].rate;
+    for (int i = 0; i < pr->n_points; i++)
+        if (pr->points[i].dtype == DTYPE_BF16) r16 += pr->points[i].rate;
     pr->dev.matmul_rate_bf16 = pr->matmul_rate * (r16 > 0 && r32 > 0 ? r16 / r32 : 1);
 }
 
@@ -359,6 +364,7 @@ static void layer_w(backend *be, void *p) {
 
 static void measure_layer(cal *c, plan_profile *pr, const shapes *s) {
     const size_t N = (size_t)s->rows, C = (size_t)s->C, F = (size_t)s->F;
+    const int first = c->n_bufs; // its buffers go at the end (the rounds measure it again)
     layer_ctx l = {.s = s};
     float **nc[] = {&l.x,  &l.ln,  &l.proj, &l.x2,  &l.ln2, &l.proj2,
                     &l.x3, &l.dx3, &l.dln2, &l.dx2, &l.dln, &l.dx};
@@ -402,6 +408,7 @@ static void measure_layer(cal *c, plan_profile *pr, const shapes *s) {
                   .f1 = l.fcpre,
                   .f2 = l.fcout};
     pr->dev.elem_bw = elem_bytes(s) / time_op(c->be, elem_run, &e);
+    while (c->n_bufs > first) c->be->free(c->be, c->bufs[--c->n_bufs]);
 }
 
 static void measure_adam(cal *c, plan_profile *pr) {
@@ -412,6 +419,41 @@ static void measure_adam(cal *c, plan_profile *pr) {
     // optimizer time counts them.
     pr->dev.mem_bw = 28.0 * (double)a.n / time_op(c->be, adam_run, &a);
     for (int i = 0; i < 4; i++) c->be->free(c->be, c->bufs[--c->n_bufs]);
+}
+
+// ---- rounds ----
+
+// Every compute measurement CAL_ROUNDS times, in turn, and each rate the median of its rounds
+// (then the matmul fit): a machine whose speed drifts for a second (a virtual machine's host
+// busy elsewhere: this VM's 2-core throughput swings by 30% between 20 ms windows) moves one
+// round, not the profile.
+static void measure_rounds(cal *c, plan_profile *pr, const shapes *s) {
+    plan_profile *r = xcalloc(CAL_ROUNDS, sizeof *r);
+    for (int k = 0; k < CAL_ROUNDS; k++) {
+        r[k].dev = pr->dev;
+        measure_matmuls(c, &r[k], s);
+        measure_layer(c, &r[k], s);
+        measure_adam(c, &r[k]);
+    }
+    double v[CAL_ROUNDS];
+#define CAL_MEDIAN(field)                                                                          \
+    do {                                                                                           \
+        for (int k = 0; k < CAL_ROUNDS; k++) v[k] = r[k].field;                                    \
+        pr->field = tri_median(v, CAL_ROUNDS);                                                     \
+    } while (0)
+    pr->n_points = r[0].n_points;
+    for (int i = 0; i < pr->n_points; i++) {
+        pr->points[i] = r[0].points[i];
+        CAL_MEDIAN(points[i].rate);
+    }
+    CAL_MEDIAN(dev.attn_rate);
+    CAL_MEDIAN(dev.elem_bw);
+    CAL_MEDIAN(dev.mem_bw);
+    for (int i = 1; i < 3; i++) CAL_MEDIAN(dev.fbw[i]);
+#undef CAL_MEDIAN
+    pr->dev.fbw[0] = 1, pr->dev.fbw_measured = 1;
+    fit_matmuls(pr);
+    free(r);
 }
 
 // ---- how the rates change with the threads (one rank) ----
@@ -450,11 +492,22 @@ static tri_status measure_scaling(const run_config *cfg, const shapes *s, int th
         cal c = {.rng = 20240601};
         plan_profile *sub = xcalloc(1, sizeof *sub);
         tri_status rc = backend_create_for(cfg->system.backend, 0, t, &c.be);
-        if (rc == TRI_OK) {
-            measure_point(&c, sub, s->rows, s->C3, s->C, DTYPE_FP32);
-            measure_point(&c, sub, s->rows, s->F, s->C, DTYPE_FP32);
-            measure_layer(&c, sub, s);
-            scale_point_of(cb, t, sub, 0, 1, 0);
+        if (rc == TRI_OK) { // rounds as measure_rounds', each rate their median
+            double mm[CAL_ROUNDS], attn[CAL_ROUNDS], elem[CAL_ROUNDS];
+            for (int k = 0; k < CAL_ROUNDS; k++) {
+                sub->n_points = 0;
+                measure_point(&c, sub, s->rows, s->C3, s->C, DTYPE_FP32);
+                measure_point(&c, sub, s->rows, s->F, s->C, DTYPE_FP32);
+                measure_layer(&c, sub, s);
+                scale_point_of(cb, t, sub, 0, 1, 0);
+                cb->n_scale--;
+                const int i = cb->n_scale;
+                mm[k] = cb->scale_mm[i], attn[k] = cb->scale_attn[i], elem[k] = cb->scale_elem[i];
+            }
+            const int i = cb->n_scale++;
+            cb->scale_mm[i] = tri_median(mm, CAL_ROUNDS);
+            cb->scale_attn[i] = tri_median(attn, CAL_ROUNDS);
+            cb->scale_elem[i] = tri_median(elem, CAL_ROUNDS);
         }
         cal_close(&c);
         free(sub);
@@ -502,9 +555,7 @@ tri_status plan_calibrate(const run_config *cfg, const char *out) {
                  "d_model %d, widths %d/%d/%d, vocabulary %d per rank",
                  d->name, c.be->threads, c.be->threads == 1 ? "" : "s", why, li.world,
                  li.world == 1 ? "" : "s", cfg->source_path, s.rows, s.C, s.C3, s.F, s.Cl, s.Vpl);
-    measure_matmuls(&c, pr, &s);
-    measure_layer(&c, pr, &s);
-    measure_adam(&c, pr);
+    measure_rounds(&c, pr, &s);
     plan_calib *cb = &d->calib;
     cb->calibrated = 1;
     cb->threads = c.be->threads > 0 ? c.be->threads : 1;
