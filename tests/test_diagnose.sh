@@ -90,7 +90,7 @@ case_run() {
             why="no heartbeat for [0-9.]+ s at a stop request; on another host \\(n$victim\\), so not probed"
             vwhy="dead: no heartbeat for [0-9.]+ s at a stop request .*on another host, so not probed"
         elif [ -n "${XHOSTS:-}" ]; then
-            why="its liveness link closed while its ring says it runs: its process is gone; on another host \\(n$victim\\)"
+            why="its liveness link closed and its ring says it runs: its process is gone; on another host \\(n$victim\\)"
             vwhy="dead: its process is gone with no exit of its own \\(killed by a signal\\?\\); its liveness link to a rank on another host closed, noticed"
         fi
         if grep -qE "error: rank $victim is dead \($why\); ending \(exit 5\)" "$log"; then

@@ -312,10 +312,13 @@ static int find_unlinked_peer(double now, char *why, size_t cap) {
     if (h.state == FLIGHT_STATE_EXITED && h.exit_code != FLIGHT_EXIT_UNKNOWN &&
         !FLIGHT_EXIT_JUDGED(h.exit_code))
         return -1; // an exit of its own: it said why
+    const char *ring = h.state != FLIGHT_STATE_EXITED       ? "its ring says it runs"
+                       : h.exit_code == FLIGHT_EXIT_UNKNOWN ? "its ring says it ended without an "
+                                                              "exit of its own"
+                                                            : "another rank found it dead";
     snprintf(why, cap,
-             "its liveness link closed while its ring says it %s: its process is gone; on "
-             "another host (%.64s)",
-             h.state == FLIGHT_STATE_EXITED ? "ended without an exit of its own" : "runs", h.host);
+             "its liveness link closed and %s: its process is gone; on another host (%.64s)", ring,
+             h.host);
     if (h.state != FLIGHT_STATE_EXITED) mark_dead(r, FLIGHT_EXIT_UNLINKED);
     return r;
 }
