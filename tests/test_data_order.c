@@ -10,6 +10,7 @@
 #include "io/data.h"
 #include "io/data_blend.h"
 #include "io/data_order.h"
+#include "fuzzlib.h"
 #include "testlib.h"
 
 #include <math.h>
@@ -17,12 +18,7 @@
 #include <unistd.h>
 
 static uint64_t rng_state = 0x1234;
-static uint64_t rnd(void) { // splitmix64
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
+static uint64_t rnd(void) { return fuzz_rnd(&rng_state); }
 static int rnd_below(int n) { return (int)(rnd() % (uint64_t)n); }
 
 // ---- the permutation ----

@@ -30,6 +30,7 @@
 #include "comm/flight.h"
 #include "comm/flight_internal.h"
 #include "comm/mesh.h"
+#include "fuzzlib.h"
 #include "testlib.h"
 
 static char g_dir[256];
@@ -553,12 +554,7 @@ enum { FAM_TRUNCATE, FAM_EXTEND, FAM_BITFLIP, FAM_HEADER_FIELD, FAM_RECORD_FIELD
 static const char *FAM_NAMES[FAM_COUNT] = {"ring_truncate", "ring_extend", "ring_bitflip",
                                            "ring_header_field", "ring_record_field"};
 
-static uint64_t rnd(void) { // splitmix64
-    uint64_t z = (g_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+static uint64_t rnd(void) { return fuzz_rnd(&g_state); }
 
 // Writes case c of family fam into dir: the missing-poster job with rank `victim`'s ring
 // mutated. Returns whether the mutation always breaks the file (a success is then wrong).

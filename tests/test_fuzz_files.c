@@ -31,6 +31,7 @@
 #include "io/data.h"
 #include "io/export.h"
 #include "io/model_init.h"
+#include "fuzzlib.h"
 #include "testlib.h"
 
 #define CASE_TIMEOUT_S 20 // a case that runs longer is a hang
@@ -41,12 +42,7 @@
 static char g_dir[256], g_trident[1024];
 static uint64_t g_seed = 20240520, g_rng;
 
-static uint64_t rnd(void) { // splitmix64
-    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
+static uint64_t rnd(void) { return fuzz_rnd(&g_rng); }
 static int64_t rnd_in(int64_t lo, int64_t hi) {
     return lo + (int64_t)(rnd() % (uint64_t)(hi - lo + 1));
 }
@@ -107,11 +103,7 @@ static child_result run_child(char *const *argv, int timeout_s) {
     return r;
 }
 
-typedef struct {
-    const char *name;
-    int cases, clean_errors, successes, crashes, hangs, wrong_successes, wrong_failures;
-    double seconds; // wall time of its runs
-} family;
+typedef fuzz_family family;
 
 // Scores one run against the verdict (want 0, or the error code with `named` in the
 // output); prints a FAIL line for a wrong one.
@@ -134,17 +126,7 @@ static void score(family *fam, int c, const char *what, const child_result *r, i
            (unsigned long long)g_seed, r->out);
 }
 
-static void report(const family *fam) {
-    printf("%s: %d cases, %d clean errors, %d successes, %d crashes, %d hangs, %d wrong "
-           "successes, %d wrong failures, %.1f s\n",
-           fam->name, fam->cases, fam->clean_errors, fam->successes, fam->crashes, fam->hangs,
-           fam->wrong_successes, fam->wrong_failures, fam->seconds);
-    int ok = fam->cases > 0 && !fam->crashes && !fam->hangs && !fam->wrong_successes &&
-             !fam->wrong_failures;
-    char name[96];
-    snprintf(name, sizeof name, "fuzz_%s", fam->name);
-    TEST_CHECK(ok, name, "see the FAIL lines above");
-}
+static void report(const family *fam) { fuzz_report(fam, "fuzz_"); }
 
 static void write_bytes(const char *path, const void *data, size_t n) {
     FILE *f = fopen(path, "wb");

@@ -30,6 +30,7 @@
 #include "io/export.h"
 #include "io/hf_import.h"
 #include "io/model_init.h"
+#include "fuzzlib.h"
 #include "testlib.h"
 
 #define CASE_TIMEOUT_S 20
@@ -37,12 +38,7 @@
 
 static char g_dir[256];
 static uint64_t g_seed = 20241801, g_rng;
-static uint64_t rnd(void) { // splitmix64
-    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
+static uint64_t rnd(void) { return fuzz_rnd(&g_rng); }
 static int64_t rnd_in(int64_t lo, int64_t hi) {
     return lo + (int64_t)(rnd() % (uint64_t)(hi - lo + 1));
 }
@@ -195,10 +191,7 @@ static child_result run_case(const job *j) {
     return r;
 }
 
-typedef struct {
-    const char *name;
-    int cases, clean_errors, successes, crashes, hangs, wrong_successes, wrong_failures;
-} family;
+typedef fuzz_family family;
 
 static void score(family *fam, int c, const char *what, const child_result *r, int want,
                   const char *file, const char *named) {
@@ -223,24 +216,12 @@ static void score(family *fam, int c, const char *what, const child_result *r, i
            (unsigned long long)g_seed, r->out);
 }
 
-static void report(const family *f) {
-    printf("%s: %d cases, %d clean errors, %d successes, %d crashes, %d hangs, %d wrong "
-           "successes, %d wrong failures\n",
-           f->name, f->cases, f->clean_errors, f->successes, f->crashes, f->hangs,
-           f->wrong_successes, f->wrong_failures);
-    char name[64];
-    snprintf(name, sizeof name, "fuzz_%s", f->name);
-    TEST_CHECK(f->cases > 0 && !f->crashes && !f->hangs && !f->wrong_successes &&
-                   !f->wrong_failures,
-               name, "see the FAIL lines above");
-}
+static void report(const family *f) { fuzz_report(f, "fuzz_"); }
 
 static void write_text(const char *dir, const char *name, const char *text, size_t n) {
     char p[600];
     snprintf(p, sizeof p, "%s/%s", dir, name);
-    FILE *f = fopen(p, "wb");
-    if (n) fwrite(text, 1, n, f);
-    fclose(f);
+    fuzz_write_text(p, text, n);
 }
 
 // ---- a safetensors file as a list of tensor descriptions ----

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "plan/plan_profile.h"
+#include "fuzzlib.h"
 #include "testlib.h"
 
 #define CASE_TIMEOUT_S 10
@@ -31,17 +32,9 @@
 static uint64_t g_seed = 20250601, g_rng;
 static char g_dir[256];
 
-static uint64_t rnd(void) { // splitmix64
-    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
+static uint64_t rnd(void) { return fuzz_rnd(&g_rng); }
 
-typedef struct {
-    const char *name;
-    int cases, clean_errors, successes, crashes, hangs, wrong_successes, wrong_failures;
-} family;
+typedef fuzz_family family;
 
 // Loads `path` in a child; want 0, or 2 with `path` and `key` (when not NULL) in its output;
 // want -1: either, cleanly.
@@ -81,26 +74,10 @@ static void run_case(family *fam, int c, const char *path, int want, const char 
                c, why, rc, want, key ? key : "-", (unsigned long long)g_seed, text);
 }
 
-static void report(const family *fam) {
-    printf("%s: %d cases, %d clean errors, %d successes, %d crashes, %d hangs, %d wrong "
-           "successes, %d wrong failures\n",
-           fam->name, fam->cases, fam->clean_errors, fam->successes, fam->crashes, fam->hangs,
-           fam->wrong_successes, fam->wrong_failures);
-    char name[64];
-    snprintf(name, sizeof name, "fuzz_profile_%s", fam->name);
-    TEST_CHECK(fam->cases > 0 && !fam->crashes && !fam->hangs && !fam->wrong_successes &&
-                   !fam->wrong_failures,
-               name, "see the FAIL lines above");
-}
+static void report(const family *fam) { fuzz_report(fam, "fuzz_profile_"); }
 
 static char *g_valid; // the profile plan_profile_write wrote
 static size_t g_valid_len;
-
-static void write_text(const char *path, const char *text, size_t n) {
-    FILE *f = fopen(path, "wb");
-    fwrite(text, 1, n, f);
-    fclose(f);
-}
 
 static const char *const REQUIRED[] = {
     "profile_version", "device",    "host",      "date",        "threads",          "ranks",
@@ -140,7 +117,7 @@ static void fuzz_lines(family *fam, int cases) {
         const int orphans = !strncmp(g_valid + b, "matmul_points:", 14);
         char path[400];
         snprintf(path, sizeof path, "%s/lines_%d.yaml", g_dir, c);
-        write_text(path, buf, g_valid_len - (e - b));
+        fuzz_write_text(path, buf, g_valid_len - (e - b));
         run_case(fam, c, path, key || orphans ? 2 : 0, key);
     }
     free(buf);
@@ -170,7 +147,7 @@ static void fuzz_values(family *fam, int cases) {
         const int bad = TOKENS[t].verdict == 1 || (TOKENS[t].verdict == 2 && !zero_ok(key));
         char path[400];
         snprintf(path, sizeof path, "%s/values_%d.yaml", g_dir, c);
-        write_text(path, buf, o);
+        fuzz_write_text(path, buf, o);
         run_case(fam, c, path, bad ? 2 : 0, key);
     }
     free(buf);
@@ -211,7 +188,7 @@ static void fuzz_structure(family *fam, int cases) {
         }
         char path[400];
         snprintf(path, sizeof path, "%s/structure_%d.yaml", g_dir, c);
-        write_text(path, buf, o);
+        fuzz_write_text(path, buf, o);
         run_case(fam, c, path, 2, key);
     }
     free(buf);
@@ -233,7 +210,7 @@ static void fuzz_bytes(family *fam, int cases) {
         }
         char path[400];
         snprintf(path, sizeof path, "%s/bytes_%d.yaml", g_dir, c);
-        write_text(path, buf, n);
+        fuzz_write_text(path, buf, n);
         run_case(fam, c, path, -1, NULL);
     }
     free(buf);
@@ -272,7 +249,7 @@ static void fuzz_comm(family *fam, int cases) {
         }
         char path[400];
         snprintf(path, sizeof path, "%s/comm_%d.yaml", g_dir, c);
-        write_text(path, buf, o);
+        fuzz_write_text(path, buf, o);
         run_case(fam, c, path, bad ? 2 : 0, key);
     }
     free(buf);
@@ -320,7 +297,7 @@ static void fuzz_scaling(family *fam, int cases) {
         o += (size_t)sprintf(buf + o, "], source: measured}\n");
         char path[400];
         snprintf(path, sizeof path, "%s/scaling_%d.yaml", g_dir, c);
-        write_text(path, buf, o);
+        fuzz_write_text(path, buf, o);
         run_case(fam, c, path, bad ? 2 : 0, "thread_scaling");
     }
     free(buf);

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "plan/plan.h"
+#include "fuzzlib.h"
 #include "testlib.h"
 
 #define CASE_TIMEOUT_S 10
@@ -35,17 +36,9 @@ static uint64_t g_seed = 20251202, g_rng;
 static char g_dir[256];
 static int g_progress = -1; // the case being run: "family case\n", for main's report
 
-static uint64_t rnd(void) { // splitmix64
-    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
+static uint64_t rnd(void) { return fuzz_rnd(&g_rng); }
 
-typedef struct {
-    const char *name;
-    int cases, clean_errors, successes, crashes, hangs, wrong_successes, wrong_failures;
-} family;
+typedef fuzz_family family;
 
 // The fields the reader takes: which file, the JSON key in the template, the name its
 // messages give it, its kind and its valid value.
@@ -122,12 +115,6 @@ static char *fill(const char *t, int which, const char *value, int rename) {
     return out;
 }
 
-static void write_text(const char *path, const char *text, size_t n) {
-    FILE *f = fopen(path, "wb");
-    fwrite(text, 1, n, f);
-    fclose(f);
-}
-
 // A fresh run directory for case c of `fam` with the two files (NULL: left out).
 static void make_dir(char *dir, size_t n, const family *fam, int c, const char *record, size_t rlen,
                      const char *timing, size_t tlen) {
@@ -135,8 +122,9 @@ static void make_dir(char *dir, size_t n, const family *fam, int c, const char *
     mkdir(dir, 0755);
     char path[600];
     if (record)
-        snprintf(path, sizeof path, "%s/metrics.jsonl", dir), write_text(path, record, rlen);
-    if (timing) snprintf(path, sizeof path, "%s/timing.json", dir), write_text(path, timing, tlen);
+        snprintf(path, sizeof path, "%s/metrics.jsonl", dir), fuzz_write_text(path, record, rlen);
+    if (timing)
+        snprintf(path, sizeof path, "%s/timing.json", dir), fuzz_write_text(path, timing, tlen);
 }
 
 // Runs the reader on dir (in this process: the cases run in one child of main, whose death
@@ -192,17 +180,7 @@ static void run_case(family *fam, int c, const char *dir, int want, const char *
                (unsigned long long)g_seed, text);
 }
 
-static void report(const family *fam) {
-    printf("%s: %d cases, %d clean errors, %d successes, %d crashes, %d hangs, %d wrong "
-           "successes, %d wrong failures\n",
-           fam->name, fam->cases, fam->clean_errors, fam->successes, fam->crashes, fam->hangs,
-           fam->wrong_successes, fam->wrong_failures);
-    char name[64];
-    snprintf(name, sizeof name, "fuzz_rundir_%s", fam->name);
-    TEST_CHECK(fam->cases > 0 && !fam->crashes && !fam->hangs && !fam->wrong_successes &&
-                   !fam->wrong_failures,
-               name, "see the FAIL lines above");
-}
+static void report(const family *fam) { fuzz_report(fam, "fuzz_rundir_"); }
 
 // Writes the pair with field `which` set to `value` (or renamed) and runs it.
 static void field_case(family *fam, int c, int which, const char *value, int rename, int want) {

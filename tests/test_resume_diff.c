@@ -24,15 +24,11 @@
 #include "config/config_resume.h"
 #include "config/config_sources_internal.h"
 #include "io/json.h"
+#include "fuzzlib.h"
 #include "testlib.h"
 
 static uint64_t g_rng;
-static uint64_t rnd(void) { // splitmix64
-    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
+static uint64_t rnd(void) { return fuzz_rnd(&g_rng); }
 
 // The block a manifest records for cfg: "config:" and the resolved config under it.
 static char *block_of(const run_config *cfg, size_t *n) {

@@ -20,18 +20,14 @@
 #include <unistd.h>
 
 #include "compute/backend.h"
+#include "fuzzlib.h"
 #include "testlib.h"
 
 static char g_root[256];
 static int g_mask, g_online; // this process's real affinity mask and online CPUs
 static uint64_t g_seed = 16, g_rng;
 
-static uint64_t rnd(void) { // splitmix64
-    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
+static uint64_t rnd(void) { return fuzz_rnd(&g_rng); }
 static long rnd_in(long lo, long hi) { return lo + (long)(rnd() % (uint64_t)(hi - lo + 1)); }
 
 // ---- fake trees ----

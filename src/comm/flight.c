@@ -225,6 +225,21 @@ static void mark_dead(int r, int32_t code) {
     close(fd); // on NFS, close sends the writes (close-to-open): the other nodes see them
 }
 
+// Whether ring h says its rank ended by an exit of its own (a code it set, not a death another
+// rank judged or atexit's unknown one): it said why, so it is nobody's death to report.
+static int exited_on_its_own(const flight_header *h) {
+    return h->state == FLIGHT_STATE_EXITED && h->exit_code != FLIGHT_EXIT_UNKNOWN &&
+           !FLIGHT_EXIT_JUDGED(h->exit_code);
+}
+
+// What ring h says of its rank, as the evidence of a death (not an exit of its own).
+static const char *ring_says(const flight_header *h) {
+    return h->state != FLIGHT_STATE_EXITED ? "its ring says it runs"
+           : h->exit_code == FLIGHT_EXIT_UNKNOWN
+               ? "its ring says it ended without an exit of its own"
+               : "another rank found it dead";
+}
+
 // Whether peer ring h is an earlier run's, not yet replaced by this run's peer (a restart in
 // the same run.out_dir after a kill leaves rings that say "running" with a dead pid): its
 // heartbeat stopped before this rank's recorder opened (every rank opens its ring at the same
@@ -268,15 +283,11 @@ static int find_dead_remote_peer(double now, char *why, size_t cap) {
     for (int i = 0; i < g.n_peers; i++) {
         flight_header h;
         const int r = g.peers[i];
-        if (!g.peer_remote[i] || flight_read_header(g.dir, r, &h) != 0 || earlier_run(&h)) continue;
+        if (!g.peer_remote[i] || flight_read_header(g.dir, r, &h) != 0 || earlier_run(&h) ||
+            exited_on_its_own(&h))
+            continue;
         if (h.state == FLIGHT_STATE_EXITED) {
-            if (h.exit_code != FLIGHT_EXIT_UNKNOWN && !FLIGHT_EXIT_JUDGED(h.exit_code))
-                continue; // an exit of its own: it said why
-            snprintf(why, cap, "%s; on another host (%.64s)",
-                     h.exit_code == FLIGHT_EXIT_UNKNOWN ? "its ring says it ended without an exit "
-                                                          "of its own"
-                                                        : "another rank found it dead",
-                     h.host);
+            snprintf(why, cap, "%s; on another host (%.64s)", ring_says(&h), h.host);
             return r;
         }
         // A heartbeat that is not a time (a damaged ring) proves nothing.
@@ -308,17 +319,10 @@ static int find_unlinked_peer(double now, char *why, size_t cap) {
     const int r = flight_link_poll(now);
     g.h->links_up = (uint32_t)flight_link_up_count();
     flight_header h;
-    if (r < 0 || flight_read_header(g.dir, r, &h) != 0) return -1;
-    if (h.state == FLIGHT_STATE_EXITED && h.exit_code != FLIGHT_EXIT_UNKNOWN &&
-        !FLIGHT_EXIT_JUDGED(h.exit_code))
-        return -1; // an exit of its own: it said why
-    const char *ring = h.state != FLIGHT_STATE_EXITED       ? "its ring says it runs"
-                       : h.exit_code == FLIGHT_EXIT_UNKNOWN ? "its ring says it ended without an "
-                                                              "exit of its own"
-                                                            : "another rank found it dead";
+    if (r < 0 || flight_read_header(g.dir, r, &h) != 0 || exited_on_its_own(&h)) return -1;
     snprintf(why, cap,
-             "its liveness link closed and %s: its process is gone; on another host (%.64s)", ring,
-             h.host);
+             "its liveness link closed and %s: its process is gone; on another host (%.64s)",
+             ring_says(&h), h.host);
     if (h.state != FLIGHT_STATE_EXITED) mark_dead(r, FLIGHT_EXIT_UNLINKED);
     return r;
 }
@@ -422,29 +426,26 @@ static void *watchdog_main(void *arg) {
             break;
         }
         const double now = flight_clock();
-        if (g.n_unknown > 0 && dead_rank < 0) dead_rank = find_vanished_peer();
-        if (now >= next_beat) {
+        const int beat = now >= next_beat, found_before = dead_rank >= 0;
+        if (beat) {
             next_beat = now + FLIGHT_BEAT_S - FLIGHT_POLL_S / 2;
             g.h->heartbeat = now;
             write_back(++tick);
-            if (dead_rank < 0) {
-                dead_rank = find_vanished_peer();
-                // The remote peers after a stop request (flight.h), unless a stall is judged.
-                if (dead_rank < 0 && g.any_remote && stop_signal()) {
-                    if (!stop_seen) stop_seen = now;
-                    if (now - stop_seen < FLIGHT_STOP_SCAN_S && !alarm_seen &&
-                        !flight_exists(g.dir, "alarm"))
-                        dead_rank = find_dead_remote_peer(now, evidence, sizeof evidence);
-                }
-                if (dead_rank >= 0) flight_touch(g.dir, "dead");
-            }
         }
-        // The liveness links at every wake (a poll without a wait): a beat while they are
-        // being made, so that they are up within a few tenths of a second of the start.
-        if (dead_rank < 0 && g.any_remote) {
+        // Who died: a peer on this host whose pid is gone (every beat, and every wake until
+        // every ring is read); a remote peer after a stop request (flight.h), unless a stall
+        // is judged; a remote peer whose liveness link closed (every wake: a poll without a
+        // wait, and a beat while the links are being made).
+        if (dead_rank < 0 && (beat || g.n_unknown > 0)) dead_rank = find_vanished_peer();
+        if (dead_rank < 0 && beat && g.any_remote && stop_signal()) {
+            if (!stop_seen) stop_seen = now;
+            if (now - stop_seen < FLIGHT_STOP_SCAN_S && !alarm_seen &&
+                !flight_exists(g.dir, "alarm"))
+                dead_rank = find_dead_remote_peer(now, evidence, sizeof evidence);
+        }
+        if (dead_rank < 0 && g.any_remote)
             dead_rank = find_unlinked_peer(now, evidence, sizeof evidence);
-            if (dead_rank >= 0) flight_touch(g.dir, "dead");
-        }
+        if (!found_before && dead_rank >= 0) flight_touch(g.dir, "dead");
         const int dead = flight_exists(g.dir, "dead");
         dead_seen |= dead;
         if (!alarm_seen && (dead || flight_exists(g.dir, "alarm"))) alarm_seen = now;

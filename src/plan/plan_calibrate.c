@@ -492,22 +492,21 @@ static tri_status measure_scaling(const run_config *cfg, const shapes *s, int th
         cal c = {.rng = 20240601};
         plan_profile *sub = xcalloc(1, sizeof *sub);
         tri_status rc = backend_create_for(cfg->system.backend, 0, t, &c.be);
-        if (rc == TRI_OK) { // rounds as measure_rounds', each rate their median
-            double mm[CAL_ROUNDS], attn[CAL_ROUNDS], elem[CAL_ROUNDS];
+        if (rc == TRI_OK) { // in rounds, as measure_rounds: each rate the median of its rounds
+            double v[4][CAL_ROUNDS];
             for (int k = 0; k < CAL_ROUNDS; k++) {
                 sub->n_points = 0;
                 measure_point(&c, sub, s->rows, s->C3, s->C, DTYPE_FP32);
                 measure_point(&c, sub, s->rows, s->F, s->C, DTYPE_FP32);
                 measure_layer(&c, sub, s);
-                scale_point_of(cb, t, sub, 0, 1, 0);
-                cb->n_scale--;
-                const int i = cb->n_scale;
-                mm[k] = cb->scale_mm[i], attn[k] = cb->scale_attn[i], elem[k] = cb->scale_elem[i];
+                v[0][k] = sub->points[0].rate, v[1][k] = sub->points[1].rate;
+                v[2][k] = sub->dev.attn_rate, v[3][k] = sub->dev.elem_bw;
             }
-            const int i = cb->n_scale++;
-            cb->scale_mm[i] = tri_median(mm, CAL_ROUNDS);
-            cb->scale_attn[i] = tri_median(attn, CAL_ROUNDS);
-            cb->scale_elem[i] = tri_median(elem, CAL_ROUNDS);
+            sub->points[0].rate = tri_median(v[0], CAL_ROUNDS);
+            sub->points[1].rate = tri_median(v[1], CAL_ROUNDS);
+            sub->dev.attn_rate = tri_median(v[2], CAL_ROUNDS);
+            sub->dev.elem_bw = tri_median(v[3], CAL_ROUNDS);
+            scale_point_of(cb, t, sub, 0, 1, 0);
         }
         cal_close(&c);
         free(sub);
